@@ -1,0 +1,79 @@
+/* mapfile.c - mmap of checkpoint files and reading of small text files (see mapfile.h). */
+#define _GNU_SOURCE
+#include "core/mapfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+qwenc_status qw_mapfile_open(qw_mapfile *mf, const char *path, char *err, size_t errlen) {
+    memset(mf, 0, sizeof(*mf));
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return qw_err(err, errlen, QWENC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return qw_err(err, errlen, QWENC_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return qw_err(err, errlen, QWENC_ERR_IO, "%s: not a regular file", path);
+    }
+    mf->size = (size_t)st.st_size;
+    if (mf->size > 0) {
+        void *p = mmap(NULL, mf->size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return qw_err(err, errlen, QWENC_ERR_IO, "%s: cannot map %zu bytes: %s", path, mf->size,
+                          strerror(e));
+        }
+        mf->data = p;
+    }
+    close(fd);
+    mf->path = qw_xstrdup(path);
+    return QWENC_OK;
+}
+
+void qw_mapfile_close(qw_mapfile *mf) {
+    if (mf->data) munmap((void *)mf->data, mf->size);
+    free(mf->path);
+    memset(mf, 0, sizeof(*mf));
+}
+
+qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return qw_err(err, errlen, QWENC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = qw_xcalloc(cap, 1);
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory reading file", path);
+            }
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, cap - 1 - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return qw_err(err, errlen, QWENC_ERR_IO, "%s: read error", path);
+    }
+    buf[n] = 0;
+    *out = buf;
+    if (len) *len = n;
+    return QWENC_OK;
+}

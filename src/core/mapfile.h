@@ -1,0 +1,22 @@
+/*
+ * mapfile.h - read-only memory mapping of a whole file. Weights are used straight from the mapping:
+ * the page cache holds them and the process never copies them.
+ */
+#ifndef QW_MAPFILE_H
+#define QW_MAPFILE_H
+
+#include "core/common.h"
+
+typedef struct {
+    char *path;
+    const uint8_t *data; /* [size] */
+    size_t size;
+} qw_mapfile;
+
+qwenc_status qw_mapfile_open(qw_mapfile *mf, const char *path, char *err, size_t errlen);
+void qw_mapfile_close(qw_mapfile *mf);
+
+/* Read a whole (small) file into a NUL-terminated heap buffer; *len gets its length. */
+qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen);
+
+#endif

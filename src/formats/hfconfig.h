@@ -1,0 +1,87 @@
+/*
+ * hfconfig.h - hyper-parameters of a model, read once from a Hugging Face config.json.
+ *
+ * Accepts the flat layout and the multimodal one (fields inside "text_config"; the text fields win and
+ * the top level fills in what they lack). Defaults follow transformers 5.17 for each model_type; every
+ * missing required field and every inconsistent value is an error naming config.json and the field.
+ */
+#ifndef QW_HFCONFIG_H
+#define QW_HFCONFIG_H
+
+#include "core/common.h"
+
+typedef enum {
+    QW_ARCH_LLAMA = 0,
+    QW_ARCH_QWEN3,
+    QW_ARCH_QWEN35,     /* qwen3_5 dense */
+    QW_ARCH_QWEN35_MOE, /* qwen3_5_moe */
+    QW_ARCH_QWEN3_NEXT,
+    QW_ARCH_QWEN4EXP,
+    QW_ARCH_COUNT
+} qw_arch;
+
+typedef enum {
+    QW_LAYER_ATTN = 0, /* full softmax attention */
+    QW_LAYER_GDN,      /* Gated DeltaNet ("linear_attention") */
+    QW_LAYER_QSA       /* Qwen sparse attention with block indexer */
+} qw_layer_kind;
+
+typedef enum { QW_ROPE_DEFAULT = 0, QW_ROPE_LLAMA3, QW_ROPE_LINEAR } qw_rope_type;
+
+typedef struct {
+    qw_arch arch;
+    char model_type[48]; /* as found in config.json (top level) */
+
+    int n_vocab, n_embd, n_layer;
+    int n_head, n_head_kv, head_dim;
+    int n_ff;            /* dense MLP width (intermediate_size), 0 if none */
+    float norm_eps;
+    int tie_embd;
+    int n_ctx_train;
+    int attn_bias;       /* llama: q/k/v/o biases */
+    int mlp_bias;        /* llama */
+
+    /* rope */
+    qw_rope_type rope_type;
+    float rope_theta;
+    int n_rot;           /* rotated dims per head: int(head_dim * partial_rotary_factor) */
+    float rope_factor, rope_low_freq, rope_high_freq;
+    int rope_orig_ctx;
+
+    /* Gated DeltaNet */
+    int gdn_conv_k;      /* linear_conv_kernel_dim */
+    int gdn_dk, gdn_dv;  /* linear_key_head_dim, linear_value_head_dim */
+    int gdn_hk, gdn_hv;  /* linear_num_key_heads, linear_num_value_heads */
+    int gdn_gate_sigmoid; /* output gate sigma (qwen4_exp "sigmoid") instead of silu */
+
+    /* MoE */
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    int norm_topk_prob;
+
+    /* hyper-connections (qwen4_exp) */
+    int hc_count, hc_lowrank;
+
+    /* PLE hashed n-gram embedding (qwen4_exp) */
+    int n_ple;           /* number of PLE layers */
+    int *ple_layers;     /* [n_ple] 0-based layer index, ascending */
+    int ple_dim, ple_conv_k, ngram_n, ngram_heads;
+    int64_t ngram_base;
+    int ngram_div;
+    uint64_t ngram_seed;
+
+    /* QSA indexer */
+    int idx_n_head, idx_head_dim, idx_budget, idx_ratio;
+
+    int eos_id;          /* first eos_token_id, -1 if none */
+    int bos_id;
+
+    qw_layer_kind *layer_kind; /* [n_layer] */
+    uint8_t *layer_moe;        /* [n_layer] 1: sparse MoE FFN, 0: dense MLP */
+} qw_hparams;
+
+/* Parse config.json of directory dir (the path is used in messages). */
+qwenc_status qw_hparams_load(qw_hparams *hp, const char *dir, char *err, size_t errlen);
+void qw_hparams_free(qw_hparams *hp);
+const char *qw_arch_name(qw_arch a);
+
+#endif

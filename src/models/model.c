@@ -1,0 +1,190 @@
+/*
+ * model.c - load a checkpoint directory: config.json -> hyper-parameters, safetensors -> mapped
+ * tensors, then the architecture's binder checks and binds every weight (see model.h).
+ */
+#include <string.h>
+
+#include "blocks/blocks.h"
+
+static const struct {
+    qwenc_status (*bind)(qwenc_model *, char *, size_t);
+    void (*forward)(const qw_fwd *, float *);
+} arch_impl[QW_ARCH_COUNT] = {
+    [QW_ARCH_LLAMA] = {qw_llama_bind, qw_llama_forward},
+    [QW_ARCH_QWEN3] = {qw_llama_bind, qw_llama_forward},
+    [QW_ARCH_QWEN35] = {qw_qwen35_bind, qw_qwen35_forward},
+    [QW_ARCH_QWEN35_MOE] = {qw_qwen35_bind, qw_qwen35_forward},
+    [QW_ARCH_QWEN3_NEXT] = {qw_qwen35_bind, qw_qwen35_forward},
+    [QW_ARCH_QWEN4EXP] = {qw_qwen4exp_bind, qw_qwen4exp_forward},
+};
+
+void qw_model_forward(const qw_fwd *f, float *hidden) { arch_impl[f->hp->arch].forward(f, hidden); }
+
+static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+qwenc_status qwenc_model_load(const char *path, qwenc_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    qwenc_model *m = qw_xcalloc(1, sizeof(*m));
+    m->path = qw_xstrdup(path);
+    m->ops = qw_ops_cpu();
+    qwenc_status st = qw_hparams_load(&m->hp, path, err, errlen);
+    if (!st) st = qw_weightset_open_dir(&m->ws, path, err, errlen);
+    if (st) {
+        qwenc_model_free(m);
+        return st;
+    }
+    const qw_hparams *hp = &m->hp;
+    m->prefix = qw_weightset_find(&m->ws, "model.language_model.embed_tokens.weight") ? "model.language_model."
+                                                                                       : "model.";
+    qw_binder b = {.m = m, .err = err, .errlen = errlen};
+    m->tok_embd = qw_bind_mat(&b, hp->n_vocab, hp->n_embd, "~embed_tokens.weight");
+    if (!b.st) {
+        if (hp->tie_embd && !qw_weightset_find(&m->ws, "lm_head.weight"))
+            m->output = m->tok_embd;
+        else
+            m->output = qw_bind_mat(&b, hp->n_vocab, hp->n_embd, "lm_head.weight");
+    }
+    st = b.st;
+    if (!st) {
+        m->layers = qw_xcalloc((size_t)hp->n_layer, sizeof(qw_layer));
+        st = arch_impl[hp->arch].bind(m, err, errlen);
+    }
+    if (st) {
+        qwenc_model_free(m);
+        return st;
+    }
+    m->rope_inv_freq = qw_model_own_f32(m, hp->n_rot / 2);
+    qw_rope_inv_freq(hp, m->rope_inv_freq);
+    for (int i = 0; i < m->ws.n_entries; i++) {
+        const qw_tensor *t = &m->ws.entries[i].t;
+        if (starts_with(t->name, "mtp.")) {
+            m->n_mtp_tensors++;
+            m->n_mtp_params += qw_tensor_nelem(t);
+        } else if (starts_with(t->name, "model.visual.")) {
+            m->n_ignored_tensors++;
+        }
+    }
+    *out = m;
+    return QWENC_OK;
+}
+
+void qwenc_model_free(qwenc_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    qw_weightset_free(&m->ws);
+    qw_hparams_free(&m->hp);
+    free(m->path);
+    free(m);
+}
+
+int qwenc_model_n_vocab(const qwenc_model *m) { return m->hp.n_vocab; }
+int qwenc_model_n_ctx_train(const qwenc_model *m) { return m->hp.n_ctx_train; }
+const char *qwenc_model_arch(const qwenc_model *m) { return qw_arch_name(m->hp.arch); }
+
+/* ---- qwenc info: parameters per component, by tensor-name pattern ---- */
+
+typedef struct {
+    const char *label;
+    int64_t params;
+    int n_tensors;
+    int64_t by_type[QW_TYPE_COUNT];
+} info_bucket;
+
+static int info_bucket_of(const char *name) {
+    static const char *pats[] = {
+        /* order matters: the first match wins */
+        "mtp.", "model.visual.", ".mlp.experts.", ".mlp.shared_expert", ".mlp.gate.", ".mlp.", ".linear_attn.",
+        ".self_attn.indexer.", ".self_attn.", "ple.ple_embedding.", ".ple.", "hyper_connection", "embed_tokens",
+        "lm_head", "norm",
+    };
+    for (size_t i = 0; i < sizeof(pats) / sizeof(pats[0]); i++)
+        if (strstr(name, pats[i])) return (int)i;
+    return (int)(sizeof(pats) / sizeof(pats[0]));
+}
+
+static void print_count(FILE *f, int64_t n) {
+    if (n >= 1000000000)
+        fprintf(f, "%8.2fB", n / 1e9);
+    else if (n >= 1000000)
+        fprintf(f, "%8.2fM", n / 1e6);
+    else if (n >= 1000)
+        fprintf(f, "%8.2fK", n / 1e3);
+    else
+        fprintf(f, "%9lld", (long long)n);
+}
+
+void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
+    const qw_hparams *hp = &m->hp;
+    fprintf(f, "model        %s\n", m->path);
+    fprintf(f, "architecture %s (config model_type \"%s\")\n", qw_arch_name(hp->arch), hp->model_type);
+    fprintf(f, "files        %d safetensors file%s, %d tensors, prefix \"%s\"\n", m->ws.n_files,
+            m->ws.n_files == 1 ? "" : "s", m->ws.n_entries, m->prefix);
+    fprintf(f, "vocab        %d   hidden %d   layers %d   context %d\n", hp->n_vocab, hp->n_embd, hp->n_layer,
+            hp->n_ctx_train);
+    fprintf(f, "attention    %d heads, %d kv heads, head dim %d, rotary dims %d, theta %g%s\n", hp->n_head,
+            hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_theta,
+            hp->rope_type == QW_ROPE_LLAMA3   ? ", llama3 scaling"
+            : hp->rope_type == QW_ROPE_LINEAR ? ", linear scaling"
+                                              : "");
+    if (hp->arch >= QW_ARCH_QWEN35)
+        fprintf(f, "deltanet     %d key heads x %d, %d value heads x %d, conv %d, output gate %s\n", hp->gdn_hk,
+                hp->gdn_dk, hp->gdn_hv, hp->gdn_dv, hp->gdn_conv_k, hp->gdn_gate_sigmoid ? "sigmoid" : "silu");
+    if (hp->n_expert)
+        fprintf(f, "moe          %d experts, top %d, expert width %d, shared expert width %d%s\n", hp->n_expert,
+                hp->n_expert_used, hp->n_ff_exp, hp->n_ff_shexp, hp->norm_topk_prob ? ", renormalised" : "");
+    if (hp->n_ff) fprintf(f, "mlp          width %d\n", hp->n_ff);
+    if (hp->arch == QW_ARCH_QWEN4EXP) {
+        fprintf(f, "streams      %d hyper-connection streams, low rank %d\n", hp->hc_count, hp->hc_lowrank);
+        if (hp->idx_budget)
+            fprintf(f, "qsa          indexer %d heads x %d, budget %d tokens in blocks of %d (top %d blocks)\n",
+                    hp->idx_n_head, hp->idx_head_dim, hp->idx_budget, hp->idx_ratio, hp->idx_budget / hp->idx_ratio);
+        for (int i = 0; i < hp->n_ple; i++) {
+            const qw_ple_w *w = m->layers[hp->ple_layers[i]].ple;
+            fprintf(f, "ple          layer %d: %d-grams, %d heads x %d dims, %lld table rows in %d piece%s\n",
+                    hp->ple_layers[i], hp->ngram_n, hp->ngram_heads, hp->ple_dim / hp->ngram_heads,
+                    (long long)w->n_rows, w->n_chunks, w->n_chunks == 1 ? "" : "s");
+        }
+    }
+    fprintf(f, "layer plan   ");
+    for (int l = 0; l < hp->n_layer; l++) {
+        const qw_layer *L = &m->layers[l];
+        char c = L->kind == QW_LAYER_GDN ? 'D' : L->kind == QW_LAYER_QSA ? 'S' : 'A';
+        fprintf(f, "%c%s%s", c, L->ple ? "+ple" : "", hp->n_expert && !L->moe ? "+mlp" : "");
+    }
+    fprintf(f, "\n             (A attention, D Gated DeltaNet, S QSA sparse attention)\n");
+
+    enum { NB = 16 };
+    static const char *labels[NB] = {
+        "mtp draft head", "vision (ignored)", "routed experts", "shared experts", "routers", "mlp",
+        "deltanet", "qsa indexer", "attention", "ple n-gram table", "ple gating", "hyper-connections",
+        "embeddings", "lm_head", "norms", "other",
+    };
+    info_bucket bk[NB];
+    memset(bk, 0, sizeof(bk));
+    int64_t total = 0;
+    for (int i = 0; i < m->ws.n_entries; i++) {
+        const qw_tensor *t = &m->ws.entries[i].t;
+        int k = info_bucket_of(t->name);
+        int64_t n = qw_tensor_nelem(t);
+        bk[k].params += n;
+        bk[k].n_tensors++;
+        bk[k].by_type[t->type] += n;
+        if (k > 1) total += n;
+    }
+    if (hp->tie_embd && m->output == m->tok_embd) fprintf(f, "lm_head      tied to embed_tokens\n");
+    fprintf(f, "parameters   (tensors, parameters, dtypes)\n");
+    for (int k = 0; k < NB; k++) {
+        if (!bk[k].n_tensors) continue;
+        fprintf(f, "  %-18s %6d ", labels[k], bk[k].n_tensors);
+        print_count(f, bk[k].params);
+        fprintf(f, "  ");
+        for (int t = 0; t < QW_TYPE_COUNT; t++)
+            if (bk[k].by_type[t]) fprintf(f, " %s", qw_type_name((qw_type)t));
+        fprintf(f, "\n");
+    }
+    fprintf(f, "  %-18s %6s ", "total (text model)", "");
+    print_count(f, total);
+    fprintf(f, "\n");
+}

@@ -1,0 +1,60 @@
+/*
+ * qwen35.c - Qwen3.5 dense (qwen3_5), Qwen3.5/3.6 MoE (qwen3_5_moe) and Qwen3-Next (qwen3_next):
+ * pre-norm decoder whose mixer is Gated DeltaNet ("linear_attention") or gated full attention
+ * ("full_attention"), and whose FFN is a SwiGLU MLP or a sparse MoE with a shared expert
+ * (spec qwen35_family.md). Every RMSNorm is zero-centred (x / rms * (1 + w)) except the DeltaNet
+ * gated norm (plain w, silu gate).
+ *
+ *   x = embed(tokens)
+ *   per layer: x += mixer(ZRMS(x; input_layernorm));  x += ffn(ZRMS(x; post_attention_layernorm))
+ *   hidden = ZRMS(x; norm)
+ */
+#include "blocks/blocks.h"
+
+qwenc_status qw_qwen35_bind(qwenc_model *m, char *err, size_t errlen) {
+    const qw_hparams *hp = &m->hp;
+    qw_binder b = {.m = m, .err = err, .errlen = errlen};
+    for (int il = 0; il < hp->n_layer && !b.st; il++) {
+        qw_layer *L = &m->layers[il];
+        L->kind = hp->layer_kind[il];
+        L->moe = hp->layer_moe[il];
+        L->attn_norm = qw_bind_vec(&b, hp->n_embd, "~layers.%d.input_layernorm.weight", il);
+        L->ffn_norm = qw_bind_vec(&b, hp->n_embd, "~layers.%d.post_attention_layernorm.weight", il);
+        if (L->kind == QW_LAYER_GDN)
+            qw_bind_gdn(&b, il, &L->gdn);
+        else
+            qw_bind_attn(&b, il, &L->attn, 1, 1, 0);
+        if (L->moe)
+            qw_bind_moe(&b, il, &L->moe_w);
+        else
+            qw_bind_mlp(&b, il, &L->mlp, hp->n_ff);
+    }
+    m->out_norm = qw_bind_vec(&b, hp->n_embd, "~norm.weight");
+    return b.st;
+}
+
+void qw_qwen35_forward(const qw_fwd *f, float *x) {
+    const qwenc_model *m = f->m;
+    const qw_hparams *hp = f->hp;
+    int T = f->n_tok, H = hp->n_embd;
+    qw_arena_mark mk = qw_arena_get_mark(f->ar);
+    float *h = qw_arena_f32(f->ar, (size_t)T * H), *y = qw_arena_f32(f->ar, (size_t)T * H);
+    f->ops->get_rows(x, m->tok_embd, f->tokens, T);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const qw_layer *L = &m->layers[il];
+        f->ops->rms_norm(h, x, L->attn_norm, T, H, hp->norm_eps, 1);
+        if (L->kind == QW_LAYER_GDN)
+            qw_gdn_forward(f, il, &L->gdn, 0, h, y);
+        else
+            qw_attn_forward(f, il, &L->attn, 1, h, y);
+        f->ops->axpy(x, y, 1.0f, (int64_t)T * H);
+        f->ops->rms_norm(h, x, L->ffn_norm, T, H, hp->norm_eps, 1);
+        if (L->moe)
+            qw_moe_forward(f, &L->moe_w, h, y);
+        else
+            qw_ffn_forward(f, &L->mlp, h, y, T);
+        f->ops->axpy(x, y, 1.0f, (int64_t)T * H);
+    }
+    f->ops->rms_norm(x, x, m->out_norm, T, H, hp->norm_eps, 1);
+    qw_arena_restore(f->ar, mk);
+}

@@ -1,0 +1,212 @@
+/*
+ * test_main.c - the test runner: unit tests of the new math (PLE hash vectors, RoPE, delta rule, QSA
+ * selection, f16/bf16 conversion) and every fixture of tests/fixtures compared with the transformers
+ * reference logits, fed all at once and token by token.
+ *
+ *   qwenc-test FIXTURE_DIR                 run everything
+ *   qwenc-test --compare OUT REF VOCAB     compare two logits files (used by cli_test.sh)
+ *
+ * Fixture bar: relative L2 error of the whole logits matrix below 1e-4 and the same argmax at every
+ * position. The reference is f32 transformers on the same bf16/f16/f32 weights, so the only difference
+ * is f32 summation order (measured ~1e-6); 1e-4 leaves room for the longer sums of larger fixtures
+ * while any real mistake (a wrong norm, a missed token, a wrong block) moves logits by > 1e-2.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blocks/blocks.h"
+#include "core/mapfile.h"
+#include "qwenc.h"
+
+static int n_pass, n_fail;
+
+#define CHECK(cond, ...)                                               \
+    do {                                                               \
+        if (cond) {                                                    \
+            n_pass++;                                                  \
+        } else {                                                       \
+            n_fail++;                                                  \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                \
+            printf(__VA_ARGS__);                                       \
+            printf("\n");                                              \
+        }                                                              \
+    } while (0)
+
+/* ---------------------------------------------------------------- fixtures */
+
+static float *read_f32(const char *path, size_t *n) {
+    char *buf = NULL;
+    size_t len = 0;
+    char err[512];
+    if (qw_read_file(path, &buf, &len, err, sizeof(err))) {
+        printf("FAIL %s\n", err);
+        return NULL;
+    }
+    *n = len / 4;
+    return (float *)buf;
+}
+
+typedef struct {
+    double rel_l2;
+    int argmax_mismatch;
+    int first_mismatch;
+} cmp_result;
+
+static cmp_result compare_logits(const float *a, const float *b, size_t rows, size_t V) {
+    cmp_result r = {0, 0, -1};
+    double num = 0, den = 0;
+    for (size_t t = 0; t < rows; t++) {
+        size_t ia = 0, ib = 0;
+        for (size_t v = 0; v < V; v++) {
+            double d = (double)a[t * V + v] - b[t * V + v];
+            num += d * d;
+            den += (double)b[t * V + v] * b[t * V + v];
+            if (a[t * V + v] > a[t * V + ia]) ia = v;
+            if (b[t * V + v] > b[t * V + ib]) ib = v;
+        }
+        if (ia != ib) {
+            if (r.first_mismatch < 0) r.first_mismatch = (int)t;
+            r.argmax_mismatch++;
+        }
+    }
+    r.rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
+    return r;
+}
+
+static int32_t *read_tokens(const char *path, int *n) {
+    char *txt = NULL, err[512];
+    if (qw_read_file(path, &txt, NULL, err, sizeof(err))) return NULL;
+    int cap = 64;
+    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
+    *n = 0;
+    for (char *p = txt; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        if (*n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int32_t));
+        ids[(*n)++] = (int32_t)v;
+        p = end;
+    }
+    free(txt);
+    return ids;
+}
+
+/* Run tokens through a fresh session in steps of `batch` and return all logits. */
+static float *run_model(const qwenc_model *m, const int32_t *ids, int n, int batch) {
+    char err[512];
+    qwenc_session_params sp = {.n_ctx = n, .n_batch = batch};
+    qwenc_session *s = NULL;
+    if (qwenc_session_init(m, &sp, &s, err, sizeof(err))) {
+        printf("FAIL session: %s\n", err);
+        return NULL;
+    }
+    int V = qwenc_model_n_vocab(m);
+    float *out = malloc((size_t)n * V * sizeof(float));
+    for (int i = 0; i < n; i += batch) {
+        int c = QW_MIN(batch, n - i);
+        if (qwenc_session_forward(s, ids + i, c, out + (size_t)i * V, 1, err, sizeof(err))) {
+            printf("FAIL forward: %s\n", err);
+            free(out);
+            out = NULL;
+            break;
+        }
+    }
+    qwenc_session_free(s);
+    return out;
+}
+
+static void test_fixture(const char *dir) {
+    char path[1024], err[1024];
+    qwenc_model *m = NULL;
+    if (qwenc_model_load(dir, &m, err, sizeof(err))) {
+        CHECK(0, "%s: load: %s", dir, err);
+        return;
+    }
+    int n = 0, V = qwenc_model_n_vocab(m);
+    snprintf(path, sizeof(path), "%s/tokens.txt", dir);
+    int32_t *ids = read_tokens(path, &n);
+    CHECK(ids && n > 0, "%s: tokens.txt", dir);
+    static const struct {
+        const char *ref;
+        int batch; /* 0: all at once */
+        const char *label;
+    } modes[] = {
+        {"logits_full.f32", 0, "all tokens in one call vs full forward"},
+        {"logits_decode.f32", 1, "token by token vs cached decode"},
+        {"logits_full.f32", 7, "chunks of 7 vs full forward"},
+    };
+    for (size_t k = 0; ids && k < sizeof(modes) / sizeof(modes[0]); k++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, modes[k].ref);
+        size_t nref = 0;
+        float *ref = read_f32(path, &nref);
+        float *out = run_model(m, ids, n, modes[k].batch ? modes[k].batch : n);
+        if (ref && out && nref == (size_t)n * V) {
+            cmp_result r = compare_logits(out, ref, (size_t)n, (size_t)V);
+            printf("  %-16s %-40s rel L2 %.2e  argmax mismatches %d\n", qwenc_model_arch(m), modes[k].label,
+                   r.rel_l2, r.argmax_mismatch);
+            CHECK(r.rel_l2 < 1e-4, "%s: %s: relative L2 error %.3e >= 1e-4", dir, modes[k].label, r.rel_l2);
+            CHECK(r.argmax_mismatch == 0, "%s: %s: argmax differs at %d positions (first %d)", dir, modes[k].label,
+                  r.argmax_mismatch, r.first_mismatch);
+        } else {
+            CHECK(0, "%s: %s: missing output or reference of the wrong size (%zu floats)", dir, modes[k].ref, nref);
+        }
+        free(ref);
+        free(out);
+    }
+    free(ids);
+    qwenc_model_free(m);
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void test_fixtures(const char *root) {
+    DIR *d = opendir(root);
+    CHECK(d != NULL, "cannot open fixture directory %s", root);
+    if (!d) return;
+    char *names[64];
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) && n < 64;) {
+        if (de->d_name[0] == '.') continue;
+        char p[1024];
+        snprintf(p, sizeof(p), "%s/%s/config.json", root, de->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        fclose(f);
+        names[n++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof(char *), cmp_name);
+    CHECK(n >= 7, "expected at least 7 fixtures in %s, found %d", root, n);
+    for (int i = 0; i < n; i++) {
+        char p[1024];
+        snprintf(p, sizeof(p), "%s/%s", root, names[i]);
+        printf("fixture %s\n", names[i]);
+        test_fixture(p);
+        free(names[i]);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--compare")) {
+        size_t na = 0, nb = 0;
+        float *a = read_f32(argv[2], &na), *b = read_f32(argv[3], &nb);
+        size_t V = (size_t)atoi(argv[4]);
+        if (!a || !b || V == 0 || na != nb || na % V) {
+            printf("compare: sizes differ (%zu vs %zu floats)\n", na, nb);
+            return 1;
+        }
+        cmp_result r = compare_logits(a, b, na / V, V);
+        printf("rel L2 %.3e, argmax mismatches %d\n", r.rel_l2, r.argmax_mismatch);
+        return r.rel_l2 < 1e-4 && r.argmax_mismatch == 0 ? 0 : 1;
+    }
+    const char *root = argc > 1 ? argv[1] : "tests/fixtures";
+    test_fixtures(root);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
