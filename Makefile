@@ -1,42 +1,49 @@
-# qwenc - see README.md.  make | make test | make asan | make clean
+# qwenc - see README.md.   make | make test | make asan | make clean
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -Wall -Wextra -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc
-LDLIBS  += -lcjson -lm -lpthread
+# flags every build needs, kept apart from CFLAGS so `make CFLAGS=...` cannot drop them
+QW_CFLAGS := -std=c11 -Wall -Wextra -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc
+LDLIBS  += -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
 BUILD   ?= build
 
 SRC := $(wildcard src/core/*.c src/formats/*.c src/tensor/*.c src/kernels/*.c src/blocks/*.c \
-                  src/models/*.c src/runtime/*.c)
+                  src/models/*.c src/runtime/*.c src/text/*.c)
 OBJ := $(SRC:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/libqwenc.a
 BIN := $(BUILD)/qwenc
-TEST_BIN := $(BUILD)/qwenc-test
+# every tests/t_*.c is a test program printing "N passed, M failed"
+TEST_SRC := $(wildcard tests/t_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test asan clean check-deps
 
 all: check-deps $(BIN) $(LIB)
 
+# the distribution libraries qwenc builds on, and the Debian/Ubuntu package of each
 check-deps:
-	@test -f /usr/include/cjson/cJSON.h || { \
-	  echo "qwenc needs cJSON: sudo apt-get install libcjson-dev" >&2; exit 1; }
+	@missing=""; \
+	test -f /usr/include/cjson/cJSON.h || missing="$$missing libcjson-dev"; \
+	test -f /usr/include/pcre2.h       || missing="$$missing libpcre2-dev"; \
+	test -f /usr/include/utf8proc.h    || missing="$$missing libutf8proc-dev"; \
+	if [ -n "$$missing" ]; then echo "qwenc: missing build dependencies; install them with:" >&2; \
+	  echo "  sudo apt-get install$$missing" >&2; exit 1; fi
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(QW_CFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BIN): $(BUILD)/tools/qwenc.o $(LIB)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(TEST_BIN): $(BUILD)/tests/test_main.o $(LIB)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
+	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 test: check-deps $(BIN) $(TEST_BIN)
-	QWENC=$(BIN) $(TEST_BIN) tests/fixtures
-	QWENC=$(BIN) QWENC_TEST=$(TEST_BIN) bash tests/cli_test.sh
+	@QWENC=$(BIN) BUILD=$(BUILD) bash tests/run.sh $(TEST_BIN)
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own build directory.
 asan:
@@ -46,4 +53,5 @@ asan:
 clean:
 	rm -rf build build-asan
 
--include $(OBJ:.o=.d) $(BUILD)/tools/qwenc.d $(BUILD)/tests/test_main.d
+.SECONDARY:
+-include $(OBJ:.o=.d) $(BUILD)/tools/qwenc.d $(TEST_BIN:%=%.d)

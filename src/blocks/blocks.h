@@ -27,6 +27,11 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
  * key positions it attends (sel[sel_off[t] .. sel_off[t+1])), allocated in the arena. */
 void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *x, int32_t **sel, int32_t **sel_off);
 
+/* The key positions query i attends given the scores of its n_b complete blocks: the top min(topk, n_b)
+ * blocks (positions b*R .. b*R+R-1, in block order) then the tail n_b*R .. i. chosen: work of n_b ints.
+ * Returns the count written to sel. */
+int qw_qsa_positions(const float *score, int n_b, int topk, int R, int i, int *chosen, int32_t *sel);
+
 /* Top-k of n scores, descending; equal scores are ordered by ascending index. idx [k]. */
 void qw_topk(const float *score, int n, int k, int *idx);
 

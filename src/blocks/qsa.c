@@ -58,6 +58,20 @@ void qw_topk(const float *score, int n, int k, int *idx) {
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
+int qw_qsa_positions(const float *score, int n_b, int topk, int R, int i, int *chosen, int32_t *sel) {
+    int k = n_b < topk ? n_b : topk, n = 0;
+    if (k == n_b) {
+        for (int b = 0; b < n_b; b++) chosen[b] = b;
+    } else {
+        qw_topk(score, n_b, k, chosen);
+        qsort(chosen, (size_t)k, sizeof(int), cmp_int);
+    }
+    for (int j = 0; j < k; j++)
+        for (int r = 0; r < R; r++) sel[n++] = chosen[j] * R + r;
+    for (int p = n_b * R; p <= i; p++) sel[n++] = p; /* the tail is always attended */
+    return n;
+}
+
 void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *x, int32_t **sel_out,
                    int32_t **sel_off_out) {
     const qw_hparams *hp = f->hp;
@@ -98,16 +112,13 @@ void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *x, 
     int32_t *sel = qw_arena_alloc(f->ar, (size_t)cap * sizeof(int32_t));
     int32_t *off = qw_arena_alloc(f->ar, (size_t)(T + 1) * sizeof(int32_t));
     float *score = qw_arena_f32(f->ar, (size_t)(blk_now ? blk_now : 1));
-    int *chosen = qw_arena_alloc(f->ar, (size_t)(topk ? topk : 1) * sizeof(int));
+    int *chosen = qw_arena_alloc(f->ar, (size_t)(blk_now > topk ? blk_now : topk + 1) * sizeof(int));
     float inv_sqrt = 1.0f / sqrtf((float)ihd);
     int64_t n = 0;
     for (int t = 0; t < T; t++) {
         int i = f->pos0 + t, n_b = (i + 1) / R;
         off[t] = (int32_t)n;
-        int k = n_b < topk ? n_b : topk;
-        if (k == n_b) {
-            for (int b = 0; b < n_b; b++) chosen[b] = b;
-        } else {
+        if (n_b > topk) /* more blocks than the budget: score them (else all are kept) */
             for (int b = 0; b < n_b; b++) {
                 const float *kb = ls->idx_blk + (int64_t)b * ihd;
                 float s = 0;
@@ -119,12 +130,7 @@ void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *x, 
                 }
                 score[b] = s * inv_sqrt;
             }
-            qw_topk(score, n_b, k, chosen);
-            qsort(chosen, (size_t)k, sizeof(int), cmp_int);
-        }
-        for (int j = 0; j < k; j++)
-            for (int r = 0; r < R; r++) sel[n++] = chosen[j] * R + r;
-        for (int p = n_b * R; p <= i; p++) sel[n++] = p;
+        n += qw_qsa_positions(score, n_b, topk, R, i, chosen, sel + n);
     }
     off[T] = (int32_t)n;
     *sel_out = sel;

@@ -1,10 +1,10 @@
 /*
- * test_main.c - the test runner: unit tests of the new math (PLE hash vectors, RoPE, delta rule, QSA
+ * t_model.c - model tests: unit tests of the new math (PLE hash vectors, RoPE, delta rule, QSA
  * selection, f16/bf16 conversion) and every fixture of tests/fixtures compared with the transformers
  * reference logits, fed all at once and token by token.
  *
- *   qwenc-test FIXTURE_DIR                 run everything
- *   qwenc-test --compare OUT REF VOCAB     compare two logits files (used by cli_test.sh)
+ *   t_model [FIXTURE_DIR]                  run everything (default tests/fixtures)
+ *   t_model --compare OUT REF VOCAB        compare two logits files (used by cli_model.sh)
  *
  * Fixture bar: relative L2 error of the whole logits matrix below 1e-4 and the same argmax at every
  * position. The reference is f32 transformers on the same bf16/f16/f32 weights, so the only difference
@@ -121,16 +121,32 @@ static float *run_model(const qwenc_model *m, const int32_t *ids, int n, int bat
     return out;
 }
 
+/* A fixture holds its checkpoint, or a file model.txt naming the model directory (relative to the
+ * repository root) when the checkpoint lives elsewhere, e.g. the bundled model under models/. */
+static char *fixture_model_dir(const char *dir) {
+    char *path = qw_path_join(dir, "model.txt"), *txt = NULL, err[256];
+    qwenc_status st = qw_read_file(path, &txt, NULL, err, sizeof(err));
+    free(path);
+    if (st) return strdup(dir);
+    size_t n = strlen(txt);
+    while (n && (txt[n - 1] == '\n' || txt[n - 1] == ' ' || txt[n - 1] == '\r')) txt[--n] = 0;
+    return txt;
+}
+
 static void test_fixture(const char *dir) {
-    char path[1024], err[1024];
+    char *path, err[1024];
     qwenc_model *m = NULL;
-    if (qwenc_model_load(dir, &m, err, sizeof(err))) {
+    char *mdir = fixture_model_dir(dir);
+    qwenc_status lst = qwenc_model_load(mdir, &m, err, sizeof(err));
+    free(mdir);
+    if (lst) {
         CHECK(0, "%s: load: %s", dir, err);
         return;
     }
     int n = 0, V = qwenc_model_n_vocab(m);
-    snprintf(path, sizeof(path), "%s/tokens.txt", dir);
+    path = qw_path_join(dir, "tokens.txt");
     int32_t *ids = read_tokens(path, &n);
+    free(path);
     CHECK(ids && n > 0, "%s: tokens.txt", dir);
     static const struct {
         const char *ref;
@@ -142,9 +158,10 @@ static void test_fixture(const char *dir) {
         {"logits_full.f32", 7, "chunks of 7 vs full forward"},
     };
     for (size_t k = 0; ids && k < sizeof(modes) / sizeof(modes[0]); k++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, modes[k].ref);
+        path = qw_path_join(dir, modes[k].ref);
         size_t nref = 0;
         float *ref = read_f32(path, &nref);
+        free(path);
         float *out = run_model(m, ids, n, modes[k].batch ? modes[k].batch : n);
         if (ref && out && nref == (size_t)n * V) {
             cmp_result r = compare_logits(out, ref, (size_t)n, (size_t)V);
@@ -173,9 +190,11 @@ static void test_fixtures(const char *root) {
     int n = 0;
     for (struct dirent *de; (de = readdir(d)) && n < 64;) {
         if (de->d_name[0] == '.') continue;
-        char p[1024];
+        char p[1100], q[1100];
         snprintf(p, sizeof(p), "%s/%s/config.json", root, de->d_name);
+        snprintf(q, sizeof(q), "%s/%s/model.txt", root, de->d_name);
         FILE *f = fopen(p, "r");
+        if (!f) f = fopen(q, "r");
         if (!f) continue;
         fclose(f);
         names[n++] = strdup(de->d_name);
@@ -184,7 +203,7 @@ static void test_fixtures(const char *root) {
     qsort(names, (size_t)n, sizeof(char *), cmp_name);
     CHECK(n >= 7, "expected at least 7 fixtures in %s, found %d", root, n);
     for (int i = 0; i < n; i++) {
-        char p[1024];
+        char p[1100];
         snprintf(p, sizeof(p), "%s/%s", root, names[i]);
         printf("fixture %s\n", names[i]);
         test_fixture(p);
@@ -197,13 +216,17 @@ int main(int argc, char **argv) {
         size_t na = 0, nb = 0;
         float *a = read_f32(argv[2], &na), *b = read_f32(argv[3], &nb);
         size_t V = (size_t)atoi(argv[4]);
+        int rc = 1;
         if (!a || !b || V == 0 || na != nb || na % V) {
             printf("compare: sizes differ (%zu vs %zu floats)\n", na, nb);
-            return 1;
+        } else {
+            cmp_result r = compare_logits(a, b, na / V, V);
+            printf("rel L2 %.3e, argmax mismatches %d\n", r.rel_l2, r.argmax_mismatch);
+            rc = r.rel_l2 < 1e-4 && r.argmax_mismatch == 0 ? 0 : 1;
         }
-        cmp_result r = compare_logits(a, b, na / V, V);
-        printf("rel L2 %.3e, argmax mismatches %d\n", r.rel_l2, r.argmax_mismatch);
-        return r.rel_l2 < 1e-4 && r.argmax_mismatch == 0 ? 0 : 1;
+        free(a);
+        free(b);
+        return rc;
     }
     const char *root = argc > 1 ? argv[1] : "tests/fixtures";
     test_fixtures(root);
