@@ -78,6 +78,76 @@ int qwenc_session_n_ctx(const qwenc_session *session);
 qwenc_status qwenc_session_forward(qwenc_session *session, const int32_t *tokens, int n_tokens,
                                    float *logits, int logits_all, char *err, size_t errlen);
 
+/* ---- sampling ----
+ * Order of the steps (as transformers' logits processors): repetition penalty, frequency and presence
+ * penalties, temperature, top-k, top-p, min-p, then a draw from the remaining distribution.
+ * temperature 0 is greedy (argmax; equal logits: the lowest id). The same seed gives the same draws. */
+typedef struct {
+    float temperature;       /* 0: greedy; default 0.8 */
+    int top_k;               /* 0: off; default 40 */
+    float top_p;             /* 1: off; default 0.95 */
+    float min_p;             /* 0: off; default 0.05 */
+    float repeat_penalty;    /* 1: off; logit / p if > 0 else logit * p, for tokens of the last repeat_last_n */
+    int repeat_last_n;       /* default 64; -1: the whole history */
+    float frequency_penalty; /* 0: off; logit -= f * count (OpenAI semantics) */
+    float presence_penalty;  /* 0: off; logit -= p if count > 0 */
+    uint64_t seed;
+} qwenc_sampler_params;
+
+typedef struct qwenc_sampler qwenc_sampler;
+
+qwenc_sampler_params qwenc_sampler_default_params(void);
+qwenc_status qwenc_sampler_init(const qwenc_sampler_params *params, int n_vocab, qwenc_sampler **out, char *err,
+                                size_t errlen);
+void qwenc_sampler_free(qwenc_sampler *sampler);
+/* Forget the token history and restart the random sequence from the seed. */
+void qwenc_sampler_reset(qwenc_sampler *sampler);
+/* Add a token to the history the penalties look at (prompt tokens too, if they should count). */
+void qwenc_sampler_accept(qwenc_sampler *sampler, int32_t token);
+/* Choose the next token from n_vocab logits (not modified). */
+int32_t qwenc_sampler_sample(qwenc_sampler *sampler, const float *logits);
+
+/* ---- generation ---- */
+typedef enum {
+    QWENC_STOP_NONE = 0,
+    QWENC_STOP_EOS,      /* an end-of-sequence token was sampled */
+    QWENC_STOP_STRING,   /* the text reached one of the stop strings */
+    QWENC_STOP_LIMIT,    /* n_predict tokens were generated */
+    QWENC_STOP_CONTEXT,  /* the session's context is full */
+    QWENC_STOP_CALLER    /* the text callback asked to stop */
+} qwenc_stop_reason;
+
+const char *qwenc_stop_reason_str(qwenc_stop_reason r);
+
+typedef struct {
+    int n_predict;              /* most tokens to generate; -1: until the context is full */
+    const int32_t *eos;         /* stop ids (e.g. from qwenc_tokenizer_eos) */
+    int n_eos;
+    const char *const *stop;    /* stop strings: generation ends before the first occurrence */
+    int n_stop;
+    int skip_special;           /* leave special tokens out of the text */
+} qwenc_gen_params;
+
+/* Receives the generated text as it becomes printable (whole UTF-8 characters, nothing that may still
+ * turn out to begin a stop string). Return non-zero to stop. */
+typedef int (*qwenc_text_fn)(const char *text, size_t len, void *user);
+
+typedef struct {
+    qwenc_stop_reason reason;
+    int n_prompt, n_gen;         /* tokens fed from the prompt, tokens generated */
+    double prompt_s, gen_s;      /* seconds spent on each */
+    int32_t unfed;               /* the last sampled token, not yet fed to the session (-1 if none) */
+} qwenc_gen_result;
+
+struct qwenc_tokenizer;
+/* Feed the prompt (at least one token), then sample and feed tokens until a stop condition. The session
+ * keeps every fed token; the final sampled token is left unfed (result->unfed) so that a caller may feed
+ * it with what follows (the next chat turn). */
+qwenc_status qwenc_generate(qwenc_session *session, const struct qwenc_tokenizer *tok, qwenc_sampler *sampler,
+                            const int32_t *prompt, int n_prompt, const qwenc_gen_params *params,
+                            qwenc_text_fn on_text, void *user, qwenc_gen_result *result, char *err,
+                            size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
