@@ -4,6 +4,7 @@ CFLAGS  ?= -O2 -g
 # flags every build needs, kept apart from CFLAGS so `make CFLAGS=...` cannot drop them
 QW_CFLAGS := -std=c11 -Wall -Wextra -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc
 LDLIBS  += -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
+CLI_LDLIBS := -ledit
 BUILD   ?= build
 
 SRC := $(wildcard src/core/*.c src/formats/*.c src/tensor/*.c src/kernels/*.c src/blocks/*.c \
@@ -25,6 +26,7 @@ check-deps:
 	test -f /usr/include/cjson/cJSON.h || missing="$$missing libcjson-dev"; \
 	test -f /usr/include/pcre2.h       || missing="$$missing libpcre2-dev"; \
 	test -f /usr/include/utf8proc.h    || missing="$$missing libutf8proc-dev"; \
+	test -f /usr/include/editline/readline.h || missing="$$missing libedit-dev"; \
 	if [ -n "$$missing" ]; then echo "qwenc: missing build dependencies; install them with:" >&2; \
 	  echo "  sudo apt-get install$$missing" >&2; exit 1; fi
 
@@ -36,13 +38,14 @@ $(LIB): $(OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN): $(BUILD)/tools/qwenc.o $(LIB)
-	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BIN): $(BUILD)/tools/qwenc.o $(BUILD)/tools/chat.o $(LIB)
+	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CLI_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 test: check-deps $(BIN) $(TEST_BIN)
+	@bash tests/fetch_test_data.sh
 	@QWENC=$(BIN) BUILD=$(BUILD) bash tests/run.sh $(TEST_BIN)
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own build directory.
@@ -54,4 +57,4 @@ clean:
 	rm -rf build build-asan
 
 .SECONDARY:
--include $(OBJ:.o=.d) $(BUILD)/tools/qwenc.d $(TEST_BIN:%=%.d)
+-include $(OBJ:.o=.d) $(BUILD)/tools/qwenc.d $(BUILD)/tools/chat.d $(TEST_BIN:%=%.d)

@@ -148,6 +148,106 @@ qwenc_status qwenc_generate(qwenc_session *session, const struct qwenc_tokenizer
                             qwenc_text_fn on_text, void *user, qwenc_gen_result *result, char *err,
                             size_t errlen);
 
+/* ---- text: tokenizer ---- */
+/*
+ * A Hugging Face tokenizer.json (BPE models: byte-level as Qwen and Llama 3, or sentencepiece-style with
+ * byte fallback), giving the ids that the `tokenizers` library gives. Read-only after load: one tokenizer
+ * may be used by any number of threads at once. A qwenc_detok belongs to one thread.
+ *
+ * Text is bytes. Input that is not valid UTF-8 is read as the `tokenizers` library reads the Python string
+ * bytes.decode("utf-8", errors="replace"): each maximal invalid subsequence becomes U+FFFD. Decoded text
+ * is made valid UTF-8 the same way (as the library's decode does), so it can always be printed.
+ */
+typedef struct qwenc_tokenizer qwenc_tokenizer;
+
+/* Load dir/tokenizer.json and, when present, dir/tokenizer_config.json (BOS/EOS, add_bos_token, chat
+ * template), dir/generation_config.json and dir/config.json (EOS ids), dir/chat_template.jinja. */
+qwenc_status qwenc_tokenizer_load(const char *dir, qwenc_tokenizer **out, char *err, size_t errlen);
+void qwenc_tokenizer_free(qwenc_tokenizer *tok);
+
+/* Highest token id + 1, added tokens included. */
+int qwenc_tokenizer_n_vocab(const qwenc_tokenizer *tok);
+
+/*
+ * Encode len bytes of text into *ids (malloc'd, the caller frees; *n_ids may be 0).
+ * add_bos: add the special tokens the tokenizer puts around a sequence (tokenizer_config.json
+ * add_bos_token/add_eos_token when given, else the tokenizer.json TemplateProcessing post-processor),
+ * as the library's encode(text, add_special_tokens=True).
+ * parse_special: recognise special added tokens (<|im_start|>, ...) written in the text; when 0 they are
+ * encoded as plain text (the library's encode_special_tokens=True). Non-special added tokens are always
+ * recognised.
+ */
+qwenc_status qwenc_tokenize(const qwenc_tokenizer *tok, const char *text, size_t len, int add_bos,
+                            int parse_special, int32_t **ids, int *n_ids, char *err, size_t errlen);
+
+/* Decode n ids into *text (malloc'd, NUL-terminated, valid UTF-8; *len without the NUL). skip_special
+ * leaves special added tokens out. An id outside [0, n_vocab) is a QWENC_ERR_ARG. */
+qwenc_status qwenc_detokenize(const qwenc_tokenizer *tok, const int32_t *ids, int n, int skip_special,
+                              char **text, size_t *len, char *err, size_t errlen);
+
+/*
+ * Streaming decode: push ids as they are generated and print what comes back. The concatenation of every
+ * push and the final flush equals qwenc_detokenize of the same ids; no piece ends inside a UTF-8
+ * character (bytes of an incomplete character wait for the next token). *out points to an internal
+ * NUL-terminated buffer, valid until the next call on d. Ids outside [0, n_vocab) are ignored.
+ */
+typedef struct qwenc_detok qwenc_detok;
+qwenc_detok *qwenc_detok_new(const qwenc_tokenizer *tok, int skip_special);
+size_t qwenc_detok_push(qwenc_detok *d, int32_t id, const char **out);
+/* The rest at the end of the text (an incomplete character becomes U+FFFD); d is then as new. */
+size_t qwenc_detok_flush(qwenc_detok *d, const char **out);
+void qwenc_detok_free(qwenc_detok *d);
+
+/* The BOS id from tokenizer_config.json bos_token (or the post-processor's leading special token when
+ * there is no tokenizer_config.json); -1 if none. */
+int qwenc_tokenizer_bos(const qwenc_tokenizer *tok);
+/* Every stop id, without repeats: tokenizer_config.json eos_token, generation_config.json eos_token_id
+ * (int or list), config.json eos_token_id (also under text_config). Returns the count; *ids stays valid
+ * while tok lives. */
+int qwenc_tokenizer_eos(const qwenc_tokenizer *tok, const int32_t **ids);
+/* The bos_token and eos_token strings of tokenizer_config.json, "" if none (for chat templates). */
+const char *qwenc_tokenizer_bos_str(const qwenc_tokenizer *tok);
+const char *qwenc_tokenizer_eos_str(const qwenc_tokenizer *tok);
+/* The chat template: chat_template.jinja if present (as transformers prefers it), else tokenizer_config.json
+ * chat_template (a string, or the entry named "default" of a list); NULL if none. */
+const char *qwenc_tokenizer_chat_template(const qwenc_tokenizer *tok);
+/* The decoded bytes of one token, for display (may be part of a UTF-8 character); "" for an unknown id. */
+const char *qwenc_tokenizer_token_text(const qwenc_tokenizer *tok, int32_t id);
+/* The id of a token given by its vocabulary string (added tokens too, e.g. "<|im_end|>"); -1 if none. */
+int32_t qwenc_tokenizer_token_id(const qwenc_tokenizer *tok, const char *token);
+/* 1 if id is a special added token (skipped by skip_special), else 0. */
+int qwenc_tokenizer_is_special(const qwenc_tokenizer *tok, int32_t id);
+
+/* ---- text: chat templates ---- */
+/*
+ * Render a checkpoint's Jinja chat template for an OpenAI-style request body, giving the text that
+ * transformers' tokenizer.apply_chat_template(messages, tools=..., tokenize=False, ...) gives, byte for byte.
+ *
+ * request_json: a JSON object with "messages" (array), optional "tools" (array, or null), and optional
+ *   "chat_template_kwargs" (object): extra template variables, e.g. {"date_string": "26 Jul 2024"} or
+ *   {"enable_thinking": false}; other members ("model", "temperature"...) are ignored.
+ * add_generation_prompt: as in transformers (non-zero: end with the assistant turn's header).
+ * enable_thinking: 1 / 0 sets the template variable enable_thinking to true / false, overriding
+ *   chat_template_kwargs; -1 leaves it as chat_template_kwargs has it, else undefined.
+ * bos_token / eos_token: the tokenizer's special-token strings; NULL leaves the variable undefined, as
+ *   transformers does for a tokenizer without one (Qwen has no bos_token).
+ * Variables are set in transformers' order: bos_token, eos_token, chat_template_kwargs, enable_thinking,
+ *   then messages, tools (null when absent), documents (null), add_generation_prompt.
+ *
+ * The interpreter is the Jinja2 subset chat templates use (Qwen3, Qwen3.5, Qwen3-Coder, Llama 3.x, ChatML),
+ * with transformers' environment: trim_blocks and lstrip_blocks on, tojson as json.dumps with
+ * ensure_ascii=False, raise_exception(msg), strftime_now(fmt) (local time), loop controls.
+ *
+ * On success *out is a malloc'd NUL-terminated string (free() it). Errors, with a message naming the
+ * template line: QWENC_ERR_FORMAT for a malformed template or request JSON, QWENC_ERR_UNSUPPORTED for a
+ * Jinja construct outside the subset (names the tag, filter, test or method), QWENC_ERR_ARG when the
+ * template raises for this request (raise_exception, an undefined value used, a type error), as
+ * transformers would. Thread-safe: no state is shared between calls.
+ */
+qwenc_status qwenc_chat_render(const char *template_src, const char *request_json, int add_generation_prompt,
+                               int enable_thinking, const char *bos_token, const char *eos_token, char **out,
+                               char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

