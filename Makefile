@@ -16,7 +16,7 @@ BIN := $(BUILD)/qwenc
 TEST_SRC := $(wildcard tests/t_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test asan clean check-deps
+.PHONY: all test asan clean check-deps demo
 
 all: check-deps $(BIN) $(LIB)
 
@@ -47,6 +47,10 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 test: check-deps $(BIN) $(TEST_BIN)
 	@bash tests/fetch_test_data.sh
 	@QWENC=$(BIN) BUILD=$(BUILD) bash tests/run.sh $(TEST_BIN)
+
+# The first thing to try: generate text with the bundled model.
+demo: check-deps $(BIN)
+	$(BIN) run -m models/tiny-flash -p "And it came to pass in those days, that" -n 80 --seed 42
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own build directory.
 asan:

@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "  info       architecture, layer plan, parameters per component, dtypes\n"
             "  logits     write the logits of a token sequence (T x vocab float32 little-endian) to a file\n"
             "  tokenize   print the token ids of TEXT (or of the raw bytes of --file F), without BOS\n"
-            "  detokenize print the text of comma-separated token ids\n"
+            "  detokenize print the text of comma-separated token ids (exactly its bytes, no newline added)\n"
             "  chat-template  print the prompt a chat template renders for an OpenAI-style request\n"
             "\n"
             "model:\n"
@@ -375,8 +375,7 @@ static int cmd_detokenize(cli_opts *o) {
         if (qwenc_detokenize(t, ids, n, 0, &text, &len, err, sizeof(err))) {
             fprintf(stderr, "qwenc: %s\n", err);
         } else {
-            fwrite(text, 1, len, stdout);
-            printf("\n");
+            fwrite(text, 1, len, stdout); /* exactly the decoded bytes */
             rc = 0;
         }
     }
