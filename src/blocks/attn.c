@@ -21,35 +21,35 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
     float *q = qw_arena_f32(f->ar, (size_t)T * nq), *gate = NULL;
     if (w->gated) {
         float *qg = qw_arena_f32(f->ar, (size_t)T * nq * 2);
-        ops->matmul(qg, w->wq, x, T);
+        ops->matmul(ops, qg, w->wq, x, T);
         gate = qw_arena_f32(f->ar, (size_t)T * nq);
         for (int64_t r = 0; r < (int64_t)T * nh; r++) {
             memcpy(q + r * hd, qg + r * 2 * hd, (size_t)hd * sizeof(float));
             memcpy(gate + r * hd, qg + r * 2 * hd + hd, (size_t)hd * sizeof(float));
         }
     } else {
-        ops->matmul(q, w->wq, x, T);
+        ops->matmul(ops, q, w->wq, x, T);
     }
     /* new K and V go straight into the cache rows pos0 .. pos0+T-1 */
     float *k = ls->k + (int64_t)f->pos0 * nk, *v = ls->v + (int64_t)f->pos0 * nk;
-    ops->matmul(k, w->wk, x, T);
-    ops->matmul(v, w->wv, x, T);
-    if (w->q_norm) ops->rms_norm(q, q, w->q_norm, T * nh, hd, hp->norm_eps, zc);
-    if (w->k_norm) ops->rms_norm(k, k, w->k_norm, T * nkv, hd, hp->norm_eps, zc);
-    ops->rope(q, T, (int)nq, nh, hd, hp->n_rot, f->rope_cs);
-    ops->rope(k, T, (int)nk, nkv, hd, hp->n_rot, f->rope_cs);
+    ops->matmul(ops, k, w->wk, x, T);
+    ops->matmul(ops, v, w->wv, x, T);
+    if (w->q_norm) ops->rms_norm(ops, q, q, w->q_norm, T * nh, hd, hp->norm_eps, zc);
+    if (w->k_norm) ops->rms_norm(ops, k, k, w->k_norm, T * nkv, hd, hp->norm_eps, zc);
+    ops->rope(ops, q, T, (int)nq, nh, hd, hp->n_rot, f->rope_cs);
+    ops->rope(ops, k, T, (int)nk, nkv, hd, hp->n_rot, f->rope_cs);
 
     int32_t *sel = NULL, *sel_off = NULL;
     if (w->idx_qk) qw_qsa_select(f, il, w, x, &sel, &sel_off);
 
     float *o = qw_arena_f32(f->ar, (size_t)T * nq);
     double *work = qw_arena_alloc(f->ar, (size_t)(f->pos0 + T + hd) * sizeof(double));
-    ops->attention(o, q, (int)nq, ls->k, ls->v, T, f->pos0, nh, nkv, hd, 1.0f / sqrtf((float)hd), sel, sel_off,
+    ops->attention(ops, o, q, (int)nq, ls->k, ls->v, T, f->pos0, nh, nkv, hd, 1.0f / sqrtf((float)hd), sel, sel_off,
                    work);
     if (gate) {
-        ops->sigmoid(gate, (int64_t)T * nq);
-        ops->mul(o, o, gate, (int64_t)T * nq);
+        ops->sigmoid(ops, gate, (int64_t)T * nq);
+        ops->mul(ops, o, o, gate, (int64_t)T * nq);
     }
-    ops->matmul(y, w->wo, o, T);
+    ops->matmul(ops, y, w->wo, o, T);
     qw_arena_restore(f->ar, mk);
 }

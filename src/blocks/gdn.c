@@ -30,8 +30,8 @@ static void deinterleave(const qw_fwd *f, const qw_gdn_w *w, const float *x, flo
     int64_t gw = 2 * dk + 2 * (int64_t)r * dv; /* one key head's group in qkvz */
     float *m = qw_arena_f32(f->ar, (size_t)T * (ch + vd));
     float *mba = qw_arena_f32(f->ar, (size_t)T * 2 * hp->gdn_hv);
-    f->ops->matmul(m, w->qkvz, x, T);
-    f->ops->matmul(mba, w->ba, x, T);
+    f->ops->matmul(f->ops, m, w->qkvz, x, T);
+    f->ops->matmul(f->ops, mba, w->ba, x, T);
     for (int t = 0; t < T; t++) {
         const float *src = m + t * (ch + vd);
         float *dst = qkv + t * ch;
@@ -66,15 +66,15 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     if (w->qkvz) {
         deinterleave(f, w, x, qkv, z, b, a);
     } else {
-        ops->matmul(qkv, w->qkv, x, T);
-        ops->matmul(z, w->z, x, T);
-        ops->matmul(b, w->b, x, T);
-        ops->matmul(a, w->a, x, T);
+        ops->matmul(ops, qkv, w->qkv, x, T);
+        ops->matmul(ops, z, w->z, x, T);
+        ops->matmul(ops, b, w->b, x, T);
+        ops->matmul(ops, a, w->a, x, T);
     }
     float *c = qw_arena_f32(f->ar, (size_t)T * ch);
-    ops->conv1d_dw(c, xc, w->conv, T, (int)ch, K, 1);
+    ops->conv1d_dw(ops, c, xc, w->conv, T, (int)ch, K, 1);
     memcpy(ls->conv, xc + (int64_t)T * ch, (size_t)(K - 1) * ch * sizeof(float));
-    ops->silu(c, (int64_t)T * ch);
+    ops->silu(ops, c, (int64_t)T * ch);
 
     float *q = qw_arena_f32(f->ar, (size_t)T * kd), *k = qw_arena_f32(f->ar, (size_t)T * kd);
     float *v = qw_arena_f32(f->ar, (size_t)T * vd);
@@ -83,26 +83,26 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         memcpy(k + t * kd, c + t * ch + kd, (size_t)kd * sizeof(float));
         memcpy(v + t * vd, c + t * ch + 2 * kd, (size_t)vd * sizeof(float));
     }
-    ops->l2_norm(q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
-    ops->l2_norm(k, T * hk, dk, 1e-6f, 1.0f);
+    ops->l2_norm(ops, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
+    ops->l2_norm(ops, k, T * hk, dk, 1e-6f, 1.0f);
     float *g = a; /* in place: g = -exp(A_log) * softplus(a + dt_bias) */
     for (int t = 0; t < T; t++)
         for (int j = 0; j < hv; j++) {
             int64_t i = (int64_t)t * hv + j;
             g[i] = w->neg_exp_a[j] * softplus(a[i] + w->dt_bias[j]);
         }
-    ops->sigmoid(b, (int64_t)T * hv); /* beta */
+    ops->sigmoid(ops, b, (int64_t)T * hv); /* beta */
 
     float *o = qw_arena_f32(f->ar, (size_t)T * vd);
-    ops->delta_rule(o, ls->ssm, q, k, v, g, b, T, hk, hv, dk, dv);
+    ops->delta_rule(ops, o, ls->ssm, q, k, v, g, b, T, hk, hv, dk, dv);
 
     /* gated RMSNorm per value head: RMSNorm(o; w) * act(z) */
-    ops->rms_norm(o, o, w->norm, T * hv, dv, hp->norm_eps, 0);
+    ops->rms_norm(ops, o, o, w->norm, T * hv, dv, hp->norm_eps, 0);
     if (gate_sigmoid)
-        ops->sigmoid(z, (int64_t)T * vd);
+        ops->sigmoid(ops, z, (int64_t)T * vd);
     else
-        ops->silu(z, (int64_t)T * vd);
-    ops->mul(o, o, z, (int64_t)T * vd);
-    ops->matmul(y, w->out, o, T);
+        ops->silu(ops, z, (int64_t)T * vd);
+    ops->mul(ops, o, o, z, (int64_t)T * vd);
+    ops->matmul(ops, y, w->out, o, T);
     qw_arena_restore(f->ar, mk);
 }

@@ -20,12 +20,12 @@ void qw_hc_forward(const qw_fwd *f, const qw_hc_w *w, const float *X, float *a, 
     float *xn = qw_arena_f32(f->ar, (size_t)T * CH);
     qw_norm_grouped(ops, xn, X, w->norm, T, C, H, hp->norm_eps, 1);
     float *u = qw_arena_f32(f->ar, (size_t)T * r), *m = qw_arena_f32(f->ar, (size_t)T * CH);
-    ops->matmul(u, w->down, xn, T);
+    ops->matmul(ops, u, w->down, xn, T);
     for (int64_t i = 0; i < (int64_t)T * r; i++) u[i] /= (float)C;
-    ops->silu(u, (int64_t)T * r);
-    ops->matmul(m, w->up, u, T);
-    ops->sigmoid(m, (int64_t)T * CH);
-    ops->mul(m, m, xn, (int64_t)T * CH);
+    ops->silu(ops, u, (int64_t)T * r);
+    ops->matmul(ops, m, w->up, u, T);
+    ops->sigmoid(ops, m, (int64_t)T * CH);
+    ops->mul(ops, m, m, xn, (int64_t)T * CH);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < H; i++) {
             float s = 0;
@@ -33,9 +33,9 @@ void qw_hc_forward(const qw_fwd *f, const qw_hc_w *w, const float *X, float *a, 
             a[(int64_t)t * H + i] = s / (float)C;
         }
     if (inj) {
-        ops->matmul(inj, w->inject, xn, T);
+        ops->matmul(ops, inj, w->inject, xn, T);
         for (int64_t i = 0; i < (int64_t)T * C; i++) inj[i] /= (float)C;
-        ops->sigmoid(inj, (int64_t)T * C);
+        ops->sigmoid(ops, inj, (int64_t)T * C);
         for (int64_t i = 0; i < (int64_t)T * C; i++) inj[i] *= 2.0f;
     }
     qw_arena_restore(f->ar, mk);
@@ -45,5 +45,5 @@ void qw_hc_inject(const qw_fwd *f, float *X, const float *inj, const float *y) {
     int T = f->n_tok, C = f->hp->hc_count, H = f->hp->n_embd;
     for (int t = 0; t < T; t++)
         for (int c = 0; c < C; c++)
-            f->ops->axpy(X + ((int64_t)t * C + c) * H, y + (int64_t)t * H, inj[t * C + c], H);
+            f->ops->axpy(f->ops, X + ((int64_t)t * C + c) * H, y + (int64_t)t * H, inj[t * C + c], H);
 }

@@ -18,11 +18,11 @@ void qw_ffn_forward(const qw_fwd *f, const qw_ffn_w *w, const float *x, float *y
     int64_t I = w->gate.shape[0];
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
     float *g = qw_arena_f32(f->ar, (size_t)n * I), *u = qw_arena_f32(f->ar, (size_t)n * I);
-    ops->matmul(g, &w->gate, x, n);
-    ops->matmul(u, &w->up, x, n);
-    ops->silu(g, (int64_t)n * I);
-    ops->mul(g, g, u, (int64_t)n * I);
-    ops->matmul(y, &w->down, g, n);
+    ops->matmul(ops, g, &w->gate, x, n);
+    ops->matmul(ops, u, &w->up, x, n);
+    ops->silu(ops, g, (int64_t)n * I);
+    ops->mul(ops, g, g, u, (int64_t)n * I);
+    ops->matmul(ops, y, &w->down, g, n);
     qw_arena_restore(f->ar, mk);
 }
 
@@ -33,7 +33,7 @@ void qw_moe_forward(const qw_fwd *f, const qw_moe_w *w, const float *x, float *y
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
 
     float *logits = qw_arena_f32(f->ar, (size_t)T * E);
-    ops->matmul(logits, w->router, x, T);
+    ops->matmul(ops, logits, w->router, x, T);
     int *sel = qw_arena_alloc(f->ar, (size_t)T * k * sizeof(int));
     float *wt = qw_arena_f32(f->ar, (size_t)T * k);
     for (int t = 0; t < T; t++) {
@@ -53,8 +53,8 @@ void qw_moe_forward(const qw_fwd *f, const qw_moe_w *w, const float *x, float *y
     /* shared expert first: y = sigma(w_sg . x) * shared(x) */
     qw_ffn_forward(f, &w->shared, x, y, T);
     float *sg = qw_arena_f32(f->ar, (size_t)T);
-    ops->matmul(sg, w->shared_gate, x, T);
-    ops->sigmoid(sg, T);
+    ops->matmul(ops, sg, w->shared_gate, x, T);
+    ops->sigmoid(ops, sg, T);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < H; i++) y[(int64_t)t * H + i] *= sg[t];
 
@@ -73,7 +73,7 @@ void qw_moe_forward(const qw_fwd *f, const qw_moe_w *w, const float *x, float *y
         if (!n) continue;
         for (int i = 0; i < n; i++) memcpy(xin + (int64_t)i * H, x + (int64_t)rows[i] * H, (size_t)H * sizeof(float));
         qw_ffn_forward(f, &w->experts[e], xin, out, n);
-        for (int i = 0; i < n; i++) ops->axpy(y + (int64_t)rows[i] * H, out + (int64_t)i * H, rw[i], H);
+        for (int i = 0; i < n; i++) ops->axpy(ops, y + (int64_t)rows[i] * H, out + (int64_t)i * H, rw[i], H);
     }
     qw_arena_restore(f->ar, mk);
 }

@@ -95,14 +95,14 @@ void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
         if (c >= w->n_chunks) c = w->n_chunks - 1;
         int32_t local = (int32_t)(r - c * w->chunk_rows);
         QW_ASSERT(local >= 0 && local < w->chunks[c].shape[0]);
-        ops->get_rows(e + i * dh, &w->chunks[c], &local, 1);
+        ops->get_rows(ops, e + i * dh, &w->chunks[c], &local, 1);
     }
 
     float *K = qw_arena_f32(f->ar, (size_t)T * CH), *V = qw_arena_f32(f->ar, (size_t)T * H);
     float *Q = qw_arena_f32(f->ar, (size_t)T * CH);
-    ops->matmul(K, w->key_proj, e, T);
+    ops->matmul(ops, K, w->key_proj, e, T);
     qw_norm_grouped(ops, K, K, w->norm_key, T, C, H, hp->norm_eps, 1);
-    ops->matmul(V, w->value_proj, e, T);
+    ops->matmul(ops, V, w->value_proj, e, T);
     qw_norm_grouped(ops, Q, X, w->norm_query, T, C, H, hp->norm_eps, 1);
 
     /* G rows go after the remembered normalised history so the conv sees one contiguous sequence */
@@ -125,9 +125,9 @@ void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
     memcpy(hist, ls->ple_hist, (size_t)nhist * CH * sizeof(float));
     qw_norm_grouped(ops, Gn, G, w->norm_conv, T, C, H, hp->norm_eps, 1);
     float *c = qw_arena_f32(f->ar, (size_t)T * CH);
-    ops->conv1d_dw(c, hist, w->conv, T, (int)CH, kc, dil);
+    ops->conv1d_dw(ops, c, hist, w->conv, T, (int)CH, kc, dil);
     memcpy(ls->ple_hist, hist + (int64_t)T * CH, (size_t)nhist * CH * sizeof(float));
-    ops->silu(c, (int64_t)T * CH);
+    ops->silu(ops, c, (int64_t)T * CH);
     for (int64_t i = 0; i < (int64_t)T * CH; i++) X[i] += G[i] + c[i];
     qw_arena_restore(f->ar, mk);
 }

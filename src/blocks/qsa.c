@@ -83,12 +83,12 @@ void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *x, 
 
     /* indexer projections: queries normed + RoPE'd, raw key into the cache */
     float *iqk = qw_arena_f32(f->ar, (size_t)T * width);
-    ops->matmul(iqk, w->idx_qk, x, T);
+    ops->matmul(ops, iqk, w->idx_qk, x, T);
     for (int t = 0; t < T; t++)
         memcpy(ls->idx_raw + (int64_t)(f->pos0 + t) * ihd, iqk + t * width + (int64_t)ni * ihd,
                (size_t)ihd * sizeof(float));
-    for (int t = 0; t < T; t++) ops->rms_norm(iqk + t * width, iqk + t * width, w->idx_q_norm, ni, ihd, hp->norm_eps, 1);
-    ops->rope(iqk, T, (int)width, ni, ihd, n_rot, f->rope_cs);
+    for (int t = 0; t < T; t++) ops->rms_norm(ops, iqk + t * width, iqk + t * width, w->idx_q_norm, ni, ihd, hp->norm_eps, 1);
+    ops->rope(ops, iqk, T, (int)width, ni, ihd, n_rot, f->rope_cs);
 
     /* pooled keys of the blocks completed by these tokens */
     int blk_done = f->pos0 / R, blk_now = (f->pos0 + T) / R;
@@ -101,9 +101,9 @@ void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *x, 
             for (int r = 0; r < R; r++) sum += ls->idx_raw[(int64_t)(b * R + r) * ihd + d];
             kb[d] = sum / (float)R;
         }
-        ops->rms_norm(kb, kb, w->idx_k_norm, 1, ihd, hp->norm_eps, 1);
+        ops->rms_norm(ops, kb, kb, w->idx_k_norm, 1, ihd, hp->norm_eps, 1);
         qw_rope_cs(f->m->rope_inv_freq, n_rot, b * R, 1, cs);
-        ops->rope(kb, 1, ihd, 1, ihd, n_rot, cs);
+        ops->rope(ops, kb, 1, ihd, 1, ihd, n_rot, cs);
     }
 
     /* per query: score the complete blocks, keep the top ones and the tail */

@@ -53,6 +53,6 @@ void qw_norm_grouped(const qw_ops *ops, float *y, const float *x, const float *w
     for (int r = 0; r < n_rows; r++)
         for (int g = 0; g < n_group; g++) {
             int64_t o = ((int64_t)r * n_group + g) * dim;
-            ops->rms_norm(y + o, x + o, w + (int64_t)g * dim, 1, dim, eps, zc);
+            ops->rms_norm(ops, y + o, x + o, w + (int64_t)g * dim, 1, dim, eps, zc);
         }
 }

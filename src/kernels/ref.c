@@ -8,6 +8,9 @@
 #include "core/common.h"
 #include "kernels/ops.h"
 
+/* the scalar kernels keep no state: their table argument is unused */
+#define QW_OPS_SELF const qw_ops *ops __attribute__((unused)),
+
 /* Dot product of weight row r of w (row length n) with x, accumulated in double. */
 static double dot_row(const qw_tensor *w, int64_t r, const float *x, int64_t n) {
     double acc = 0;
@@ -37,13 +40,13 @@ static double dot_row(const qw_tensor *w, int64_t r, const float *x, int64_t n) 
     return acc;
 }
 
-static void ref_matmul(float *y, const qw_tensor *w, const float *x, int n_tok) {
+static void ref_matmul(QW_OPS_SELF float *y, const qw_tensor *w, const float *x, int n_tok) {
     int64_t rows = w->shape[0], cols = qw_tensor_row_len(w);
     for (int64_t r = 0; r < rows; r++)
         for (int t = 0; t < n_tok; t++) y[(int64_t)t * rows + r] = (float)dot_row(w, r, x + (int64_t)t * cols, cols);
 }
 
-static void ref_get_rows(float *y, const qw_tensor *w, const int32_t *ids, int n) {
+static void ref_get_rows(QW_OPS_SELF float *y, const qw_tensor *w, const int32_t *ids, int n) {
     int64_t dim = qw_tensor_row_len(w);
     for (int i = 0; i < n; i++) {
         QW_ASSERT(ids[i] >= 0 && ids[i] < w->shape[0]);
@@ -51,7 +54,7 @@ static void ref_get_rows(float *y, const qw_tensor *w, const int32_t *ids, int n
     }
 }
 
-static void ref_rms_norm(float *y, const float *x, const float *w, int n_rows, int dim, float eps, int zc) {
+static void ref_rms_norm(QW_OPS_SELF float *y, const float *x, const float *w, int n_rows, int dim, float eps, int zc) {
     for (int r = 0; r < n_rows; r++) {
         const float *xr = x + (int64_t)r * dim;
         float *yr = y + (int64_t)r * dim;
@@ -65,7 +68,7 @@ static void ref_rms_norm(float *y, const float *x, const float *w, int n_rows, i
     }
 }
 
-static void ref_l2_norm(float *x, int n_rows, int dim, float eps, float scale) {
+static void ref_l2_norm(QW_OPS_SELF float *x, int n_rows, int dim, float eps, float scale) {
     for (int r = 0; r < n_rows; r++) {
         float *xr = x + (int64_t)r * dim;
         double ss = 0;
@@ -75,7 +78,7 @@ static void ref_l2_norm(float *x, int n_rows, int dim, float eps, float scale) {
     }
 }
 
-static void ref_rope(float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot, const float *cs) {
+static void ref_rope(QW_OPS_SELF float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot, const float *cs) {
     int half = n_rot / 2;
     for (int t = 0; t < n_tok; t++) {
         const float *c = cs + (int64_t)t * n_rot, *s = c + half;
@@ -90,7 +93,7 @@ static void ref_rope(float *x, int n_tok, int row_stride, int n_head, int head_s
     }
 }
 
-static void ref_conv1d_dw(float *y, const float *x, const float *w, int n_tok, int ch, int k, int dil) {
+static void ref_conv1d_dw(QW_OPS_SELF float *y, const float *x, const float *w, int n_tok, int ch, int k, int dil) {
     for (int t = 0; t < n_tok; t++)
         for (int c = 0; c < ch; c++) {
             double acc = 0;
@@ -99,23 +102,23 @@ static void ref_conv1d_dw(float *y, const float *x, const float *w, int n_tok, i
         }
 }
 
-static void ref_silu(float *x, int64_t n) {
+static void ref_silu(QW_OPS_SELF float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
-static void ref_sigmoid(float *x, int64_t n) {
+static void ref_sigmoid(QW_OPS_SELF float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = 1.0f / (1.0f + expf(-x[i]));
 }
 
-static void ref_mul(float *y, const float *a, const float *b, int64_t n) {
+static void ref_mul(QW_OPS_SELF float *y, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];
 }
 
-static void ref_axpy(float *y, const float *a, float s, int64_t n) {
+static void ref_axpy(QW_OPS_SELF float *y, const float *a, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a[i] * s;
 }
 
-static void ref_attention(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_tok,
+static void ref_attention(QW_OPS_SELF float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_tok,
                           int pos0, int n_head, int n_head_kv, int hd, float scale, const int32_t *sel,
                           const int32_t *sel_off, double *work) {
     int group = n_head / n_head_kv;
@@ -150,7 +153,7 @@ static void ref_attention(float *out, const float *q, int q_stride, const float 
     }
 }
 
-static void ref_delta_rule(float *o, float *state, const float *q, const float *k, const float *v, const float *g,
+static void ref_delta_rule(QW_OPS_SELF float *o, float *state, const float *q, const float *k, const float *v, const float *g,
                            const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
     int rep = hv / hk;
     for (int t = 0; t < n_tok; t++)

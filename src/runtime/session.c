@@ -106,7 +106,7 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
     float *hidden = qw_arena_f32(&s->arena, (size_t)T * hp->n_embd);
     qw_model_forward(&f, hidden);
     if (logits && first_logit < T)
-        m->ops->matmul(logits, m->output, hidden + (int64_t)first_logit * hp->n_embd, T - first_logit);
+        m->ops->matmul(m->ops, logits, m->output, hidden + (int64_t)first_logit * hp->n_embd, T - first_logit);
 
     /* the PLE hash history: the last ngram_n-1 ids */
     int keep = hp->ngram_n > 1 ? hp->ngram_n - 1 : 0;
