@@ -67,6 +67,10 @@ struct qw_ops {
                        const float *beta, int n_tok, int hk, int hv, int dk, int dv);
 };
 
+/* Reference dot product of row r (length n) of any weight type with f32 x, accumulated in double:
+ * the oracle for every optimised dot kernel, and the fallback for types a backend does not handle. */
+double qw_ref_dot_row(const qw_tensor *w, int64_t r, const float *x, int64_t n);
+
 /* The scalar reference implementation. */
 const qw_ops *qw_ops_ref(void);
 /* The best CPU implementation for this machine (chosen once). */

@@ -12,7 +12,7 @@
 #define QW_OPS_SELF const qw_ops *ops __attribute__((unused)),
 
 /* Dot product of weight row r of w (row length n) with x, accumulated in double. */
-static double dot_row(const qw_tensor *w, int64_t r, const float *x, int64_t n) {
+double qw_ref_dot_row(const qw_tensor *w, int64_t r, const float *x, int64_t n) {
     double acc = 0;
     switch (w->type) {
     case QW_TYPE_F32: {
@@ -43,7 +43,7 @@ static double dot_row(const qw_tensor *w, int64_t r, const float *x, int64_t n) 
 static void ref_matmul(QW_OPS_SELF float *y, const qw_tensor *w, const float *x, int n_tok) {
     int64_t rows = w->shape[0], cols = qw_tensor_row_len(w);
     for (int64_t r = 0; r < rows; r++)
-        for (int t = 0; t < n_tok; t++) y[(int64_t)t * rows + r] = (float)dot_row(w, r, x + (int64_t)t * cols, cols);
+        for (int t = 0; t < n_tok; t++) y[(int64_t)t * rows + r] = (float)qw_ref_dot_row(w, r, x + (int64_t)t * cols, cols);
 }
 
 static void ref_get_rows(QW_OPS_SELF float *y, const qw_tensor *w, const int32_t *ids, int n) {
