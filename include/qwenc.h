@@ -42,8 +42,16 @@ typedef struct qwenc_session qwenc_session;
 /* A short name of a status, e.g. "format error". */
 const char *qwenc_status_str(qwenc_status st);
 
+typedef struct {
+    int n_threads; /* CPU threads for the forward (0: one per online core) */
+} qwenc_model_params;
+
+qwenc_model_params qwenc_model_default_params(void);
+
 /* Load a model from a Hugging Face checkpoint directory (config.json + *.safetensors). */
 qwenc_status qwenc_model_load(const char *path, qwenc_model **out, char *err, size_t errlen);
+qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params *params, qwenc_model **out,
+                                     char *err, size_t errlen);
 void qwenc_model_free(qwenc_model *model);
 
 int qwenc_model_n_vocab(const qwenc_model *model);

@@ -22,10 +22,23 @@ void qw_model_forward(const qw_fwd *f, float *hidden) { arch_impl[f->hp->arch].f
 
 static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
+qwenc_model_params qwenc_model_default_params(void) {
+    qwenc_model_params p = {.n_threads = 0};
+    return p;
+}
+
 qwenc_status qwenc_model_load(const char *path, qwenc_model **out, char *err, size_t errlen) {
+    return qwenc_model_load_params(path, NULL, out, err, errlen);
+}
+
+qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params *params, qwenc_model **out,
+                                     char *err, size_t errlen) {
     *out = NULL;
+    qwenc_model_params mp = params ? *params : qwenc_model_default_params();
+    if (mp.n_threads < 0) return qw_err(err, errlen, QWENC_ERR_ARG, "model: n_threads must not be negative");
     qwenc_model *m = qw_xcalloc(1, sizeof(*m));
     m->path = qw_xstrdup(path);
+    m->params = mp;
     m->ops = qw_ops_cpu();
     qwenc_status st = qw_hparams_load(&m->hp, path, err, errlen);
     if (!st) st = qw_weightset_open_dir(&m->ws, path, err, errlen);

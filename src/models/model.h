@@ -84,6 +84,7 @@ typedef struct {
 
 struct qwenc_model {
     char *path;
+    qwenc_model_params params;
     qw_hparams hp;
     qw_weightset ws;
     const char *prefix;        /* "model." or "model.language_model." */
