@@ -248,9 +248,10 @@ int qwenc_tokenizer_is_special(const qwenc_tokenizer *tok, int32_t id);
  *
  * On success *out is a malloc'd NUL-terminated string (free() it). Errors, with a message naming the
  * template line: QWENC_ERR_FORMAT for a malformed template or request JSON, QWENC_ERR_UNSUPPORTED for a
- * Jinja construct outside the subset (names the tag, filter, test or method), QWENC_ERR_ARG when the
- * template raises for this request (raise_exception, an undefined value used, a type error), as
- * transformers would. Thread-safe: no state is shared between calls.
+ * Jinja construct outside the subset (names the tag, filter, test or method) or a rendering that holds a
+ * NUL character, QWENC_ERR_ARG when the template raises for this request (raise_exception, an undefined
+ * value used, a type error) or "messages" is empty, as transformers would. Thread-safe: no state is
+ * shared between calls.
  */
 qwenc_status qwenc_chat_render(const char *template_src, const char *request_json, int add_generation_prompt,
                                int enable_thinking, const char *bos_token, const char *eos_token, char **out,

@@ -7,7 +7,8 @@
  * (template, conversation, add_generation_prompt, enable_thinking) it holds the text transformers'
  * apply_chat_template renders, or the exception it raises (then qwenc must fail too, and for
  * raise_exception with the same message). "features" are small templates that pin one Jinja behaviour
- * each (whitespace control, Python value printing, tojson, filters, tests, scoping), checked the same way.
+ * each (whitespace control, Python value printing, tojson, filters, tests, scoping), checked the same way,
+ * except that text holding a NUL character must give qwenc's NUL error (a C string cannot carry it).
  * Then hand-written checks of the error messages: unknown constructs name the construct and the line.
  */
 #include <stdio.h>
@@ -161,7 +162,14 @@ static void run_features(const char *dir, const cJSON *root) {
         qwenc_status st = qwenc_chat_render(tpl, req, 0, -1, NULL, NULL, &out, err, sizeof(err));
         char label[256];
         snprintf(label, sizeof(label), "feature %s", name);
-        int good = check_entry(label, entry, st, out, err);
+        int good;
+        if (strstr(req, "\\u0000")) {
+            /* text with a NUL character cannot come back as a C string: qwenc refuses it instead of truncating */
+            good = st == QWENC_ERR_UNSUPPORTED && strstr(err, "NUL");
+            if (!good) printf("FAIL %s: expected the NUL-character error, got status %d '%s'\n", label, st, err);
+        } else {
+            good = check_entry(label, entry, st, out, err);
+        }
         total++;
         ok += good;
         if (good) n_pass++;
@@ -228,6 +236,16 @@ static void run_errors(void) {
     st = render("{{ messages }}", "{\"prompt\": \"x\"}", NULL, out, sizeof(out), err);
     CHECK(st == QWENC_ERR_ARG && strstr(err, "messages"), "request without messages: status %d, '%s'", st, err);
 
+    st = render("{{ messages }}", "{\"messages\": []}", NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_ARG && strstr(err, "empty"), "empty messages (apply_chat_template refuses): status %d, '%s'", st, err);
+
+    st = render("{{ messages }}", "{\"messages\": [{\"role\": \"user\"}], \"chat_template_kwargs\": {\"tools\": []}}",
+                NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_ARG && strstr(err, "tools"), "chat_template_kwargs setting tools: status %d, '%s'", st, err);
+
+    st = render("{{ '\\u0000' }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "NUL"), "NUL in the output: status %d, '%s'", st, err);
+
     st = render("\xff{{ 1 }}", req, NULL, out, sizeof(out), err);
     CHECK(st == QWENC_ERR_FORMAT && strstr(err, "UTF-8"), "invalid UTF-8 template: status %d, '%s'", st, err);
 
@@ -239,7 +257,8 @@ static void run_errors(void) {
 
     /* enable_thinking: the argument overrides chat_template_kwargs, -1 leaves it */
     const char *tk = "{{ enable_thinking is defined }}{{ enable_thinking }}";
-    const char *req_kw = "{\"messages\": [], \"chat_template_kwargs\": {\"enable_thinking\": false}}";
+    const char *req_kw = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                         "\"chat_template_kwargs\": {\"enable_thinking\": false}}";
     char *o = NULL;
     st = qwenc_chat_render(tk, req_kw, 0, 1, NULL, NULL, &o, err, sizeof(err));
     CHECK(st == QWENC_OK && o && !strcmp(o, "TrueTrue"), "enable_thinking=1 over kwargs: '%s'", o ? o : err);
@@ -270,6 +289,24 @@ static void run_errors(void) {
     snprintf(deep + k, sizeof(deep) - k, " }}");
     st = render(deep, req, NULL, out, sizeof(out), err);
     CHECK(st != QWENC_OK && strstr(err, "nested"), "deep nesting: status %d, '%s'", st, err);
+    char *chain = malloc(300000), *nest = malloc(300000), *nots = malloc(300000);
+    k = (size_t)sprintf(chain, "{{ 1");
+    for (int i = 0; i < 100000; i++) k += (size_t)sprintf(chain + k, "+1");
+    sprintf(chain + k, " }}");
+    k = 0;
+    for (int i = 0; i < 20000; i++) k += (size_t)sprintf(nest + k, "{%% if true %%}");
+    nest[k] = 0;
+    k = (size_t)sprintf(nots, "{{ ");
+    for (int i = 0; i < 50000; i++) k += (size_t)sprintf(nots + k, "not ");
+    sprintf(nots + k, "1 }}");
+    const char *deep_ones[] = {chain, nest, nots};
+    for (int i = 0; i < 3; i++) {
+        st = render(deep_ones[i], req, NULL, out, sizeof(out), err);
+        CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "too deeply"), "deep template %d: status %d, '%s'", i, st, err);
+    }
+    free(chain);
+    free(nest);
+    free(nots);
     st = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", req, NULL, out, sizeof(out), err);
     CHECK(st == QWENC_ERR_ARG && strstr(err, "Recursion"), "runaway macro recursion: status %d, '%s'", st, err);
 

@@ -72,7 +72,7 @@ static char *render(engine *e, cJSON *messages, int add_gen, int no_think) {
     cJSON_AddItemReferenceToObject(req, "messages", messages);
     char *body = cJSON_PrintUnformatted(req), err[1024], *out = NULL;
     cJSON_Delete(req);
-    if (qwenc_chat_render(tmpl, body, add_gen, no_think ? 0 : -1, qwenc_tokenizer_bos_str(e->tok),
+    if (qwenc_chat_render(tmpl, body, add_gen, no_think ? 0 : -1, cli_bos_token(e->tok),
                           qwenc_tokenizer_eos_str(e->tok), &out, err, sizeof(err))) {
         fprintf(stderr, "qwenc: chat template: %s\n", err);
         out = NULL;

@@ -22,6 +22,9 @@ qwenc_tokenizer *cli_load_tokenizer(const char *path);
 /* A whole file ("-": stdin) as a NUL-terminated buffer; NULL (message printed) on failure. */
 char *cli_slurp(const char *path, size_t *len);
 
+/* The tokenizer's BOS string for chat templates; NULL (undefined in the template) when it has none. */
+const char *cli_bos_token(const qwenc_tokenizer *tok);
+
 int cmd_run(cli_opts *o);
 int cmd_chat(cli_opts *o);
 

@@ -192,6 +192,11 @@ qwenc_tokenizer *cli_load_tokenizer(const char *path) {
     return t;
 }
 
+const char *cli_bos_token(const qwenc_tokenizer *tok) {
+    const char *b = qwenc_tokenizer_bos_str(tok);
+    return b && *b ? b : NULL;
+}
+
 /* Whole file into memory (the prompt or a request). */
 char *cli_slurp(const char *path, size_t *len) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
@@ -397,7 +402,7 @@ static int cmd_chat_template(cli_opts *o) {
         if (!tmpl) {
             fprintf(stderr, "qwenc: %s has no chat template (tokenizer_config.json \"chat_template\" or "
                             "chat_template.jinja)\n", o->model);
-        } else if (qwenc_chat_render(tmpl, req, o->add_gen, o->no_think ? 0 : -1, qwenc_tokenizer_bos_str(t),
+        } else if (qwenc_chat_render(tmpl, req, o->add_gen, o->no_think ? 0 : -1, cli_bos_token(t),
                                      qwenc_tokenizer_eos_str(t), &out, err, sizeof(err))) {
             fprintf(stderr, "qwenc: %s: %s\n", o->request, err);
         } else {

@@ -23,6 +23,8 @@ static void render(tp_ctx *c, const char *template_src, const char *request_json
     if (!messages || messages->type != TV_LIST)
         tp_fail(c, QWENC_ERR_ARG, 0, "request JSON: expected a \"messages\" array, found %s",
                 messages ? tv_type_name(*messages) : "none");
+    if (messages->u.l->n == 0) /* as apply_chat_template, before the template sees it */
+        tp_fail(c, QWENC_ERR_ARG, 0, "request JSON: \"messages\" is empty: a chat template needs at least one message");
     tv_value *tools = tv_dict_get_str(req.u.d, "tools");
     tv_value *kwargs = tv_dict_get_str(req.u.d, "chat_template_kwargs");
 
@@ -49,7 +51,7 @@ static void render(tp_ctx *c, const char *template_src, const char *request_json
     tp_scope_set(c, root, "tools", tools ? *tools : tv_none());
     tp_scope_set(c, root, "documents", tv_none());
     tp_scope_set(c, root, "add_generation_prompt", tv_bool(add_generation_prompt));
-    c->root = c->scope = root;
+    c->scope = root;
     tp_buf_add(c, out, "", 0);
     tp_exec(c, &prog, out);
 }

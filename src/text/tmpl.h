@@ -36,9 +36,9 @@ typedef struct tp_ctx {
     qwenc_status status;
     char msg[512];         /* the error message, without the "chat template line N:" prefix */
     int line;              /* template line of the error, 0 when not about a template line */
-    int depth;             /* nesting of expression parsing / macro calls, bounded to protect the stack */
-    struct tp_scope *root; /* template-level variables */
-    struct tp_scope *scope;
+    int depth;             /* nesting of the parser, then of expression evaluation: bounded to protect the stack */
+    int calls;             /* nesting of macro calls, bounded likewise */
+    struct tp_scope *scope; /* innermost scope of the code being run */
 } tp_ctx;
 
 void *tp_alloc(tp_ctx *c, size_t n); /* zero-filled */
@@ -211,15 +211,17 @@ typedef struct {
 struct tp_node {
     tp_kind kind;
     int line;
-    int op;          /* tp_binop_kind for E_BINOP; negated flag for E_TEST; recursive flag unused */
-    const char *name; /* E_NAME, E_GETATTR attr, E_FILTER / E_TEST name, S_MACRO name, S_SET_BLOCK target */
+    int op;          /* tp_binop_kind for E_BINOP; 1 for a negated E_TEST ("is not") */
+    const char *name; /* E_NAME, E_GETATTR attribute, E_FILTER / E_TEST name, S_MACRO name */
     tv_value value;  /* E_CONST */
-    tp_node *a, *b, *c; /* operands: E_GETATTR/E_GETITEM/E_FILTER/E_TEST/E_NEG.. a; E_BINOP a,b; E_COND a (cond) b (then) c (else);
-                           E_SLICE a (obj) + args[0..2] (NULL for omitted); S_FOR a (target) b (iter) c (filter);
-                           S_SET a (target) b (value) */
+    tp_node *a, *b, *c; /* operands: E_GETATTR/E_GETITEM/E_SLICE/E_CALL/E_FILTER/E_TEST/E_NEG/E_NOT a (the object);
+                           E_GETITEM b (key); E_BINOP/E_AND/E_OR a, b; E_COND a (test) b (then) c (else, or NULL);
+                           S_OUTPUT a; S_FOR a (target) b (iterable) c (loop filter, or NULL);
+                           S_SET / S_SET_BLOCK a (target: E_NAME, E_TUPLE of names, or E_GETATTR ns.attr) b (value) */
     tp_nodes args;   /* call / filter / test positional args; E_LIST/E_TUPLE/E_CONCAT items; E_DICT keys;
-                        E_COMPARE operands after the first; S_IF conditions; S_MACRO param defaults (NULL: none) */
-    tp_nodes vals;   /* E_DICT values; E_CALL/E_FILTER/E_TEST keyword values; S_MACRO unused */
+                        E_COMPARE operands after the first (a); E_SLICE start, stop, step (NULL: omitted);
+                        S_IF conditions; S_MACRO parameter defaults (NULL: none) */
+    tp_nodes vals;   /* E_DICT values; E_CALL/E_FILTER/E_TEST keyword values */
     const char **kwnames; /* E_CALL/E_FILTER/E_TEST keyword names [vals.n]; S_MACRO param names [args.n] */
     int *cmpops;     /* E_COMPARE: tp_cmp_kind [args.n] */
     tp_nodes body;   /* S_FOR, S_MACRO, S_SET_BLOCK, S_BLOCK bodies */

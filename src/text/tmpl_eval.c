@@ -414,6 +414,8 @@ int tp_compare(tp_ctx *c, int line, int op, tv_value a, tv_value b) { return com
 
 /* ---------------------------------------------------------------- expressions */
 
+static tv_value eval_node(tp_ctx *c, const tp_node *e);
+
 static void eval_args(tp_ctx *c, const tp_node *e, tv_value **args, tv_value **kw) {
     *args = e->args.n ? tp_alloc(c, e->args.n * sizeof(tv_value)) : NULL;
     *kw = e->vals.n ? tp_alloc(c, e->vals.n * sizeof(tv_value)) : NULL;
@@ -426,7 +428,7 @@ static tv_value call_macro(tp_ctx *c, int line, const tv_func *f, const tv_value
     const tp_node *m = f->macro;
     size_t np = m->args.n;
     if (nargs > np) tp_fail(c, QWENC_ERR_ARG, line, "TypeError: macro '%s' takes not more than %zu argument(s)", m->name, np);
-    if (c->depth > 100) tp_fail(c, QWENC_ERR_ARG, line, "RecursionError: macro '%s' nested more than 100 calls deep", m->name);
+    if (c->calls >= 100) tp_fail(c, QWENC_ERR_ARG, line, "RecursionError: macro '%s' nested more than 100 calls deep", m->name);
     tp_scope *s = tp_scope_new(c, f->closure);
     int *bound = tp_alloc(c, (np + 1) * sizeof(int));
     for (size_t i = 0; i < nargs; i++) {
@@ -443,7 +445,7 @@ static tv_value call_macro(tp_ctx *c, int line, const tv_func *f, const tv_value
     }
     tp_scope *saved = c->scope;
     c->scope = s;
-    c->depth++;
+    c->calls++;
     for (size_t i = 0; i < np; i++) {
         if (bound[i]) continue;
         tv_value v = m->args.v[i] ? tp_eval(c, m->args.v[i]) : tv_undef(c, "parameter '%s' was not provided", m->kwnames[i]);
@@ -452,7 +454,7 @@ static tv_value call_macro(tp_ctx *c, int line, const tv_func *f, const tv_value
     tp_buf out = {0};
     tp_buf_add(c, &out, "", 0);
     tp_exec(c, &m->body, &out);
-    c->depth--;
+    c->calls--;
     c->scope = saved;
     return tp_buf_value(&out);
 }
@@ -468,7 +470,15 @@ tv_value tp_call(tp_ctx *c, int line, tv_value f, const tv_value *args, size_t n
     }
 }
 
+/* A left-leaning chain such as 1 + 1 + ... + 1 is as deep as it is long: bound the recursion. */
 tv_value tp_eval(tp_ctx *c, const tp_node *e) {
+    if (++c->depth > 2000) tp_fail(c, QWENC_ERR_UNSUPPORTED, e->line, "expression nested too deeply (over 2000 levels)");
+    tv_value v = eval_node(c, e);
+    c->depth--;
+    return v;
+}
+
+static tv_value eval_node(tp_ctx *c, const tp_node *e) {
     int line = e->line;
     switch (e->kind) {
     case E_CONST: return e->value;

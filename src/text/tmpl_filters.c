@@ -494,16 +494,12 @@ int tp_test(tp_ctx *c, int line, const char *name, tv_value v, const tv_value *a
 
 /* ---------------------------------------------------------------- filters */
 
-static tv_value apply_test_or_truth(tp_ctx *c, int line, tv_value item, const tv_value *args, size_t nargs, int *keep) {
-    if (nargs == 0) {
-        *keep = tv_truthy(item);
-    } else {
-        tv_value tn = need_str(c, line, "select / reject test name", args[0]);
-        char *nm = cstr(c, tn);
-        if (!tp_test_known(nm)) tp_fail(c, QWENC_ERR_ARG, line, "TemplateRuntimeError: no test named '%s'", nm);
-        *keep = tp_test(c, line, nm, item, args + 1, nargs - 1);
-    }
-    return item;
+/* select / reject: the named test with its arguments, or truthiness when no test is named. */
+static int passes(tp_ctx *c, int line, tv_value item, const tv_value *args, size_t nargs) {
+    if (nargs == 0) return tv_truthy(item);
+    char *nm = cstr(c, need_str(c, line, "select / reject test name", args[0]));
+    if (!tp_test_known(nm)) tp_fail(c, QWENC_ERR_ARG, line, "TemplateRuntimeError: no test named '%s'", nm);
+    return tp_test(c, line, nm, item, args + 1, nargs - 1);
 }
 
 static tv_value select_reject(tp_ctx *c, int line, tv_value v, const tv_value *args, size_t nargs, int by_attr, int want) {
@@ -512,9 +508,7 @@ static tv_value select_reject(tp_ctx *c, int line, tv_value v, const tv_value *a
     if (by_attr && nargs == 0) tp_fail(c, QWENC_ERR_ARG, line, "FilterArgumentError: missing parameter for attribute name");
     for (size_t i = 0; i < items->n; i++) {
         tv_value x = by_attr ? get_attr_path(c, line, items->items[i], args[0]) : items->items[i];
-        int keep;
-        apply_test_or_truth(c, line, x, args + by_attr, nargs - (size_t)by_attr, &keep);
-        if (keep == want) tv_list_push(c, out.u.l, items->items[i]);
+        if (passes(c, line, x, args + by_attr, nargs - (size_t)by_attr) == want) tv_list_push(c, out.u.l, items->items[i]);
     }
     return out;
 }

@@ -751,7 +751,9 @@ static tp_node *parse_not(parser *P) {
         int line = cur(P)->line;
         P->i++;
         tp_node *n = mk(P, E_NOT, line);
+        if (++P->c->depth > 200) tp_fail(P->c, QWENC_ERR_UNSUPPORTED, line, "expression nested too deeply");
         n->a = parse_not(P);
+        P->c->depth--;
         return n;
     }
     return parse_compare(P);
@@ -791,7 +793,9 @@ static tp_node *parse_condexpr(parser *P) {
         tp_node *n = mk(P, E_COND, line);
         n->b = e;
         n->a = parse_or(P);
+        if (++P->c->depth > 200) tp_fail(P->c, QWENC_ERR_UNSUPPORTED, line, "expression nested too deeply");
         n->c = skip_name(P, "else") ? parse_condexpr(P) : NULL;
+        P->c->depth--;
         e = n;
     }
     return e;
@@ -976,6 +980,7 @@ static tp_node *parse_statement(parser *P) {
     if (t->type != TK_NAME) perr(P, "tag name expected, got %s", tok_desc(t));
     const char *tag = t->s;
     P->i++;
+    if (P->c->depth > 200) tp_fail(P->c, QWENC_ERR_UNSUPPORTED, line, "blocks nested too deeply");
     if (!strcmp(tag, "if")) return parse_if(P, line);
     if (!strcmp(tag, "for")) return parse_for(P, line);
     if (!strcmp(tag, "set")) return parse_set(P, line);
@@ -1024,7 +1029,9 @@ static tp_nodes subparse(parser *P, const char *const *ends, const char *opener,
             if (cur(P)->type == TK_NAME && !strncmp(cur(P)->s, "end", 3))
                 tp_fail(P->c, QWENC_ERR_FORMAT, cur(P)->line, "unexpected '%s'%s%s%s", cur(P)->s,
                         opener ? " inside a '" : "", opener ? opener : "", opener ? "' block" : "");
+            P->c->depth++;
             add(P, &body, parse_statement(P));
+            P->c->depth--;
             break;
         case TK_EOF:
             if (ends) {
@@ -1048,6 +1055,7 @@ static void check_body(tp_ctx *c, const tp_nodes *body, int soft);
    the check is left to run time. Mirror that, so a template fails to load exactly when Jinja's does. */
 static void check_expr(tp_ctx *c, const tp_node *e, int soft) {
     if (!e) return;
+    if (++c->depth > 2000) tp_fail(c, QWENC_ERR_UNSUPPORTED, e->line, "expression nested too deeply (over 2000 levels)");
     if (e->kind == E_COND) soft = 1;
     if ((e->kind == E_FILTER && !tp_filter_known(e->name)) || (e->kind == E_TEST && !tp_test_known(e->name))) {
         if (!soft)
@@ -1058,6 +1066,7 @@ static void check_expr(tp_ctx *c, const tp_node *e, int soft) {
     check_expr(c, e->c, soft);
     for (size_t i = 0; i < e->args.n; i++) check_expr(c, e->args.v[i], soft);
     for (size_t i = 0; i < e->vals.n; i++) check_expr(c, e->vals.v[i], soft);
+    c->depth--;
 }
 
 static void check_body(tp_ctx *c, const tp_nodes *body, int soft) {

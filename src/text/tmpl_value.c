@@ -706,7 +706,7 @@ void tv_json_append(tp_ctx *c, int line, tp_buf *b, tv_value v, const tv_json_op
     const char *item_sep = o->item_sep ? o->item_sep : (o->indent >= 0 ? "," : ", ");
     const char *key_sep = o->key_sep ? o->key_sep : ": ";
     char tmp[40];
-    if (++c->depth > 400) tp_fail(c, QWENC_ERR_ARG, line, "RecursionError: value nested too deeply for tojson");
+    if (level > 400) tp_fail(c, QWENC_ERR_ARG, line, "RecursionError: value nested too deeply for tojson");
     switch ((tv_type)v.type) {
     case TV_NONE: tp_buf_addz(c, b, "null"); break;
     case TV_BOOL: tp_buf_addz(c, b, v.u.b ? "true" : "false"); break;
@@ -774,7 +774,6 @@ void tv_json_append(tp_ctx *c, int line, tp_buf *b, tv_value v, const tv_json_op
     default:
         tp_fail(c, QWENC_ERR_ARG, line, "TypeError: Object of type %s is not JSON serializable", tv_type_name(v));
     }
-    c->depth--;
 }
 
 /* ---------------------------------------------------------------- JSON in (json.loads) */

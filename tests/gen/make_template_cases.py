@@ -8,8 +8,10 @@ function that apply_chat_template calls, with the Jinja environment transformers
 lstrip_blocks, its tojson, raise_exception, strftime_now, loop controls) and records the text, or the
 exception when transformers raises. It also renders tests/templates/features.json, small templates
 that pin down one Jinja behaviour each, with the same compiled environment (each entry also records the
-request JSON that passes its variables to qwenc_chat_render as chat_template_kwargs).
+request JSON that passes its variables to qwenc_chat_render: "messages" as the messages, the others as
+chat_template_kwargs).
 
+An empty "messages" raises, as apply_chat_template does before rendering anything.
 How the template variables are built, as apply_chat_template does: the tokenizer's special tokens
 (bos_token / eos_token from tests/templates/templates.json, left out when null), then the request's
 "chat_template_kwargs", then enable_thinking when the case sets it; messages, tools (None when the
@@ -54,6 +56,8 @@ def variables(req, tok, think):
 
 
 def render_direct(tpl, req, agp, kw):
+    if len(req["messages"]) == 0:  # apply_chat_template refuses an empty conversation before rendering
+        raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
     if not hasattr(ctu, "render_jinja_template"):
         return render_tokenizer(make_tokenizer({}), tpl, req, agp, None, kw)
     out = ctu.render_jinja_template(conversations=[req["messages"]], tools=req.get("tools"), chat_template=tpl,
@@ -128,7 +132,9 @@ def main():
                     result["cases"].append(case)
     for feat in json.loads(load(os.path.join(ROOT, "features.json"))):
         # the request qwenc_chat_render gets: the variables as chat_template_kwargs (json.dumps keeps 2.0 a float)
-        entry = {"name": feat["name"], "request": json.dumps({"messages": [], "chat_template_kwargs": feat["vars"]},
+        kwargs = dict(feat["vars"])
+        messages = kwargs.pop("messages", [{"role": "user", "content": "hi"}])
+        entry = {"name": feat["name"], "request": json.dumps({"messages": messages, "chat_template_kwargs": kwargs},
                                                              ensure_ascii=False)}
         try:
             entry["output"] = compile_template(feat["template"]).render(**feat["vars"])
