@@ -12,6 +12,8 @@ SRC := $(wildcard src/core/*.c src/formats/*.c src/tensor/*.c src/kernels/*.c sr
 OBJ := $(SRC:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/libqwenc.a
 BIN := $(BUILD)/qwenc
+# the command-line tool: every tools/*.c
+TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*.c))
 # every tests/t_*.c is a test program printing "N passed, M failed"
 TEST_SRC := $(wildcard tests/t_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -38,7 +40,7 @@ $(LIB): $(OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN): $(BUILD)/tools/qwenc.o $(BUILD)/tools/chat.o $(LIB)
+$(BIN): $(TOOL_OBJ) $(LIB)
 	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CLI_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
@@ -61,4 +63,4 @@ clean:
 	rm -rf build build-asan
 
 .SECONDARY:
--include $(OBJ:.o=.d) $(BUILD)/tools/qwenc.d $(BUILD)/tools/chat.d $(TEST_BIN:%=%.d)
+-include $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BIN:%=%.d)

@@ -91,6 +91,27 @@ PY
 $QWENC chat-template -m $T --request tests/templates/conversations/tools_def.json --add-generation-prompt --no-think >"$tmp/got" 2>"$tmp/err"
 cmp -s "$tmp/got" "$tmp/case" && ok || bad "chat-template differs from transformers: $(diff "$tmp/got" "$tmp/case" | head -5) $(cat "$tmp/err")"
 
+# --- perplexity: the fixture window (with an <|endoftext|> inside) as text, one chunk of 160 tokens:
+# the mean NLL must equal the one computed from transformers' logits of the same tokens
+$QWENC detokenize -m $M "$(cat tests/fixtures/tiny-flash/tokens.txt)" >"$tmp/win.txt"
+$QWENC perplexity -m $M -f "$tmp/win.txt" -c 160 >"$tmp/ppl" 2>"$tmp/err" && ok || bad "perplexity: $(cat "$tmp/err")"
+want=$(python3 - <<'PY'
+import math, struct
+toks = [int(x) for x in open("tests/fixtures/tiny-flash/tokens.txt").read().split(",")]
+V = 6016
+raw = open("tests/fixtures/tiny-flash/logits_full.f32", "rb").read()
+nll = 0.0
+for i in range(len(toks) - 1):
+    row = struct.unpack_from("<%df" % V, raw, 4 * V * i)
+    mx = max(row)
+    nll += math.log(sum(math.exp(x - mx) for x in row)) + mx - row[toks[i + 1]]
+print(nll / (len(toks) - 1))
+PY
+)
+got=$(sed -n 's/.*mean NLL \([0-9.]*\) over 159 tokens.*/\1/p' "$tmp/ppl")
+python3 -c "import sys; g, w = float('${got:-nan}'), float('$want'); sys.exit(0 if abs(g - w) <= 1e-4 * w else 1)" && ok ||
+    bad "perplexity mean NLL '$got' (transformers' logits give $want): $(cat "$tmp/ppl")"
+
 # --- errors
 $QWENC run -m $M 2>"$tmp/err"; [ $? -eq 1 ] && grep -q "give a prompt" "$tmp/err" && ok || bad "run without prompt"
 $QWENC run -m $T -p hi 2>"$tmp/err"; [ $? -eq 1 ] && grep -q "config.json" "$tmp/err" && ok || bad "run on a tokenizer-only dir: $(cat "$tmp/err")"
