@@ -7,6 +7,7 @@
 
 #include "core/common.h"
 #include "kernels/ops.h"
+#include "tensor/quant.h"
 
 /* the scalar kernels keep no state: their table argument is unused */
 #define QW_OPS_SELF const qw_ops *ops __attribute__((unused)),
@@ -34,8 +35,19 @@ double qw_ref_dot_row(const qw_tensor *w, int64_t r, const float *x, int64_t n) 
         for (int64_t c = 0; c < n; c++) acc += (double)qw_f16_to_f32(p[c]) * x[c];
         break;
     }
-    default:
-        QW_ASSERT(!"matmul: unsupported weight type");
+    default: {
+        /* block-quantized: dequantize one block at a time (the type's to_float) and dot */
+        const qw_type_traits *tt = qw_type_traits_of(w->type);
+        QW_ASSERT(tt->to_float && tt->block_elems > 1 && n % tt->block_elems == 0);
+        const uint8_t *p = (const uint8_t *)w->data + (size_t)r * qw_type_row_size(w->type, n);
+        float buf[QW_QK_K];
+        QW_ASSERT(tt->block_elems <= QW_QK_K);
+        for (int64_t c = 0; c < n; c += tt->block_elems, p += tt->block_bytes) {
+            tt->to_float(p, buf, tt->block_elems);
+            for (int k = 0; k < tt->block_elems; k++) acc += (double)buf[k] * x[c + k];
+        }
+        break;
+    }
     }
     return acc;
 }
@@ -196,4 +208,3 @@ static const qw_ops ref_ops = {
 };
 
 const qw_ops *qw_ops_ref(void) { return &ref_ops; }
-const qw_ops *qw_ops_cpu(void) { return &ref_ops; }

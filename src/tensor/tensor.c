@@ -1,27 +1,70 @@
 /* tensor.c - element types, views and conversion to f32 (see tensor.h). */
 #include "tensor/tensor.h"
 
+#include <ctype.h>
 #include <stdio.h>
 
 #include "core/common.h"
+#include "tensor/quant.h"
 
-static const struct {
-    const char *name;
-    const char *st_name;
-    size_t size;
-} type_info[QW_TYPE_COUNT] = {
-    [QW_TYPE_F32] = {"f32", "F32", 4},       [QW_TYPE_F16] = {"f16", "F16", 2},
-    [QW_TYPE_BF16] = {"bf16", "BF16", 2},    [QW_TYPE_I64] = {"i64", "I64", 8},
-    [QW_TYPE_I32] = {"i32", "I32", 4},       [QW_TYPE_UNSUPPORTED] = {"unsupported", "", 0},
+/* The one table of element types. ggml ids and block sizes follow ggml.h / ggml-common.h. */
+static const qw_type_traits type_info[QW_TYPE_COUNT] = {
+    [QW_TYPE_F32] = {"f32", "F32", 0, 1, 4, qw_dequantize_f32, qw_quantize_f32},
+    [QW_TYPE_F16] = {"f16", "F16", 1, 1, 2, qw_dequantize_f16, qw_quantize_f16},
+    [QW_TYPE_BF16] = {"bf16", "BF16", 30, 1, 2, qw_dequantize_bf16, qw_quantize_bf16},
+    [QW_TYPE_I64] = {"i64", "I64", 27, 1, 8, NULL, NULL},
+    [QW_TYPE_I32] = {"i32", "I32", 26, 1, 4, NULL, NULL},
+    [QW_TYPE_UNSUPPORTED] = {"unsupported", NULL, -1, 1, 0, NULL, NULL},
+    [QW_TYPE_Q8_0] = {"q8_0", NULL, 8, QW_QK, sizeof(qw_block_q8_0), qw_dequantize_q8_0, qw_quantize_q8_0},
+    [QW_TYPE_Q4_0] = {"q4_0", NULL, 2, QW_QK, sizeof(qw_block_q4_0), qw_dequantize_q4_0, qw_quantize_q4_0},
+    [QW_TYPE_Q4_1] = {"q4_1", NULL, 3, QW_QK, sizeof(qw_block_q4_1), qw_dequantize_q4_1, qw_quantize_q4_1},
+    [QW_TYPE_Q5_0] = {"q5_0", NULL, 6, QW_QK, sizeof(qw_block_q5_0), qw_dequantize_q5_0, qw_quantize_q5_0},
+    [QW_TYPE_Q5_1] = {"q5_1", NULL, 7, QW_QK, sizeof(qw_block_q5_1), qw_dequantize_q5_1, qw_quantize_q5_1},
+    [QW_TYPE_Q4_K] = {"q4_K", NULL, 12, QW_QK_K, sizeof(qw_block_q4_K), qw_dequantize_q4_K, qw_quantize_q4_K},
+    [QW_TYPE_Q5_K] = {"q5_K", NULL, 13, QW_QK_K, sizeof(qw_block_q5_K), qw_dequantize_q5_K, qw_quantize_q5_K},
+    [QW_TYPE_Q6_K] = {"q6_K", NULL, 14, QW_QK_K, sizeof(qw_block_q6_K), qw_dequantize_q6_K, qw_quantize_q6_K},
+    [QW_TYPE_IQ4_NL] = {"iq4_nl", NULL, 20, QW_QK, sizeof(qw_block_iq4_nl), qw_dequantize_iq4_nl, qw_quantize_iq4_nl},
+    [QW_TYPE_IQ4_XS] = {"iq4_xs", NULL, 23, QW_QK_K, sizeof(qw_block_iq4_xs), qw_dequantize_iq4_xs, qw_quantize_iq4_xs},
+    [QW_TYPE_Q8_K] = {"q8_K", NULL, 15, QW_QK_K, sizeof(qw_block_q8_K), qw_dequantize_q8_K, qw_quantize_q8_K},
 };
 
-size_t qw_type_size(qw_type t) { return t < QW_TYPE_COUNT ? type_info[t].size : 0; }
+const qw_type_traits *qw_type_traits_of(qw_type t) {
+    QW_ASSERT((unsigned)t < QW_TYPE_COUNT);
+    return &type_info[t];
+}
+
+size_t qw_type_size(qw_type t) {
+    return t < QW_TYPE_COUNT && type_info[t].block_elems == 1 ? (size_t)type_info[t].block_bytes : 0;
+}
 const char *qw_type_name(qw_type t) { return t < QW_TYPE_COUNT ? type_info[t].name : "?"; }
+int qw_type_is_quantized(qw_type t) { return t < QW_TYPE_COUNT && type_info[t].block_elems > 1; }
+
+size_t qw_type_row_size(qw_type t, int64_t n) {
+    const qw_type_traits *tt = qw_type_traits_of(t);
+    QW_ASSERT(n >= 0 && n % tt->block_elems == 0);
+    return (size_t)(n / tt->block_elems) * (size_t)tt->block_bytes;
+}
 
 qw_type qw_type_from_safetensors(const char *s) {
-    for (int t = 0; t < QW_TYPE_UNSUPPORTED; t++)
-        if (strcmp(s, type_info[t].st_name) == 0) return (qw_type)t;
+    for (int t = 0; t < QW_TYPE_COUNT; t++)
+        if (type_info[t].st_name && strcmp(s, type_info[t].st_name) == 0) return (qw_type)t;
     return QW_TYPE_UNSUPPORTED;
+}
+
+qw_type qw_type_from_ggml(int ggml_type) {
+    for (int t = 0; t < QW_TYPE_COUNT; t++)
+        if (ggml_type >= 0 && type_info[t].ggml_type == ggml_type) return (qw_type)t;
+    return QW_TYPE_UNSUPPORTED;
+}
+
+int qw_type_from_name(const char *s) {
+    for (int t = 0; t < QW_TYPE_COUNT; t++) {
+        const char *a = type_info[t].name, *b = s;
+        if (t == QW_TYPE_UNSUPPORTED) continue;
+        while (*a && *b && tolower((unsigned char)*a) == tolower((unsigned char)*b)) a++, b++;
+        if (!*a && !*b) return t;
+    }
+    return -1;
 }
 
 int64_t qw_tensor_nelem(const qw_tensor *t) {
@@ -39,7 +82,7 @@ int64_t qw_tensor_row_len(const qw_tensor *t) {
 qw_tensor qw_tensor_rows(const qw_tensor *t, int64_t r0, int64_t nr, int64_t row_len) {
     QW_ASSERT(r0 >= 0 && nr >= 0 && (r0 + nr) * row_len <= qw_tensor_nelem(t));
     qw_tensor v = *t;
-    v.data = (const uint8_t *)t->data + (size_t)(r0 * row_len) * qw_type_size(t->type);
+    v.data = (const uint8_t *)t->data + (size_t)r0 * qw_type_row_size(t->type, row_len);
     v.n_dims = 2;
     v.shape[0] = nr;
     v.shape[1] = row_len;
@@ -109,21 +152,7 @@ uint16_t qw_f32_to_f16(float f) {
 }
 
 void qw_tensor_to_f32(const qw_tensor *t, int64_t i0, int64_t n, float *out) {
-    switch (t->type) {
-    case QW_TYPE_F32:
-        memcpy(out, (const float *)t->data + i0, (size_t)n * sizeof(float));
-        break;
-    case QW_TYPE_BF16: {
-        const uint16_t *p = (const uint16_t *)t->data + i0;
-        for (int64_t i = 0; i < n; i++) out[i] = qw_bf16_to_f32(p[i]);
-        break;
-    }
-    case QW_TYPE_F16: {
-        const uint16_t *p = (const uint16_t *)t->data + i0;
-        for (int64_t i = 0; i < n; i++) out[i] = qw_f16_to_f32(p[i]);
-        break;
-    }
-    default:
-        QW_ASSERT(!"qw_tensor_to_f32: not a float tensor");
-    }
+    const qw_type_traits *tt = qw_type_traits_of(t->type);
+    QW_ASSERT(tt->to_float && i0 % tt->block_elems == 0 && n % tt->block_elems == 0);
+    tt->to_float((const uint8_t *)t->data + qw_type_row_size(t->type, i0), out, n);
 }
