@@ -8,8 +8,6 @@
  *   qwenc tokenize   -m DIR [--file F | TEXT]
  *   qwenc detokenize -m DIR 1,2,3
  *   qwenc chat-template -m DIR --request F.json [--add-generation-prompt] [--no-think]
- *   qwenc bench      -m DIR [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]
- * Every command that loads a model takes -t/--threads N and --kernels NAME.
  *
  * Flags follow llama.cpp's names where it has them. Errors go to stderr with exit status 1.
  */
@@ -38,7 +36,6 @@ static void usage(FILE *f) {
             "  tokenize   print the token ids of TEXT (or of the raw bytes of --file F), without BOS\n"
             "  detokenize print the text of comma-separated token ids (exactly its bytes, no newline added)\n"
             "  chat-template  print the prompt a chat template renders for an OpenAI-style request\n"
-            "  bench      prompt processing and generation speed, peak memory, the decode bandwidth bound\n"
             "  perplexity perplexity of the model on a text file (-f FILE, chunks of -c N tokens, default 512)\n"
             "\n"
             "model:\n"
@@ -46,9 +43,6 @@ static void usage(FILE *f) {
             "                         tokenizer.json); tokenize/detokenize/chat-template need only the\n"
             "                         tokenizer files\n"
             "  -c, --ctx N            context size of the session (default: training context, at most 4096)\n"
-            "  -t, --threads N        CPU threads (default 0: one per core)\n"
-            "  --kernels NAME         CPU kernels: auto (default: the best for this CPU), avx512, avx2, scalar,\n"
-            "                         ref (the scalar reference, one thread)\n"
             "\n"
             "run / chat:\n"
             "  -p, --prompt TEXT      the prompt (run)           -f, --file F   read the prompt from a file\n"
@@ -66,10 +60,6 @@ static void usage(FILE *f) {
             "\n"
             "logits:\n"
             "  --tokens IDS  --out FILE  --batch N (tokens per forward call; default all, 1 = token by token)\n"
-            "\n"
-            "bench (llama-bench-like: prompt processing and generation speed, the decode bandwidth bound):\n"
-            "  -p N  prompt tokens (default 512, 0 = skip)    -n N  generated tokens (default 128, 0 = skip)\n"
-            "  -r N  repetitions (default 5)                  --json  one JSON object instead of the table\n"
             "\n"
             "tokenize / chat-template:\n"
             "  --no-parse-special     treat special-token text as plain text (tokenize)\n"
@@ -116,7 +106,6 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         if (!strcmp(a, "--add-generation-prompt")) { o->add_gen = 1; continue; }
         if (!strcmp(a, "--no-parse-special")) { o->no_parse_special = 1; continue; }
         if (!strcmp(a, "--show-special")) { o->show_special = 1; continue; }
-        if (!strcmp(a, "--json")) { o->json = 1; continue; }
         if (a[0] != '-' || !strcmp(a, "-")) {
             if (o->positional) {
                 fprintf(stderr, "qwenc: unexpected argument \"%s\" (quote text that contains spaces)\n", a);
@@ -138,9 +127,6 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = v;
         else if (!strcmp(a, "--system")) o->system = v;
         else if (!strcmp(a, "--request")) o->request = v;
-        else if (!strcmp(a, "--kernels")) o->kernels = v;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = parse_int(v, a, 0, &o->threads);
-        else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) ok = parse_int(v, a, 1, &o->reps);
         else if (!strcmp(a, "--batch")) ok = parse_int(v, a, 1, &o->batch);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) ok = parse_int(v, a, 1, &o->ctx);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) ok = parse_int(v, a, -1, &o->n_predict);
@@ -187,13 +173,10 @@ double cli_now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-qwenc_model *cli_load_model(const cli_opts *o) {
+qwenc_model *cli_load_model(const char *path) {
     char err[1024];
     qwenc_model *m = NULL;
-    qwenc_model_params mp = qwenc_model_default_params();
-    mp.n_threads = o->threads;
-    mp.kernels = o->kernels;
-    if (qwenc_model_load_params(o->model, &mp, &m, err, sizeof(err))) {
+    if (qwenc_model_load(path, &m, err, sizeof(err))) {
         fprintf(stderr, "qwenc: cannot load model: %s\n", err);
         return NULL;
     }
@@ -247,7 +230,7 @@ char *cli_slurp(const char *path, size_t *len) {
 /* ------------------------------------------------------------------ info / logits */
 
 static int cmd_info(cli_opts *o) {
-    qwenc_model *m = cli_load_model(o);
+    qwenc_model *m = cli_load_model(o->model);
     if (!m) return 1;
     qwenc_model_print_info(m, stdout);
     qwenc_model_free(m);
@@ -301,7 +284,7 @@ static int cmd_logits(cli_opts *o) {
     int n = 0;
     int32_t *ids = parse_ids(o->tokens, "--tokens", &n);
     if (!ids) return 1;
-    qwenc_model *m = cli_load_model(o);
+    qwenc_model *m = cli_load_model(o->model);
     if (!m) return free(ids), 1;
     int rc = 1;
     char err[1024];
@@ -450,7 +433,6 @@ int main(int argc, char **argv) {
         {"tokenize", cmd_tokenize},
         {"detokenize", cmd_detokenize},
         {"chat-template", cmd_chat_template},
-        {"bench", cmd_bench},
         {"perplexity", cmd_perplexity},
     };
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
