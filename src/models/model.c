@@ -39,7 +39,7 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
     qwenc_model *m = qw_xcalloc(1, sizeof(*m));
     m->path = qw_xstrdup(path);
     m->params = mp;
-    m->ops = qw_ops_cpu();
+    m->ops = qw_ops_ref();
     qwenc_status st = qw_hparams_load(&m->hp, path, err, errlen);
     if (!st) st = qw_weightset_open_dir(&m->ws, path, err, errlen);
     if (st) {
