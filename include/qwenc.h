@@ -43,12 +43,15 @@ typedef struct qwenc_session qwenc_session;
 const char *qwenc_status_str(qwenc_status st);
 
 typedef struct {
-    int n_threads; /* CPU threads for the forward (0: one per online core) */
+    int n_threads;       /* CPU threads for the forward (0: one per online core) */
+    const char *kernels; /* CPU kernel variant: NULL or "auto" (the best this CPU runs), "avx512", "avx2",
+                          * "scalar", or "ref" (the scalar reference, one thread: the oracle, slow) */
 } qwenc_model_params;
 
 qwenc_model_params qwenc_model_default_params(void);
 
-/* Load a model from a Hugging Face checkpoint directory (config.json + *.safetensors). */
+/* Load a model from a Hugging Face checkpoint directory (config.json + *.safetensors) or from a llama.cpp
+ * GGUF file (architectures llama, qwen3, qwen35, qwen35moe, qwen3next, qwen4exp; docs/GGUF.md). */
 qwenc_status qwenc_model_load(const char *path, qwenc_model **out, char *err, size_t errlen);
 qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params *params, qwenc_model **out,
                                      char *err, size_t errlen);
@@ -60,6 +63,36 @@ int qwenc_model_n_ctx_train(const qwenc_model *model);
 const char *qwenc_model_arch(const qwenc_model *model);
 /* Write a human-readable description to f: architecture, layer plan, parameters per component, dtypes. */
 void qwenc_model_print_info(const qwenc_model *model, FILE *f);
+/* The CPU kernel variant the model runs with ("avx512", "avx2", "scalar", "ref") and its thread count. */
+const char *qwenc_model_kernels(const qwenc_model *model);
+int qwenc_model_n_threads(const qwenc_model *model);
+/*
+ * Bytes of weights: *total, every tensor the text model uses; *per_token, those one decoded token reads:
+ * every matrix of every layer and the lm_head, one embedding row, n_expert_used / n_expert of the routed
+ * experts of each MoE layer (what any routing reads on average), and the PLE table rows of the token.
+ * Not counted: the f32 norm and convolution vectors (a few KiB), the KV cache and the recurrent state.
+ */
+void qwenc_model_weight_bytes(const qwenc_model *model, int64_t *total, int64_t *per_token);
+
+/* ---- writing GGUF (qwenc quantize) ---- */
+typedef struct {
+    const char *type; /* tensor type as llama-quantize names it: "F32", "F16", "BF16", "Q8_0", "Q4_K" (= Q4_K_M),
+                       * ... (qwenc_gguf_types); fragile tensors keep F32 or at least Q8_0 (docs/GGUF.md) */
+    int n_threads;    /* quantizing threads (0: one per online core) */
+    /* Called after each batch of rows is written; a non-zero return cancels (the partial file is removed). */
+    int (*progress)(const char *tensor, const char *type, int i_tensor, int n_tensors, uint64_t bytes_done,
+                    uint64_t bytes_total, void *user);
+    void *user;
+} qwenc_gguf_params;
+
+qwenc_gguf_params qwenc_gguf_default_params(void);
+/* The accepted type names, for messages. */
+const char *qwenc_gguf_types(void);
+/* Write the model as the GGUF llama.cpp's converter (+ llama-quantize) would write: its architecture,
+ * metadata, tensor names, transformations and tensor types; streamed tensor by tensor. The model may have
+ * been loaded from a checkpoint directory or from another GGUF (not the file being written). */
+qwenc_status qwenc_model_save_gguf(const qwenc_model *model, const char *path, const qwenc_gguf_params *params,
+                                   char *err, size_t errlen);
 
 typedef struct {
     int n_ctx;   /* maximum number of tokens the session holds (0: the model's training context, capped) */

@@ -8,6 +8,9 @@
  *   qwenc tokenize   -m DIR [--file F | TEXT]
  *   qwenc detokenize -m DIR 1,2,3
  *   qwenc chat-template -m DIR --request F.json [--add-generation-prompt] [--no-think]
+ *   qwenc quantize   -m DIR|FILE.gguf -t TYPE -o OUT.gguf
+ *   qwenc bench      -m DIR [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]
+ * Every command that loads a model takes -t/--threads N and --kernels NAME.
  *
  * Flags follow llama.cpp's names where it has them. Errors go to stderr with exit status 1.
  */
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -36,13 +40,18 @@ static void usage(FILE *f) {
             "  tokenize   print the token ids of TEXT (or of the raw bytes of --file F), without BOS\n"
             "  detokenize print the text of comma-separated token ids (exactly its bytes, no newline added)\n"
             "  chat-template  print the prompt a chat template renders for an OpenAI-style request\n"
+            "  bench      prompt processing and generation speed, peak memory, the decode bandwidth bound\n"
             "  perplexity perplexity of the model on a text file (-f FILE, chunks of -c N tokens, default 512)\n"
+            "  quantize   write the model as a llama.cpp GGUF: -t TYPE -o OUT.gguf (see docs/GGUF.md)\n"
             "\n"
             "model:\n"
             "  -m, --model DIR        Hugging Face checkpoint directory (config.json, *.safetensors,\n"
-            "                         tokenizer.json); tokenize/detokenize/chat-template need only the\n"
-            "                         tokenizer files\n"
+            "                         tokenizer.json), or a llama.cpp .gguf file; tokenize/detokenize/\n"
+            "                         chat-template need only the tokenizer files\n"
             "  -c, --ctx N            context size of the session (default: training context, at most 4096)\n"
+            "  -t, --threads N        CPU threads (default 0: one per core)\n"
+            "  --kernels NAME         CPU kernels: auto (default: the best for this CPU), avx512, avx2, scalar,\n"
+            "                         ref (the scalar reference, one thread)\n"
             "\n"
             "run / chat:\n"
             "  -p, --prompt TEXT      the prompt (run)           -f, --file F   read the prompt from a file\n"
@@ -60,6 +69,15 @@ static void usage(FILE *f) {
             "\n"
             "logits:\n"
             "  --tokens IDS  --out FILE  --batch N (tokens per forward call; default all, 1 = token by token)\n"
+            "\n"
+            "bench (llama-bench-like: prompt processing and generation speed, the decode bandwidth bound):\n"
+            "  -p N  prompt tokens (default 512, 0 = skip)    -n N  generated tokens (default 128, 0 = skip)\n"
+            "  -r N  repetitions (default 5)                  --json  one JSON object instead of the table\n"
+            "\n"
+            "quantize:\n"
+            "  -t, --type TYPE        F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K (= Q4_K_M), Q4_K_S,\n"
+            "                         Q5_K (= Q5_K_M), Q5_K_S, Q6_K, IQ4_NL, IQ4_XS\n"
+            "  -o, --out OUT.gguf\n"
             "\n"
             "tokenize / chat-template:\n"
             "  --no-parse-special     treat special-token text as plain text (tokenize)\n"
@@ -106,6 +124,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         if (!strcmp(a, "--add-generation-prompt")) { o->add_gen = 1; continue; }
         if (!strcmp(a, "--no-parse-special")) { o->no_parse_special = 1; continue; }
         if (!strcmp(a, "--show-special")) { o->show_special = 1; continue; }
+        if (!strcmp(a, "--json")) { o->json = 1; continue; }
         if (a[0] != '-' || !strcmp(a, "-")) {
             if (o->positional) {
                 fprintf(stderr, "qwenc: unexpected argument \"%s\" (quote text that contains spaces)\n", a);
@@ -121,12 +140,16 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         const char *v = argv[++i];
         int ok = 1;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+        else if ((!strcmp(a, "-t") && !strcmp(argv[1], "quantize")) || !strcmp(a, "--type")) o->type = v;
         else if (!strcmp(a, "--tokens")) o->tokens = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) o->out = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = v;
         else if (!strcmp(a, "--system")) o->system = v;
         else if (!strcmp(a, "--request")) o->request = v;
+        else if (!strcmp(a, "--kernels")) o->kernels = v;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = parse_int(v, a, 0, &o->threads);
+        else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) ok = parse_int(v, a, 1, &o->reps);
         else if (!strcmp(a, "--batch")) ok = parse_int(v, a, 1, &o->batch);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) ok = parse_int(v, a, 1, &o->ctx);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) ok = parse_int(v, a, -1, &o->n_predict);
@@ -173,10 +196,13 @@ double cli_now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-qwenc_model *cli_load_model(const char *path) {
+qwenc_model *cli_load_model(const cli_opts *o) {
     char err[1024];
     qwenc_model *m = NULL;
-    if (qwenc_model_load(path, &m, err, sizeof(err))) {
+    qwenc_model_params mp = qwenc_model_default_params();
+    mp.n_threads = o->threads;
+    mp.kernels = o->kernels;
+    if (qwenc_model_load_params(o->model, &mp, &m, err, sizeof(err))) {
         fprintf(stderr, "qwenc: cannot load model: %s\n", err);
         return NULL;
     }
@@ -184,8 +210,17 @@ qwenc_model *cli_load_model(const char *path) {
 }
 
 qwenc_tokenizer *cli_load_tokenizer(const char *path) {
-    char err[1024];
+    char err[1024], dir[4096];
     qwenc_tokenizer *t = NULL;
+    /* a .gguf model: the tokenizer files beside it (GGUF tokenizers are not read) */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        snprintf(dir, sizeof(dir), "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(dir, sizeof(dir), ".");
+        path = dir;
+    }
     if (qwenc_tokenizer_load(path, &t, err, sizeof(err))) {
         fprintf(stderr, "qwenc: cannot load tokenizer: %s\n", err);
         return NULL;
@@ -230,7 +265,7 @@ char *cli_slurp(const char *path, size_t *len) {
 /* ------------------------------------------------------------------ info / logits */
 
 static int cmd_info(cli_opts *o) {
-    qwenc_model *m = cli_load_model(o->model);
+    qwenc_model *m = cli_load_model(o);
     if (!m) return 1;
     qwenc_model_print_info(m, stdout);
     qwenc_model_free(m);
@@ -284,7 +319,7 @@ static int cmd_logits(cli_opts *o) {
     int n = 0;
     int32_t *ids = parse_ids(o->tokens, "--tokens", &n);
     if (!ids) return 1;
-    qwenc_model *m = cli_load_model(o->model);
+    qwenc_model *m = cli_load_model(o);
     if (!m) return free(ids), 1;
     int rc = 1;
     char err[1024];
@@ -433,7 +468,9 @@ int main(int argc, char **argv) {
         {"tokenize", cmd_tokenize},
         {"detokenize", cmd_detokenize},
         {"chat-template", cmd_chat_template},
+        {"bench", cmd_bench},
         {"perplexity", cmd_perplexity},
+        {"quantize", cmd_quantize},
     };
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (!strcmp(argv[1], cmds[i].name)) {

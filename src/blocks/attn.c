@@ -10,6 +10,20 @@
 
 #include "blocks/blocks.h"
 
+/* llama.cpp's llama GGUFs store each q/k head's rows interleaved (HF row i < hd/2 at 2i, row hd/2+i at
+ * 2i+1, for its RoPE on adjacent pairs): put n_rows heads of x back in rotate-half order. tmp [hd]. */
+static void deinterleave_heads(float *x, int64_t n_rows, int hd, float *tmp) {
+    int half = hd / 2;
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *h = x + r * hd;
+        for (int i = 0; i < half; i++) {
+            tmp[i] = h[2 * i];
+            tmp[half + i] = h[2 * i + 1];
+        }
+        memcpy(h, tmp, (size_t)hd * sizeof(float));
+    }
+}
+
 void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const float *x, float *y) {
     const qw_hparams *hp = f->hp;
     const qw_ops *ops = f->ops;
@@ -34,6 +48,11 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
     float *k = ls->k + (int64_t)f->pos0 * nk, *v = ls->v + (int64_t)f->pos0 * nk;
     ops->matmul(ops, k, w->wk, x, T);
     ops->matmul(ops, v, w->wv, x, T);
+    if (w->rope_interleaved) {
+        float *tmp = qw_arena_f32(f->ar, (size_t)hd);
+        deinterleave_heads(q, (int64_t)T * nh, hd, tmp);
+        deinterleave_heads(k, (int64_t)T * nkv, hd, tmp);
+    }
     if (w->q_norm) ops->rms_norm(ops, q, q, w->q_norm, T * nh, hd, hp->norm_eps, zc);
     if (w->k_norm) ops->rms_norm(ops, k, k, w->k_norm, T * nkv, hd, hp->norm_eps, zc);
     ops->rope(ops, q, T, (int)nq, nh, hd, hp->n_rot, f->rope_cs);

@@ -13,6 +13,10 @@
  * r = hv/hk; they are de-interleaved into the split layout first.
  *
  * State: the last K-1 conv inputs and the [hv][dk][dv] recurrent state, both f32.
+ *
+ * Weights from a llama.cpp GGUF (w->v_tiled) keep the value heads in its tiled order, value head i of key
+ * head g at i*hk + g: v, g and beta are put in the grouped order above before the delta rule and its
+ * output back in tiled order after it, so z and out_proj read the order they were stored in.
  */
 #include <math.h>
 #include <string.h>
@@ -46,6 +50,20 @@ static void deinterleave(const qw_fwd *f, const qw_gdn_w *w, const float *x, flo
                 a[(int64_t)t * hp->gdn_hv + g * r + i] = mba[(int64_t)t * 2 * hp->gdn_hv + g * 2 * r + r + i];
             }
         }
+    }
+}
+
+/* Reorder the hv heads (d floats each) of n rows between tiled (i*hk + g) and grouped (g*r + i) order. */
+static void vhead_order(float *x, int n, int hk, int r, int d, int to_grouped, float *tmp) {
+    int hv = hk * r;
+    for (int t = 0; t < n; t++) {
+        float *row = x + (int64_t)t * hv * d;
+        for (int j = 0; j < hv; j++) {
+            int p = (j % r) * hk + j / r; /* tiled position of grouped head j */
+            memcpy(tmp + (int64_t)(to_grouped ? j : p) * d, row + (int64_t)(to_grouped ? p : j) * d,
+                   (size_t)d * sizeof(float));
+        }
+        memcpy(row, tmp, (size_t)hv * d * sizeof(float));
     }
 }
 
@@ -93,8 +111,16 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         }
     ops->sigmoid(ops, b, (int64_t)T * hv); /* beta */
 
+    int r = hv / hk;
+    float *tmp = w->v_tiled && r > 1 ? qw_arena_f32(f->ar, (size_t)vd) : NULL;
+    if (tmp) {
+        vhead_order(v, T, hk, r, dv, 1, tmp);
+        vhead_order(g, T, hk, r, 1, 1, tmp);
+        vhead_order(b, T, hk, r, 1, 1, tmp);
+    }
     float *o = qw_arena_f32(f->ar, (size_t)T * vd);
     ops->delta_rule(ops, o, ls->ssm, q, k, v, g, b, T, hk, hv, dk, dv);
+    if (tmp) vhead_order(o, T, hk, r, dv, 0, tmp);
 
     /* gated RMSNorm per value head: RMSNorm(o; w) * act(z) */
     ops->rms_norm(ops, o, o, w->norm, T * hv, dv, hp->norm_eps, 0);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "blocks/blocks.h"
+#include "kernels/cpu.h"
 
 static const struct {
     qwenc_status (*bind)(qwenc_model *, char *, size_t);
@@ -23,7 +24,7 @@ void qw_model_forward(const qw_fwd *f, float *hidden) { arch_impl[f->hp->arch].f
 static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
 qwenc_model_params qwenc_model_default_params(void) {
-    qwenc_model_params p = {.n_threads = 0};
+    qwenc_model_params p = {.n_threads = 0, .kernels = NULL};
     return p;
 }
 
@@ -39,8 +40,22 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
     qwenc_model *m = qw_xcalloc(1, sizeof(*m));
     m->path = qw_xstrdup(path);
     m->params = mp;
-    m->ops = qw_ops_ref();
-    qwenc_status st = qw_hparams_load(&m->hp, path, err, errlen);
+    qwenc_status st = qw_ops_cpu_new(mp.n_threads, mp.kernels, &m->ops, err, errlen);
+    if (st) {
+        qwenc_model_free(m);
+        return st;
+    }
+    m->params.kernels = m->ops->name; /* the caller's string need not outlive the call */
+    if (qw_path_is_gguf(path)) { /* a .gguf file rather than a checkpoint directory: models/gguf_bind.c */
+        st = qw_gguf_model_load(m, path, err, errlen);
+        if (st) {
+            qwenc_model_free(m);
+            return st;
+        }
+        *out = m;
+        return QWENC_OK;
+    }
+    st = qw_hparams_load(&m->hp, path, err, errlen);
     if (!st) st = qw_weightset_open_dir(&m->ws, path, err, errlen);
     if (st) {
         qwenc_model_free(m);
@@ -87,7 +102,10 @@ void qwenc_model_free(qwenc_model *m) {
     free(m->owned);
     free(m->layers);
     qw_weightset_free(&m->ws);
+    if (m->gguf) qw_gguf_free(m->gguf);
+    free(m->gguf);
     qw_hparams_free(&m->hp);
+    qw_ops_cpu_free(m->ops);
     free(m->path);
     free(m);
 }
@@ -95,6 +113,8 @@ void qwenc_model_free(qwenc_model *m) {
 int qwenc_model_n_vocab(const qwenc_model *m) { return m->hp.n_vocab; }
 int qwenc_model_n_ctx_train(const qwenc_model *m) { return m->hp.n_ctx_train; }
 const char *qwenc_model_arch(const qwenc_model *m) { return qw_arch_name(m->hp.arch); }
+const char *qwenc_model_kernels(const qwenc_model *m) { return m->ops->name; }
+int qwenc_model_n_threads(const qwenc_model *m) { return qw_ops_cpu_n_threads(m->ops); }
 
 /* ---- qwenc info: parameters per component, by tensor-name pattern ---- */
 
@@ -117,6 +137,25 @@ static int info_bucket_of(const char *name) {
     return (int)(sizeof(pats) / sizeof(pats[0]));
 }
 
+/* The same buckets for llama.cpp's GGUF names (models/gguf_map.c); blocks past n_layer are the MTP head. */
+static int info_bucket_of_gguf(const char *name, int n_layer) {
+    static const struct {
+        const char *pat;
+        int bucket;
+    } pats[] = {
+        /* order matters: the first match wins */
+        {"_exps.", 2}, {"_shexp.", 3}, {"ffn_gate_inp.", 4}, {"attn_norm.", 14}, {"post_attention_norm.", 14},
+        {"ffn_norm.", 14}, {"output_norm.", 14}, {"ffn_", 5}, {"ssm_", 6}, {"attn_qkv.", 6}, {"attn_gate.", 6},
+        {"indexer.", 7}, {"attn_", 8}, {"per_layer_token_embd.", 9}, {"ple_token_embd.", 9}, {"ple_", 10},
+        {"hc_", 11}, {"token_embd.", 12}, {"output.", 13},
+    };
+    int il = -1;
+    if (sscanf(name, "blk.%d.", &il) == 1 && il >= n_layer) return 0;
+    for (size_t i = 0; i < sizeof(pats) / sizeof(pats[0]); i++)
+        if (strstr(name, pats[i].pat)) return pats[i].bucket;
+    return 15;
+}
+
 static void print_count(FILE *f, int64_t n) {
     if (n >= 1000000000)
         fprintf(f, "%8.2fB", n / 1e9);
@@ -132,8 +171,13 @@ void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
     const qw_hparams *hp = &m->hp;
     fprintf(f, "model        %s\n", m->path);
     fprintf(f, "architecture %s (config model_type \"%s\")\n", qw_arch_name(hp->arch), hp->model_type);
-    fprintf(f, "files        %d safetensors file%s, %d tensors, prefix \"%s\"\n", m->ws.n_files,
-            m->ws.n_files == 1 ? "" : "s", m->ws.n_entries, m->prefix);
+    if (m->gguf)
+        fprintf(f, "files        GGUF v%u, %lld tensors (llama.cpp architecture \"%s\")\n", m->gguf->version,
+                (long long)m->gguf->n_tensors, hp->model_type);
+    else
+        fprintf(f, "files        %d safetensors file%s, %d tensors, prefix \"%s\"\n", m->ws.n_files,
+                m->ws.n_files == 1 ? "" : "s", m->ws.n_entries, m->prefix);
+    if (m->gguf_note[0]) fprintf(f, "note         %s\n", m->gguf_note);
     fprintf(f, "vocab        %d   hidden %d   layers %d   context %d\n", hp->n_vocab, hp->n_embd, hp->n_layer,
             hp->n_ctx_train);
     fprintf(f, "attention    %d heads, %d kv heads, head dim %d, rotary dims %d, theta %g%s\n", hp->n_head,
@@ -177,9 +221,10 @@ void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
     info_bucket bk[NB];
     memset(bk, 0, sizeof(bk));
     int64_t total = 0;
-    for (int i = 0; i < m->ws.n_entries; i++) {
-        const qw_tensor *t = &m->ws.entries[i].t;
-        int k = info_bucket_of(t->name);
+    int n_file = m->gguf ? (int)m->gguf->n_tensors : m->ws.n_entries;
+    for (int i = 0; i < n_file; i++) {
+        const qw_tensor *t = m->gguf ? &m->gguf->tensors[i].t : &m->ws.entries[i].t;
+        int k = m->gguf ? info_bucket_of_gguf(t->name, hp->n_layer) : info_bucket_of(t->name);
         int64_t n = qw_tensor_nelem(t);
         bk[k].params += n;
         bk[k].n_tensors++;

@@ -11,6 +11,7 @@
 
 #include "core/arena.h"
 #include "core/common.h"
+#include "formats/gguf.h"
 #include "formats/hfconfig.h"
 #include "formats/safetensors.h"
 #include "kernels/ops.h"
@@ -22,6 +23,8 @@ typedef struct {
     const qw_tensor *wo;      /* [H, n_head*hd] */
     float *q_norm, *k_norm;   /* [hd] or NULL */
     int gated;                /* sigma(gate) multiplies the head outputs before wo */
+    int rope_interleaved;     /* llama GGUF: wq/wk rows of each head in llama.cpp's interleaved RoPE order
+                               * (HF row i < hd/2 at 2i, row hd/2+i at 2i+1); undone on the activations */
     /* QSA indexer (NULL for plain attention) */
     const qw_tensor *idx_qk;  /* [(n_idx_head+1)*ihd, H]: queries then the one key */
     float *idx_q_norm, *idx_k_norm; /* [ihd] */
@@ -35,6 +38,8 @@ typedef struct {
     float *neg_exp_a;                 /* [hv] -exp(A_log) */
     float *norm;                      /* [dv] gated RMSNorm weight (plain w) */
     const qw_tensor *out;             /* [H, hv*dv] */
+    int v_tiled;                      /* GGUF: value heads in llama.cpp's tiled order (value head i of key head
+                                       * g at i*hk + g) in qkv, z, b, a, conv, dt_bias, A and out's columns */
 } qw_gdn_w;
 
 typedef struct {
@@ -98,6 +103,8 @@ struct qwenc_model {
     int n_mtp_tensors;         /* mtp.* tensors present (draft head, used by speculative decoding) */
     int64_t n_mtp_params;
     int n_ignored_tensors;     /* vision tower and other tensors the text model does not use */
+    qw_gguf *gguf;             /* the mapped file when loaded from a .gguf (ws is then empty), else NULL */
+    char gguf_note[512];       /* what the GGUF lacked and qwenc assumed (printed by qwenc info) */
     void **owned;              /* f32 copies made at load, freed with the model */
     int n_owned, cap_owned;
 };
@@ -142,6 +149,12 @@ qwenc_status qw_qwen4exp_bind(qwenc_model *m, char *err, size_t errlen);
 void qw_llama_forward(const qw_fwd *f, float *hidden);
 void qw_qwen35_forward(const qw_fwd *f, float *hidden);
 void qw_qwen4exp_forward(const qw_fwd *f, float *hidden);
+
+/* ---- GGUF files (models/gguf_bind.c, gguf_save.c) ---- */
+/* 1 when path names a file (read as GGUF) rather than a checkpoint directory. */
+int qw_path_is_gguf(const char *path);
+/* Hyper-parameters and every weight of a .gguf (m->path, m->ops set; fills the rest). */
+qwenc_status qw_gguf_model_load(qwenc_model *m, const char *path, char *err, size_t errlen);
 
 /* Dispatch to the architecture's forward. */
 void qw_model_forward(const qw_fwd *f, float *hidden);

@@ -1,0 +1,183 @@
+/*
+ * avx2.c - AVX2 + FMA + F16C kernels of the CPU backend; see cpu.h for the contract.
+ *
+ * As avx512.c with 8 lanes: bf16 widened by a zero-extend and a 16-bit shift, f16 by vcvtph2ps, one
+ * 8-lane accumulator per output, FMA in the row order, a fixed reduction tree. AVX2 has no 16-bit masked
+ * load, so the tail of a bf16/f16 row goes through a zero-padded copy; f32 tails use vmaskmovps. Tiles
+ * are 4 rows x 2 tokens: 8 accumulators + 2 activation vectors + 1 weight vector fit the 16 registers.
+ *
+ * Only this file is compiled for AVX2 (the pragma below); cpu.c calls in here only when cpuid says the
+ * CPU has it. On other architectures it is empty.
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu.h"
+
+#define LANES 8
+#define QW_INLINE static inline __attribute__((always_inline))
+
+/* lanes [0, n) of a vmaskmovps mask */
+QW_INLINE __m256i lane_mask(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+QW_INLINE __m256 widen(qw_type type, __m128i h) {
+    if (type == QW_TYPE_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+/* 8 weights from element c of a row as f32; a tail of n_tail < 8 elements reads only those (rest 0). */
+QW_INLINE __m256 load_w(qw_type type, const char *row, int64_t c, int64_t n_tail) {
+    if (type == QW_TYPE_F32)
+        return n_tail ? _mm256_maskload_ps((const float *)(row + c * 4), lane_mask(n_tail))
+                      : _mm256_loadu_ps((const float *)(row + c * 4));
+    if (!n_tail) return widen(type, _mm_loadu_si128((const __m128i *)(row + c * 2)));
+    uint16_t buf[LANES] = {0};
+    memcpy(buf, row + c * 2, (size_t)n_tail * 2);
+    return widen(type, _mm_loadu_si128((const __m128i *)buf));
+}
+
+/* The fixed reduction: 8 -> 4 -> 2 -> 1. */
+QW_INLINE float hsum(__m256 v) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+QW_INLINE void tile_nxm(qw_type type, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws, const float *x,
+                        int64_t ldx, int64_t n) {
+    const char *wr[4];
+    __m256 acc[4][2], xv[2];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        wr[r] = (const char *)w + (size_t)r * ws;
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
+    }
+    int64_t c = 0;
+    for (; c + LANES <= n; c += LANES) {
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + c);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m256 wv = load_w(type, wr[r], c, 0);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    if (c < n) {
+        __m256i m = lane_mask(n - c);
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) xv[t] = _mm256_maskload_ps(x + t * ldx + c, m);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m256 wv = load_w(type, wr[r], c, n - c);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum(acc[r][t]);
+}
+
+/* Any nr <= 4, nt <= 2 from the shapes 4x2, 4x1, 1x2, 1x1. */
+QW_INLINE void tile_any(qw_type type, float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx,
+                        int nr, int nt, int64_t n) {
+    if (nr == 4 && nt == 2) {
+        tile_nxm(type, 4, 2, y, ldy, w, ws, x, ldx, n);
+    } else if (nr == 4) {
+        for (int t = 0; t < nt; t++) tile_nxm(type, 4, 1, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, n);
+    } else if (nt == 2) {
+        for (int r = 0; r < nr; r++) tile_nxm(type, 1, 2, y + r, ldy, (const char *)w + r * ws, ws, x, ldx, n);
+    } else {
+        for (int r = 0; r < nr; r++)
+            for (int t = 0; t < nt; t++)
+                tile_nxm(type, 1, 1, y + t * ldy + r, ldy, (const char *)w + r * ws, ws, x + t * ldx, ldx, n);
+    }
+}
+
+static void tile_f32(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                     int64_t n) {
+    tile_any(QW_TYPE_F32, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
+static void tile_bf16(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                      int64_t n) {
+    tile_any(QW_TYPE_BF16, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
+static void tile_f16(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                     int64_t n) {
+    tile_any(QW_TYPE_F16, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
+
+static void decay_acc(float *S, float d, float *acc, float k, int n) {
+    __m256 vd = _mm256_set1_ps(d), vk = _mm256_set1_ps(k);
+    int i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(S + i), vd);
+        _mm256_storeu_ps(S + i, s);
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vk, s, _mm256_loadu_ps(acc + i)));
+    }
+    if (i < n) {
+        __m256i m = lane_mask(n - i);
+        __m256 s = _mm256_mul_ps(_mm256_maskload_ps(S + i, m), vd);
+        _mm256_maskstore_ps(S + i, m, s);
+        _mm256_maskstore_ps(acc + i, m, _mm256_fmadd_ps(vk, s, _mm256_maskload_ps(acc + i, m)));
+    }
+}
+
+static void rank1_acc(float *S, const float *u, float k, float *acc, float q, int n) {
+    __m256 vk = _mm256_set1_ps(k), vq = _mm256_set1_ps(q);
+    int i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        __m256 s = _mm256_fmadd_ps(vk, _mm256_loadu_ps(u + i), _mm256_loadu_ps(S + i));
+        _mm256_storeu_ps(S + i, s);
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vq, s, _mm256_loadu_ps(acc + i)));
+    }
+    if (i < n) {
+        __m256i m = lane_mask(n - i);
+        __m256 s = _mm256_fmadd_ps(vk, _mm256_maskload_ps(u + i, m), _mm256_maskload_ps(S + i, m));
+        _mm256_maskstore_ps(S + i, m, s);
+        _mm256_maskstore_ps(acc + i, m, _mm256_fmadd_ps(vq, s, _mm256_maskload_ps(acc + i, m)));
+    }
+}
+
+static void scale_axpy(float *y, float s, float a, const float *x, int n) {
+    __m256 vs = _mm256_set1_ps(s), va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_mul_ps(_mm256_loadu_ps(y + i), vs)));
+    if (i < n) {
+        __m256i m = lane_mask(n - i);
+        __m256 v = _mm256_mul_ps(_mm256_maskload_ps(y + i, m), vs);
+        _mm256_maskstore_ps(y + i, m, _mm256_fmadd_ps(va, _mm256_maskload_ps(x + i, m), v));
+    }
+}
+
+const qw_cpu_kernels qw_kernels_avx2 = {
+    .name = "avx2",
+    .lanes = LANES,
+    .tile_nr = 4,
+    .tile_nt = 2,
+    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16},
+    .decay_acc = decay_acc,
+    .rank1_acc = rank1_acc,
+    .scale_axpy = scale_axpy,
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+
+#endif /* __x86_64__ */

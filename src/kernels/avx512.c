@@ -1,0 +1,157 @@
+/*
+ * avx512.c - AVX-512 (F + BW + VL) kernels of the CPU backend; see cpu.h for the contract.
+ *
+ * Weights are widened to f32 exactly: bf16 by a zero-extend and a 16-bit shift, f16 by vcvtph2ps, so the
+ * f32 activations are never rounded (vdpbf16ps would round them to bf16). One 16-lane accumulator per
+ * output, FMA in the row order, the tail through a masked load, then a fixed reduction tree.
+ *
+ * Only this file is compiled for AVX-512 (the pragma below); the rest of the build stays generic x86-64,
+ * and cpu.c calls in here only when cpuid says the CPU has it. On other architectures it is empty.
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+
+#include "kernels/cpu.h"
+
+#define LANES 16
+#define QW_INLINE static inline __attribute__((always_inline))
+
+/* 16 weights from element c of a row, widened to f32; m selects the lanes to read (the rest are 0). */
+QW_INLINE __m512 load_w(qw_type type, const char *row, int64_t c, __mmask16 m, int full) {
+    if (type == QW_TYPE_F32) return full ? _mm512_loadu_ps(row + c * 4) : _mm512_maskz_loadu_ps(m, row + c * 4);
+    __m256i h = full ? _mm256_loadu_si256((const __m256i *)(row + c * 2)) : _mm256_maskz_loadu_epi16(m, row + c * 2);
+    if (type == QW_TYPE_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* The fixed reduction: 16 -> 8 -> 4 -> 2 -> 1. */
+QW_INLINE float hsum(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+/* An NR x NT tile (compile-time sizes once inlined): NR weight rows against NT token rows. */
+QW_INLINE void tile_nxm(qw_type type, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws, const float *x,
+                        int64_t ldx, int64_t n) {
+    const char *wr[4];
+    __m512 acc[4][4], xv[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        wr[r] = (const char *)w + (size_t)r * ws;
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    }
+    int64_t c = 0;
+    for (; c + LANES <= n; c += LANES) {
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + c);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512 wv = load_w(type, wr[r], c, 0, 1);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    if (c < n) {
+        __mmask16 m = (__mmask16)((1u << (n - c)) - 1);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) xv[t] = _mm512_maskz_loadu_ps(m, x + t * ldx + c);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512 wv = load_w(type, wr[r], c, m, 0);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum(acc[r][t]);
+}
+
+/* Any nr <= 4, nt <= 4 from the four specialised shapes 4x4, 4x1, 1x4, 1x1. */
+QW_INLINE void tile_any(qw_type type, float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx,
+                        int nr, int nt, int64_t n) {
+    if (nr == 4 && nt == 4) {
+        tile_nxm(type, 4, 4, y, ldy, w, ws, x, ldx, n);
+    } else if (nr == 4) {
+        for (int t = 0; t < nt; t++) tile_nxm(type, 4, 1, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, n);
+    } else if (nt == 4) {
+        for (int r = 0; r < nr; r++) tile_nxm(type, 1, 4, y + r, ldy, (const char *)w + r * ws, ws, x, ldx, n);
+    } else {
+        for (int r = 0; r < nr; r++)
+            for (int t = 0; t < nt; t++)
+                tile_nxm(type, 1, 1, y + t * ldy + r, ldy, (const char *)w + r * ws, ws, x + t * ldx, ldx, n);
+    }
+}
+
+static void tile_f32(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                     int64_t n) {
+    tile_any(QW_TYPE_F32, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
+static void tile_bf16(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                      int64_t n) {
+    tile_any(QW_TYPE_BF16, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
+static void tile_f16(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                     int64_t n) {
+    tile_any(QW_TYPE_F16, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
+
+QW_INLINE __mmask16 tail_mask(int n) { return (__mmask16)((1u << n) - 1); }
+
+static void decay_acc(float *S, float d, float *acc, float k, int n) {
+    __m512 vd = _mm512_set1_ps(d), vk = _mm512_set1_ps(k);
+    for (int i = 0; i < n; i += LANES) {
+        __mmask16 m = n - i >= LANES ? 0xFFFF : tail_mask(n - i);
+        __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, S + i), vd);
+        _mm512_mask_storeu_ps(S + i, m, s);
+        _mm512_mask_storeu_ps(acc + i, m, _mm512_fmadd_ps(vk, s, _mm512_maskz_loadu_ps(m, acc + i)));
+    }
+}
+
+static void rank1_acc(float *S, const float *u, float k, float *acc, float q, int n) {
+    __m512 vk = _mm512_set1_ps(k), vq = _mm512_set1_ps(q);
+    for (int i = 0; i < n; i += LANES) {
+        __mmask16 m = n - i >= LANES ? 0xFFFF : tail_mask(n - i);
+        __m512 s = _mm512_fmadd_ps(vk, _mm512_maskz_loadu_ps(m, u + i), _mm512_maskz_loadu_ps(m, S + i));
+        _mm512_mask_storeu_ps(S + i, m, s);
+        _mm512_mask_storeu_ps(acc + i, m, _mm512_fmadd_ps(vq, s, _mm512_maskz_loadu_ps(m, acc + i)));
+    }
+}
+
+static void scale_axpy(float *y, float s, float a, const float *x, int n) {
+    __m512 vs = _mm512_set1_ps(s), va = _mm512_set1_ps(a);
+    for (int i = 0; i < n; i += LANES) {
+        __mmask16 m = n - i >= LANES ? 0xFFFF : tail_mask(n - i);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + i), vs);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), v));
+    }
+}
+
+const qw_cpu_kernels qw_kernels_avx512 = {
+    .name = "avx512",
+    .lanes = LANES,
+    .tile_nr = 4,
+    .tile_nt = 4,
+    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16},
+    .decay_acc = decay_acc,
+    .rank1_acc = rank1_acc,
+    .scale_axpy = scale_axpy,
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+
+#endif /* __x86_64__ */

@@ -1,0 +1,567 @@
+/*
+ * cpu.c - the CPU backend: the op table of ops.h run on the thread pool with the best dot kernels for
+ * this CPU (chosen once, from cpuid), and the portable scalar variant of those kernels.
+ *
+ * How the work is split (each output is computed by one thread, in an order that does not depend on
+ * the thread count, so the logits are bit-identical for any number of threads):
+ *   matmul       rows of W in chunks; a chunk does its rows for every token (token tiles of ~256 KiB of
+ *                activations), so each weight row is read once per call; decode is one row-chunked pass
+ *   attention    (token, head) pairs; keys in blocks of 64: f32 scores and a per-block softmax-weighted
+ *                sum of values, merged across blocks in double (flash-attention style, no scratch)
+ *   delta_rule   value heads (each head's state is touched by one thread, its tokens in order)
+ *   rms_norm, l2_norm, rope, conv1d_dw, silu, sigmoid, mul, axpy
+ *                rows / tokens / element ranges when large, each range by the scalar reference code
+ *                itself (so these are bit-identical to ref.c)
+ *   get_rows     the reference (a few rows per token)
+ * Weight types without a kernel (quantized types handled only by qw_ref_dot_row) fall back to the
+ * reference dot per row, inside the same parallel loop.
+ */
+#include "kernels/cpu.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "core/pool.h"
+
+/* ------------------------------------------------------------------ scalar kernels */
+
+/* The scalar variant keeps 8 f32 lanes per output, like avx2.c, so it vectorises where the compiler can. */
+#define SC_LANES 8
+
+/* 8 weights from element c of a row as f32 (n <= 8 of them; the rest 0) */
+static inline void sc_load8(qw_type type, const char *row, int64_t c, int n, float *w) {
+    uint16_t h[SC_LANES];
+    if (type == QW_TYPE_F32) {
+        memcpy(w, row + c * 4, (size_t)n * 4);
+    } else {
+        memcpy(h, row + c * 2, (size_t)n * 2);
+        if (type == QW_TYPE_BF16)
+            for (int l = 0; l < n; l++) w[l] = qw_bf16_to_f32(h[l]);
+        else
+            for (int l = 0; l < n; l++) w[l] = qw_f16_to_f32(h[l]);
+    }
+    for (int l = n; l < SC_LANES; l++) w[l] = 0;
+}
+
+static float sc_dot(qw_type type, const char *row, const float *x, int64_t n) {
+    float acc[SC_LANES] = {0}, w[SC_LANES], xv[SC_LANES];
+    for (int64_t c = 0; c < n; c += SC_LANES) {
+        int m = n - c < SC_LANES ? (int)(n - c) : SC_LANES;
+        sc_load8(type, row, c, m, w);
+        memcpy(xv, x + c, (size_t)m * 4);
+        for (int l = m; l < SC_LANES; l++) xv[l] = 0;
+        for (int l = 0; l < SC_LANES; l++) acc[l] += w[l] * xv[l];
+    }
+    for (int w2 = SC_LANES / 2; w2 > 0; w2 /= 2)
+        for (int l = 0; l < w2; l++) acc[l] += acc[l + w2];
+    return acc[0];
+}
+
+static void sc_tile(qw_type type, float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr,
+                    int nt, int64_t n) {
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) y[t * ldy + r] = sc_dot(type, (const char *)w + r * ws, x + t * ldx, n);
+}
+
+static void sc_tile_f32(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                        int64_t n) {
+    sc_tile(QW_TYPE_F32, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
+static void sc_tile_bf16(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                         int64_t n) {
+    sc_tile(QW_TYPE_BF16, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
+static void sc_tile_f16(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                        int64_t n) {
+    sc_tile(QW_TYPE_F16, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
+
+static void sc_decay_acc(float *S, float d, float *acc, float k, int n) {
+    for (int i = 0; i < n; i++) {
+        S[i] *= d;
+        acc[i] += k * S[i];
+    }
+}
+
+static void sc_rank1_acc(float *S, const float *u, float k, float *acc, float q, int n) {
+    for (int i = 0; i < n; i++) {
+        S[i] += k * u[i];
+        acc[i] += q * S[i];
+    }
+}
+
+static void sc_scale_axpy(float *y, float s, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] = y[i] * s + a * x[i];
+}
+
+static const qw_cpu_kernels kernels_scalar = {
+    .name = "scalar",
+    .lanes = SC_LANES,
+    .tile_nr = 4,
+    .tile_nt = 4,
+    .tile = {[QW_TYPE_F32] = sc_tile_f32, [QW_TYPE_BF16] = sc_tile_bf16, [QW_TYPE_F16] = sc_tile_f16},
+    .decay_acc = sc_decay_acc,
+    .rank1_acc = sc_rank1_acc,
+    .scale_axpy = sc_scale_axpy,
+};
+
+/* ------------------------------------------------------------------ dispatch (once, from cpuid) */
+
+static const qw_cpu_kernels *available[4];
+static pthread_once_t available_once = PTHREAD_ONCE_INIT;
+
+static void detect(void) {
+    int n = 0;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    int fma_f16c = __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (fma_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        available[n++] = &qw_kernels_avx512;
+    if (fma_f16c && __builtin_cpu_supports("avx2")) available[n++] = &qw_kernels_avx2;
+#endif
+    available[n++] = &kernels_scalar;
+    available[n] = NULL;
+}
+
+const qw_cpu_kernels *const *qw_cpu_kernels_available(void) {
+    pthread_once(&available_once, detect);
+    return available;
+}
+
+const qw_cpu_kernels *qw_cpu_kernels_find(const char *name) {
+    const qw_cpu_kernels *const *k = qw_cpu_kernels_available();
+    if (!name || !strcmp(name, "auto")) return k[0];
+    for (; *k; k++)
+        if (!strcmp((*k)->name, name)) return *k;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ the backend */
+
+typedef struct {
+    qw_ops ops; /* first: the table handed out is a pointer to this member */
+    const qw_cpu_kernels *k;
+    qw_pool *pool; /* NULL: one thread */
+    int n_threads;
+} cpu_backend;
+
+static const cpu_backend *backend_of(const qw_ops *ops) { return (const cpu_backend *)ops; }
+
+/* Below this many multiply-adds (or elements) an op runs on the calling thread: waking the pool costs
+ * more than it saves. */
+#define PAR_MIN_WORK (1 << 15)
+
+/* Chunks of at least `align` items, about 4 per thread so a slow thread does not hold the others up. */
+static int64_t chunk_for(const cpu_backend *b, int64_t n, int64_t align) {
+    int64_t c = (n + 4 * b->n_threads - 1) / (4 * b->n_threads);
+    c = (c + align - 1) / align * align;
+    return c > 0 ? c : align;
+}
+
+/* ---- matmul */
+
+typedef struct {
+    float *y;
+    const qw_tensor *w;
+    const float *x;
+    int64_t rows, cols;
+    int n_tok;
+    qw_tile_fn tile; /* NULL: reference dot per row */
+    size_t row_bytes;
+    int tile_nr, tile_nt;
+    int64_t tok_tile; /* tokens whose activations stay in cache while a chunk's rows pass over them */
+} matmul_ctx;
+
+static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
+    const matmul_ctx *c = arg;
+    if (!c->tile) {
+        for (int64_t r = r0; r < r1; r++)
+            for (int t = 0; t < c->n_tok; t++)
+                c->y[(int64_t)t * c->rows + r] = (float)qw_ref_dot_row(c->w, r, c->x + (int64_t)t * c->cols, c->cols);
+        return;
+    }
+    const char *wd = c->w->data;
+    for (int64_t t0 = 0; t0 < c->n_tok; t0 += c->tok_tile) {
+        int64_t t1 = QW_MIN(c->n_tok, t0 + c->tok_tile);
+        for (int64_t r = r0; r < r1; r += c->tile_nr) {
+            int nr = (int)QW_MIN(c->tile_nr, r1 - r);
+            for (int64_t t = t0; t < t1; t += c->tile_nt) {
+                int nt = (int)QW_MIN(c->tile_nt, t1 - t);
+                c->tile(c->y + t * c->rows + r, c->rows, wd + (size_t)r * c->row_bytes, c->row_bytes,
+                        c->x + t * c->cols, c->cols, nr, nt, c->cols);
+            }
+        }
+    }
+}
+
+static void cpu_matmul(const qw_ops *ops, float *y, const qw_tensor *w, const float *x, int n_tok) {
+    const cpu_backend *b = backend_of(ops);
+    matmul_ctx c = {.y = y, .w = w, .x = x, .rows = w->shape[0], .cols = qw_tensor_row_len(w), .n_tok = n_tok};
+    c.tile = w->type < QW_TYPE_COUNT ? b->k->tile[w->type] : NULL;
+    c.tile_nr = b->k->tile_nr;
+    c.tile_nt = b->k->tile_nt;
+    if (c.tile) c.row_bytes = (size_t)c.cols * qw_type_size(w->type);
+    c.tok_tile = (256 << 10) / (c.cols * 4 + 1) / c.tile_nt * c.tile_nt;
+    if (c.tok_tile < c.tile_nt) c.tok_tile = c.tile_nt;
+    if (b->n_threads == 1 || c.rows * c.cols * n_tok < PAR_MIN_WORK) {
+        matmul_rows(&c, 0, c.rows);
+        return;
+    }
+    qw_pool_parallel_for(b->pool, c.rows, chunk_for(b, c.rows, c.tile_nr), matmul_rows, &c);
+}
+
+/* ---- attention */
+
+#define ATTN_MAX_HD 512
+#define ATTN_BLOCK 64
+#define ATTN_MAX_HPU 4 /* query heads of one kv head done together: K and V rows are read once for all */
+
+typedef struct {
+    const cpu_backend *b;
+    float *out;
+    const float *q, *kc, *vc;
+    int q_stride, pos0, n_head, n_head_kv, hd;
+    float scale;
+    const int32_t *sel, *sel_off;
+    int hpu;          /* query heads per unit (they share one kv head) */
+    int units_per_kv; /* ceil(group / hpu) */
+} attn_ctx;
+
+/*
+ * Query heads h0 .. h0+nq-1 of token t, all reading kv head kvh. For each block of keys: f32 scores
+ * (the dot kernels, consecutive key positions a tile at a time), the block's max m_b, p_j = exp(s_j - m_b)
+ * and sum_j p_j v_j in f32; blocks are merged in double with the running max, as the exact softmax. Each
+ * head's numbers do not depend on which heads share its unit.
+ */
+static void attn_unit(const attn_ctx *c, int t, int kvh, int h0, int nq) {
+    const qw_cpu_kernels *k = c->b->k;
+    int hd = c->hd, nk = c->sel ? c->sel_off[t + 1] - c->sel_off[t] : c->pos0 + t + 1;
+    const int32_t *keys = c->sel ? c->sel + c->sel_off[t] : NULL;
+    const float *q0 = c->q + (int64_t)t * c->q_stride + (int64_t)h0 * hd;
+    size_t kv_stride = (size_t)c->n_head_kv * hd; /* floats between consecutive positions */
+    double acc[ATTN_MAX_HPU][ATTN_MAX_HD], m[ATTN_MAX_HPU], l[ATTN_MAX_HPU];
+    float blk[ATTN_MAX_HPU][ATTN_MAX_HD], s[ATTN_MAX_HPU][ATTN_BLOCK];
+    if (nk == 0) { /* no visible key: zeros, as the reference gives */
+        for (int i = 0; i < nq; i++) memset(c->out + ((int64_t)t * c->n_head + h0 + i) * hd, 0, (size_t)hd * sizeof(float));
+        return;
+    }
+    for (int i0 = 0; i0 < nk; i0 += ATTN_BLOCK) {
+        int nb = QW_MIN(ATTN_BLOCK, nk - i0);
+        for (int j = 0; j < nb;) {
+            int64_t pos = keys ? keys[i0 + j] : i0 + j;
+            int nr = 1;
+            while (nr < k->tile_nr && j + nr < nb && (!keys || keys[i0 + j + nr] == pos + nr)) nr++;
+            for (int i = 0; i < nq; i += k->tile_nt)
+                k->tile[QW_TYPE_F32](&s[i][j], ATTN_BLOCK, c->kc + pos * kv_stride + (int64_t)kvh * hd, kv_stride * 4,
+                                     q0 + (int64_t)i * hd, hd, nr, QW_MIN(k->tile_nt, nq - i), hd);
+            j += nr;
+        }
+        for (int i = 0; i < nq; i++) {
+            float mb = -INFINITY, lb = 0;
+            for (int j = 0; j < nb; j++) {
+                s[i][j] *= c->scale;
+                mb = s[i][j] > mb ? s[i][j] : mb;
+            }
+            for (int j = 0; j < nb; j++) lb += s[i][j] = expf(s[i][j] - mb);
+            memset(blk[i], 0, (size_t)hd * sizeof(float));
+            for (int j = 0; j < nb; j++) {
+                int64_t pos = keys ? keys[i0 + j] : i0 + j;
+                k->scale_axpy(blk[i], 1.0f, s[i][j], c->vc + pos * kv_stride + (int64_t)kvh * hd, hd);
+            }
+            if (i0 == 0) {
+                m[i] = mb;
+                l[i] = lb;
+                for (int d = 0; d < hd; d++) acc[i][d] = blk[i][d];
+                continue;
+            }
+            double mn = m[i] > mb ? m[i] : mb, ra = exp(m[i] - mn), rb = exp(mb - mn);
+            l[i] = l[i] * ra + lb * rb;
+            for (int d = 0; d < hd; d++) acc[i][d] = acc[i][d] * ra + blk[i][d] * rb;
+            m[i] = mn;
+        }
+    }
+    for (int i = 0; i < nq; i++) {
+        float *oh = c->out + ((int64_t)t * c->n_head + h0 + i) * hd;
+        for (int d = 0; d < hd; d++) oh[d] = (float)(acc[i][d] / l[i]);
+    }
+}
+
+/* unit u: token u / (n_head_kv * units_per_kv), then kv head, then its chunk of query heads */
+static void attn_units(void *arg, int64_t u0, int64_t u1) {
+    const attn_ctx *c = arg;
+    int group = c->n_head / c->n_head_kv;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t per_tok = (int64_t)c->n_head_kv * c->units_per_kv;
+        int t = (int)(u / per_tok), r = (int)(u % per_tok), kvh = r / c->units_per_kv, hc = r % c->units_per_kv;
+        int h0 = kvh * group + hc * c->hpu;
+        attn_unit(c, t, kvh, h0, QW_MIN(c->hpu, group - hc * c->hpu));
+    }
+}
+
+static void cpu_attention(const qw_ops *ops, float *out, const float *q, int q_stride, const float *kc,
+                          const float *vc, int n_tok, int pos0, int n_head, int n_head_kv, int hd, float scale,
+                          const int32_t *sel, const int32_t *sel_off, double *work) {
+    (void)work; /* blocks need no scratch beyond the stack */
+    const cpu_backend *b = backend_of(ops);
+    QW_ASSERT(hd <= ATTN_MAX_HD && n_head % n_head_kv == 0);
+    attn_ctx c = {.b = b, .out = out, .q = q, .kc = kc, .vc = vc, .q_stride = q_stride, .pos0 = pos0,
+                  .n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .scale = scale, .sel = sel, .sel_off = sel_off};
+    /* as many heads per unit as share a kv head (up to 4), fewer when that would leave threads idle */
+    int group = n_head / n_head_kv;
+    c.hpu = QW_MIN(group, ATTN_MAX_HPU);
+    while (c.hpu > 1 && (int64_t)n_tok * n_head_kv * ((group + c.hpu - 1) / c.hpu) < 2 * b->n_threads) c.hpu /= 2;
+    c.units_per_kv = (group + c.hpu - 1) / c.hpu;
+    int64_t units = (int64_t)n_tok * n_head_kv * c.units_per_kv;
+    int64_t work_est = (int64_t)n_tok * n_head * (pos0 + n_tok) * hd;
+    if (b->n_threads == 1 || work_est < PAR_MIN_WORK) {
+        attn_units(&c, 0, units);
+        return;
+    }
+    qw_pool_parallel_for(b->pool, units, chunk_for(b, units, 1), attn_units, &c);
+}
+
+/* ---- delta rule */
+
+#define DR_MAX_DV 1024
+
+typedef struct {
+    const cpu_backend *b;
+    float *o, *state;
+    const float *q, *k, *v, *g, *beta;
+    int n_tok, hk, hv, dk, dv;
+} dr_ctx;
+
+/* Value head j over all tokens, in order: S = exp(g) S; u = beta (v - S^T k); S += k u^T; o = S^T q. */
+static void dr_heads(void *arg, int64_t j0, int64_t j1) {
+    const dr_ctx *c = arg;
+    const qw_cpu_kernels *K = c->b->k;
+    int rep = c->hv / c->hk, dk = c->dk, dv = c->dv;
+    float kv[DR_MAX_DV], u[DR_MAX_DV];
+    for (int64_t j = j0; j < j1; j++) {
+        float *S = c->state + j * dk * dv; /* [dk][dv] */
+        for (int t = 0; t < c->n_tok; t++) {
+            const float *qj = c->q + ((int64_t)t * c->hk + j / rep) * dk;
+            const float *kj = c->k + ((int64_t)t * c->hk + j / rep) * dk;
+            const float *vj = c->v + ((int64_t)t * c->hv + j) * dv;
+            float *oj = c->o + ((int64_t)t * c->hv + j) * dv;
+            float decay = expf(c->g[(int64_t)t * c->hv + j]), bt = c->beta[(int64_t)t * c->hv + j];
+            memset(kv, 0, (size_t)dv * sizeof(float));
+            for (int r = 0; r < dk; r++) K->decay_acc(S + (int64_t)r * dv, decay, kv, kj[r], dv);
+            for (int i = 0; i < dv; i++) u[i] = bt * (vj[i] - kv[i]);
+            memset(oj, 0, (size_t)dv * sizeof(float));
+            for (int r = 0; r < dk; r++) K->rank1_acc(S + (int64_t)r * dv, u, kj[r], oj, qj[r], dv);
+        }
+    }
+}
+
+static void cpu_delta_rule(const qw_ops *ops, float *o, float *state, const float *q, const float *k, const float *v,
+                           const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
+    const cpu_backend *b = backend_of(ops);
+    QW_ASSERT(dv <= DR_MAX_DV);
+    dr_ctx c = {.b = b, .o = o, .state = state, .q = q, .k = k, .v = v, .g = g, .beta = beta, .n_tok = n_tok,
+                .hk = hk, .hv = hv, .dk = dk, .dv = dv};
+    if (b->n_threads == 1 || (int64_t)n_tok * hv * dk * dv < PAR_MIN_WORK) {
+        dr_heads(&c, 0, hv);
+        return;
+    }
+    qw_pool_parallel_for(b->pool, hv, 1, dr_heads, &c);
+}
+
+/* ---- ops split into ranges, each range done by the reference code */
+
+typedef struct {
+    const qw_ops *ref;
+    float *y;
+    const float *x, *a, *w;
+    int dim, k, dil, n_head, head_stride, n_rot;
+    float eps, s;
+    int zc;
+} range_ctx;
+
+static void rms_rows(void *arg, int64_t r0, int64_t r1) {
+    const range_ctx *c = arg;
+    c->ref->rms_norm(c->ref, c->y + r0 * c->dim, c->x + r0 * c->dim, c->w, (int)(r1 - r0), c->dim, c->eps, c->zc);
+}
+
+static void cpu_rms_norm(const qw_ops *ops, float *y, const float *x, const float *w, int n_rows, int dim, float eps,
+                         int zc) {
+    const cpu_backend *b = backend_of(ops);
+    range_ctx c = {.ref = qw_ops_ref(), .y = y, .x = x, .w = w, .dim = dim, .eps = eps, .zc = zc};
+    if (b->n_threads == 1 || (int64_t)n_rows * dim < PAR_MIN_WORK) {
+        rms_rows(&c, 0, n_rows);
+        return;
+    }
+    qw_pool_parallel_for(b->pool, n_rows, chunk_for(b, n_rows, 1), rms_rows, &c);
+}
+
+static void l2_rows(void *arg, int64_t r0, int64_t r1) {
+    const range_ctx *c = arg;
+    c->ref->l2_norm(c->ref, c->y + r0 * c->dim, (int)(r1 - r0), c->dim, c->eps, c->s);
+}
+
+static void cpu_l2_norm(const qw_ops *ops, float *x, int n_rows, int dim, float eps, float scale) {
+    const cpu_backend *b = backend_of(ops);
+    range_ctx c = {.ref = qw_ops_ref(), .y = x, .dim = dim, .eps = eps, .s = scale};
+    if (b->n_threads == 1 || (int64_t)n_rows * dim < PAR_MIN_WORK) {
+        l2_rows(&c, 0, n_rows);
+        return;
+    }
+    qw_pool_parallel_for(b->pool, n_rows, chunk_for(b, n_rows, 1), l2_rows, &c);
+}
+
+static void rope_toks(void *arg, int64_t t0, int64_t t1) {
+    const range_ctx *c = arg;
+    c->ref->rope(c->ref, c->y + t0 * c->dim, (int)(t1 - t0), c->dim, c->n_head, c->head_stride, c->n_rot,
+                 c->a + t0 * c->n_rot);
+}
+
+static void cpu_rope(const qw_ops *ops, float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot,
+                     const float *cs) {
+    const cpu_backend *b = backend_of(ops);
+    range_ctx c = {.ref = qw_ops_ref(), .y = x, .a = cs, .dim = row_stride, .n_head = n_head,
+                   .head_stride = head_stride, .n_rot = n_rot};
+    if (b->n_threads == 1 || (int64_t)n_tok * n_head * n_rot < PAR_MIN_WORK) {
+        rope_toks(&c, 0, n_tok);
+        return;
+    }
+    qw_pool_parallel_for(b->pool, n_tok, chunk_for(b, n_tok, 1), rope_toks, &c);
+}
+
+static void conv_toks(void *arg, int64_t t0, int64_t t1) {
+    const range_ctx *c = arg;
+    /* token t reads input rows t + j*dil: shifting both by t0 rows gives the same sums */
+    c->ref->conv1d_dw(c->ref, c->y + t0 * c->dim, c->x + t0 * c->dim, c->w, (int)(t1 - t0), c->dim, c->k, c->dil);
+}
+
+static void cpu_conv1d_dw(const qw_ops *ops, float *y, const float *x, const float *w, int n_tok, int ch, int k,
+                          int dil) {
+    const cpu_backend *b = backend_of(ops);
+    range_ctx c = {.ref = qw_ops_ref(), .y = y, .x = x, .w = w, .dim = ch, .k = k, .dil = dil};
+    if (b->n_threads == 1 || (int64_t)n_tok * ch * k < PAR_MIN_WORK) {
+        conv_toks(&c, 0, n_tok);
+        return;
+    }
+    qw_pool_parallel_for(b->pool, n_tok, chunk_for(b, n_tok, 1), conv_toks, &c);
+}
+
+/* element-wise ops: ranges of at least 4096 elements */
+static void silu_range(void *arg, int64_t i0, int64_t i1) {
+    const range_ctx *c = arg;
+    c->ref->silu(c->ref, c->y + i0, i1 - i0);
+}
+static void sigmoid_range(void *arg, int64_t i0, int64_t i1) {
+    const range_ctx *c = arg;
+    c->ref->sigmoid(c->ref, c->y + i0, i1 - i0);
+}
+static void mul_range(void *arg, int64_t i0, int64_t i1) {
+    const range_ctx *c = arg;
+    c->ref->mul(c->ref, c->y + i0, c->a + i0, c->x + i0, i1 - i0);
+}
+static void axpy_range(void *arg, int64_t i0, int64_t i1) {
+    const range_ctx *c = arg;
+    c->ref->axpy(c->ref, c->y + i0, c->a + i0, c->s, i1 - i0);
+}
+
+static void elementwise(const cpu_backend *b, qw_pool_fn fn, range_ctx *c, int64_t n) {
+    if (b->n_threads == 1 || n < PAR_MIN_WORK) {
+        fn(c, 0, n);
+        return;
+    }
+    qw_pool_parallel_for(b->pool, n, chunk_for(b, n, 4096), fn, c);
+}
+
+static void cpu_silu(const qw_ops *ops, float *x, int64_t n) {
+    range_ctx c = {.ref = qw_ops_ref(), .y = x};
+    elementwise(backend_of(ops), silu_range, &c, n);
+}
+static void cpu_sigmoid(const qw_ops *ops, float *x, int64_t n) {
+    range_ctx c = {.ref = qw_ops_ref(), .y = x};
+    elementwise(backend_of(ops), sigmoid_range, &c, n);
+}
+static void cpu_mul(const qw_ops *ops, float *y, const float *a, const float *b, int64_t n) {
+    range_ctx c = {.ref = qw_ops_ref(), .y = y, .a = a, .x = b};
+    elementwise(backend_of(ops), mul_range, &c, n);
+}
+static void cpu_axpy(const qw_ops *ops, float *y, const float *a, float s, int64_t n) {
+    range_ctx c = {.ref = qw_ops_ref(), .y = y, .a = a, .s = s};
+    elementwise(backend_of(ops), axpy_range, &c, n);
+}
+
+static void cpu_get_rows(const qw_ops *ops, float *y, const qw_tensor *w, const int32_t *ids, int n) {
+    (void)ops;
+    qw_ops_ref()->get_rows(qw_ops_ref(), y, w, ids, n);
+}
+
+static const qw_ops cpu_table = {
+    .name = "cpu",
+    .matmul = cpu_matmul,
+    .get_rows = cpu_get_rows,
+    .rms_norm = cpu_rms_norm,
+    .l2_norm = cpu_l2_norm,
+    .rope = cpu_rope,
+    .conv1d_dw = cpu_conv1d_dw,
+    .silu = cpu_silu,
+    .sigmoid = cpu_sigmoid,
+    .mul = cpu_mul,
+    .axpy = cpu_axpy,
+    .attention = cpu_attention,
+    .delta_rule = cpu_delta_rule,
+};
+
+qwenc_status qw_ops_cpu_new(int n_threads, const char *kernels, const qw_ops **out, char *err, size_t errlen) {
+    *out = NULL;
+    cpu_backend *b = qw_xcalloc(1, sizeof(*b));
+    b->n_threads = 1;
+    if (kernels && !strcmp(kernels, "ref")) {
+        b->ops = *qw_ops_ref();
+        *out = &b->ops;
+        return QWENC_OK;
+    }
+    b->k = qw_cpu_kernels_find(kernels);
+    if (!b->k) {
+        char names[128] = "";
+        for (const qw_cpu_kernels *const *k = qw_cpu_kernels_available(); *k; k++)
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s, ", (*k)->name);
+        free(b);
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                      "kernels \"%s\" are not available on this CPU (available: %sref)", kernels, names);
+    }
+    b->ops = cpu_table;
+    b->ops.name = b->k->name;
+    b->n_threads = n_threads > 0 ? n_threads : qw_cpu_count();
+    if (b->n_threads > 1 && !(b->pool = qw_pool_new(b->n_threads))) {
+        int n = b->n_threads;
+        free(b);
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "cannot start %d threads", n);
+    }
+    *out = &b->ops;
+    return QWENC_OK;
+}
+
+void qw_ops_cpu_free(const qw_ops *ops) {
+    if (!ops) return;
+    cpu_backend *b = (cpu_backend *)backend_of(ops);
+    qw_pool_free(b->pool);
+    free(b);
+}
+
+int qw_ops_cpu_n_threads(const qw_ops *ops) { return backend_of(ops)->n_threads; }
+
+/* The best kernels on the calling thread only: for callers without a model (tools, tests). */
+static cpu_backend default_backend;
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+static void default_init(void) {
+    default_backend.k = qw_cpu_kernels_find(NULL);
+    default_backend.ops = cpu_table;
+    default_backend.ops.name = default_backend.k->name;
+    default_backend.n_threads = 1;
+}
+
+const qw_ops *qw_ops_cpu(void) {
+    pthread_once(&default_once, default_init);
+    return &default_backend.ops;
+}

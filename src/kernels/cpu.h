@@ -1,0 +1,61 @@
+/*
+ * cpu.h - the CPU backend: the kernel variants it chooses from (scalar in cpu.c, avx2.c, avx512.c) and
+ * the constructor of its op table (a thread pool beside the kernels).
+ *
+ * The dot kernels keep ONE f32 accumulator vector of `lanes` lanes per output, walk the row in steps
+ * of `lanes` (the tail read through a mask or a zero-padded copy) and reduce it by a fixed tree. So
+ * every tile shape gives bit-identical results: how rows and tokens are grouped into tiles, and how
+ * tiles are spread over threads, never changes an output. The error against the exact dot product is
+ * at most (ceil(n/lanes) + log2(lanes) + 3) * 2^-24 * sum|w_i x_i| (the per-lane f32 sums, the tree,
+ * the rounding of products in the scalar variant, and the final rounding that the reference also does);
+ * tests/t_kernels.c checks exactly this bound.
+ */
+#ifndef QW_CPU_H
+#define QW_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+#include "qwenc.h"
+
+/* y[t * ldy + r] = sum_c W[r][c] * x[t * ldx + c] for r < nr, t < nt (nr <= tile_nr, nt <= tile_nt);
+ * W is nr rows of n elements of the kernel's weight type, row r at (const char *)w + r * w_stride. */
+typedef void (*qw_tile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride, const float *x, int64_t ldx, int nr,
+                           int nt, int64_t n);
+
+typedef struct {
+    const char *name;            /* "avx512", "avx2", "scalar" */
+    int lanes;                   /* f32 lanes of one accumulator (the dot error bound depends on it) */
+    int tile_nr, tile_nt;        /* the largest tile: weight rows x tokens */
+    qw_tile_fn tile[QW_TYPE_COUNT]; /* NULL: weight type not handled here (qw_ref_dot_row is used) */
+    /* The delta rule's row updates, i < n:
+     * decay_acc: S[i] *= d; acc[i] += k * S[i].   rank1_acc: S[i] += k * u[i]; acc[i] += q * S[i]. */
+    void (*decay_acc)(float *S, float d, float *acc, float k, int n);
+    void (*rank1_acc)(float *S, const float *u, float k, float *acc, float q, int n);
+    /* y[i] = y[i] * s + a * x[i], i < n (attention's running weighted sum of values) */
+    void (*scale_axpy)(float *y, float s, float a, const float *x, int n);
+} qw_cpu_kernels;
+
+/* The variants compiled for this architecture and supported by this CPU, best first; NULL-terminated. */
+const qw_cpu_kernels *const *qw_cpu_kernels_available(void);
+/* The variant of that name, if compiled and supported (NULL or "auto": the best); NULL otherwise. */
+const qw_cpu_kernels *qw_cpu_kernels_find(const char *name);
+
+/*
+ * The CPU op table: matmul, attention, delta rule and the large element-wise ops run on a pool of
+ * n_threads threads (0: one per CPU) with the kernel variant `kernels` (NULL or "auto": the best for
+ * this CPU; "ref": the scalar reference table of ref.c on one thread). Fails if the variant is unknown
+ * or not supported by this CPU (QWENC_ERR_UNSUPPORTED) or the threads cannot be created.
+ */
+qwenc_status qw_ops_cpu_new(int n_threads, const char *kernels, const qw_ops **out, char *err, size_t errlen);
+void qw_ops_cpu_free(const qw_ops *ops);
+/* The threads a table made by qw_ops_cpu_new uses. */
+int qw_ops_cpu_n_threads(const qw_ops *ops);
+
+#if defined(__x86_64__)
+extern const qw_cpu_kernels qw_kernels_avx2;   /* AVX2 + FMA + F16C */
+extern const qw_cpu_kernels qw_kernels_avx512; /* AVX-512 F + BW + VL */
+#endif
+
+#endif

@@ -1,0 +1,62 @@
+/*
+ * footprint.c - how many bytes of weights the model holds and how many one decoded token reads: the
+ * numerator of the memory-bandwidth bound of decode (qwenc bench). See qwenc_model_weight_bytes.
+ *
+ * Walks the bound layers (model.h), so it counts exactly the matrices the forward multiplies; routed
+ * experts count n_expert_used / n_expert of their bytes (the expected share under any routing that uses
+ * every expert equally; the true share of one token is exactly that many experts), the embedding table
+ * one row and a PLE table n_heads rows.
+ */
+#include <string.h>
+
+#include "models/model.h"
+
+static int64_t tensor_bytes(const qw_tensor *t) {
+    if (!t || !t->data) return 0;
+    return (int64_t)qw_type_row_size(t->type, qw_tensor_nelem(t));
+}
+
+static int64_t ffn_bytes(const qw_ffn_w *w) {
+    return tensor_bytes(&w->gate) + tensor_bytes(&w->up) + tensor_bytes(&w->down);
+}
+
+static int64_t hc_bytes(const qw_hc_w *w) { return tensor_bytes(w->down) + tensor_bytes(w->up) + tensor_bytes(w->inject); }
+
+void qwenc_model_weight_bytes(const qwenc_model *m, int64_t *total, int64_t *per_token) {
+    const qw_hparams *hp = &m->hp;
+    int64_t all = 0;
+    for (int i = 0; i < m->ws.n_entries; i++) {
+        const qw_tensor *t = &m->ws.entries[i].t;
+        if (!strncmp(t->name, "mtp.", 4) || !strncmp(t->name, "model.visual.", 13)) continue;
+        all += tensor_bytes(t);
+    }
+    double tok = (double)qw_type_row_size(m->tok_embd->type, hp->n_embd) + (double)tensor_bytes(m->output);
+    tok += (double)hc_bytes(&m->hc_final);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const qw_layer *L = &m->layers[il];
+        const qw_attn_w *a = &L->attn;
+        tok += (double)(tensor_bytes(a->wq) + tensor_bytes(a->wk) + tensor_bytes(a->wv) + tensor_bytes(a->wo) +
+                        tensor_bytes(a->idx_qk));
+        const qw_gdn_w *g = &L->gdn;
+        tok += (double)(tensor_bytes(g->qkv) + tensor_bytes(g->z) + tensor_bytes(g->b) + tensor_bytes(g->a) +
+                        tensor_bytes(g->qkvz) + tensor_bytes(g->ba) + tensor_bytes(g->out));
+        if (L->moe) {
+            const qw_moe_w *w = &L->moe_w;
+            tok += (double)(tensor_bytes(w->router) + ffn_bytes(&w->shared) + tensor_bytes(w->shared_gate));
+            double experts = 0;
+            for (int e = 0; e < hp->n_expert; e++) experts += (double)ffn_bytes(&w->experts[e]);
+            if (hp->n_expert) tok += experts * hp->n_expert_used / hp->n_expert;
+        } else {
+            tok += (double)ffn_bytes(&L->mlp);
+        }
+        tok += (double)(hc_bytes(&L->hc_attn) + hc_bytes(&L->hc_mlp));
+        if (L->ple) {
+            const qw_ple_w *p = L->ple;
+            tok += (double)(tensor_bytes(p->key_proj) + tensor_bytes(p->value_proj));
+            if (p->n_chunks)
+                tok += (double)hp->ngram_heads * (double)qw_type_row_size(p->chunks[0].type, hp->ple_dim / hp->ngram_heads);
+        }
+    }
+    if (total) *total = all;
+    if (per_token) *per_token = (int64_t)tok;
+}

@@ -1,0 +1,613 @@
+/*
+ * gguf_map.c - the tables of gguf_map.h: architecture names, tensor roles and names, the hyper-parameters
+ * a GGUF's metadata gives, and the tensor-type policy of qwenc quantize.
+ *
+ * Metadata read here (keys "<arch>.<suffix>" unless written in full), with the converter call that writes it:
+ *   block_count, context_length, embedding_length, feed_forward_length, vocab_size (llama),
+ *   attention.{head_count, head_count_kv, key_length, layer_norm_rms_epsilon}, rope.{freq_base,
+ *   dimension_count, scaling.type, scaling.factor}, expert_{count, used_count, feed_forward_length,
+ *   shared_feed_forward_length}, nextn_predict_layers             TextModel / LlamaModel / Qwen2MoeModel
+ *   ssm.{conv_kernel, state_size, group_count, time_step_rank, inner_size}, attention.recurrent_layers,
+ *   full_attention_interval                                       Qwen3NextModel
+ *   hyper_connection.{count, low_rank}, attention.indexer.{head_count, key_length, top_k},
+ *   attention.compress_ratios, ple.{layers, ngram_size, heads_per_ngram, conv_kernel, eos_token_id,
+ *   layer_multipliers, head_offsets, head_vocab_sizes}, embedding_length_per_layer_input   Qwen4ExpTextModel
+ * and qwenc's own keys for what the converter drops (written by qwenc quantize, ignored by llama.cpp):
+ *   expert_weights_norm (a llama.cpp key qwen3next does not read) for norm_topk_prob = false,
+ *   ssm.gate_activation "silu" for a qwen4_exp checkpoint whose DeltaNet output gate is silu.
+ */
+#include "models/gguf_map.h"
+
+#include <ctype.h>
+#include <string.h>
+
+static const char *const arch_names[QW_ARCH_COUNT] = {
+    [QW_ARCH_LLAMA] = "llama",         [QW_ARCH_QWEN3] = "qwen3",           [QW_ARCH_QWEN35] = "qwen35",
+    [QW_ARCH_QWEN35_MOE] = "qwen35moe", [QW_ARCH_QWEN3_NEXT] = "qwen3next", [QW_ARCH_QWEN4EXP] = "qwen4exp",
+};
+
+const char *qw_gguf_arch_name(qw_arch a) { return a < QW_ARCH_COUNT ? arch_names[a] : "?"; }
+
+int qw_gguf_arch_parse(const char *name, qw_arch *a) {
+    for (int i = 0; i < QW_ARCH_COUNT; i++)
+        if (strcmp(name, arch_names[i]) == 0) {
+            *a = (qw_arch)i;
+            return 1;
+        }
+    return 0;
+}
+
+const char *qw_gguf_key(char *buf, size_t n, qw_arch a, const char *suffix) {
+    snprintf(buf, n, "%s.%s", qw_gguf_arch_name(a), suffix);
+    return buf;
+}
+
+#define ZC "+1 folded in (zero-centred archs); F32"
+static const qw_gt_info gt_info[QW_GT_COUNT] = {
+    [QW_GT_TOKEN_EMBD] = {"token_embd.weight", 0, "model.embed_tokens.weight", "", 0},
+    [QW_GT_OUTPUT] = {"output.weight", 0, "lm_head.weight", "absent when tied to the embedding", 0},
+    [QW_GT_OUTPUT_NORM] = {"output_norm.weight", 0, "model.norm.weight", ZC, 1},
+    [QW_GT_ROPE_FREQS] = {"rope_freqs.weight", 0, "(llama3 rope_parameters)", "generated: divisor of each frequency; F32", 1},
+    [QW_GT_HC_HEAD_NORM] = {"output_hc_norm.weight", 0, "model.hyper_connection_mixer.hc_norm.weight", ZC, 1},
+    [QW_GT_HC_HEAD_DOWN] = {"output_hc_down.weight", 0, "model.hyper_connection_mixer.input_mix_weight_down.weight", "", 0},
+    [QW_GT_HC_HEAD_UP] = {"output_hc_up.weight", 0, "model.hyper_connection_mixer.input_mix_weight_up.weight", "", 0},
+    [QW_GT_PLE_TABLE] = {"per_layer_token_embd.weight", 0, "ple.ple_embedding.ngram_embedding.shard_{i}.weight",
+                         "shards concatenated in index order (one PLE layer only)", 0},
+    [QW_GT_ATTN_NORM] = {"attn_norm.weight", 1, "input_layernorm.weight", ZC, 1},
+    [QW_GT_FFN_NORM] = {"ffn_norm.weight", 1, "post_attention_layernorm.weight", "llama, qwen3; F32", 1},
+    [QW_GT_POST_ATTN_NORM] = {"post_attention_norm.weight", 1, "post_attention_layernorm.weight", ZC, 1},
+    [QW_GT_ATTN_Q] = {"attn_q.weight", 1, "self_attn.q_proj.weight",
+                      "llama: rows of each head permuted for interleaved RoPE; qwen35/4exp: [q_h | gate_h] per head", 0},
+    [QW_GT_ATTN_K] = {"attn_k.weight", 1, "self_attn.k_proj.weight", "llama: rows of each head permuted", 0},
+    [QW_GT_ATTN_V] = {"attn_v.weight", 1, "self_attn.v_proj.weight", "", 0},
+    [QW_GT_ATTN_OUT] = {"attn_output.weight", 1, "self_attn.o_proj.weight", "", 0},
+    [QW_GT_ATTN_Q_NORM] = {"attn_q_norm.weight", 1, "self_attn.q_norm.weight", ZC, 1},
+    [QW_GT_ATTN_K_NORM] = {"attn_k_norm.weight", 1, "self_attn.k_norm.weight", ZC, 1},
+    [QW_GT_INDEXER_Q] = {"indexer.q_proj.weight", 1, "self_attn.indexer.index_qk_proj.weight",
+                         "rows [0, n_idx_head*ihd): the queries", 0},
+    [QW_GT_INDEXER_K] = {"indexer.k_proj.weight", 1, "self_attn.indexer.index_qk_proj.weight",
+                         "the last ihd rows: the key", 0},
+    [QW_GT_INDEXER_Q_NORM] = {"indexer.q_norm.weight", 1, "self_attn.indexer.q_layernorm.weight", ZC, 1},
+    [QW_GT_INDEXER_K_NORM] = {"indexer.k_norm.weight", 1, "self_attn.indexer.k_layernorm.weight", ZC, 1},
+    [QW_GT_SSM_QKV] = {"attn_qkv.weight", 1, "linear_attn.in_proj_qkv.weight",
+                       "value rows in tiled head order; qwen3next: q, k, v rows of in_proj_qkvz", 0},
+    [QW_GT_SSM_GATE] = {"attn_gate.weight", 1, "linear_attn.in_proj_z.weight",
+                        "rows in tiled head order; qwen3next: z rows of in_proj_qkvz", 0},
+    [QW_GT_SSM_BETA] = {"ssm_beta.weight", 1, "linear_attn.in_proj_b.weight", "rows in tiled head order", 1},
+    [QW_GT_SSM_ALPHA] = {"ssm_alpha.weight", 1, "linear_attn.in_proj_a.weight", "rows in tiled head order", 1},
+    [QW_GT_SSM_BA] = {"ssm_ba.weight", 1, "linear_attn.in_proj_ba.weight", "qwen3next: copied (grouped by key head)", 1},
+    [QW_GT_SSM_CONV] = {"ssm_conv1d.weight", 1, "linear_attn.conv1d.weight",
+                        "[ch, 1, K] squeezed to [ch, K]; value channels in tiled head order; F32", 1},
+    [QW_GT_SSM_DT] = {"ssm_dt.bias", 1, "linear_attn.dt_bias", "tiled head order; F32", 1},
+    [QW_GT_SSM_A] = {"ssm_a", 1, "linear_attn.A_log", "stored as -exp(A_log); tiled head order; F32", 1},
+    [QW_GT_SSM_NORM] = {"ssm_norm.weight", 1, "linear_attn.norm.weight", "plain weight (no +1); F32", 1},
+    [QW_GT_SSM_OUT] = {"ssm_out.weight", 1, "linear_attn.out_proj.weight", "columns in tiled head order", 0},
+    [QW_GT_FFN_GATE] = {"ffn_gate.weight", 1, "mlp.gate_proj.weight", "", 0},
+    [QW_GT_FFN_UP] = {"ffn_up.weight", 1, "mlp.up_proj.weight", "", 0},
+    [QW_GT_FFN_DOWN] = {"ffn_down.weight", 1, "mlp.down_proj.weight", "", 0},
+    [QW_GT_FFN_GATE_INP] = {"ffn_gate_inp.weight", 1, "mlp.gate.weight", "router; F32", 1},
+    [QW_GT_FFN_GATE_EXPS] = {"ffn_gate_exps.weight", 1, "mlp.experts.{e}.gate_proj.weight",
+                             "stacked to [E, I, H] (or the first half of fused gate_up_proj)", 0},
+    [QW_GT_FFN_UP_EXPS] = {"ffn_up_exps.weight", 1, "mlp.experts.{e}.up_proj.weight",
+                           "stacked to [E, I, H] (or the second half of gate_up_proj)", 0},
+    [QW_GT_FFN_DOWN_EXPS] = {"ffn_down_exps.weight", 1, "mlp.experts.{e}.down_proj.weight", "stacked to [E, H, I]", 0},
+    [QW_GT_FFN_GATE_SHEXP] = {"ffn_gate_shexp.weight", 1, "mlp.shared_expert.gate_proj.weight", "", 0},
+    [QW_GT_FFN_UP_SHEXP] = {"ffn_up_shexp.weight", 1, "mlp.shared_expert.up_proj.weight", "", 0},
+    [QW_GT_FFN_DOWN_SHEXP] = {"ffn_down_shexp.weight", 1, "mlp.shared_expert.down_proj.weight", "", 0},
+    [QW_GT_FFN_GATE_INP_SHEXP] = {"ffn_gate_inp_shexp.weight", 1, "mlp.shared_expert_gate.weight", "[1, H]; F32", 1},
+    [QW_GT_HC_ATTN_NORM] = {"hc_attn_norm.weight", 1, "attn_hyper_connection.hc_norm.weight", ZC, 1},
+    [QW_GT_HC_ATTN_DOWN] = {"hc_attn_down.weight", 1, "attn_hyper_connection.input_mix_weight_down.weight", "", 0},
+    [QW_GT_HC_ATTN_UP] = {"hc_attn_up.weight", 1, "attn_hyper_connection.input_mix_weight_up.weight", "", 0},
+    [QW_GT_HC_ATTN_INJECT] = {"hc_attn_inject.weight", 1, "attn_hyper_connection.block_inject_weight.weight", "", 1},
+    [QW_GT_HC_FFN_NORM] = {"hc_ffn_norm.weight", 1, "mlp_hyper_connection.hc_norm.weight", ZC, 1},
+    [QW_GT_HC_FFN_DOWN] = {"hc_ffn_down.weight", 1, "mlp_hyper_connection.input_mix_weight_down.weight", "", 0},
+    [QW_GT_HC_FFN_UP] = {"hc_ffn_up.weight", 1, "mlp_hyper_connection.input_mix_weight_up.weight", "", 0},
+    [QW_GT_HC_FFN_INJECT] = {"hc_ffn_inject.weight", 1, "mlp_hyper_connection.block_inject_weight.weight", "", 1},
+    [QW_GT_PLE_KEY] = {"ple_key.weight", 1, "ple.key_proj.weight", "", 0},
+    [QW_GT_PLE_VALUE] = {"ple_value.weight", 1, "ple.value_proj.weight", "", 0},
+    [QW_GT_PLE_NORM_KEY] = {"ple_norm_key.weight", 1, "ple.norm_key.weight", ZC, 1},
+    [QW_GT_PLE_NORM_QUERY] = {"ple_norm_query.weight", 1, "ple.norm_query.weight", ZC, 1},
+    [QW_GT_PLE_NORM_CONV] = {"ple_norm_conv.weight", 1, "ple.norm_conv.weight", ZC, 1},
+    [QW_GT_PLE_CONV] = {"ple_conv1d.weight", 1, "ple.conv1d.weight", "[C*H, 1, k] squeezed to [C*H, k]", 1},
+};
+
+const qw_gt_info *qw_gt_info_of(qw_gt t) {
+    QW_ASSERT((unsigned)t < QW_GT_COUNT);
+    return &gt_info[t];
+}
+
+const char *qw_gt_name(char *buf, size_t n, qw_gt t, int il) {
+    const qw_gt_info *gi = qw_gt_info_of(t);
+    if (gi->per_layer)
+        snprintf(buf, n, "blk.%d.%s", il, gi->gguf);
+    else
+        snprintf(buf, n, "%s", gi->gguf);
+    return buf;
+}
+
+int qw_gguf_norm_plus_one(qw_arch a) {
+    return a == QW_ARCH_QWEN35 || a == QW_ARCH_QWEN35_MOE || a == QW_ARCH_QWEN3_NEXT || a == QW_ARCH_QWEN4EXP;
+}
+
+int qw_gguf_v_tiled(const qw_hparams *hp) {
+    return (hp->arch == QW_ARCH_QWEN35 || hp->arch == QW_ARCH_QWEN35_MOE || hp->arch == QW_ARCH_QWEN4EXP) &&
+           hp->gdn_hv != hp->gdn_hk;
+}
+
+/* ------------------------------------------------------------------ hyper-parameters */
+
+typedef struct {
+    const qw_gguf *g;
+    qw_arch arch;
+    const char *path;
+    char *err;
+    size_t errlen;
+    qwenc_status st;
+} meta_reader;
+
+static const qw_gguf_kv *mr_find(meta_reader *r, const char *suffix, char *key, size_t n) {
+    qw_gguf_key(key, n, r->arch, suffix);
+    return qw_gguf_find_kv(r->g, key);
+}
+
+/* An integer key (a per-layer array is accepted when all its entries agree); def when absent and optional. */
+static int64_t mr_int(meta_reader *r, const char *suffix, int64_t def, int required) {
+    char key[128];
+    const qw_gguf_kv *kv = mr_find(r, suffix, key, sizeof(key));
+    if (r->st) return def;
+    if (!kv) {
+        if (required)
+            r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' is missing (required for %s)",
+                           r->path, key, qw_gguf_arch_name(r->arch));
+        return def;
+    }
+    if (kv->type == QW_GGUF_ARRAY) {
+        if (kv->n == 0 || kv->arr_type == QW_GGUF_STRING || kv->arr_type == QW_GGUF_F32 || kv->arr_type == QW_GGUF_F64) {
+            r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' should be an integer", r->path, key);
+            return def;
+        }
+        int64_t v = qw_gguf_arr_i64(kv, 0);
+        for (uint64_t i = 1; i < kv->n; i++)
+            if (qw_gguf_arr_i64(kv, i) != v) {
+                r->st = qw_err(r->err, r->errlen, QWENC_ERR_UNSUPPORTED,
+                               "%s: metadata key '%s' differs between layers; qwenc supports one value", r->path, key);
+                return def;
+            }
+        return v;
+    }
+    if (kv->type == QW_GGUF_STRING || kv->type == QW_GGUF_F32 || kv->type == QW_GGUF_F64) {
+        r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' should be an integer, found %s",
+                       r->path, key, qw_gguf_type_name(kv->type));
+        return def;
+    }
+    return qw_gguf_kv_i64(kv);
+}
+
+static double mr_num(meta_reader *r, const char *suffix, double def, int required) {
+    char key[128];
+    const qw_gguf_kv *kv = mr_find(r, suffix, key, sizeof(key));
+    if (r->st) return def;
+    if (!kv) {
+        if (required)
+            r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' is missing", r->path, key);
+        return def;
+    }
+    if (kv->type == QW_GGUF_ARRAY || kv->type == QW_GGUF_STRING) {
+        r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' should be a number", r->path, key);
+        return def;
+    }
+    return qw_gguf_kv_f64(kv);
+}
+
+/* An integer array of at least n_min entries, or NULL (an error when required). */
+static const qw_gguf_kv *mr_arr(meta_reader *r, const char *suffix, uint64_t n_min, int required) {
+    char key[128];
+    const qw_gguf_kv *kv = mr_find(r, suffix, key, sizeof(key));
+    if (r->st) return NULL;
+    if (!kv) {
+        if (required)
+            r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' is missing", r->path, key);
+        return NULL;
+    }
+    if (kv->type != QW_GGUF_ARRAY || kv->arr_type == QW_GGUF_STRING || kv->arr_type == QW_GGUF_F32 ||
+        kv->arr_type == QW_GGUF_F64 || kv->n < n_min) {
+        r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT,
+                       "%s: metadata key '%s' should be an array of at least %llu integers", r->path, key,
+                       (unsigned long long)n_min);
+        return NULL;
+    }
+    return kv;
+}
+
+static void mr_fail(meta_reader *r, qwenc_status st, const char *what) {
+    if (!r->st) r->st = qw_err(r->err, r->errlen, st, "%s: %s", r->path, what);
+}
+
+static void add_note(char *note, size_t n, const char *text) {
+    if (!note || !n) return;
+    size_t l = strlen(note);
+    snprintf(note + l, n - l, "%s%s", l ? "; " : "", text);
+}
+
+static int64_t opt_token_id(const qw_gguf *g, const char *key) {
+    const qw_gguf_kv *kv = qw_gguf_find_kv(g, key);
+    if (!kv || kv->type == QW_GGUF_ARRAY || kv->type == QW_GGUF_STRING) return -1;
+    return qw_gguf_kv_i64(kv);
+}
+
+static void read_gdn(meta_reader *r, qw_hparams *hp) {
+    hp->gdn_conv_k = (int)mr_int(r, "ssm.conv_kernel", 0, 1);
+    hp->gdn_dk = (int)mr_int(r, "ssm.state_size", 0, 1);
+    hp->gdn_hk = (int)mr_int(r, "ssm.group_count", 0, 1);
+    hp->gdn_hv = (int)mr_int(r, "ssm.time_step_rank", 0, 1);
+    int64_t inner = mr_int(r, "ssm.inner_size", 0, 1);
+    if (r->st) return;
+    if (hp->gdn_conv_k <= 0 || hp->gdn_dk <= 0 || hp->gdn_hk <= 0 || hp->gdn_hv <= 0 || inner <= 0 ||
+        inner % hp->gdn_hv || hp->gdn_hv % hp->gdn_hk) {
+        mr_fail(r, QWENC_ERR_FORMAT,
+                "ssm.{conv_kernel, state_size, group_count, time_step_rank, inner_size} must be positive, "
+                "inner_size a multiple of time_step_rank and time_step_rank of group_count");
+        return;
+    }
+    hp->gdn_dv = (int)(inner / hp->gdn_hv);
+}
+
+static void read_layer_kinds(meta_reader *r, qw_hparams *hp) {
+    qw_layer_kind attn = hp->arch == QW_ARCH_QWEN4EXP ? QW_LAYER_QSA : QW_LAYER_ATTN;
+    char key[128];
+    const qw_gguf_kv *rec = mr_find(r, "attention.recurrent_layers", key, sizeof(key));
+    if (rec) {
+        if (rec->type != QW_GGUF_ARRAY || rec->arr_type == QW_GGUF_STRING || rec->n < (uint64_t)hp->n_layer) {
+            mr_fail(r, QWENC_ERR_FORMAT, "attention.recurrent_layers should be an array of one flag per layer");
+            return;
+        }
+        for (int l = 0; l < hp->n_layer; l++) hp->layer_kind[l] = qw_gguf_arr_i64(rec, l) ? QW_LAYER_GDN : attn;
+        return;
+    }
+    int interval = (int)mr_int(r, "full_attention_interval", 4, 0);
+    if (interval <= 0) mr_fail(r, QWENC_ERR_FORMAT, "full_attention_interval must be positive");
+    for (int l = 0; l < hp->n_layer && interval > 0; l++)
+        hp->layer_kind[l] = (l + 1) % interval == 0 ? attn : QW_LAYER_GDN;
+}
+
+static void read_moe(meta_reader *r, qw_hparams *hp) {
+    hp->n_expert = (int)mr_int(r, "expert_count", 0, 1);
+    hp->n_expert_used = (int)mr_int(r, "expert_used_count", 0, 1);
+    hp->n_ff_exp = (int)mr_int(r, "expert_feed_forward_length", 0, 1);
+    hp->n_ff_shexp = (int)mr_int(r, "expert_shared_feed_forward_length", 0, 1);
+    /* llama.cpp always renormalises the top-k weights of these architectures */
+    hp->norm_topk_prob = hp->arch == QW_ARCH_QWEN35_MOE ? 1 : (int)mr_int(r, "expert_weights_norm", 1, 0);
+    if (r->st) return;
+    if (hp->n_expert <= 0 || hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0 ||
+        hp->n_ff_shexp <= 0)
+        mr_fail(r, QWENC_ERR_FORMAT,
+                "expert_count, expert_used_count (1..expert_count), expert_feed_forward_length and "
+                "expert_shared_feed_forward_length must be positive");
+}
+
+static void read_qwen4exp(meta_reader *r, qw_hparams *hp, char *note, size_t notelen) {
+    const qw_gguf *g = r->g;
+    hp->hc_count = (int)mr_int(r, "hyper_connection.count", 0, 1);
+    hp->hc_lowrank = (int)mr_int(r, "hyper_connection.low_rank", 0, 1);
+    if (!r->st && (hp->hc_count <= 1 || hp->hc_lowrank <= 0))
+        mr_fail(r, QWENC_ERR_FORMAT, "hyper_connection.count must be > 1 and hyper_connection.low_rank > 0");
+    char key[128];
+    const qw_gguf_kv *gate = mr_find(r, "ssm.gate_activation", key, sizeof(key));
+    hp->gdn_gate_sigmoid = 1; /* llama.cpp's qwen4exp always gates with sigmoid */
+    if (gate && gate->type == QW_GGUF_STRING && strcmp(gate->str, "silu") == 0) hp->gdn_gate_sigmoid = 0;
+
+    int has_qsa = 0;
+    for (int l = 0; l < hp->n_layer; l++) has_qsa |= hp->layer_kind[l] == QW_LAYER_QSA;
+    if (has_qsa) {
+        hp->idx_n_head = (int)mr_int(r, "attention.indexer.head_count", 0, 1);
+        hp->idx_head_dim = (int)mr_int(r, "attention.indexer.key_length", 0, 1);
+        hp->idx_budget = (int)mr_int(r, "attention.indexer.top_k", 0, 1);
+        const qw_gguf_kv *cr = mr_find(r, "attention.compress_ratios", key, sizeof(key));
+        int ratio = 0;
+        if (cr && cr->type == QW_GGUF_ARRAY && cr->arr_type != QW_GGUF_STRING) {
+            for (int l = 0; l < hp->n_layer && (uint64_t)l < cr->n; l++) {
+                int v = (int)qw_gguf_arr_i64(cr, l);
+                if (hp->layer_kind[l] != QW_LAYER_QSA || v == 0) continue;
+                if (ratio && v != ratio) mr_fail(r, QWENC_ERR_UNSUPPORTED, "attention.compress_ratios differ between QSA layers");
+                ratio = v;
+            }
+        } else if (cr && cr->type != QW_GGUF_ARRAY) {
+            ratio = (int)qw_gguf_kv_i64(cr);
+        }
+        if (!ratio) {
+            /* the converter writes 0 for layers transformers >= 5.16 names qwen_sparse_attention */
+            ratio = 4;
+            add_note(note, notelen,
+                     "attention.compress_ratios is 0 for the QSA layers (llama.cpp's converter under transformers "
+                     ">= 5.16; llama.cpp then runs them dense): qwenc assumes indexer_compress_ratio 4, the "
+                     "released Flash-Next value");
+        }
+        hp->idx_ratio = ratio;
+        if (!r->st && (hp->idx_n_head <= 0 || hp->idx_head_dim <= 0 || hp->idx_budget <= 0 || hp->idx_ratio <= 0 ||
+                       hp->idx_budget % hp->idx_ratio || hp->n_rot > hp->idx_head_dim))
+            mr_fail(r, QWENC_ERR_FORMAT,
+                    "attention.indexer.{head_count, key_length, top_k} must be positive, top_k a multiple of the "
+                    "compress ratio and key_length at least rope.dimension_count");
+    }
+
+    const qw_gguf_kv *ple = mr_find(r, "ple.layers", key, sizeof(key));
+    if (!ple) return;
+    if (ple->type != QW_GGUF_ARRAY || ple->arr_type == QW_GGUF_STRING || ple->n == 0) {
+        mr_fail(r, QWENC_ERR_FORMAT, "ple.layers should be a non-empty array of layer indices");
+        return;
+    }
+    hp->n_ple = (int)ple->n;
+    hp->ple_layers = qw_xcalloc(ple->n, sizeof(int));
+    for (uint64_t i = 0; i < ple->n; i++) {
+        int64_t il = qw_gguf_arr_i64(ple, i);
+        if (il < 0 || il >= hp->n_layer || (i && il <= hp->ple_layers[i - 1]) || hp->layer_kind[il] != QW_LAYER_GDN) {
+            mr_fail(r, QWENC_ERR_FORMAT, "ple.layers must be ascending linear-attention layer indices");
+            return;
+        }
+        hp->ple_layers[i] = (int)il;
+    }
+    hp->ngram_n = (int)mr_int(r, "ple.ngram_size", 0, 1);
+    int hpn = (int)mr_int(r, "ple.heads_per_ngram", 0, 1);
+    hp->ple_conv_k = (int)mr_int(r, "ple.conv_kernel", 0, 1);
+    int64_t eos = mr_int(r, "ple.eos_token_id", 0, 1);
+    int64_t dh = mr_int(r, "embedding_length_per_layer_input", 0, 1);
+    if (r->st) return;
+    if (hp->ngram_n < 2 || hp->ngram_n > 8 || hpn <= 0 || hp->ple_conv_k <= 0 || dh <= 0 || eos < 0 ||
+        eos >= hp->n_vocab) {
+        mr_fail(r, QWENC_ERR_FORMAT,
+                "ple.{ngram_size (2..8), heads_per_ngram, conv_kernel}, embedding_length_per_layer_input must be "
+                "positive and ple.eos_token_id inside the vocabulary");
+        return;
+    }
+    hp->ngram_heads = (hp->ngram_n - 1) * hpn;
+    hp->ple_dim = (int)(hp->ngram_heads * dh);
+    hp->eos_id = (int)eos;
+    /* the hash constants come from ple.{layer_multipliers, head_offsets, head_vocab_sizes} (gguf_bind.c);
+     * the config fields they were derived from are not in the file */
+    hp->ngram_base = 0;
+    hp->ngram_div = 1;
+    mr_arr(r, "ple.layer_multipliers", (uint64_t)hp->ngram_n, 1);
+    mr_arr(r, "ple.head_offsets", (uint64_t)hp->ngram_heads, 1);
+    mr_arr(r, "ple.head_vocab_sizes", (uint64_t)hp->ngram_heads, 1);
+    (void)g;
+}
+
+qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *path, char *note, size_t notelen,
+                                  char *err, size_t errlen) {
+    memset(hp, 0, sizeof(*hp));
+    if (note && notelen) note[0] = 0;
+    const char *an = NULL;
+    qwenc_status st = qw_gguf_get_str(g, "general.architecture", &an, err, errlen);
+    if (st) return st;
+    if (!qw_gguf_arch_parse(an, &hp->arch))
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                      "%s: general.architecture \"%.40s\" is not one qwenc runs (llama, qwen3, qwen35, qwen35moe, "
+                      "qwen3next, qwen4exp)",
+                      path, an);
+    snprintf(hp->model_type, sizeof(hp->model_type), "%s", an);
+    meta_reader r = {.g = g, .arch = hp->arch, .path = path, .err = err, .errlen = errlen};
+
+    int64_t n_all = mr_int(&r, "block_count", 0, 1);
+    int64_t n_mtp = mr_int(&r, "nextn_predict_layers", 0, 0);
+    hp->n_layer = (int)(n_all - n_mtp);
+    hp->n_embd = (int)mr_int(&r, "embedding_length", 0, 1);
+    hp->n_ctx_train = (int)mr_int(&r, "context_length", 4096, 0);
+    hp->n_head = (int)mr_int(&r, "attention.head_count", 0, 1);
+    hp->n_head_kv = (int)mr_int(&r, "attention.head_count_kv", hp->n_head, 0);
+    if (r.st) goto done;
+    if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv) {
+        mr_fail(&r, QWENC_ERR_FORMAT,
+                "block_count (minus nextn_predict_layers), embedding_length and the head counts must be positive, "
+                "head_count a multiple of head_count_kv");
+        goto done;
+    }
+    hp->head_dim = (int)mr_int(&r, "attention.key_length", hp->n_embd / hp->n_head, 0);
+    int64_t vlen = mr_int(&r, "attention.value_length", hp->head_dim, 0);
+    hp->norm_eps = (float)mr_num(&r, "attention.layer_norm_rms_epsilon", 0, 1);
+    hp->n_rot = (int)mr_int(&r, "rope.dimension_count", hp->head_dim, 0);
+    hp->rope_theta = (float)mr_num(&r, "rope.freq_base", 10000.0, 0);
+    if (r.st) goto done;
+    if (vlen != hp->head_dim) mr_fail(&r, QWENC_ERR_UNSUPPORTED, "attention.value_length must equal key_length");
+    if (hp->head_dim <= 0 || hp->n_rot <= 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim)
+        mr_fail(&r, QWENC_ERR_FORMAT, "rope.dimension_count must be even and in (0, attention.key_length]");
+    {
+        char key[128];
+        const qw_gguf_kv *ty = mr_find(&r, "rope.scaling.type", key, sizeof(key));
+        const char *type = ty && ty->type == QW_GGUF_STRING ? ty->str : "none";
+        double factor = mr_num(&r, "rope.scaling.factor", 0, 0);
+        if (strcmp(type, "linear") == 0 && factor > 0) {
+            hp->rope_type = QW_ROPE_LINEAR;
+            hp->rope_factor = (float)factor;
+        } else if (strcmp(type, "none") != 0 && strcmp(type, "linear") != 0) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "rope.scaling.type \"%.40s\" is not supported (none, linear; llama3 is rope_freqs)",
+                     type);
+            mr_fail(&r, QWENC_ERR_UNSUPPORTED, msg);
+        }
+    }
+    /* vocabulary: the llama key, else the tokenizer's list, else the embedding rows */
+    {
+        char key[128];
+        const qw_gguf_kv *vs = mr_find(&r, "vocab_size", key, sizeof(key));
+        const qw_gguf_kv *toks = qw_gguf_find_kv(g, "tokenizer.ggml.tokens");
+        const qw_tensor *te = qw_gguf_find(g, "token_embd.weight");
+        if (vs && vs->type != QW_GGUF_ARRAY && vs->type != QW_GGUF_STRING)
+            hp->n_vocab = (int)qw_gguf_kv_i64(vs);
+        else if (toks && toks->type == QW_GGUF_ARRAY)
+            hp->n_vocab = (int)toks->n;
+        else if (te && te->n_dims == 2)
+            hp->n_vocab = (int)te->shape[0];
+        if (hp->n_vocab <= 0) mr_fail(&r, QWENC_ERR_FORMAT, "no vocabulary size (vocab_size, tokenizer.ggml.tokens or token_embd.weight)");
+    }
+    hp->tie_embd = qw_gguf_find(g, "output.weight") == NULL;
+    hp->eos_id = (int)opt_token_id(g, "tokenizer.ggml.eos_token_id");
+    hp->bos_id = (int)opt_token_id(g, "tokenizer.ggml.bos_token_id");
+    hp->n_ff = (int)mr_int(&r, "feed_forward_length", 0,
+                           hp->arch == QW_ARCH_LLAMA || hp->arch == QW_ARCH_QWEN3 || hp->arch == QW_ARCH_QWEN35);
+    if (r.st) goto done;
+
+    hp->layer_kind = qw_xcalloc((size_t)hp->n_layer, sizeof(qw_layer_kind));
+    hp->layer_moe = qw_xcalloc((size_t)hp->n_layer, 1);
+    switch (hp->arch) {
+    case QW_ARCH_LLAMA:
+    case QW_ARCH_QWEN3:
+        if (hp->n_ff <= 0) mr_fail(&r, QWENC_ERR_FORMAT, "feed_forward_length must be positive");
+        break;
+    case QW_ARCH_QWEN35:
+        read_gdn(&r, hp);
+        read_layer_kinds(&r, hp);
+        if (!r.st && hp->n_ff <= 0) mr_fail(&r, QWENC_ERR_FORMAT, "feed_forward_length must be positive");
+        break;
+    case QW_ARCH_QWEN35_MOE:
+    case QW_ARCH_QWEN3_NEXT:
+    case QW_ARCH_QWEN4EXP:
+        read_gdn(&r, hp);
+        read_layer_kinds(&r, hp);
+        read_moe(&r, hp);
+        if (r.st) break;
+        for (int l = 0; l < hp->n_layer; l++) {
+            char name[64];
+            snprintf(name, sizeof(name), "blk.%d.ffn_gate_inp.weight", l);
+            /* qwen3next's dense (mlp_only) layers: qwenc writes ffn_{gate,up,down} for them */
+            hp->layer_moe[l] = hp->arch != QW_ARCH_QWEN3_NEXT || qw_gguf_find(g, name) != NULL;
+            if (!hp->layer_moe[l] && hp->n_ff <= 0)
+                mr_fail(&r, QWENC_ERR_FORMAT, "a dense layer needs feed_forward_length");
+        }
+        if (hp->arch == QW_ARCH_QWEN4EXP) read_qwen4exp(&r, hp, note, notelen);
+        break;
+    default:
+        break;
+    }
+done:
+    if (r.st) qw_hparams_free(hp);
+    return r.st;
+}
+
+/* ------------------------------------------------------------------ tensor types */
+
+static const struct {
+    const char *name;
+    int ftype;
+    qw_type base;
+} ftypes[] = {
+    {"F32", 0, QW_TYPE_F32},      {"F16", 1, QW_TYPE_F16},       {"BF16", 32, QW_TYPE_BF16},
+    {"Q8_0", 7, QW_TYPE_Q8_0},    {"Q4_0", 2, QW_TYPE_Q4_0},     {"Q4_1", 3, QW_TYPE_Q4_1},
+    {"Q5_0", 8, QW_TYPE_Q5_0},    {"Q5_1", 9, QW_TYPE_Q5_1},     {"Q4_K", 15, QW_TYPE_Q4_K},
+    {"Q4_K_M", 15, QW_TYPE_Q4_K}, {"Q4_K_S", 14, QW_TYPE_Q4_K},  {"Q5_K", 17, QW_TYPE_Q5_K},
+    {"Q5_K_M", 17, QW_TYPE_Q5_K}, {"Q5_K_S", 16, QW_TYPE_Q5_K},  {"Q6_K", 18, QW_TYPE_Q6_K},
+    {"IQ4_NL", 25, QW_TYPE_IQ4_NL}, {"IQ4_XS", 30, QW_TYPE_IQ4_XS},
+};
+/* the llama_ftype values the rules below test */
+enum { FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_M = 17, FT_IQ4_NL = 25, FT_IQ4_XS = 30 };
+
+int qw_gguf_policy_parse(qw_gguf_policy *p, const char *name) {
+    for (size_t i = 0; i < sizeof(ftypes) / sizeof(ftypes[0]); i++) {
+        const char *a = ftypes[i].name, *b = name;
+        while (*a && *b && toupper((unsigned char)*b) == *a) a++, b++;
+        if (*a || *b) continue;
+        p->ftype = ftypes[i].ftype;
+        p->base = ftypes[i].base;
+        p->quantized = qw_type_is_quantized(p->base);
+        return 1;
+    }
+    return 0;
+}
+
+const char *qw_gguf_policy_names(void) {
+    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K (= Q4_K_M), Q4_K_S, Q5_K (= Q5_K_M), Q5_K_S, Q6_K, "
+           "IQ4_NL, IQ4_XS";
+}
+
+/* llama-quantize's categories (llama-quant.cpp tensor_get_category) */
+typedef enum { CAT_OTHER, CAT_OUTPUT, CAT_TOKEN_EMBD, CAT_QKV, CAT_V, CAT_K, CAT_Q, CAT_ATTN_OUT, CAT_UP, CAT_GATE, CAT_DOWN } qcat;
+
+static qcat category(const char *name) {
+    if (strcmp(name, "output.weight") == 0) return CAT_OUTPUT;
+    if (strcmp(name, "token_embd.weight") == 0 || strcmp(name, "per_layer_token_embd.weight") == 0) return CAT_TOKEN_EMBD;
+    if (strstr(name, "attn_qkv.weight")) return CAT_QKV;
+    if (strstr(name, "attn_v.weight")) return CAT_V;
+    if (strstr(name, "attn_k.weight")) return CAT_K;
+    if (strstr(name, "attn_q.weight")) return CAT_Q;
+    if (strstr(name, "attn_output.weight")) return CAT_ATTN_OUT;
+    if (strstr(name, "ffn_up")) return CAT_UP;
+    if (strstr(name, "ffn_gate")) return CAT_GATE;
+    if (strstr(name, "ffn_down")) return CAT_DOWN;
+    return CAT_OTHER;
+}
+
+/* llama-quant.cpp tensor_allows_quantization, for the names these architectures have */
+static int allows_quantization(const char *name, int n_dims) {
+    size_t n = strlen(name);
+    if (n_dims < 2 || n < 6 || strcmp(name + n - 6, "weight") != 0) return 0;
+    return !strstr(name, "_norm.weight") && !strstr(name, "ffn_gate_inp.weight") && !strstr(name, "ssm_conv1d") &&
+           !strstr(name, "indexer.k_proj.weight") && !strstr(name, "indexer.q_proj.weight");
+}
+
+static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+/* llama-quant.cpp tensor_type_fallback: a row that is not a whole number of blocks */
+static qw_type fallback(qw_type t, int64_t ncols) {
+    int be = qw_type_traits_of(t)->block_elems;
+    if (ncols % be == 0) return t;
+    switch (t) {
+    case QW_TYPE_IQ4_XS: t = QW_TYPE_IQ4_NL; break;
+    case QW_TYPE_Q4_K: t = QW_TYPE_Q5_0; break;
+    case QW_TYPE_Q5_K: t = QW_TYPE_Q5_1; break;
+    case QW_TYPE_Q6_K: t = QW_TYPE_Q8_0; break;
+    default: break;
+    }
+    if (ncols % qw_type_traits_of(t)->block_elems) t = QW_TYPE_F16;
+    return t;
+}
+
+qw_type qw_gguf_policy_type(qw_gguf_policy *p, qw_gt role, const char *name, int n_dims, const int64_t *shape,
+                            int conv_f32) {
+    if (conv_f32) return QW_TYPE_F32;
+    if (!p->quantized) return p->base;
+    if (!allows_quantization(name, n_dims)) return p->keep;
+    int64_t ncols = shape[n_dims - 1];
+    qcat cat = category(name);
+    qw_type t = p->base;
+    int ft = p->ftype;
+    if (cat == CAT_OUTPUT || (p->tied && cat == CAT_TOKEN_EMBD)) {
+        if (ncols % qw_type_traits_of(t)->block_elems)
+            t = QW_TYPE_Q8_0;
+        else if (t != QW_TYPE_Q8_0)
+            t = QW_TYPE_Q6_K;
+    } else if (cat == CAT_TOKEN_EMBD) {
+        /* the base type for the ftypes qwenc writes */
+    } else if (cat == CAT_QKV || cat == CAT_V) {
+        if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && p->n_gqa >= 4)
+            t = QW_TYPE_Q5_K;
+        else if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(p->i_attn_v, p->n_attn_v))
+            t = QW_TYPE_Q6_K;
+        else if (ft == FT_Q4_K_S && p->i_attn_v < 4)
+            t = QW_TYPE_Q5_K;
+        if (p->n_expert == 8) t = QW_TYPE_Q8_0;
+        p->i_attn_v++;
+    } else if (cat == CAT_K) {
+        if (p->n_expert == 8) t = QW_TYPE_Q8_0;
+    } else if (cat == CAT_DOWN) {
+        int i_layer = p->i_ffn_down, n_layer = p->n_layer;
+        if (p->n_expert > 1 && sscanf(name, "blk.%d.", &i_layer) != 1) i_layer = 0;
+        if (ft == FT_Q4_K_M) {
+            if (use_more_bits(i_layer, n_layer)) t = QW_TYPE_Q6_K;
+        } else if (i_layer < n_layer / 8 && (ft == FT_IQ4_NL || ft == FT_IQ4_XS)) {
+            t = QW_TYPE_Q5_K;
+        } else if (ft == FT_Q5_K_M && use_more_bits(i_layer, n_layer)) {
+            t = QW_TYPE_Q6_K;
+        } else if (ft == FT_Q4_K_S && i_layer < n_layer / 8) {
+            t = QW_TYPE_Q5_K;
+        }
+        p->i_ffn_down++;
+    } else if (cat == CAT_ATTN_OUT) {
+        if (p->n_expert == 8 && (ft == FT_IQ4_NL || ft == FT_Q4_K_S || ft == FT_Q4_K_M || ft == FT_IQ4_XS))
+            t = QW_TYPE_Q5_K;
+    }
+    t = fallback(t, ncols);
+    /* qwenc's floor: the tensors that steer every token (hyper-connection inject, DeltaNet beta/alpha,
+     * PLE conv) keep Q8_0 or the converter's float type */
+    if (qw_gt_info_of(role)->fragile && qw_type_is_quantized(t) && t != QW_TYPE_Q8_0)
+        t = ncols % 32 == 0 ? QW_TYPE_Q8_0 : p->keep;
+    return t;
+}

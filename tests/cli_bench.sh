@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# End-to-end test of `qwenc bench` as a user runs it: on a tiny fixture, --json gives one object with the
+# speeds, peak memory and the decode bound, all positive, and the settings echoed back; the table form
+# names both tests; bad options fail with a message. No timing is asserted.
+set -u
+cd "$(dirname "$0")/.."
+QWENC=${QWENC:-build/qwenc}
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+M=tests/fixtures/qwen4_exp
+if $QWENC bench -m $M -p 16 -n 8 -r 1 -t 2 --json >"$tmp/out.json" 2>"$tmp/err"; then
+    ok
+    python3 - "$tmp/out.json" >"$tmp/check" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, "one line of output"
+j = json.loads(lines[0])
+for k in ["pp_tps", "tg_tps", "peak_rss_bytes", "bound_tg_tps", "read_bw_bytes_per_s", "decode_bytes_per_token",
+          "weight_bytes", "tg_fraction_of_bound"]:
+    v = j.get(k)
+    print(("ok " if isinstance(v, (int, float)) and v > 0 else "bad ") + k + " = " + repr(v))
+settings = {"n_prompt": 16, "n_gen": 8, "reps": 1, "n_threads": 2, "arch": "qwen4_exp"}
+for k, want in settings.items():
+    print(("ok " if j.get(k) == want else "bad ") + k + " = " + repr(j.get(k)))
+print(("ok " if j.get("decode_bytes_per_token", 0) <= j.get("weight_bytes", 0) else "bad ") + "decode reads at most the weights")
+print(("ok " if isinstance(j.get("kernels"), str) and j["kernels"] else "bad ") + "kernels")
+PY
+    while read -r status what; do
+        if [ "$status" = ok ]; then ok; else bad "bench --json: $what"; fi
+    done <"$tmp/check"
+    [ -s "$tmp/check" ] || bad "bench --json: output is not the expected JSON: $(head -c 300 "$tmp/out.json")"
+else
+    bad "bench --json failed: $(cat "$tmp/err")"
+fi
+
+# the table: both tests, the bound line; --kernels ref and -p 0 (generation only)
+if out=$($QWENC bench -m $M -p 8 -n 4 -r 2 -t 1 2>&1); then
+    for want in "pp8" "tg4" "peak RSS" "decode bound"; do
+        case "$out" in *"$want"*) ok ;; *) bad "bench table lacks '$want'";; esac
+    done
+else
+    bad "bench table failed: $out"
+fi
+if out=$($QWENC bench -m $M -p 0 -n 4 -r 1 --kernels ref --json 2>&1); then
+    case "$out" in *'"pp_tps":null'*'"kernels":"ref"'*|*'"kernels":"ref"'*'"pp_tps":null'*) ok ;;
+        *) bad "bench -p 0 --kernels ref: $out";; esac
+else
+    bad "bench -p 0 --kernels ref failed: $out"
+fi
+
+# bad input: a message and exit 1
+expect_error() {
+    local name=$1 pat=$2; shift 2
+    "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
+    if [ "$rc" -ne 1 ]; then bad "$name: exit code $rc, expected 1"; return; fi
+    if grep -qF -- "$pat" "$tmp/e"; then ok; else bad "$name: stderr lacks '$pat': $(head -c 300 "$tmp/e")"; fi
+}
+expect_error "bad -p" "-p expects a number" $QWENC bench -m $M -p many
+expect_error "bad -t" "expects an integer >= 0" $QWENC bench -m $M -t -2
+expect_error "unknown kernels" 'kernels "avx9" are not available' $QWENC bench -m $M --kernels avx9 -p 4 -n 0
+expect_error "nothing to run" "nothing to run" $QWENC bench -m $M -p 0 -n 0
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

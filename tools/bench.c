@@ -1,0 +1,283 @@
+/*
+ * bench.c - `qwenc bench -m DIR [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]`, after llama-bench:
+ *
+ *   pp   prompt processing: a fresh session fed p random tokens in one call (one forward step)
+ *   tg   text generation: a fresh session fed n random tokens one at a time, logits at every step
+ *        (sampling is left out: it is the same for every backend)
+ * Each is run once untimed (page faults, thread start-up), then REPS times: mean and sample standard
+ * deviation of tokens per second. Token ids are drawn from a fixed seed.
+ *
+ * Peak RSS is the process's VmHWM, read before the bandwidth buffer below exists. The decode bound is
+ * (weight bytes one decoded token reads, qwenc_model_weight_bytes) / (read bandwidth), the bandwidth
+ * measured here: the largest of 5 timed passes of THREADS threads summing a 1 GiB buffer of 64-bit
+ * integers (each thread its slice, as 4 interleaved streams), larger than the last-level caches this is
+ * meant for (a model whose weights fit in that cache can beat the bound).
+ */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "cli.h"
+
+#define BW_BYTES ((size_t)1 << 30)
+#define BW_PASSES 5
+
+typedef struct {
+    double mean, sd;
+    int ran;
+} bench_stat;
+
+static void stat_of(const double *v, int n, bench_stat *s) {
+    double sum = 0, ss = 0;
+    for (int i = 0; i < n; i++) sum += v[i];
+    s->mean = sum / n;
+    for (int i = 0; i < n; i++) ss += (v[i] - s->mean) * (v[i] - s->mean);
+    s->sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
+    s->ran = 1;
+}
+
+/* Peak resident set size in bytes: VmHWM, else getrusage's ru_maxrss (KiB on Linux). */
+static int64_t peak_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = atoll(line + 6);
+    if (f) fclose(f);
+    if (kb < 0) {
+        struct rusage ru;
+        kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+    }
+    return (int64_t)kb * 1024;
+}
+
+/* ---- read bandwidth */
+
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} bw_part;
+
+/* The sum of a thread's slice, read as 4 interleaved streams (one cache line from each in turn): one
+ * sequential stream per core leaves DRAM bandwidth unused that the matrix kernels, reading 4 weight rows
+ * at once, do get. */
+static void *bw_sum(void *arg) {
+    bw_part *b = arg;
+    size_t per = b->n / 4 / 8 * 8;
+    const uint64_t *q0 = b->p, *q1 = q0 + per, *q2 = q1 + per, *q3 = q2 + per;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i < per; i += 8) {
+        s0 += q0[i] + q0[i + 1] + q0[i + 2] + q0[i + 3] + q0[i + 4] + q0[i + 5] + q0[i + 6] + q0[i + 7];
+        s1 += q1[i] + q1[i + 1] + q1[i + 2] + q1[i + 3] + q1[i + 4] + q1[i + 5] + q1[i + 6] + q1[i + 7];
+        s2 += q2[i] + q2[i + 1] + q2[i + 2] + q2[i + 3] + q2[i + 4] + q2[i + 5] + q2[i + 6] + q2[i + 7];
+        s3 += q3[i] + q3[i + 1] + q3[i + 2] + q3[i + 3] + q3[i + 4] + q3[i + 5] + q3[i + 6] + q3[i + 7];
+    }
+    for (size_t i = 4 * per; i < b->n; i++) s0 += b->p[i];
+    b->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Bytes per second that n_threads threads read from memory together; 0 if the buffer cannot be had. */
+static double read_bandwidth(int n_threads) {
+    size_t n = BW_BYTES / sizeof(uint64_t);
+    uint64_t *buf = malloc(BW_BYTES);
+    if (!buf) return 0;
+    for (size_t i = 0; i < n; i++) buf[i] = i;
+    bw_part *parts = calloc((size_t)n_threads, sizeof(bw_part));
+    pthread_t *th = calloc((size_t)n_threads, sizeof(pthread_t));
+    double best = 0;
+    volatile uint64_t sink = 0;
+    for (int pass = 0; parts && th && pass < BW_PASSES; pass++) {
+        size_t per = n / (size_t)n_threads;
+        for (int t = 0; t < n_threads; t++) {
+            parts[t].p = buf + (size_t)t * per;
+            parts[t].n = t == n_threads - 1 ? n - (size_t)t * per : per;
+        }
+        double t0 = cli_now_s();
+        int started = 1;
+        for (int t = 1; t < n_threads; t++, started++)
+            if (pthread_create(&th[t], NULL, bw_sum, &parts[t]) != 0) break;
+        bw_sum(&parts[0]);
+        for (int t = 1; t < started; t++) pthread_join(th[t], NULL);
+        double dt = cli_now_s() - t0;
+        size_t bytes = 0;
+        for (int t = 0; t < started; t++) {
+            sink += parts[t].sum;
+            bytes += parts[t].n * sizeof(uint64_t);
+        }
+        if (dt > 0 && bytes / dt > best) best = bytes / dt;
+    }
+    (void)sink;
+    free(th);
+    free(parts);
+    free(buf);
+    return best;
+}
+
+/* ---- the model runs */
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+/* Seconds for one run: p tokens in one call (gen = 0) or one at a time (gen = 1), on a reset session. */
+static double run_once(qwenc_session *s, const int32_t *ids, int n, int gen, float *logits, char *err, size_t errlen,
+                       int *failed) {
+    qwenc_session_reset(s);
+    double t0 = cli_now_s();
+    if (gen) {
+        for (int i = 0; i < n && !*failed; i++)
+            if (qwenc_session_forward(s, ids + i, 1, logits, 0, err, errlen)) *failed = 1;
+    } else if (qwenc_session_forward(s, ids, n, logits, 0, err, errlen)) {
+        *failed = 1;
+    }
+    return cli_now_s() - t0;
+}
+
+static int bench_test(qwenc_session *s, const int32_t *ids, int n, int gen, int reps, float *logits, bench_stat *st) {
+    char err[1024];
+    int failed = 0;
+    double *tps = calloc((size_t)reps, sizeof(double));
+    if (!tps) return 0;
+    run_once(s, ids, gen && n > 4 ? 4 : n, gen, logits, err, sizeof(err), &failed); /* warm-up */
+    for (int r = 0; r < reps && !failed; r++) tps[r] = n / run_once(s, ids, n, gen, logits, err, sizeof(err), &failed);
+    if (failed)
+        fprintf(stderr, "qwenc: bench: %s\n", err);
+    else
+        stat_of(tps, reps, st);
+    free(tps);
+    return !failed;
+}
+
+static void print_table(const cli_opts *o, qwenc_model *m, int p, int n, const bench_stat *pp, const bench_stat *tg,
+                        int64_t total, int64_t per_tok, int64_t rss, double bw, double bound) {
+    const char *name = strrchr(o->model, '/') && strrchr(o->model, '/')[1] ? strrchr(o->model, '/') + 1 : o->model;
+    printf("| %-20s | %-12s | %10s | %-7s | %7s | %8s | %20s |\n", "model", "arch", "size", "kernels", "threads", "test",
+           "t/s");
+    printf("| %.20s | %.12s | %.10s | %.7s | %.7s | %.8s | %.20s |\n", "--------------------------------",
+           "----------------", "----------------", "--------", "--------", "--------", "-----------------------");
+    char size[32], test[32], tps[64];
+    snprintf(size, sizeof(size), "%.2f MiB", total / 1048576.0);
+    for (int k = 0; k < 2; k++) {
+        const bench_stat *s = k ? tg : pp;
+        if (!s->ran) continue;
+        snprintf(test, sizeof(test), "%s%d", k ? "tg" : "pp", k ? n : p);
+        snprintf(tps, sizeof(tps), "%.2f ± %.2f", s->mean, s->sd);
+        printf("| %-20.20s | %-12s | %10s | %-7s | %7d | %8s | %21s |\n", name, qwenc_model_arch(m), size,
+               qwenc_model_kernels(m), qwenc_model_n_threads(m), test, tps);
+    }
+    printf("\npeak RSS        %.1f MiB\n", rss / 1048576.0);
+    printf("decode reads    %.2f MiB of weights per token (every matrix, one embedding row, the used share of\n"
+           "                routed experts, PLE rows; not the KV cache or recurrent state)\n",
+           per_tok / 1048576.0);
+    if (bw > 0) {
+        printf("read bandwidth  %.2f GB/s (%d thread%s summing a %zu MiB buffer, best of %d)\n", bw / 1e9,
+               qwenc_model_n_threads(m), qwenc_model_n_threads(m) == 1 ? "" : "s", BW_BYTES >> 20, BW_PASSES);
+        printf("decode bound    %.2f tok/s", bound);
+        if (tg->ran) printf("; tg%d reaches %.1f %% of it", n, 100.0 * tg->mean / bound);
+        printf("\n");
+    } else {
+        printf("read bandwidth  not measured (no memory for the %zu MiB buffer)\n", BW_BYTES >> 20);
+    }
+}
+
+static void print_json(const cli_opts *o, qwenc_model *m, int p, int n, int reps, const bench_stat *pp,
+                       const bench_stat *tg, int64_t total, int64_t per_tok, int64_t rss, double bw, double bound) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", o->model);
+    cJSON_AddStringToObject(j, "arch", qwenc_model_arch(m));
+    cJSON_AddStringToObject(j, "kernels", qwenc_model_kernels(m));
+    cJSON_AddNumberToObject(j, "n_threads", qwenc_model_n_threads(m));
+    cJSON_AddNumberToObject(j, "n_prompt", p);
+    cJSON_AddNumberToObject(j, "n_gen", n);
+    cJSON_AddNumberToObject(j, "reps", reps);
+    if (pp->ran) {
+        cJSON_AddNumberToObject(j, "pp_tps", pp->mean);
+        cJSON_AddNumberToObject(j, "pp_tps_sd", pp->sd);
+    } else {
+        cJSON_AddNullToObject(j, "pp_tps");
+        cJSON_AddNullToObject(j, "pp_tps_sd");
+    }
+    if (tg->ran) {
+        cJSON_AddNumberToObject(j, "tg_tps", tg->mean);
+        cJSON_AddNumberToObject(j, "tg_tps_sd", tg->sd);
+    } else {
+        cJSON_AddNullToObject(j, "tg_tps");
+        cJSON_AddNullToObject(j, "tg_tps_sd");
+    }
+    cJSON_AddNumberToObject(j, "peak_rss_bytes", (double)rss);
+    cJSON_AddNumberToObject(j, "weight_bytes", (double)total);
+    cJSON_AddNumberToObject(j, "decode_bytes_per_token", (double)per_tok);
+    cJSON_AddNumberToObject(j, "read_bw_bytes_per_s", bw);
+    cJSON_AddNumberToObject(j, "bound_tg_tps", bound);
+    if (tg->ran && bound > 0)
+        cJSON_AddNumberToObject(j, "tg_fraction_of_bound", tg->mean / bound);
+    else
+        cJSON_AddNullToObject(j, "tg_fraction_of_bound");
+    char *s = cJSON_PrintUnformatted(j);
+    if (s) printf("%s\n", s);
+    free(s);
+    cJSON_Delete(j);
+}
+
+int cmd_bench(cli_opts *o) {
+    int p = 512, n = o->n_predict == INT_MIN ? 128 : o->n_predict, reps = o->reps ? o->reps : 5;
+    if (o->prompt) {
+        char *end;
+        long v = strtol(o->prompt, &end, 10);
+        if (*o->prompt == 0 || *end || v < 0 || v > INT_MAX)
+            return fprintf(stderr, "qwenc: bench: -p expects a number of prompt tokens, got \"%s\"\n", o->prompt), 1;
+        p = (int)v;
+    }
+    if (n < 0) return fprintf(stderr, "qwenc: bench: -n expects a number of tokens >= 0\n"), 1;
+    if (p == 0 && n == 0) return fprintf(stderr, "qwenc: bench: nothing to run (-p 0 -n 0)\n"), 1;
+    qwenc_model *m = cli_load_model(o);
+    if (!m) return 1;
+    int rc = 1, V = qwenc_model_n_vocab(m), len = p > n ? p : n;
+    char err[1024];
+    qwenc_session_params sp = qwenc_session_default_params();
+    sp.n_ctx = len;
+    sp.n_batch = p > 0 ? p : 1;
+    qwenc_session *s = NULL;
+    int32_t *ids = malloc((size_t)len * sizeof(int32_t));
+    float *logits = malloc((size_t)V * sizeof(float));
+    bench_stat pp = {0}, tg = {0};
+    if (!ids || !logits) {
+        fprintf(stderr, "qwenc: bench: out of memory\n");
+        goto done;
+    }
+    if (qwenc_session_init(m, &sp, &s, err, sizeof(err))) {
+        fprintf(stderr, "qwenc: bench: %s\n", err);
+        goto done;
+    }
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < len; i++) ids[i] = (int32_t)(rng_next(&seed) % (uint64_t)V);
+    if (p > 0 && !bench_test(s, ids, p, 0, reps, logits, &pp)) goto done;
+    if (n > 0 && !bench_test(s, ids, n, 1, reps, logits, &tg)) goto done;
+    int64_t rss = peak_rss(), total = 0, per_tok = 0;
+    qwenc_model_weight_bytes(m, &total, &per_tok);
+    double bw = read_bandwidth(qwenc_model_n_threads(m));
+    double bound = bw > 0 && per_tok > 0 ? bw / (double)per_tok : 0;
+    if (o->json)
+        print_json(o, m, p, n, reps, &pp, &tg, total, per_tok, rss, bw, bound);
+    else
+        print_table(o, m, p, n, &pp, &tg, total, per_tok, rss, bw, bound);
+    rc = 0;
+done:
+    qwenc_session_free(s);
+    free(logits);
+    free(ids);
+    qwenc_model_free(m);
+    return rc;
+}

@@ -1,0 +1,73 @@
+/*
+ * quantize.c - `qwenc quantize -m HF_DIR|FILE.gguf -t TYPE -o OUT.gguf`: write the model as the GGUF that
+ * llama.cpp's converter (+ llama-quantize for block types) would write, with a progress bar on stderr.
+ * The work is the library's (qwenc_model_save_gguf); this file parses, reports and draws.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct {
+    int tty;
+    double t0, last;
+    int last_tensor;
+} progress_state;
+
+/* A bar redrawn in place on a terminal; one line per finished tensor otherwise (logs, pipes). */
+static int show_progress(const char *tensor, const char *type, int i, int n, uint64_t done, uint64_t total, void *user) {
+    progress_state *ps = user;
+    double now = cli_now_s(), frac = total ? (double)done / (double)total : 1.0;
+    if (ps->tty) {
+        if (now - ps->last < 0.1 && done < total) return 0;
+        ps->last = now;
+        enum { W = 30 };
+        char bar[W + 1];
+        int fill = (int)(frac * W);
+        for (int k = 0; k < W; k++) bar[k] = k < fill ? '=' : k == fill ? '>' : ' ';
+        bar[W] = 0;
+        fprintf(stderr, "\r[%s] %3d%%  %4d/%-4d %8.1f MiB  %-34.34s %-6s", bar, (int)(frac * 100), i + 1, n,
+                done / 1048576.0, tensor, type);
+        if (done >= total) fprintf(stderr, "\n");
+    } else if (i != ps->last_tensor || done >= total) {
+        ps->last_tensor = i;
+        fprintf(stderr, "[%3d%%] %4d/%-4d %-40s %s\n", (int)(frac * 100), i + 1, n, tensor, type);
+    }
+    fflush(stderr);
+    return 0;
+}
+
+int cmd_quantize(cli_opts *o) {
+    if (!o->type) {
+        fprintf(stderr, "qwenc: quantize: -t TYPE is required (one of %s)\n", qwenc_gguf_types());
+        return 1;
+    }
+    if (!o->out) {
+        fprintf(stderr, "qwenc: quantize: -o OUT.gguf is required\n");
+        return 1;
+    }
+    qwenc_model *m = cli_load_model(o);
+    if (!m) return 1;
+    progress_state ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1};
+    qwenc_gguf_params gp = qwenc_gguf_default_params();
+    gp.type = o->type;
+    gp.n_threads = o->threads;
+    gp.progress = show_progress;
+    gp.user = &ps;
+    char err[1024];
+    fprintf(stderr, "qwenc: writing %s (%s, %s) as %s\n", o->out, qwenc_model_arch(m), o->model, o->type);
+    qwenc_status st = qwenc_model_save_gguf(m, o->out, &gp, err, sizeof(err));
+    qwenc_model_free(m);
+    if (st) {
+        if (ps.tty) fprintf(stderr, "\n");
+        fprintf(stderr, "qwenc: quantize: %s\n", err);
+        return 1;
+    }
+    FILE *f = fopen(o->out, "rb");
+    long size = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (f) fclose(f);
+    fprintf(stderr, "qwenc: wrote %s: %.1f MiB in %.1f s\n", o->out, size / 1048576.0, cli_now_s() - ps.t0);
+    return 0;
+}
