@@ -43,7 +43,7 @@ static int engine_init(engine *e, cli_opts *o) {
     memset(e, 0, sizeof(*e));
     double t0 = cli_now_s();
     char err[1024];
-    if (!(e->model = cli_load_model(o)) || !(e->tok = cli_load_tokenizer(o->model))) return 0;
+    if (!(e->model = cli_load_model(o)) || !(e->tok = cli_load_tokenizer(o))) return 0;
     qwenc_session_params sp = qwenc_session_default_params();
     if (o->ctx) sp.n_ctx = o->ctx;
     if (qwenc_session_init(e->model, &sp, &e->session, err, sizeof(err))) {

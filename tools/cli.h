@@ -8,7 +8,7 @@
 #include "qwenc.h"
 
 typedef struct {
-    const char *model, *tokens, *out, *prompt, *file, *system, *request, *positional;
+    const char *model, *tokenizer, *tokens, *out, *prompt, *file, *system, *request, *positional;
     const char *type; /* quantize: -t/--type, the GGUF tensor type */
     const char *stop[16];
     int n_stop;
@@ -22,7 +22,8 @@ double cli_now_s(void);
 /* Load a model (with the options' threads and kernels) / tokenizer, printing the error on stderr;
  * NULL on failure. */
 qwenc_model *cli_load_model(const cli_opts *o);
-qwenc_tokenizer *cli_load_tokenizer(const char *path);
+/* The tokenizer of --tokenizer DIR, else of the model directory (for a .gguf: the directory holding it). */
+qwenc_tokenizer *cli_load_tokenizer(const cli_opts *o);
 /* A whole file ("-": stdin) as a NUL-terminated buffer; NULL (message printed) on failure. */
 char *cli_slurp(const char *path, size_t *len);
 

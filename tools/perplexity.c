@@ -26,7 +26,7 @@ int cmd_perplexity(cli_opts *o) {
     char err[1024];
     qwenc_session *s = NULL;
     qwenc_model *m = NULL;
-    qwenc_tokenizer *tok = cli_load_tokenizer(o->model);
+    qwenc_tokenizer *tok = cli_load_tokenizer(o);
     if (!tok || !(m = cli_load_model(o))) goto done;
     if (qwenc_tokenize(tok, text, len, 1, !o->no_parse_special, &ids, &n, err, sizeof(err))) {
         fprintf(stderr, "qwenc: %s: %s\n", o->file, err);

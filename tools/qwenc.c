@@ -48,6 +48,8 @@ static void usage(FILE *f) {
             "  -m, --model DIR        Hugging Face checkpoint directory (config.json, *.safetensors,\n"
             "                         tokenizer.json), or a llama.cpp .gguf file; tokenize/detokenize/\n"
             "                         chat-template need only the tokenizer files\n"
+            "  --tokenizer DIR        take tokenizer.json (and its configs) from DIR (default: the model's\n"
+            "                         directory; for a .gguf, the directory holding it)\n"
             "  -c, --ctx N            context size of the session (default: training context, at most 4096)\n"
             "  -t, --threads N        CPU threads (default 0: one per core)\n"
             "  --kernels NAME         CPU kernels: auto (default: the best for this CPU), avx512, avx2, scalar,\n"
@@ -147,6 +149,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = v;
         else if (!strcmp(a, "--system")) o->system = v;
         else if (!strcmp(a, "--request")) o->request = v;
+        else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
         else if (!strcmp(a, "--kernels")) o->kernels = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = parse_int(v, a, 0, &o->threads);
         else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) ok = parse_int(v, a, 1, &o->reps);
@@ -209,9 +212,10 @@ qwenc_model *cli_load_model(const cli_opts *o) {
     return m;
 }
 
-qwenc_tokenizer *cli_load_tokenizer(const char *path) {
+qwenc_tokenizer *cli_load_tokenizer(const cli_opts *o) {
     char err[1024], dir[4096];
     qwenc_tokenizer *t = NULL;
+    const char *path = o->tokenizer ? o->tokenizer : o->model;
     /* a .gguf model: the tokenizer files beside it (GGUF tokenizers are not read) */
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
@@ -382,7 +386,7 @@ static int cmd_tokenize(cli_opts *o) {
         fprintf(stderr, "qwenc: tokenize: give TEXT or --file F\n");
         return 1;
     }
-    qwenc_tokenizer *t = cli_load_tokenizer(o->model);
+    qwenc_tokenizer *t = cli_load_tokenizer(o);
     int rc = 1;
     int32_t *ids = NULL;
     int n = 0;
@@ -408,7 +412,7 @@ static int cmd_detokenize(cli_opts *o) {
     int n = 0;
     int32_t *ids = parse_ids(src, "detokenize", &n);
     if (!ids) return 1;
-    qwenc_tokenizer *t = cli_load_tokenizer(o->model);
+    qwenc_tokenizer *t = cli_load_tokenizer(o);
     int rc = 1;
     char err[1024], *text = NULL;
     size_t len = 0;
@@ -430,7 +434,7 @@ static int cmd_chat_template(cli_opts *o) {
     if (!o->request) return fprintf(stderr, "qwenc: chat-template: --request F.json is required\n"), 1;
     char *req = cli_slurp(o->request, NULL);
     if (!req) return 1;
-    qwenc_tokenizer *t = cli_load_tokenizer(o->model);
+    qwenc_tokenizer *t = cli_load_tokenizer(o);
     int rc = 1;
     char err[1024], *out = NULL;
     if (t) {
