@@ -94,6 +94,26 @@ const char *qwenc_gguf_types(void);
 qwenc_status qwenc_model_save_gguf(const qwenc_model *model, const char *path, const qwenc_gguf_params *params,
                                    char *err, size_t errlen);
 
+/* ---- random models (qwenc synth) ---- */
+typedef struct {
+    const char *preset;  /* "flash-next" (qwen4exp) or "qwen3.5-35b-a3b" (qwen35moe): the released shapes */
+    const char *arch;    /* NULL, or the preset's architecture (llama.cpp's or transformers' name) as a check */
+    int n_layer;         /* 0: the preset's; else the first n_layer layers of its pattern (>= one attention) */
+    int n_expert;        /* 0: the preset's; else this many experts (top-k capped at it) */
+    int n_embd, n_vocab; /* 0: the preset's hidden size / vocabulary (smaller for tests) */
+    long long ngram_base; /* 0: the preset's PLE ngram_vocab_size_base (flash-next: 2e7) */
+    unsigned long long seed;
+} qwenc_synth_params;
+
+qwenc_synth_params qwenc_synth_default_params(void);
+/* The preset names, for messages. */
+const char *qwenc_synth_presets(void);
+/* Write a model with random weights (deterministic from the seed) at the preset's geometry as GGUF, with the
+ * tensor types of params->type as qwenc_model_save_gguf chooses them. Each tensor is generated and quantized
+ * batch by batch: memory use does not grow with the model. */
+qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, const qwenc_gguf_params *params,
+                              char *err, size_t errlen);
+
 typedef struct {
     int n_ctx;   /* maximum number of tokens the session holds (0: the model's training context, capped) */
     int n_batch; /* largest number of tokens one internal forward step processes; longer inputs are split */

@@ -162,10 +162,13 @@ static int bench_test(qwenc_session *s, const int32_t *ids, int n, int gen, int 
 
 static void print_table(const cli_opts *o, qwenc_model *m, int p, int n, const bench_stat *pp, const bench_stat *tg,
                         int64_t total, int64_t per_tok, int64_t rss, double bw, double bound) {
-    const char *name = strrchr(o->model, '/') && strrchr(o->model, '/')[1] ? strrchr(o->model, '/') + 1 : o->model;
-    printf("| %-20s | %-12s | %10s | %-7s | %7s | %8s | %20s |\n", "model", "arch", "size", "kernels", "threads", "test",
+    char path[512], *name = path; /* the last component of the model path, trailing slashes dropped */
+    snprintf(path, sizeof(path), "%s", o->model);
+    for (size_t n = strlen(path); n > 1 && path[n - 1] == '/'; n--) path[n - 1] = 0;
+    if (strrchr(path, '/')) name = strrchr(path, '/') + 1;
+    printf("| %-20s | %-12s | %11s | %-7s | %7s | %8s | %20s |\n", "model", "arch", "size", "kernels", "threads", "test",
            "t/s");
-    printf("| %.20s | %.12s | %.10s | %.7s | %.7s | %.8s | %.20s |\n", "--------------------------------",
+    printf("| %.20s | %.12s | %.11s | %.7s | %.7s | %.8s | %.20s |\n", "--------------------------------",
            "----------------", "----------------", "--------", "--------", "--------", "-----------------------");
     char size[32], test[32], tps[64];
     snprintf(size, sizeof(size), "%.2f MiB", total / 1048576.0);
@@ -174,7 +177,7 @@ static void print_table(const cli_opts *o, qwenc_model *m, int p, int n, const b
         if (!s->ran) continue;
         snprintf(test, sizeof(test), "%s%d", k ? "tg" : "pp", k ? n : p);
         snprintf(tps, sizeof(tps), "%.2f ± %.2f", s->mean, s->sd);
-        printf("| %-20.20s | %-12s | %10s | %-7s | %7d | %8s | %21s |\n", name, qwenc_model_arch(m), size,
+        printf("| %-20.20s | %-12s | %11s | %-7s | %7d | %8s | %21s |\n", name, qwenc_model_arch(m), size,
                qwenc_model_kernels(m), qwenc_model_n_threads(m), test, tps);
     }
     printf("\npeak RSS        %.1f MiB\n", rss / 1048576.0);

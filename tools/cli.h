@@ -9,7 +9,9 @@
 
 typedef struct {
     const char *model, *tokenizer, *tokens, *out, *prompt, *file, *system, *request, *positional;
-    const char *type; /* quantize: -t/--type, the GGUF tensor type */
+    const char *type; /* quantize, synth: -t/--type, the GGUF tensor type */
+    const char *preset, *arch; /* synth */
+    int layers, experts, hidden, vocab, ngram_base; /* synth (0: the preset's) */
     const char *stop[16];
     int n_stop;
     int batch, ctx, n_predict, chat, no_think, add_gen, no_parse_special, show_special, seed_set;
@@ -35,5 +37,6 @@ int cmd_chat(cli_opts *o);
 int cmd_bench(cli_opts *o);
 int cmd_perplexity(cli_opts *o);
 int cmd_quantize(cli_opts *o);
+int cmd_synth(cli_opts *o);
 
 #endif

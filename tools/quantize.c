@@ -1,7 +1,8 @@
 /*
  * quantize.c - `qwenc quantize -m HF_DIR|FILE.gguf -t TYPE -o OUT.gguf`: write the model as the GGUF that
  * llama.cpp's converter (+ llama-quantize for block types) would write, with a progress bar on stderr.
- * The work is the library's (qwenc_model_save_gguf); this file parses, reports and draws.
+ * `qwenc synth --preset NAME ... -t TYPE -o OUT.gguf`: the same for a model with random weights.
+ * The work is the library's (qwenc_model_save_gguf, qwenc_synth_gguf); this file parses, reports and draws.
  */
 #include <stdio.h>
 #include <string.h>
@@ -38,6 +39,15 @@ static int show_progress(const char *tensor, const char *type, int i, int n, uin
     return 0;
 }
 
+/* The size of the written file, for the closing line. */
+static void report_written(const char *path, double t0) {
+    FILE *f = fopen(path, "rb");
+    long size = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (f) fclose(f);
+    fprintf(stderr, "qwenc: wrote %s: %.1f MiB in %.1f s\n", path, size / 1048576.0, cli_now_s() - t0);
+}
+
 int cmd_quantize(cli_opts *o) {
     if (!o->type) {
         fprintf(stderr, "qwenc: quantize: -t TYPE is required (one of %s)\n", qwenc_gguf_types());
@@ -64,10 +74,38 @@ int cmd_quantize(cli_opts *o) {
         fprintf(stderr, "qwenc: quantize: %s\n", err);
         return 1;
     }
-    FILE *f = fopen(o->out, "rb");
-    long size = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (f) fclose(f);
-    fprintf(stderr, "qwenc: wrote %s: %.1f MiB in %.1f s\n", o->out, size / 1048576.0, cli_now_s() - ps.t0);
+    report_written(o->out, ps.t0);
+    return 0;
+}
+
+int cmd_synth(cli_opts *o) {
+    if (!o->preset || !o->type || !o->out) {
+        fprintf(stderr, "qwenc: synth: --preset NAME (%s), -t TYPE (%s) and -o OUT.gguf are required\n",
+                qwenc_synth_presets(), qwenc_gguf_types());
+        return 1;
+    }
+    qwenc_synth_params sp = qwenc_synth_default_params();
+    sp.preset = o->preset;
+    sp.arch = o->arch;
+    sp.n_layer = o->layers;
+    sp.n_expert = o->experts;
+    sp.n_embd = o->hidden;
+    sp.n_vocab = o->vocab;
+    sp.ngram_base = o->ngram_base;
+    if (o->seed_set) sp.seed = o->sp.seed;
+    progress_state ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1};
+    qwenc_gguf_params gp = qwenc_gguf_default_params();
+    gp.type = o->type;
+    gp.n_threads = o->threads;
+    gp.progress = show_progress;
+    gp.user = &ps;
+    char err[1024];
+    fprintf(stderr, "qwenc: writing %s (random %s, seed %llu) as %s\n", o->out, o->preset, sp.seed, o->type);
+    if (qwenc_synth_gguf(&sp, o->out, &gp, err, sizeof(err))) {
+        if (ps.tty) fprintf(stderr, "\n");
+        fprintf(stderr, "qwenc: synth: %s\n", err);
+        return 1;
+    }
+    report_written(o->out, ps.t0);
     return 0;
 }

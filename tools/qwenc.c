@@ -9,6 +9,7 @@
  *   qwenc detokenize -m DIR 1,2,3
  *   qwenc chat-template -m DIR --request F.json [--add-generation-prompt] [--no-think]
  *   qwenc quantize   -m DIR|FILE.gguf -t TYPE -o OUT.gguf
+ *   qwenc synth      --preset NAME [--arch A] [--layers N] [--experts E] [--ngram-base B] -t TYPE -o OUT.gguf
  *   qwenc bench      -m DIR [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]
  * Every command that loads a model takes -t/--threads N and --kernels NAME.
  *
@@ -43,6 +44,7 @@ static void usage(FILE *f) {
             "  bench      prompt processing and generation speed, peak memory, the decode bandwidth bound\n"
             "  perplexity perplexity of the model on a text file (-f FILE, chunks of -c N tokens, default 512)\n"
             "  quantize   write the model as a llama.cpp GGUF: -t TYPE -o OUT.gguf (see docs/GGUF.md)\n"
+            "  synth      write a model with random weights at a released geometry as GGUF (no -m)\n"
             "\n"
             "model:\n"
             "  -m, --model DIR        Hugging Face checkpoint directory (config.json, *.safetensors,\n"
@@ -80,6 +82,11 @@ static void usage(FILE *f) {
             "  -t, --type TYPE        F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K (= Q4_K_M), Q4_K_S,\n"
             "                         Q5_K (= Q5_K_M), Q5_K_S, Q6_K, IQ4_NL, IQ4_XS\n"
             "  -o, --out OUT.gguf\n"
+            "\n"
+            "synth (-t TYPE -o OUT.gguf as quantize; --threads N quantizing threads):\n"
+            "  --preset NAME          flash-next (qwen4exp) or qwen3.5-35b-a3b (qwen35moe)\n"
+            "  --arch A               the preset's architecture, checked   --seed S  (default 42)\n"
+            "  --layers N  --experts E  --ngram-base B  --hidden N  --vocab N   shrink the geometry\n"
             "\n"
             "tokenize / chat-template:\n"
             "  --no-parse-special     treat special-token text as plain text (tokenize)\n"
@@ -142,7 +149,15 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         const char *v = argv[++i];
         int ok = 1;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
-        else if ((!strcmp(a, "-t") && !strcmp(argv[1], "quantize")) || !strcmp(a, "--type")) o->type = v;
+        else if ((!strcmp(a, "-t") && (!strcmp(argv[1], "quantize") || !strcmp(argv[1], "synth"))) ||
+                 !strcmp(a, "--type")) o->type = v;
+        else if (!strcmp(a, "--preset")) o->preset = v;
+        else if (!strcmp(a, "--arch")) o->arch = v;
+        else if (!strcmp(a, "--layers")) ok = parse_int(v, a, 1, &o->layers);
+        else if (!strcmp(a, "--experts")) ok = parse_int(v, a, 1, &o->experts);
+        else if (!strcmp(a, "--hidden")) ok = parse_int(v, a, 1, &o->hidden);
+        else if (!strcmp(a, "--vocab")) ok = parse_int(v, a, 1, &o->vocab);
+        else if (!strcmp(a, "--ngram-base")) ok = parse_int(v, a, 2, &o->ngram_base);
         else if (!strcmp(a, "--tokens")) o->tokens = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) o->out = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
@@ -184,7 +199,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         }
         if (!ok) return 0;
     }
-    if (!o->model) {
+    if (!o->model && strcmp(argv[1], "synth") != 0) {
         fprintf(stderr, "qwenc: %s: --model DIR is required\n", argv[1]);
         return 0;
     }
@@ -475,6 +490,7 @@ int main(int argc, char **argv) {
         {"bench", cmd_bench},
         {"perplexity", cmd_perplexity},
         {"quantize", cmd_quantize},
+        {"synth", cmd_synth},
     };
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (!strcmp(argv[1], cmds[i].name)) {

@@ -307,6 +307,15 @@ qwenc_status qw_hparams_load(qw_hparams *hp, const char *dir, char *err, size_t 
         free(path);
         return st;
     }
+    st = qw_hparams_parse(hp, txt, path, err, errlen);
+    free(txt);
+    free(path);
+    return st;
+}
+
+qwenc_status qw_hparams_parse(qw_hparams *hp, const char *txt, const char *path, char *err, size_t errlen) {
+    memset(hp, 0, sizeof(*hp));
+    qwenc_status st = QWENC_OK;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(txt, &end, 0);
     if (!cJSON_IsObject(root)) {
@@ -315,8 +324,6 @@ qwenc_status qw_hparams_load(qw_hparams *hp, const char *dir, char *err, size_t 
         st = qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: not a valid JSON object (error near line %d)", path,
                     line);
         cJSON_Delete(root);
-        free(txt);
-        free(path);
         return st;
     }
     cfg_reader r = {.top = root, .path = path, .err = err, .errlen = errlen};
@@ -425,8 +432,6 @@ qwenc_status qw_hparams_load(qw_hparams *hp, const char *dir, char *err, size_t 
 done:
     st = r.st;
     cJSON_Delete(root);
-    free(txt);
-    free(path);
     if (st) qw_hparams_free(hp);
     return st;
 }

@@ -81,6 +81,8 @@ typedef struct {
 
 /* Parse config.json of directory dir (the path is used in messages). */
 qwenc_status qw_hparams_load(qw_hparams *hp, const char *dir, char *err, size_t errlen);
+/* The same from the text of a config.json (path names it in messages). */
+qwenc_status qw_hparams_parse(qw_hparams *hp, const char *json, const char *path, char *err, size_t errlen);
 void qw_hparams_free(qw_hparams *hp);
 const char *qw_arch_name(qw_arch a);
 

@@ -6,8 +6,9 @@
  * the thread count, so the logits are bit-identical for any number of threads):
  *   matmul       rows of W in chunks; a chunk does its rows for every token (token tiles of ~256 KiB of
  *                activations), so each weight row is read once per call; decode is one row-chunked pass
- *   attention    (token, head) pairs; keys in blocks of 64: f32 scores and a per-block softmax-weighted
- *                sum of values, merged across blocks in double (flash-attention style, no scratch)
+ *   attention    (token, kv head, up to 4 of its query heads): K and V rows are read once for the heads
+ *                that share them; keys in blocks of 64: f32 scores and a per-block softmax-weighted sum of
+ *                values, merged across blocks in double (flash-attention style, no scratch)
  *   delta_rule   value heads (each head's state is touched by one thread, its tokens in order)
  *   rms_norm, l2_norm, rope, conv1d_dw, silu, sigmoid, mul, axpy
  *                rows / tokens / element ranges when large, each range by the scalar reference code
@@ -30,37 +31,32 @@
 /* The scalar variant keeps 8 f32 lanes per output, like avx2.c, so it vectorises where the compiler can. */
 #define SC_LANES 8
 
-/* 8 weights from element c of a row as f32 (n <= 8 of them; the rest 0) */
-static inline void sc_load8(qw_type type, const char *row, int64_t c, int n, float *w) {
-    uint16_t h[SC_LANES];
+/* the weight at element c of a row, as f32 (the type is a constant once inlined) */
+static inline __attribute__((always_inline)) float sc_weight(qw_type type, const char *row, int64_t c) {
     if (type == QW_TYPE_F32) {
-        memcpy(w, row + c * 4, (size_t)n * 4);
-    } else {
-        memcpy(h, row + c * 2, (size_t)n * 2);
-        if (type == QW_TYPE_BF16)
-            for (int l = 0; l < n; l++) w[l] = qw_bf16_to_f32(h[l]);
-        else
-            for (int l = 0; l < n; l++) w[l] = qw_f16_to_f32(h[l]);
+        float v;
+        memcpy(&v, row + c * 4, 4);
+        return v;
     }
-    for (int l = n; l < SC_LANES; l++) w[l] = 0;
+    uint16_t h;
+    memcpy(&h, row + c * 2, 2);
+    return type == QW_TYPE_BF16 ? qw_bf16_to_f32(h) : qw_f16_to_f32(h);
 }
 
-static float sc_dot(qw_type type, const char *row, const float *x, int64_t n) {
-    float acc[SC_LANES] = {0}, w[SC_LANES], xv[SC_LANES];
-    for (int64_t c = 0; c < n; c += SC_LANES) {
-        int m = n - c < SC_LANES ? (int)(n - c) : SC_LANES;
-        sc_load8(type, row, c, m, w);
-        memcpy(xv, x + c, (size_t)m * 4);
-        for (int l = m; l < SC_LANES; l++) xv[l] = 0;
-        for (int l = 0; l < SC_LANES; l++) acc[l] += w[l] * xv[l];
-    }
-    for (int w2 = SC_LANES / 2; w2 > 0; w2 /= 2)
-        for (int l = 0; l < w2; l++) acc[l] += acc[l + w2];
+static inline __attribute__((always_inline)) float sc_dot(qw_type type, const char *row, const float *x, int64_t n) {
+    float acc[SC_LANES] = {0};
+    int64_t c = 0;
+    for (; c + SC_LANES <= n; c += SC_LANES)
+        for (int l = 0; l < SC_LANES; l++) acc[l] += sc_weight(type, row, c + l) * x[c + l];
+    for (int l = 0; c + l < n; l++) acc[l] += sc_weight(type, row, c + l) * x[c + l];
+    for (int w = SC_LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
     return acc[0];
 }
 
-static void sc_tile(qw_type type, float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr,
-                    int nt, int64_t n) {
+static inline __attribute__((always_inline)) void sc_tile(qw_type type, float *y, int64_t ldy, const void *w,
+                                                          size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                                                          int64_t n) {
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) y[t * ldy + r] = sc_dot(type, (const char *)w + r * ws, x + t * ldx, n);
 }
@@ -203,7 +199,7 @@ static void cpu_matmul(const qw_ops *ops, float *y, const qw_tensor *w, const fl
     c.tile = w->type < QW_TYPE_COUNT ? b->k->tile[w->type] : NULL;
     c.tile_nr = b->k->tile_nr;
     c.tile_nt = b->k->tile_nt;
-    if (c.tile) c.row_bytes = (size_t)c.cols * qw_type_size(w->type);
+    if (c.tile) c.row_bytes = qw_type_row_size(w->type, c.cols);
     c.tok_tile = (256 << 10) / (c.cols * 4 + 1) / c.tile_nt * c.tile_nt;
     if (c.tok_tile < c.tile_nt) c.tok_tile = c.tile_nt;
     if (b->n_threads == 1 || c.rows * c.cols * n_tok < PAR_MIN_WORK) {

@@ -188,6 +188,12 @@ static void plan_attn(plan *p, int il, const qw_attn_w *w) {
         qw_tensor *qk = plan_alloc(p, 2 * sizeof(qw_tensor));
         qk[0] = qw_tensor_rows(w->idx_qk, 0, nqi, H);
         qk[1] = qw_tensor_rows(w->idx_qk, nqi, ihd, H);
+        if (!w->idx_qk->data) { /* generated rows (synth): the key rows are their own tensor */
+            char *nm = plan_alloc(p, strlen(w->idx_qk->name) + 3);
+            sprintf(nm, "%s.k", w->idx_qk->name);
+            qk[1].data = NULL;
+            qk[1].name = nm;
+        }
         add_mat(p, QW_GT_INDEXER_Q, il, &qk[0]);
         add_mat(p, QW_GT_INDEXER_K, il, &qk[1]);
         add_vec(p, QW_GT_INDEXER_Q_NORM, il, w->idx_q_norm, ihd, 0, 1.0f);
@@ -500,13 +506,16 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
 
 typedef struct {
     const out_tensor *t;
+    qw_row_gen gen; /* rows of pieces without data (qwenc synth) */
+    void *gen_user;
     int64_t r0, n, cols;
     float *f32, *tmp; /* [n * cols], [cols] */
     uint8_t *dst;     /* the bytes of rows r0 .. r0+n */
 } job;
 
-/* Rows r0 .. r0+n of the output tensor as f32 (the source rows, reordered). */
-static void fill_rows(const out_tensor *t, int64_t r0, int64_t n, int64_t cols, float *out, float *tmp) {
+/* Rows r0 .. r0+n of the output tensor as f32 (the source rows, reordered; generated for a piece without data). */
+static void fill_rows(const job *j, int64_t r0, int64_t n, int64_t cols, float *out, float *tmp) {
+    const out_tensor *t = j->t;
     for (int64_t i = 0; i < n; i++) {
         int64_t r = r0 + i;
         float *o = out + i * cols;
@@ -523,7 +532,10 @@ static void fill_rows(const out_tensor *t, int64_t r0, int64_t n, int64_t cols, 
         }
         const qw_tensor *pc = &t->pieces[lo];
         int64_t local = src - t->piece_row0[lo];
-        if (t->col_map) {
+        if (!pc->data) {
+            QW_ASSERT(j->gen && !t->col_map);
+            j->gen(pc, local, cols, o, j->gen_user);
+        } else if (t->col_map) {
             qw_tensor_to_f32(pc, local * cols, cols, tmp);
             for (int64_t c = 0; c < cols; c++) o[c] = tmp[t->col_map[c]];
         } else {
@@ -534,7 +546,7 @@ static void fill_rows(const out_tensor *t, int64_t r0, int64_t n, int64_t cols, 
 
 static void *run_job(void *arg) {
     job *j = arg;
-    fill_rows(j->t, j->r0, j->n, j->cols, j->f32, j->tmp);
+    fill_rows(j, j->r0, j->n, j->cols, j->f32, j->tmp);
     qw_quantize(j->t->type, j->f32, j->dst, j->n * j->cols);
     return NULL;
 }
@@ -554,6 +566,11 @@ static void plan_free(plan *p) {
 
 qwenc_status qwenc_model_save_gguf(const qwenc_model *m, const char *path, const qwenc_gguf_params *params, char *err,
                                    size_t errlen) {
+    return qw_model_save_gguf_gen(m, path, params, NULL, NULL, err, errlen);
+}
+
+qwenc_status qw_model_save_gguf_gen(const qwenc_model *m, const char *path, const qwenc_gguf_params *params,
+                                    qw_row_gen gen, void *gen_user, char *err, size_t errlen) {
     qwenc_gguf_params prm = params ? *params : qwenc_gguf_default_params();
     const qw_hparams *hp = &m->hp;
     qw_gguf_policy pol;
@@ -632,7 +649,7 @@ qwenc_status qwenc_model_save_gguf(const qwenc_model *m, const char *path, const
             int used = 0;
             for (int k = 0; k < nj && at < n; k++, used++) {
                 int64_t c = QW_MIN(step, n - at);
-                jobs[k] = (job){.t = t, .r0 = r0 + at, .n = c, .cols = cols, .f32 = f32 + at * cols,
+                jobs[k] = (job){.t = t, .gen = gen, .gen_user = gen_user, .r0 = r0 + at, .n = c, .cols = cols, .f32 = f32 + at * cols,
                                 .tmp = tmp + (int64_t)k * cols, .dst = out + (size_t)at * row_bytes};
                 at += c;
             }

@@ -156,6 +156,12 @@ int qw_path_is_gguf(const char *path);
 /* Hyper-parameters and every weight of a .gguf (m->path, m->ops set; fills the rest). */
 qwenc_status qw_gguf_model_load(qwenc_model *m, const char *path, char *err, size_t errlen);
 
+/* Rows of a tensor that has no data (data == NULL: qwenc synth generates them): out[0..cols) = row `row` of t. */
+typedef void (*qw_row_gen)(const qw_tensor *t, int64_t row, int64_t cols, float *out, void *user);
+/* qwenc_model_save_gguf, with gen supplying the rows of tensors without data (may be NULL when all have data). */
+qwenc_status qw_model_save_gguf_gen(const qwenc_model *m, const char *path, const qwenc_gguf_params *params,
+                                    qw_row_gen gen, void *gen_user, char *err, size_t errlen);
+
 /* Dispatch to the architecture's forward. */
 void qw_model_forward(const qw_fwd *f, float *hidden);
 
