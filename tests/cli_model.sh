@@ -52,6 +52,13 @@ for d in tests/fixtures/*/; do
     done
 done
 
+# --- a Q8_0 GGUF: the SIMD Q8_0 kernels give the reference kernels' logits (rel L2 < 1e-4)
+$QWENC quantize -m tests/fixtures/qwen3_5_moe -t Q8_0 -o "$tmp/q8.gguf" >/dev/null 2>&1 && ok || bad "quantize Q8_0"
+toks=$(cat tests/fixtures/qwen3_5_moe/tokens.txt)
+$QWENC logits -m "$tmp/q8.gguf" --kernels ref --tokens "$toks" --out "$tmp/ref.f32" 2>/dev/null &&
+$QWENC logits -m "$tmp/q8.gguf" --tokens "$toks" --out "$tmp/simd.f32" 2>/dev/null &&
+"$T_MODEL" --compare "$tmp/simd.f32" "$tmp/ref.f32" 256 >"$tmp/cmp" && ok || bad "Q8_0 kernels vs reference: $(cat "$tmp/cmp")"
+
 # --- bad input
 q3=tests/fixtures/qwen3
 mk() { rm -rf "$tmp/m"; cp -r "$1" "$tmp/m"; }

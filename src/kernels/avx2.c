@@ -37,6 +37,15 @@ QW_INLINE __m256 widen(qw_type type, __m128i h) {
 
 /* 8 weights from element c of a row as f32; a tail of n_tail < 8 elements reads only those (rest 0). */
 QW_INLINE __m256 load_w(qw_type type, const char *row, int64_t c, int64_t n_tail) {
+    if (type == QW_TYPE_Q8_0) { /* block of 32: f16 scale d, 32 int8 q; q*d is exact in f32. Rows are whole
+                                 * blocks and c a multiple of 8, so 8 lanes never straddle two blocks. */
+        const char *blk = row + (c / 32) * 34;
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + c % 32))));
+        (void)n_tail;
+        return _mm256_mul_ps(q, _mm256_set1_ps(_cvtsh_ss(dh)));
+    }
     if (type == QW_TYPE_F32)
         return n_tail ? _mm256_maskload_ps((const float *)(row + c * 4), lane_mask(n_tail))
                       : _mm256_loadu_ps((const float *)(row + c * 4));
@@ -116,6 +125,10 @@ static void tile_bf16(float *y, int64_t ldy, const void *w, size_t ws, const flo
                       int64_t n) {
     tile_any(QW_TYPE_BF16, y, ldy, w, ws, x, ldx, nr, nt, n);
 }
+static void tile_q8_0(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                      int64_t n) {
+    tile_any(QW_TYPE_Q8_0, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
 static void tile_f16(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
                      int64_t n) {
     tile_any(QW_TYPE_F16, y, ldy, w, ws, x, ldx, nr, nt, n);
@@ -170,7 +183,8 @@ const qw_cpu_kernels qw_kernels_avx2 = {
     .lanes = LANES,
     .tile_nr = 4,
     .tile_nt = 2,
-    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16},
+    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,
+             [QW_TYPE_Q8_0] = tile_q8_0},
     .decay_acc = decay_acc,
     .rank1_acc = rank1_acc,
     .scale_axpy = scale_axpy,

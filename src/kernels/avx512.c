@@ -17,6 +17,7 @@
 #endif
 
 #include <immintrin.h>
+#include <string.h>
 
 #include "kernels/cpu.h"
 
@@ -25,6 +26,14 @@
 
 /* 16 weights from element c of a row, widened to f32; m selects the lanes to read (the rest are 0). */
 QW_INLINE __m512 load_w(qw_type type, const char *row, int64_t c, __mmask16 m, int full) {
+    if (type == QW_TYPE_Q8_0) { /* block of 32: f16 scale d, 32 int8 q; q*d is exact in f32. Rows are whole
+                                 * blocks and c a multiple of 16, so 16 lanes never straddle two blocks. */
+        const char *blk = row + (c / 32) * 34;
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2 + c % 32))));
+        return _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(dh)));
+    }
     if (type == QW_TYPE_F32) return full ? _mm512_loadu_ps(row + c * 4) : _mm512_maskz_loadu_ps(m, row + c * 4);
     __m256i h = full ? _mm256_loadu_si256((const __m256i *)(row + c * 2)) : _mm256_maskz_loadu_epi16(m, row + c * 2);
     if (type == QW_TYPE_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -103,6 +112,10 @@ static void tile_bf16(float *y, int64_t ldy, const void *w, size_t ws, const flo
                       int64_t n) {
     tile_any(QW_TYPE_BF16, y, ldy, w, ws, x, ldx, nr, nt, n);
 }
+static void tile_q8_0(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
+                      int64_t n) {
+    tile_any(QW_TYPE_Q8_0, y, ldy, w, ws, x, ldx, nr, nt, n);
+}
 static void tile_f16(float *y, int64_t ldy, const void *w, size_t ws, const float *x, int64_t ldx, int nr, int nt,
                      int64_t n) {
     tile_any(QW_TYPE_F16, y, ldy, w, ws, x, ldx, nr, nt, n);
@@ -144,7 +157,8 @@ const qw_cpu_kernels qw_kernels_avx512 = {
     .lanes = LANES,
     .tile_nr = 4,
     .tile_nt = 4,
-    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16},
+    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,
+             [QW_TYPE_Q8_0] = tile_q8_0},
     .decay_acc = decay_acc,
     .rank1_acc = rank1_acc,
     .scale_axpy = scale_axpy,
