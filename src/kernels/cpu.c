@@ -193,20 +193,64 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
     }
 }
 
+static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw_tensor *w, const float *x, int n_tok) {
+    *c = (matmul_ctx){.y = y, .w = w, .x = x, .rows = w->shape[0], .cols = qw_tensor_row_len(w), .n_tok = n_tok};
+    c->tile = w->type < QW_TYPE_COUNT ? b->k->tile[w->type] : NULL;
+    c->tile_nr = b->k->tile_nr;
+    c->tile_nt = b->k->tile_nt;
+    if (c->tile) c->row_bytes = qw_type_row_size(w->type, c->cols);
+    c->tok_tile = (256 << 10) / (c->cols * 4 + 1) / c->tile_nt * c->tile_nt;
+    if (c->tok_tile < c->tile_nt) c->tok_tile = c->tile_nt;
+}
+
 static void cpu_matmul(const qw_ops *ops, float *y, const qw_tensor *w, const float *x, int n_tok) {
     const cpu_backend *b = backend_of(ops);
-    matmul_ctx c = {.y = y, .w = w, .x = x, .rows = w->shape[0], .cols = qw_tensor_row_len(w), .n_tok = n_tok};
-    c.tile = w->type < QW_TYPE_COUNT ? b->k->tile[w->type] : NULL;
-    c.tile_nr = b->k->tile_nr;
-    c.tile_nt = b->k->tile_nt;
-    if (c.tile) c.row_bytes = qw_type_row_size(w->type, c.cols);
-    c.tok_tile = (256 << 10) / (c.cols * 4 + 1) / c.tile_nt * c.tile_nt;
-    if (c.tok_tile < c.tile_nt) c.tok_tile = c.tile_nt;
+    matmul_ctx c;
+    matmul_setup(b, &c, y, w, x, n_tok);
     if (b->n_threads == 1 || c.rows * c.cols * n_tok < PAR_MIN_WORK) {
         matmul_rows(&c, 0, c.rows);
         return;
     }
     qw_pool_parallel_for(b->pool, c.rows, chunk_for(b, c.rows, c.tile_nr), matmul_rows, &c);
+}
+
+/* Several matmuls as one index space of rows (job j owns rows start[j] .. start[j+1]), so small matmuls
+ * such as a token's routed experts share one parallel region instead of one each. */
+#define BATCH_MAX_JOBS 64
+
+typedef struct {
+    matmul_ctx mc[BATCH_MAX_JOBS];
+    int64_t start[BATCH_MAX_JOBS + 1];
+    int n;
+} batch_ctx;
+
+static void batch_rows(void *arg, int64_t g0, int64_t g1) {
+    const batch_ctx *bc = arg;
+    for (int j = 0; j < bc->n; j++) {
+        int64_t a = QW_MAX(g0, bc->start[j]), z = QW_MIN(g1, bc->start[j + 1]);
+        if (a < z) matmul_rows((void *)&bc->mc[j], a - bc->start[j], z - bc->start[j]);
+    }
+}
+
+static void cpu_matmul_batch(const qw_ops *ops, const qw_matmul_job *jobs, int n_jobs) {
+    const cpu_backend *b = backend_of(ops);
+    for (int j0 = 0; j0 < n_jobs; j0 += BATCH_MAX_JOBS) {
+        batch_ctx bc;
+        bc.n = QW_MIN(BATCH_MAX_JOBS, n_jobs - j0);
+        bc.start[0] = 0;
+        int64_t work = 0;
+        for (int j = 0; j < bc.n; j++) {
+            const qw_matmul_job *jb = &jobs[j0 + j];
+            matmul_setup(b, &bc.mc[j], jb->y, jb->w, jb->x, jb->n_tok);
+            bc.start[j + 1] = bc.start[j] + bc.mc[j].rows;
+            work += bc.mc[j].rows * bc.mc[j].cols * jb->n_tok;
+        }
+        int64_t total = bc.start[bc.n];
+        if (b->n_threads == 1 || work < PAR_MIN_WORK)
+            batch_rows(&bc, 0, total);
+        else
+            qw_pool_parallel_for(b->pool, total, chunk_for(b, total, b->k->tile_nr), batch_rows, &bc);
+    }
 }
 
 /* ---- attention */
@@ -494,6 +538,7 @@ static void cpu_get_rows(const qw_ops *ops, float *y, const qw_tensor *w, const 
 static const qw_ops cpu_table = {
     .name = "cpu",
     .matmul = cpu_matmul,
+    .matmul_batch = cpu_matmul_batch,
     .get_rows = cpu_get_rows,
     .rms_norm = cpu_rms_norm,
     .l2_norm = cpu_l2_norm,

@@ -14,12 +14,24 @@
 
 typedef struct qw_ops qw_ops;
 
+/* One matmul of a batch: y [n_tok][rows] = x [n_tok][cols] W^T. */
+typedef struct {
+    float *y;
+    const qw_tensor *w;
+    const float *x;
+    int n_tok;
+} qw_matmul_job;
+
 /* Every op takes the table itself first: a backend keeps its state (thread pool, device) next to it. */
 struct qw_ops {
     const char *name;
 
     /* y[t][r] = sum_c W[r][c] * x[t][c]; W [rows, cols], x [n_tok][cols], y [n_tok][rows]. */
     void (*matmul)(const qw_ops *ops, float *y, const qw_tensor *w, const float *x, int n_tok);
+
+    /* Independent matmuls (e.g. the routed experts of a step) as one unit of work: the results are those of
+     * calling matmul on each job; a backend may spread all their rows over its threads at once. */
+    void (*matmul_batch)(const qw_ops *ops, const qw_matmul_job *jobs, int n_jobs);
 
     /* y[i] = row ids[i] of W [n_rows, dim] as f32; y [n][dim]. */
     void (*get_rows)(const qw_ops *ops, float *y, const qw_tensor *w, const int32_t *ids, int n);

@@ -58,6 +58,10 @@ static void ref_matmul(QW_OPS_SELF float *y, const qw_tensor *w, const float *x,
         for (int t = 0; t < n_tok; t++) y[(int64_t)t * rows + r] = (float)qw_ref_dot_row(w, r, x + (int64_t)t * cols, cols);
 }
 
+static void ref_matmul_batch(QW_OPS_SELF const qw_matmul_job *jobs, int n_jobs) {
+    for (int j = 0; j < n_jobs; j++) ref_matmul(ops, jobs[j].y, jobs[j].w, jobs[j].x, jobs[j].n_tok);
+}
+
 static void ref_get_rows(QW_OPS_SELF float *y, const qw_tensor *w, const int32_t *ids, int n) {
     int64_t dim = qw_tensor_row_len(w);
     for (int i = 0; i < n; i++) {
@@ -194,6 +198,7 @@ static void ref_delta_rule(QW_OPS_SELF float *o, float *state, const float *q, c
 static const qw_ops ref_ops = {
     .name = "ref",
     .matmul = ref_matmul,
+    .matmul_batch = ref_matmul_batch,
     .get_rows = ref_get_rows,
     .rms_norm = ref_rms_norm,
     .l2_norm = ref_l2_norm,
