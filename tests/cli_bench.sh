@@ -2,14 +2,7 @@
 # End-to-end test of `qwenc bench` as a user runs it: on a tiny fixture, --json gives one object with the
 # speeds, peak memory and the decode bound, all positive, and the settings echoed back; the table form
 # names both tests; bad options fail with a message. No timing is asserted.
-set -u
-cd "$(dirname "$0")/.."
-QWENC=${QWENC:-build/qwenc}
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib_cli.sh"
 
 M=tests/fixtures/qwen4_exp
 if $QWENC bench -m $M -p 16 -n 8 -r 1 -t 2 --json >"$tmp/out.json" 2>"$tmp/err"; then
@@ -53,16 +46,9 @@ else
 fi
 
 # bad input: a message and exit 1
-expect_error() {
-    local name=$1 pat=$2; shift 2
-    "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
-    if [ "$rc" -ne 1 ]; then bad "$name: exit code $rc, expected 1"; return; fi
-    if grep -qF -- "$pat" "$tmp/e"; then ok; else bad "$name: stderr lacks '$pat': $(head -c 300 "$tmp/e")"; fi
-}
 expect_error "bad -p" "-p expects a number" $QWENC bench -m $M -p many
 expect_error "bad -t" "expects an integer >= 0" $QWENC bench -m $M -t -2
 expect_error "unknown kernels" 'kernels "avx9" are not available' $QWENC bench -m $M --kernels avx9 -p 4 -n 0
 expect_error "nothing to run" "nothing to run" $QWENC bench -m $M -p 0 -n 0
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

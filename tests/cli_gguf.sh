@@ -1,23 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of `qwenc quantize` and of the model commands given a .gguf instead of a checkpoint
 # directory: the files a user writes, the progress shown, the logits read back, and the errors bad input gives.
-set -u
-cd "$(dirname "$0")/.."
-QWENC=${QWENC:-build/qwenc}
-BUILD=${BUILD:-build}
-T_MODEL=$BUILD/tests/t_model
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-expect_error() {
-    local name=$1 pat=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-    if [ "$rc" -ne 1 ]; then bad "$name: exit code $rc, expected 1 ($(head -c 300 "$tmp/err"))"; return; fi
-    if grep -qF -- "$pat" "$tmp/err"; then ok; else bad "$name: stderr lacks '$pat': $(head -c 400 "$tmp/err")"; fi
-}
+source "$(dirname "$0")/lib_cli.sh"
 
 # --- every fixture: checkpoint -> F32 GGUF -> logits equal to the transformers reference (both modes)
 for d in tests/fixtures/*/; do
@@ -80,5 +64,4 @@ expect_error "cut gguf" "cut.gguf" $QWENC logits -m "$tmp/cut.gguf" --tokens 1,2
 echo "not a gguf" >"$tmp/text.gguf"
 expect_error "not a gguf" "text.gguf" $QWENC info -m "$tmp/text.gguf"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -1,24 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of `qwenc info` and `qwenc logits` as a user runs them, and of the errors bad input
 # must give: a message naming the file / tensor / field at fault and a non-zero exit, never a crash.
-set -u
-cd "$(dirname "$0")/.."
-QWENC=${QWENC:-build/qwenc}
-BUILD=${BUILD:-build}
-T_MODEL=$BUILD/tests/t_model
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# expect_error NAME PATTERN CMD...: CMD must exit 1 (not crash) and print PATTERN on stderr
-expect_error() {
-    local name=$1 pat=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-    if [ "$rc" -ne 1 ]; then bad "$name: exit code $rc, expected 1 ($(head -c 300 "$tmp/err"))"; return; fi
-    if grep -qF -- "$pat" "$tmp/err"; then ok; else bad "$name: stderr lacks '$pat': $(head -c 400 "$tmp/err")"; fi
-}
+source "$(dirname "$0")/lib_cli.sh"
 
 # --- info: what a user reads
 out=$($QWENC info --model tests/fixtures/qwen4_exp 2>&1)
@@ -95,5 +78,4 @@ expect_error "unwritable output" "cannot write" $QWENC logits -m $q3 --tokens 1,
 expect_error "context" "exceed the session context of 2 tokens" $QWENC logits -m $q3 --tokens 1,2,3 --ctx 2 --out "$tmp/x.f32"
 expect_error "unknown command" 'unknown command "frobnicate"' $QWENC frobnicate
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

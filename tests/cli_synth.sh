@@ -2,23 +2,7 @@
 # End-to-end tests of `qwenc synth`: random models at shrunk preset geometries load, show the geometry asked
 # for, give finite logits (the same token by token as all at once), and are deterministic in the seed.
 # Hidden size and vocabulary are shrunk too (--hidden, --vocab) so the files stay a few MiB.
-set -u
-cd "$(dirname "$0")/.."
-QWENC=${QWENC:-build/qwenc}
-BUILD=${BUILD:-build}
-T_MODEL=$BUILD/tests/t_model
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-expect_error() {
-    local name=$1 pat=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-    if [ "$rc" -ne 1 ]; then bad "$name: exit code $rc, expected 1 ($(head -c 300 "$tmp/err"))"; return; fi
-    if grep -qF -- "$pat" "$tmp/err"; then ok; else bad "$name: stderr lacks '$pat': $(head -c 400 "$tmp/err")"; fi
-}
+source "$(dirname "$0")/lib_cli.sh"
 
 # expect_info NAME FILE PATTERN...: every pattern is a line of `qwenc info`
 expect_info() {
@@ -111,5 +95,4 @@ expect_error "bad type" 'unknown GGUF type "Q3_X"' \
     $QWENC synth --preset flash-next --layers 2 --experts 4 "${small[@]}" -t Q3_X -o "$tmp/x.gguf"
 [ ! -e "$tmp/x.gguf" ] && ok || bad "a failed synth left $tmp/x.gguf behind"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

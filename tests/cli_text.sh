@@ -2,16 +2,9 @@
 # End-to-end tests of the text commands as a user runs them: run (greedy output equal to transformers'
 # greedy generation on the bundled model), seeds, stop strings, chat (turns feed only new tokens, /reset),
 # and tokenize / detokenize / chat-template on a directory that holds only tokenizer files.
-set -u
-cd "$(dirname "$0")/.."
-QWENC=${QWENC:-build/qwenc}
+source "$(dirname "$0")/lib_cli.sh"
 M=models/tiny-flash
 G=tests/fixtures/tiny-flash/greedy.json
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 jget() { python3 -c "import json,sys; v=json.load(open('$1'))$2; sys.stdout.write(v if isinstance(v,str) else ','.join(map(str,v)))"; }
 
 # --- greedy generation equals transformers (first 32 tokens), plain and chat prompts
@@ -120,5 +113,4 @@ echo '{"messages": [' >"$tmp/broken.json"
 $QWENC chat-template -m $T --request "$tmp/broken.json" 2>"$tmp/err"; [ $? -eq 1 ] && grep -q "broken.json" "$tmp/err" && ok || bad "broken request: $(cat "$tmp/err")"
 $QWENC run -m $M -p hi --temp -1 2>"$tmp/err"; [ $? -eq 1 ] && grep -q "temperature" "$tmp/err" && ok || bad "bad temperature: $(cat "$tmp/err")"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -35,20 +35,7 @@
 #include "core/mapfile.h"
 #include "models/gguf_map.h"
 #include "qwenc.h"
-
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (cond) {                                     \
-            n_pass++;                                   \
-        } else {                                        \
-            n_fail++;                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "test_util.h"
 
 static char tmpdir[512];
 
@@ -59,79 +46,15 @@ static const char *tmp_path(char *out, size_t n, const char *a, const char *b) {
 
 /* ---------------------------------------------------------------- logits */
 
-static float *read_f32(const char *path, size_t *n) {
-    char *buf = NULL, err[512];
-    size_t len = 0;
-    if (qw_read_file(path, &buf, &len, err, sizeof(err))) {
-        printf("FAIL %s\n", err);
-        return NULL;
-    }
-    *n = len / 4;
-    return (float *)buf;
-}
 
-static int32_t *read_tokens(const char *path, int *n) {
-    char *txt = NULL, err[512];
-    if (qw_read_file(path, &txt, NULL, err, sizeof(err))) return NULL;
-    int cap = 64;
-    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
-    *n = 0;
-    for (char *p = txt; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) {
-            p++;
-            continue;
-        }
-        if (*n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int32_t));
-        ids[(*n)++] = (int32_t)v;
-        p = end;
-    }
-    free(txt);
-    return ids;
-}
 
 static double rel_l2(const float *a, const float *b, size_t n, int V, int *argmax_mismatch) {
-    double num = 0, den = 0;
-    *argmax_mismatch = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    for (size_t t = 0; V && t < n / (size_t)V; t++) {
-        int ia = 0, ib = 0;
-        for (int v = 0; v < V; v++) {
-            if (a[t * V + v] > a[t * V + ia]) ia = v;
-            if (b[t * V + v] > b[t * V + ib]) ib = v;
-        }
-        *argmax_mismatch += ia != ib;
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
+    /* V = 0: no rows, just the relative L2 error of n values */
+    test_cmp r = test_compare_logits(a, b, V ? n / (size_t)V : n, V ? (size_t)V : 1);
+    *argmax_mismatch = r.argmax_mismatch;
+    return r.rel_l2;
 }
 
-static float *run_model(const qwenc_model *m, const int32_t *ids, int n, int batch) {
-    char err[512];
-    qwenc_session_params sp = {.n_ctx = n, .n_batch = batch};
-    qwenc_session *s = NULL;
-    if (qwenc_session_init(m, &sp, &s, err, sizeof(err))) {
-        printf("FAIL session: %s\n", err);
-        return NULL;
-    }
-    int V = qwenc_model_n_vocab(m);
-    float *out = malloc((size_t)n * V * sizeof(float));
-    for (int i = 0; i < n; i += batch) {
-        int c = QW_MIN(batch, n - i);
-        if (qwenc_session_forward(s, ids + i, c, out + (size_t)i * V, 1, err, sizeof(err))) {
-            printf("FAIL forward: %s\n", err);
-            free(out);
-            out = NULL;
-            break;
-        }
-    }
-    qwenc_session_free(s);
-    return out;
-}
 
 static qwenc_model *load(const char *path) {
     char err[1024];
@@ -168,9 +91,9 @@ static void check_reference(const qwenc_model *m, const char *dir, const char *l
     for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
         char *path = qw_path_join(dir, modes[k].ref);
         size_t nref = 0;
-        float *ref = read_f32(path, &nref);
+        float *ref = test_read_f32(path, &nref);
         free(path);
-        float *out = run_model(m, ids, n, modes[k].batch ? modes[k].batch : n);
+        float *out = test_run_model(m, ids, n, modes[k].batch ? modes[k].batch : n);
         if (ref && out && nref == (size_t)n * V) {
             int mism;
             double e = rel_l2(out, ref, nref, V, &mism);
@@ -443,7 +366,7 @@ static void test_fused_variants(const char *root) {
             qwenc_model *g = load(b);
             int n = 0;
             snprintf(dir, sizeof(dir), "%s/%s/tokens.txt", root, cases[c].fixture);
-            int32_t *ids = read_tokens(dir, &n);
+            int32_t *ids = test_read_tokens(dir, &n);
             snprintf(dir, sizeof(dir), "%s/%s", root, cases[c].fixture);
             char nm[64];
             snprintf(nm, sizeof(nm), "blk.0.%s", cases[c].out);
@@ -474,7 +397,7 @@ static const char *storage_type(const char *dir) {
 static void test_fixture(const char *dir, const char *name) {
     int n = 0;
     char *path = qw_path_join(dir, "tokens.txt");
-    int32_t *ids = read_tokens(path, &n);
+    int32_t *ids = test_read_tokens(path, &n);
     free(path);
     CHECK(ids && n > 0, "%s: tokens.txt", dir);
     qwenc_model *hf = load(dir);
@@ -493,7 +416,7 @@ static void test_fixture(const char *dir, const char *name) {
             CHECK(!strcmp(qwenc_model_arch(g), qwenc_model_arch(hf)), "%s: the GGUF loads as %s, not %s", name,
                   qwenc_model_arch(g), qwenc_model_arch(hf));
             check_reference(g, dir, "F32", ids, n);
-            l32 = run_model(g, ids, n, n);
+            l32 = test_run_model(g, ids, n, n);
             /* 3. written again from the GGUF: the same file */
             tmp_path(again, sizeof(again), name, "again");
             if (save(g, again, "F32")) {
@@ -515,7 +438,7 @@ static void test_fixture(const char *dir, const char *name) {
         tmp_path(own, sizeof(own), name, st);
         if (save(hf, own, st)) {
             qwenc_model *g = load(own);
-            float *l = g ? run_model(g, ids, n, n) : NULL;
+            float *l = g ? test_run_model(g, ids, n, n) : NULL;
             if (l) {
                 int mism;
                 double e = rel_l2(l, l32, (size_t)n * V, V, &mism);
@@ -534,7 +457,7 @@ static void test_fixture(const char *dir, const char *name) {
     if (save(hf, q4, "Q4_K")) check_quantized(name, f32, q4, "Q4_K", 0.12);
     qwenc_model *g = load(q4);
     if (g) {
-        float *l = run_model(g, ids, QW_MIN(n, 8), QW_MIN(n, 8));
+        float *l = test_run_model(g, ids, QW_MIN(n, 8), QW_MIN(n, 8));
         int finite = l != NULL;
         for (int i = 0; l && i < QW_MIN(n, 8) * V; i++) finite &= isfinite(l[i]) != 0;
         CHECK(finite, "%s: the Q4_K model gives non-finite logits", name);
@@ -565,7 +488,7 @@ static void test_as_qwen3next(const char *root) {
                   "qwen3next file: ssm_ba fused, no ssm_beta");
             int n = 0;
             snprintf(dir, sizeof(dir), "%s/qwen3_5_moe/tokens.txt", root);
-            int32_t *ids = read_tokens(dir, &n);
+            int32_t *ids = test_read_tokens(dir, &n);
             snprintf(dir, sizeof(dir), "%s/qwen3_5_moe", root);
             if (ids) check_reference(g, dir, "as3nx", ids, n);
             free(ids);

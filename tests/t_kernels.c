@@ -35,20 +35,7 @@
 #include "core/pool.h"
 #include "kernels/cpu.h"
 #include "qwenc.h"
-
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (cond) {                                     \
-            n_pass++;                                   \
-        } else {                                        \
-            n_fail++;                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "test_util.h"
 
 #define U24 (1.0 / 16777216.0)
 #define SUBNORMAL_STEP 1.401298464324817e-45 /* 2^-149 */

@@ -20,106 +20,15 @@
 #include "blocks/blocks.h"
 #include "core/mapfile.h"
 #include "qwenc.h"
+#include "test_util.h"
 
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                               \
-    do {                                                               \
-        if (cond) {                                                    \
-            n_pass++;                                                  \
-        } else {                                                       \
-            n_fail++;                                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                \
-            printf(__VA_ARGS__);                                       \
-            printf("\n");                                              \
-        }                                                              \
-    } while (0)
 
 /* ---------------------------------------------------------------- fixtures */
 
-static float *read_f32(const char *path, size_t *n) {
-    char *buf = NULL;
-    size_t len = 0;
-    char err[512];
-    if (qw_read_file(path, &buf, &len, err, sizeof(err))) {
-        printf("FAIL %s\n", err);
-        return NULL;
-    }
-    *n = len / 4;
-    return (float *)buf;
-}
 
-typedef struct {
-    double rel_l2;
-    int argmax_mismatch;
-    int first_mismatch;
-} cmp_result;
 
-static cmp_result compare_logits(const float *a, const float *b, size_t rows, size_t V) {
-    cmp_result r = {0, 0, -1};
-    double num = 0, den = 0;
-    for (size_t t = 0; t < rows; t++) {
-        size_t ia = 0, ib = 0;
-        for (size_t v = 0; v < V; v++) {
-            double d = (double)a[t * V + v] - b[t * V + v];
-            num += d * d;
-            den += (double)b[t * V + v] * b[t * V + v];
-            if (a[t * V + v] > a[t * V + ia]) ia = v;
-            if (b[t * V + v] > b[t * V + ib]) ib = v;
-        }
-        if (ia != ib) {
-            if (r.first_mismatch < 0) r.first_mismatch = (int)t;
-            r.argmax_mismatch++;
-        }
-    }
-    r.rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
-    return r;
-}
 
-static int32_t *read_tokens(const char *path, int *n) {
-    char *txt = NULL, err[512];
-    if (qw_read_file(path, &txt, NULL, err, sizeof(err))) return NULL;
-    int cap = 64;
-    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
-    *n = 0;
-    for (char *p = txt; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) {
-            p++;
-            continue;
-        }
-        if (*n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int32_t));
-        ids[(*n)++] = (int32_t)v;
-        p = end;
-    }
-    free(txt);
-    return ids;
-}
 
-/* Run tokens through a fresh session in steps of `batch` and return all logits. */
-static float *run_model(const qwenc_model *m, const int32_t *ids, int n, int batch) {
-    char err[512];
-    qwenc_session_params sp = {.n_ctx = n, .n_batch = batch};
-    qwenc_session *s = NULL;
-    if (qwenc_session_init(m, &sp, &s, err, sizeof(err))) {
-        printf("FAIL session: %s\n", err);
-        return NULL;
-    }
-    int V = qwenc_model_n_vocab(m);
-    float *out = malloc((size_t)n * V * sizeof(float));
-    for (int i = 0; i < n; i += batch) {
-        int c = QW_MIN(batch, n - i);
-        if (qwenc_session_forward(s, ids + i, c, out + (size_t)i * V, 1, err, sizeof(err))) {
-            printf("FAIL forward: %s\n", err);
-            free(out);
-            out = NULL;
-            break;
-        }
-    }
-    qwenc_session_free(s);
-    return out;
-}
 
 /* A fixture holds its checkpoint, or a file model.txt naming the model directory (relative to the
  * repository root) when the checkpoint lives elsewhere, e.g. the bundled model under models/. */
@@ -145,7 +54,7 @@ static void test_fixture(const char *dir) {
     }
     int n = 0, V = qwenc_model_n_vocab(m);
     path = qw_path_join(dir, "tokens.txt");
-    int32_t *ids = read_tokens(path, &n);
+    int32_t *ids = test_read_tokens(path, &n);
     free(path);
     CHECK(ids && n > 0, "%s: tokens.txt", dir);
     static const struct {
@@ -160,11 +69,11 @@ static void test_fixture(const char *dir) {
     for (size_t k = 0; ids && k < sizeof(modes) / sizeof(modes[0]); k++) {
         path = qw_path_join(dir, modes[k].ref);
         size_t nref = 0;
-        float *ref = read_f32(path, &nref);
+        float *ref = test_read_f32(path, &nref);
         free(path);
-        float *out = run_model(m, ids, n, modes[k].batch ? modes[k].batch : n);
+        float *out = test_run_model(m, ids, n, modes[k].batch ? modes[k].batch : n);
         if (ref && out && nref == (size_t)n * V) {
-            cmp_result r = compare_logits(out, ref, (size_t)n, (size_t)V);
+            test_cmp r = test_compare_logits(out, ref, (size_t)n, (size_t)V);
             printf("  %-16s %-40s rel L2 %.2e  argmax mismatches %d\n", qwenc_model_arch(m), modes[k].label,
                    r.rel_l2, r.argmax_mismatch);
             CHECK(r.rel_l2 < 1e-4, "%s: %s: relative L2 error %.3e >= 1e-4", dir, modes[k].label, r.rel_l2);
@@ -214,13 +123,13 @@ static void test_fixtures(const char *root) {
 int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--compare")) {
         size_t na = 0, nb = 0;
-        float *a = read_f32(argv[2], &na), *b = read_f32(argv[3], &nb);
+        float *a = test_read_f32(argv[2], &na), *b = test_read_f32(argv[3], &nb);
         size_t V = (size_t)atoi(argv[4]);
         int rc = 1;
         if (!a || !b || V == 0 || na != nb || na % V) {
             printf("compare: sizes differ (%zu vs %zu floats)\n", na, nb);
         } else {
-            cmp_result r = compare_logits(a, b, na / V, V);
+            test_cmp r = test_compare_logits(a, b, na / V, V);
             printf("rel L2 %.3e, argmax mismatches %d\n", r.rel_l2, r.argmax_mismatch);
             rc = r.rel_l2 < 1e-4 && r.argmax_mismatch == 0 ? 0 : 1;
         }
@@ -230,6 +139,5 @@ int main(int argc, char **argv) {
     }
     const char *root = argc > 1 ? argv[1] : "tests/fixtures";
     test_fixtures(root);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return test_summary();
 }

@@ -13,20 +13,7 @@
 
 #include "kernels/cpu.h"
 #include "tensor/quant.h"
-
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (cond) {                                     \
-            n_pass++;                                   \
-        } else {                                        \
-            n_fail++;                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "test_util.h"
 
 static uint64_t rs = 88172645463325252ull;
 static double urand(void) { /* xorshift64, [0, 1) */

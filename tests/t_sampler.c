@@ -7,20 +7,7 @@
 #include <string.h>
 
 #include "qwenc.h"
-
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (cond) {                                     \
-            n_pass++;                                   \
-        } else {                                        \
-            n_fail++;                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "test_util.h"
 
 static qwenc_sampler_params plain(uint64_t seed) {
     qwenc_sampler_params p = qwenc_sampler_default_params();

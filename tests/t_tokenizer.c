@@ -25,20 +25,7 @@
 
 #include "core/mapfile.h"
 #include "qwenc.h"
-
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (cond) {                                     \
-            n_pass++;                                   \
-        } else {                                        \
-            n_fail++;                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "test_util.h"
 
 /* ---------------------------------------------------------------- corpus and expected files */
 

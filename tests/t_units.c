@@ -8,20 +8,7 @@
 #include <string.h>
 
 #include "blocks/blocks.h"
-
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (cond) {                                     \
-            n_pass++;                                   \
-        } else {                                        \
-            n_fail++;                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "test_util.h"
 
 static int close_to(double a, double b, double tol) { return fabs(a - b) <= tol * (1.0 + fabs(b)); }
 
