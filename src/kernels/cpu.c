@@ -21,6 +21,9 @@
 
 #include <math.h>
 #include <pthread.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <string.h>
 
 #include "core/common.h"
@@ -108,11 +111,19 @@ static const qw_cpu_kernels kernels_scalar = {
 static const qw_cpu_kernels *available[4];
 static pthread_once_t available_once = PTHREAD_ONCE_INIT;
 
+#if defined(__x86_64__)
+/* F16C from cpuid leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c". */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+#endif
+
 static void detect(void) {
     int n = 0;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    int fma_f16c = __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    int fma_f16c = __builtin_cpu_supports("fma") && has_f16c();
     if (fma_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         available[n++] = &qw_kernels_avx512;
