@@ -34,18 +34,6 @@ static const char *tmp_path(char out[700], const char *name) {
     return out;
 }
 
-static uint8_t *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc((size_t)n + 1);
-    *len = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    return buf;
-}
-
 static void write_all(const char *path, const uint8_t *p, size_t n) {
     FILE *f = fopen(path, "wb");
     fwrite(p, 1, n, f);
@@ -391,7 +379,7 @@ static void test_broken(void) {
         return;
     }
     size_t n = 0;
-    uint8_t *good = read_all(path, &n);
+    uint8_t *good = test_read_all(path, &n);
     uint8_t *p = malloc(n);
     qw_gguf g;
     if (qw_gguf_open(&g, path, err, sizeof(err))) {
@@ -533,7 +521,7 @@ static void test_broken(void) {
             qw_gguf_writer_set_u32(w, "general.alignment", 64);
         qw_gguf_writer_close(w, err, sizeof(err));
         size_t an = 0;
-        uint8_t *ab = read_all(apath, &an);
+        uint8_t *ab = test_read_all(apath, &an);
         if (k == 1) {
             uint32_t bad = 48;
             memcpy(ab + an - 4, &bad, 4); /* the last bytes are the only key's u32 value */

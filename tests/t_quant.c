@@ -35,18 +35,6 @@ static uint32_t rd_u32(const uint8_t *p) {
     return v;
 }
 
-static uint8_t *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc((size_t)n + 1);
-    *len = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    return buf;
-}
-
 /* ------------------------------------------------------------------ 1. reference blocks */
 
 static const qw_type ref_types[] = {
@@ -59,7 +47,7 @@ static void test_reference(const char *dir, qw_type t) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/%s.bin", dir, tt->name);
     size_t len = 0;
-    uint8_t *buf = read_all(path, &len);
+    uint8_t *buf = test_read_all(path, &len);
     CHECK(buf != NULL, "%s: cannot read (made by tests/gen/make_quant_refs.c)", path);
     if (!buf) return;
     const uint32_t ver = rd_u32(buf + 4), gt = rd_u32(buf + 8), n = rd_u32(buf + 12), cb = rd_u32(buf + 16),

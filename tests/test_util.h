@@ -34,6 +34,13 @@ static inline int test_summary(void) {
     return n_fail ? 1 : 0;
 }
 
+/* A whole file (NUL-terminated for convenience); NULL if it cannot be read. */
+static inline uint8_t *test_read_all(const char *path, size_t *len) {
+    char *buf = NULL, err[512];
+    if (qw_read_file(path, &buf, len, err, sizeof(err))) return NULL;
+    return (uint8_t *)buf;
+}
+
 /* A whole little-endian f32 file; *n gets the number of floats. NULL (message printed) on failure. */
 static inline float *test_read_f32(const char *path, size_t *n) {
     char *buf = NULL, err[512];
