@@ -5,6 +5,15 @@
  * the f32 kernel on exactly the reference's dequantized weights and the bound of cpu.h applies:
  * |kernel - ref| <= (ceil(n/lanes) + log2(lanes) + 3) * 2^-24 * sum|w_i x_i| + 2^-149.
  * Every tile shape must also give bit-identical outputs (the determinism contract of cpu.h).
+ *
+ * The integer path (q8a.h: activations rounded to 8 bits per block of 32) is checked in three layers:
+ *   unpack    A * iw + B of every weight equals ggml's dequantized value within 2 f32 roundings
+ *             (|diff| <= 2^-23 * (|A * iw| + |B|));
+ *   reference |qw_q8a_dot_ref - exact f32 dot| <= sum_g (d_g / 2) sum_{i in g} |w_i| (the activation
+ *             rounding) + (n/32 + 4) * 2^-24 * qw_q8a_dot_abs (the f32 sums), on rows of 32 .. 4128;
+ *   kernels   every variant's qtile against qw_q8a_dot_ref within (n/32 + 16) * 2^-24 * qw_q8a_dot_abs (only
+ *             the order of the f32 additions differs), bit-identical across tile shapes; on random blocks
+ *             and adversarial ones (extreme weights and scales, all-zero activation blocks, +-127 codes).
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +21,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/q8a.h"
 #include "tensor/quant.h"
 #include "test_util.h"
 
@@ -64,7 +74,144 @@ static void test_type(const qw_cpu_kernels *k, qw_type type) {
     }
 }
 
+
+static const qw_type q8a_types[] = {QW_TYPE_Q8_0, QW_TYPE_Q4_0, QW_TYPE_Q4_1, QW_TYPE_Q5_0, QW_TYPE_Q5_1,
+                                    QW_TYPE_Q4_K, QW_TYPE_Q5_K, QW_TYPE_Q6_K, QW_TYPE_IQ4_NL, QW_TYPE_IQ4_XS};
+#define N_Q8A_TYPES (int)(sizeof(q8a_types) / sizeof(q8a_types[0]))
+
+/* 4 rows of n weights and 4 rows of activations; `adv` picks an adversarial mix */
+static void fill_case(float *wf, float *x, int64_t n, int adv) {
+    for (int64_t i = 0; i < 4 * n; i++) {
+        wf[i] = nrand() * (i % 97 == 0 ? 30.0f : 1.0f);
+        x[i] = nrand() * (i % 89 == 0 ? 1e4f : 1.0f);
+        if (adv == 1) { /* huge and tiny blocks, exact zeros, one sign */
+            int64_t blk = i / 32;
+            wf[i] = blk % 3 == 0 ? fabsf(wf[i]) * 1e3f : blk % 3 == 1 ? wf[i] * 1e-4f : wf[i];
+            x[i] = blk % 4 == 0 ? 0.0f : blk % 4 == 1 ? (i % 2 ? 1e6f : -1e6f) : x[i];
+        } else if (adv == 2) { /* constant blocks: all codes at +-127 / the extreme levels */
+            wf[i] = (i / 32) % 2 ? -7.5f : 7.5f;
+            x[i] = (i / 16) % 2 ? -3.0f : 3.0f;
+        }
+    }
+}
+
+static void test_q8a_unpack(qw_type type) {
+    int64_t n = 512;
+    size_t rb = qw_type_row_size(type, n);
+    float wf[512], deq[512], x[4 * 512], wbig[4 * 512];
+    char *wq = malloc(rb);
+    int ok = 1;
+    for (int adv = 0; adv < 3; adv++) {
+        fill_case(wbig, x, n, adv);
+        memcpy(wf, wbig, sizeof(wf));
+        qw_quantize(type, wf, wq, n);
+        qw_dequantize(type, wq, deq, n);
+        for (int64_t g = 0; g < n / 32; g++) {
+            int16_t iw[32];
+            float A, B;
+            qw_q8a_unpack(type, wq, g, iw, &A, &B);
+            for (int i = 0; i < 32; i++) {
+                double v = (double)A * iw[i] + B, e = deq[g * 32 + i];
+                ok &= fabs(v - e) <= ldexp(1, -23) * (fabs((double)A * iw[i]) + fabs(B)) + ldexp(1, -149);
+            }
+        }
+    }
+    CHECK(ok, "%s: integer unpack differs from the dequantized weights", qw_type_name(type));
+    free(wq);
+}
+
+/* the reference integer dot against the exact f32 dot of the dequantized weights, and quantize() itself */
+static void test_q8a_ref(qw_type type) {
+    static const int64_t lens[] = {32, 256, 512, 4096};
+    int within = 1;
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        int64_t n = lens[li];
+        if (n % qw_type_traits_of(type)->block_elems) continue;
+        size_t rb = qw_type_row_size(type, n);
+        float *wf = malloc((size_t)4 * n * sizeof(float)), *x = malloc((size_t)4 * n * sizeof(float));
+        float *deq = malloc((size_t)n * sizeof(float));
+        char *wq = malloc(rb);
+        qw_q8a *xq = malloc((size_t)n / 32 * sizeof(qw_q8a));
+        for (int adv = 0; adv < 3; adv++) {
+            fill_case(wf, x, n, adv);
+            qw_quantize(type, wf, wq, n);
+            qw_dequantize(type, wq, deq, n);
+            qw_q8a_quantize(x, xq, n);
+            double exact = 0, round_bound = 0;
+            for (int64_t g = 0; g < n / 32; g++) {
+                double wa = 0;
+                int32_t s = 0;
+                for (int i = 0; i < 32; i++) {
+                    exact += (double)deq[g * 32 + i] * x[g * 32 + i];
+                    wa += fabs(deq[g * 32 + i]);
+                    s += xq[g].q[i];
+                    /* the rounding of one activation: at most half a step */
+                    within &= fabs((double)xq[g].d * xq[g].q[i] - x[g * 32 + i]) <= 0.5000001 * xq[g].d + 1e-30;
+                }
+                within &= s == xq[g].s;
+                round_bound += 0.5000001 * xq[g].d * wa;
+            }
+            double ref = qw_q8a_dot_ref(type, wq, xq, n);
+            double bound = round_bound + (n / 32 + 4) * ldexp(1, -24) * qw_q8a_dot_abs(type, wq, xq, n) + 1e-30;
+            if (!(fabs(ref - exact) <= bound)) {
+                within = 0;
+                printf("  %s n=%lld adv=%d: ref %.9g exact %.9g bound %.3g\n", qw_type_name(type), (long long)n, adv,
+                       ref, exact, bound);
+            }
+        }
+        free(wf);
+        free(x);
+        free(deq);
+        free(wq);
+        free(xq);
+    }
+    CHECK(within, "%s: integer reference dot outside the activation-rounding bound", qw_type_name(type));
+}
+
+static void test_qtile(const qw_cpu_kernels *k, qw_type type) {
+    static const int64_t lens[] = {32, 64, 96, 256, 768, 2048, 4128};
+    int within = 1, same = 1;
+    double worst = 0;
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        int64_t n = lens[li];
+        if (n % qw_type_traits_of(type)->block_elems) continue;
+        size_t rb = qw_type_row_size(type, n);
+        int64_t nb = n / 32;
+        float *wf = malloc((size_t)4 * n * sizeof(float)), *x = malloc((size_t)4 * n * sizeof(float));
+        char *wq = malloc(4 * rb);
+        qw_q8a *xq = malloc((size_t)4 * nb * sizeof(qw_q8a));
+        for (int adv = 0; adv < 3; adv++) {
+            fill_case(wf, x, n, adv);
+            for (int r = 0; r < 4; r++) qw_quantize(type, wf + r * n, wq + r * rb, n);
+            qw_q8a_quantize(x, xq, 4 * n);
+            float y44[16], y11[16], y41[16];
+            k->qtile[type](y44, 4, wq, rb, xq, nb, 4, 4, n);
+            for (int tk = 0; tk < 4; tk++) k->qtile[type](y41 + tk * 4, 4, wq, rb, xq + tk * nb, nb, 4, 1, n);
+            for (int r = 0; r < 4; r++)
+                for (int tk = 0; tk < 4; tk++) {
+                    k->qtile[type](&y11[tk * 4 + r], 1, wq + r * rb, 0, xq + tk * nb, 0, 1, 1, n);
+                    same &= !memcmp(&y11[tk * 4 + r], &y44[tk * 4 + r], 4) && !memcmp(&y41[tk * 4 + r], &y44[tk * 4 + r], 4);
+                    double ref = qw_q8a_dot_ref(type, wq + r * rb, xq + tk * nb, n);
+                    double bound = (n / 32 + 16) * ldexp(1, -24) * qw_q8a_dot_abs(type, wq + r * rb, xq + tk * nb, n) + 1e-30;
+                    double err = fabs(y44[tk * 4 + r] - ref);
+                    within &= err <= bound;
+                    if (err / bound > worst) worst = err / bound;
+                }
+        }
+        free(wf);
+        free(x);
+        free(wq);
+        free(xq);
+    }
+    CHECK(within, "%s %s: integer tile above the bound (worst %.2f of it)", k->name, qw_type_name(type), worst);
+    CHECK(same, "%s %s: integer tile shapes differ", k->name, qw_type_name(type));
+}
+
 int main(void) {
+    for (int i = 0; i < N_Q8A_TYPES; i++) {
+        test_q8a_unpack(q8a_types[i]);
+        test_q8a_ref(q8a_types[i]);
+    }
     int n_variants = 0;
     for (const qw_cpu_kernels *const *k = qw_cpu_kernels_available(); *k; k++) {
         static const qw_type types[] = {QW_TYPE_Q8_0};
@@ -74,6 +221,15 @@ int main(void) {
                 test_type(*k, types[i]);
                 n_variants++;
             }
+    }
+    for (const qw_cpu_kernels *const *k = qw_cpu_kernels_available(); *k; k++) {
+        int n = 0;
+        for (int i = 0; i < N_Q8A_TYPES; i++)
+            if ((*k)->qtile[q8a_types[i]]) {
+                test_qtile(*k, q8a_types[i]);
+                n++;
+            }
+        printf("%s: integer tiles of %d quantized types vs the reference\n", (*k)->name, n);
     }
     printf("(%d kernel variants with quantized types on this CPU)\n", n_variants);
     printf("%d passed, %d failed\n", n_pass, n_fail);

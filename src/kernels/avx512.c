@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/qtiles.h"
 
 #define LANES 16
 #define QW_INLINE static inline __attribute__((always_inline))
@@ -159,6 +160,7 @@ const qw_cpu_kernels qw_kernels_avx512 = {
     .tile_nt = 4,
     .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,
              [QW_TYPE_Q8_0] = tile_q8_0},
+    .qtile = {[QW_TYPE_Q8_0] = qw_avx512_qtile_q8_0, [QW_TYPE_Q4_K] = qw_avx512_qtile_q4_K},
     .decay_acc = decay_acc,
     .rank1_acc = rank1_acc,
     .scale_axpy = scale_axpy,

@@ -95,12 +95,38 @@ static void sc_scale_axpy(float *y, float s, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] = y[i] * s + a * x[i];
 }
 
+/* the integer dot of q8a.h, one output at a time (the reference itself: the same sums in the same order) */
+static void sc_qtile(float *y, int64_t ldy, qw_type type, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
+                     int nr, int nt, int64_t n) {
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) y[t * ldy + r] = qw_q8a_dot_ref(type, (const char *)w + r * ws, x + t * ldx, n);
+}
+#define SC_QTILE(T, name)                                                                                          \
+    static void sc_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,    \
+                                int nr, int nt, int64_t n) {                                                       \
+        sc_qtile(y, ldy, T, w, ws, x, ldx, nr, nt, n);                                                             \
+    }
+SC_QTILE(QW_TYPE_Q8_0, q8_0)
+SC_QTILE(QW_TYPE_Q4_0, q4_0)
+SC_QTILE(QW_TYPE_Q4_1, q4_1)
+SC_QTILE(QW_TYPE_Q5_0, q5_0)
+SC_QTILE(QW_TYPE_Q5_1, q5_1)
+SC_QTILE(QW_TYPE_Q4_K, q4_K)
+SC_QTILE(QW_TYPE_Q5_K, q5_K)
+SC_QTILE(QW_TYPE_Q6_K, q6_K)
+SC_QTILE(QW_TYPE_IQ4_NL, iq4_nl)
+SC_QTILE(QW_TYPE_IQ4_XS, iq4_xs)
+
 static const qw_cpu_kernels kernels_scalar = {
     .name = "scalar",
     .lanes = SC_LANES,
     .tile_nr = 4,
     .tile_nt = 4,
     .tile = {[QW_TYPE_F32] = sc_tile_f32, [QW_TYPE_BF16] = sc_tile_bf16, [QW_TYPE_F16] = sc_tile_f16},
+    .qtile = {[QW_TYPE_Q8_0] = sc_qtile_q8_0, [QW_TYPE_Q4_0] = sc_qtile_q4_0, [QW_TYPE_Q4_1] = sc_qtile_q4_1,
+              [QW_TYPE_Q5_0] = sc_qtile_q5_0, [QW_TYPE_Q5_1] = sc_qtile_q5_1, [QW_TYPE_Q4_K] = sc_qtile_q4_K,
+              [QW_TYPE_Q5_K] = sc_qtile_q5_K, [QW_TYPE_Q6_K] = sc_qtile_q6_K, [QW_TYPE_IQ4_NL] = sc_qtile_iq4_nl,
+              [QW_TYPE_IQ4_XS] = sc_qtile_iq4_xs},
     .decay_acc = sc_decay_acc,
     .rank1_acc = sc_rank1_acc,
     .scale_axpy = sc_scale_axpy,
@@ -125,7 +151,7 @@ static void detect(void) {
     __builtin_cpu_init();
     int fma_f16c = __builtin_cpu_supports("fma") && has_f16c();
     if (fma_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
         available[n++] = &qw_kernels_avx512;
     if (fma_f16c && __builtin_cpu_supports("avx2")) available[n++] = &qw_kernels_avx2;
 #endif
@@ -153,6 +179,7 @@ typedef struct {
     const qw_cpu_kernels *k;
     qw_pool *pool; /* NULL: one thread */
     int n_threads;
+    int f32_act; /* quantized weights meet f32 activations (no integer dots) */
 } cpu_backend;
 
 static const cpu_backend *backend_of(const qw_ops *ops) { return (const cpu_backend *)ops; }
@@ -176,7 +203,9 @@ typedef struct {
     const float *x;
     int64_t rows, cols;
     int n_tok;
-    qw_tile_fn tile; /* NULL: reference dot per row */
+    qw_tile_fn tile; /* NULL (and qtile NULL): reference dot per row */
+    qw_qtile_fn qtile; /* integer dots against xq */
+    const qw_q8a *xq;  /* [n_tok][cols / 32]: x rounded to 8 bits, when qtile */
     size_t row_bytes;
     int tile_nr, tile_nt;
     int64_t tok_tile; /* tokens whose activations stay in cache while a chunk's rows pass over them */
@@ -184,6 +213,20 @@ typedef struct {
 
 static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
     const matmul_ctx *c = arg;
+    if (c->qtile) {
+        int64_t ldq = c->cols / QW_Q8A_BLOCK;
+        const char *wd = c->w->data;
+        for (int64_t t0 = 0; t0 < c->n_tok; t0 += c->tok_tile) {
+            int64_t t1 = QW_MIN(c->n_tok, t0 + c->tok_tile);
+            for (int64_t r = r0; r < r1; r += c->tile_nr) {
+                int nr = (int)QW_MIN(c->tile_nr, r1 - r);
+                for (int64_t t = t0; t < t1; t += c->tile_nt)
+                    c->qtile(c->y + t * c->rows + r, c->rows, wd + (size_t)r * c->row_bytes, c->row_bytes,
+                             c->xq + t * ldq, ldq, nr, (int)QW_MIN(c->tile_nt, t1 - t), c->cols);
+            }
+        }
+        return;
+    }
     if (!c->tile) {
         for (int64_t r = r0; r < r1; r++)
             for (int t = 0; t < c->n_tok; t++)
@@ -207,17 +250,58 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
 static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw_tensor *w, const float *x, int n_tok) {
     *c = (matmul_ctx){.y = y, .w = w, .x = x, .rows = w->shape[0], .cols = qw_tensor_row_len(w), .n_tok = n_tok};
     c->tile = w->type < QW_TYPE_COUNT ? b->k->tile[w->type] : NULL;
+    c->qtile = w->type < QW_TYPE_COUNT && !b->f32_act ? b->k->qtile[w->type] : NULL;
     c->tile_nr = b->k->tile_nr;
     c->tile_nt = b->k->tile_nt;
-    if (c->tile) c->row_bytes = qw_type_row_size(w->type, c->cols);
-    c->tok_tile = (256 << 10) / (c->cols * 4 + 1) / c->tile_nt * c->tile_nt;
+    if (c->tile || c->qtile) c->row_bytes = qw_type_row_size(w->type, c->cols);
+    int64_t tok_bytes = c->qtile ? c->cols / QW_Q8A_BLOCK * (int64_t)sizeof(qw_q8a) : c->cols * 4;
+    c->tok_tile = (256 << 10) / (tok_bytes + 1) / c->tile_nt * c->tile_nt;
     if (c->tok_tile < c->tile_nt) c->tok_tile = c->tile_nt;
+}
+
+/* The calling thread's scratch for 8-bit activations: grown, never shrunk, so decoding allocates nothing
+ * once the largest matmul has run. (Per thread: a model's table may be used by several threads at once.) */
+static _Thread_local qw_q8a *q8a_buf;
+static _Thread_local int64_t q8a_cap;
+
+static qw_q8a *q8a_scratch(int64_t n_blocks) {
+    if (n_blocks > q8a_cap) {
+        free(q8a_buf);
+        q8a_cap = n_blocks + n_blocks / 4;
+        q8a_buf = qw_xcalloc((size_t)q8a_cap, sizeof(qw_q8a));
+    }
+    return q8a_buf;
+}
+
+/* Blocks of 8-bit activations a matmul needs (0 when it takes f32 activations). */
+static int64_t q8a_blocks(const matmul_ctx *c) { return c->qtile ? c->n_tok * (c->cols / QW_Q8A_BLOCK) : 0; }
+
+typedef struct {
+    const float *x;
+    qw_q8a *xq;
+    int64_t cols;
+} q8a_ctx;
+
+static void q8a_rows(void *arg, int64_t t0, int64_t t1) {
+    const q8a_ctx *c = arg;
+    qw_q8a_quantize(c->x + t0 * c->cols, c->xq + t0 * (c->cols / QW_Q8A_BLOCK), (t1 - t0) * c->cols);
+}
+
+/* Round the matmul's activations into xq (its q8a_blocks of scratch), on the pool for many tokens. */
+static void q8a_fill(const cpu_backend *b, matmul_ctx *c, qw_q8a *xq) {
+    q8a_ctx qc = {.x = c->x, .xq = xq, .cols = c->cols};
+    c->xq = xq;
+    if (b->n_threads == 1 || c->n_tok * c->cols < PAR_MIN_WORK)
+        q8a_rows(&qc, 0, c->n_tok);
+    else
+        qw_pool_parallel_for(b->pool, c->n_tok, chunk_for(b, c->n_tok, 1), q8a_rows, &qc);
 }
 
 static void cpu_matmul(const qw_ops *ops, float *y, const qw_tensor *w, const float *x, int n_tok) {
     const cpu_backend *b = backend_of(ops);
     matmul_ctx c;
     matmul_setup(b, &c, y, w, x, n_tok);
+    if (c.qtile) q8a_fill(b, &c, q8a_scratch(q8a_blocks(&c)));
     if (b->n_threads == 1 || c.rows * c.cols * n_tok < PAR_MIN_WORK) {
         matmul_rows(&c, 0, c.rows);
         return;
@@ -249,12 +333,26 @@ static void cpu_matmul_batch(const qw_ops *ops, const qw_matmul_job *jobs, int n
         batch_ctx bc;
         bc.n = QW_MIN(BATCH_MAX_JOBS, n_jobs - j0);
         bc.start[0] = 0;
-        int64_t work = 0;
+        int64_t work = 0, n_q8a = 0;
         for (int j = 0; j < bc.n; j++) {
             const qw_matmul_job *jb = &jobs[j0 + j];
             matmul_setup(b, &bc.mc[j], jb->y, jb->w, jb->x, jb->n_tok);
             bc.start[j + 1] = bc.start[j] + bc.mc[j].rows;
             work += bc.mc[j].rows * bc.mc[j].cols * jb->n_tok;
+            n_q8a += q8a_blocks(&bc.mc[j]);
+        }
+        /* jobs reading the same activations (an expert's gate and up) share one rounded copy */
+        qw_q8a *xq = q8a_scratch(n_q8a);
+        for (int j = 0; j < bc.n; j++) {
+            matmul_ctx *mc = &bc.mc[j];
+            if (!mc->qtile) continue;
+            for (int i = 0; i < j && !mc->xq; i++)
+                if (bc.mc[i].qtile && bc.mc[i].x == mc->x && bc.mc[i].cols == mc->cols && bc.mc[i].n_tok == mc->n_tok)
+                    mc->xq = bc.mc[i].xq;
+            if (!mc->xq) {
+                q8a_fill(b, mc, xq);
+                xq += q8a_blocks(mc);
+            }
         }
         int64_t total = bc.start[bc.n];
         if (b->n_threads == 1 || work < PAR_MIN_WORK)
@@ -601,6 +699,10 @@ void qw_ops_cpu_free(const qw_ops *ops) {
 }
 
 int qw_ops_cpu_n_threads(const qw_ops *ops) { return backend_of(ops)->n_threads; }
+
+void qw_ops_cpu_set_f32_activations(const qw_ops *ops, int on) {
+    if (ops->matmul == cpu_matmul) ((cpu_backend *)backend_of(ops))->f32_act = on;
+}
 
 /* The best kernels on the calling thread only: for callers without a model (tools, tests). */
 static cpu_backend default_backend;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
+#include "kernels/q8a.h"
 #include "qwenc.h"
 
 /* y[t * ldy + r] = sum_c W[r][c] * x[t * ldx + c] for r < nr, t < nt (nr <= tile_nr, nt <= tile_nt);
@@ -24,11 +25,17 @@
 typedef void (*qw_tile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride, const float *x, int64_t ldx, int nr,
                            int nt, int64_t n);
 
+/* The same tile for block-quantized weights against 8-bit activations (q8a.h): x holds nt rows of n / 32
+ * activation blocks, row t at x + t * ldx. Integer products are exact; see q8a.h for the bound. */
+typedef void (*qw_qtile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride, const qw_q8a *x, int64_t ldx,
+                            int nr, int nt, int64_t n);
+
 typedef struct {
     const char *name;            /* "avx512", "avx2", "scalar" */
     int lanes;                   /* f32 lanes of one accumulator (the dot error bound depends on it) */
     int tile_nr, tile_nt;        /* the largest tile: weight rows x tokens */
     qw_tile_fn tile[QW_TYPE_COUNT]; /* NULL: weight type not handled here (qw_ref_dot_row is used) */
+    qw_qtile_fn qtile[QW_TYPE_COUNT]; /* integer dots of quantized weights (NULL: the f32 tile or reference) */
     /* The delta rule's row updates, i < n:
      * decay_acc: S[i] *= d; acc[i] += k * S[i].   rank1_acc: S[i] += k * u[i]; acc[i] += q * S[i]. */
     void (*decay_acc)(float *S, float d, float *acc, float k, int n);
@@ -50,6 +57,9 @@ const qw_cpu_kernels *qw_cpu_kernels_find(const char *name);
  */
 qwenc_status qw_ops_cpu_new(int n_threads, const char *kernels, const qw_ops **out, char *err, size_t errlen);
 void qw_ops_cpu_free(const qw_ops *ops);
+/* Quantized weights meet f32 activations (1: the exact dequantized dot, slower) or, by default (0),
+ * activations rounded once per matmul to 8 bits per block of 32 (q8a.h), as llama.cpp does. */
+void qw_ops_cpu_set_f32_activations(const qw_ops *ops, int on);
 /* The threads a table made by qw_ops_cpu_new uses. */
 int qw_ops_cpu_n_threads(const qw_ops *ops);
 

@@ -1,0 +1,18 @@
+/*
+ * qtiles.h - the integer dot tiles (cpu.h's qw_qtile_fn) of each SIMD variant, one per weight type,
+ * defined in avx512_q.c / avx2_q.c and listed in the variants' kernel tables.
+ */
+#ifndef QW_QTILES_H
+#define QW_QTILES_H
+
+#include "kernels/cpu.h"
+
+#if defined(__x86_64__)
+#define QW_QTILE_DECL(v, name)                                                                                     \
+    void qw_##v##_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,      \
+                               int nr, int nt, int64_t n);
+QW_QTILE_DECL(avx512, q8_0)
+QW_QTILE_DECL(avx512, q4_K)
+#endif
+
+#endif
