@@ -207,6 +207,24 @@ static void test_qtile(const qw_cpu_kernels *k, qw_type type) {
     CHECK(same, "%s %s: integer tile shapes differ", k->name, qw_type_name(type));
 }
 
+/* a NaN activation reaches the output of every integer tile, as it would with f32 activations */
+static void test_q8a_nan(const qw_cpu_kernels *k, qw_type type) {
+    float wf[256], x[256];
+    char wq[sizeof(float) * 256];
+    qw_q8a xq[8];
+    for (int i = 0; i < 256; i++) {
+        wf[i] = nrand();
+        x[i] = nrand();
+    }
+    x[77] = NAN;
+    qw_quantize(type, wf, wq, 256);
+    qw_q8a_quantize(x, xq, 256);
+    float y = 0;
+    k->qtile[type](&y, 1, wq, 0, xq, 0, 1, 1, 256);
+    CHECK(isnan(y) && isnan(qw_q8a_dot_ref(type, wq, xq, 256)), "%s %s: a NaN activation is lost (%g)", k->name,
+          qw_type_name(type), y);
+}
+
 int main(void) {
     for (int i = 0; i < N_Q8A_TYPES; i++) {
         test_q8a_unpack(q8a_types[i]);
@@ -227,6 +245,7 @@ int main(void) {
         for (int i = 0; i < N_Q8A_TYPES; i++)
             if ((*k)->qtile[q8a_types[i]]) {
                 test_qtile(*k, q8a_types[i]);
+                test_q8a_nan(*k, q8a_types[i]);
                 n++;
             }
         printf("%s: integer tiles of %d quantized types vs the reference\n", (*k)->name, n);

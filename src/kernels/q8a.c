@@ -17,8 +17,14 @@ void qw_q8a_quantize(const float *x, qw_q8a *y, int64_t n) {
     for (int64_t b = 0; b < n / QW_Q8A_BLOCK; b++) {
         const float *xb = x + b * QW_Q8A_BLOCK;
         float amax = 0;
-        for (int i = 0; i < QW_Q8A_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        float d = amax / 127.0f, id = d != 0 ? 127.0f / amax : 0.0f;
+        int nan = 0;
+        for (int i = 0; i < QW_Q8A_BLOCK; i++) { /* not fmaxf: a library call at -O2 */
+            float a = fabsf(xb[i]);
+            amax = a > amax ? a : amax;
+            nan |= a != a;
+        }
+        /* a NaN activation makes the block's scale NaN, so it reaches the output as with f32 activations */
+        float d = nan ? NAN : amax / 127.0f, id = amax != 0 && !nan ? 127.0f / amax : 0.0f;
         int32_t s = 0;
         for (int i = 0; i < QW_Q8A_BLOCK; i++) {
             int q = qw_nearest_int(xb[i] * id); /* |x * id| <= 127 (+ rounding): in range */

@@ -40,7 +40,8 @@ typedef struct { /* 40 bytes, 4-byte aligned: x[i] ~ d * q[i] */
     int8_t q[QW_Q8A_BLOCK];
 } qw_q8a;
 
-/* n / 32 blocks of x[0..n) (n a multiple of 32). Round to nearest even; an all-zero block gets d = 0. */
+/* n / 32 blocks of x[0..n) (n a multiple of 32). Round to nearest even; an all-zero block gets d = 0, a
+ * block with a NaN gets d = NaN (and q = 0), an infinite one d = inf (and q = 0): the dot is then NaN. */
 void qw_q8a_quantize(const float *x, qw_q8a *y, int64_t n);
 
 /* 1 if a weight type has the integer dot (every block-quantized weight type but Q8_K). */
