@@ -6,8 +6,9 @@
  * Hugging Face transformers reference gives.
  *
  * Objects:
- *   qwenc_model    weights (memory-mapped from the checkpoint files) and hyper-parameters; read-only
- *                  after load, so one model may be shared by any number of sessions and threads.
+ *   qwenc_model    weights (memory-mapped from the checkpoint files, or quantized into memory at load) and
+ *                  hyper-parameters; read-only after load, so one model may be shared by any number of sessions
+ *                  and threads.
  *   qwenc_session  all per-sequence state: attention KV cache, DeltaNet conv + recurrent state, PLE
  *                  history, QSA indexer keys. A session is used by one thread at a time.
  *
@@ -46,6 +47,16 @@ typedef struct {
     int n_threads;       /* CPU threads for the forward (0: one per online core) */
     const char *kernels; /* CPU kernel variant: NULL or "auto" (the best this CPU runs), "avx512", "avx2",
                           * "scalar", or "ref" (the scalar reference, one thread: the oracle, slow) */
+    const char *quant;   /* NULL: the tensor types of the file. Else a type of qwenc_gguf_types() ("Q8_0", "Q4_K",
+                          * ...): the weights are converted at load, on n_threads threads, into the tensors
+                          * qwenc_model_save_gguf would write at that type (the same per-tensor types, the same
+                          * bytes, so the same logits) and held in memory; the mapped file's pages are released as
+                          * each tensor is done. A .gguf is requantized the same way. */
+    /* Called during that conversion after each batch of rows, with the arguments of qwenc_gguf_params.progress;
+     * a non-zero return cancels the load (QWENC_ERR_ARG). NULL: not called. */
+    int (*progress)(const char *tensor, const char *type, int i_tensor, int n_tensors, uint64_t bytes_done,
+                    uint64_t bytes_total, void *user);
+    void *progress_user;
 } qwenc_model_params;
 
 qwenc_model_params qwenc_model_default_params(void);

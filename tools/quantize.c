@@ -2,7 +2,8 @@
  * quantize.c - `qwenc quantize -m HF_DIR|FILE.gguf -t TYPE -o OUT.gguf`: write the model as the GGUF that
  * llama.cpp's converter (+ llama-quantize for block types) would write, with a progress bar on stderr.
  * `qwenc synth --preset NAME ... -t TYPE -o OUT.gguf`: the same for a model with random weights.
- * The work is the library's (qwenc_model_save_gguf, qwenc_synth_gguf); this file parses, reports and draws.
+ * The work is the library's (qwenc_model_save_gguf, qwenc_synth_gguf); this file parses, reports and draws
+ * (the progress bar is also the one of quantizing at load, --quant).
  */
 #include <stdio.h>
 #include <string.h>
@@ -10,15 +11,11 @@
 
 #include "cli.h"
 
-typedef struct {
-    int tty;
-    double t0, last;
-    int last_tensor;
-} progress_state;
-
 /* A bar redrawn in place on a terminal; one line per finished tensor otherwise (logs, pipes). */
-static int show_progress(const char *tensor, const char *type, int i, int n, uint64_t done, uint64_t total, void *user) {
-    progress_state *ps = user;
+int cli_show_progress(const char *tensor, const char *type, int i, int n, uint64_t done, uint64_t total, void *user) {
+    cli_progress *ps = user;
+    if (total < ps->min_bytes) return 0;
+    ps->shown = 1;
     double now = cli_now_s(), frac = total ? (double)done / (double)total : 1.0;
     if (ps->tty) {
         if (now - ps->last < 0.1 && done < total) return 0;
@@ -57,13 +54,17 @@ int cmd_quantize(cli_opts *o) {
         fprintf(stderr, "qwenc: quantize: -o OUT.gguf is required\n");
         return 1;
     }
+    if (o->quant) { /* quantizing twice would only lose precision */
+        fprintf(stderr, "qwenc: quantize: --quant does not apply; -t TYPE is the type written\n");
+        return 1;
+    }
     qwenc_model *m = cli_load_model(o);
     if (!m) return 1;
-    progress_state ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1};
+    cli_progress ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1};
     qwenc_gguf_params gp = qwenc_gguf_default_params();
     gp.type = o->type;
     gp.n_threads = o->threads;
-    gp.progress = show_progress;
+    gp.progress = cli_show_progress;
     gp.user = &ps;
     char err[1024];
     fprintf(stderr, "qwenc: writing %s (%s, %s) as %s\n", o->out, qwenc_model_arch(m), o->model, o->type);
@@ -93,11 +94,11 @@ int cmd_synth(cli_opts *o) {
     sp.n_vocab = o->vocab;
     sp.ngram_base = o->ngram_base;
     if (o->seed_set) sp.seed = o->sp.seed;
-    progress_state ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1};
+    cli_progress ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1};
     qwenc_gguf_params gp = qwenc_gguf_default_params();
     gp.type = o->type;
     gp.n_threads = o->threads;
-    gp.progress = show_progress;
+    gp.progress = cli_show_progress;
     gp.user = &ps;
     char err[1024];
     fprintf(stderr, "qwenc: writing %s (random %s, seed %llu) as %s\n", o->out, o->preset, sp.seed, o->type);

@@ -11,7 +11,7 @@
  *   qwenc quantize   -m DIR|FILE.gguf -t TYPE -o OUT.gguf
  *   qwenc synth      --preset NAME [--arch A] [--layers N] [--experts E] [--ngram-base B] -t TYPE -o OUT.gguf
  *   qwenc bench      -m DIR [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]
- * Every command that loads a model takes -t/--threads N and --kernels NAME.
+ * Every command that loads a model takes -t/--threads N, --kernels NAME and --quant TYPE.
  *
  * Flags follow llama.cpp's names where it has them. Errors go to stderr with exit status 1.
  */
@@ -56,6 +56,8 @@ static void usage(FILE *f) {
             "  -t, --threads N        CPU threads (default 0: one per core)\n"
             "  --kernels NAME         CPU kernels: auto (default: the best for this CPU), avx512, avx2, scalar,\n"
             "                         ref (the scalar reference, one thread)\n"
+            "  --quant TYPE           quantize the weights at load as `quantize -t TYPE` would (same types and\n"
+            "                         bytes, held in memory; a .gguf is requantized); TYPE as for quantize\n"
             "\n"
             "run / chat:\n"
             "  -p, --prompt TEXT      the prompt (run)           -f, --file F   read the prompt from a file\n"
@@ -166,6 +168,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         else if (!strcmp(a, "--request")) o->request = v;
         else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
         else if (!strcmp(a, "--kernels")) o->kernels = v;
+        else if (!strcmp(a, "--quant")) o->quant = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = parse_int(v, a, 0, &o->threads);
         else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) ok = parse_int(v, a, 1, &o->reps);
         else if (!strcmp(a, "--batch")) ok = parse_int(v, a, 1, &o->batch);
@@ -220,10 +223,19 @@ qwenc_model *cli_load_model(const cli_opts *o) {
     qwenc_model_params mp = qwenc_model_default_params();
     mp.n_threads = o->threads;
     mp.kernels = o->kernels;
+    mp.quant = o->quant;
+    cli_progress ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1, .min_bytes = (uint64_t)256 << 20};
+    if (o->quant) {
+        mp.progress = cli_show_progress;
+        mp.progress_user = &ps;
+    }
     if (qwenc_model_load_params(o->model, &mp, &m, err, sizeof(err))) {
+        if (ps.shown && ps.tty) fprintf(stderr, "\n");
         fprintf(stderr, "qwenc: cannot load model: %s\n", err);
         return NULL;
     }
+    if (ps.shown)
+        fprintf(stderr, "qwenc: quantized %s to %s at load in %.1f s\n", o->model, o->quant, cli_now_s() - ps.t0);
     return m;
 }
 

@@ -45,6 +45,13 @@ void qw_mapfile_close(qw_mapfile *mf) {
     memset(mf, 0, sizeof(*mf));
 }
 
+void qw_mapfile_release(const void *p, size_t n) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || !p) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
     *out = NULL;
     FILE *f = fopen(path, "rb");

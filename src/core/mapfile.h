@@ -15,6 +15,9 @@ typedef struct {
 
 qwenc_status qw_mapfile_open(qw_mapfile *mf, const char *path, char *err, size_t errlen);
 void qw_mapfile_close(qw_mapfile *mf);
+/* Drop the whole pages inside [p, p + n) of a mapping from the process's resident memory (after their data
+ * was copied elsewhere); a later read faults them back in from the file. Advice only: nothing can fail. */
+void qw_mapfile_release(const void *p, size_t n);
 
 /* Read a whole (small) file into a NUL-terminated heap buffer; *len gets its length. */
 qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen);

@@ -25,8 +25,10 @@ static int64_t hc_bytes(const qw_hc_w *w) { return tensor_bytes(w->down) + tenso
 void qwenc_model_weight_bytes(const qwenc_model *m, int64_t *total, int64_t *per_token) {
     const qw_hparams *hp = &m->hp;
     int64_t all = 0;
-    for (int64_t i = 0; m->gguf && i < m->gguf->n_tensors; i++) all += (int64_t)m->gguf->tensors[i].nbytes;
-    for (int i = 0; i < m->ws.n_entries; i++) {
+    if (m->conv) /* quantized at load: the converted tensors replace the file's */
+        all = (int64_t)m->conv->n_bytes;
+    for (int64_t i = 0; !m->conv && m->gguf && i < m->gguf->n_tensors; i++) all += (int64_t)m->gguf->tensors[i].nbytes;
+    for (int i = 0; !m->conv && i < m->ws.n_entries; i++) {
         const qw_tensor *t = &m->ws.entries[i].t;
         if (!strncmp(t->name, "mtp.", 4) || !strncmp(t->name, "model.visual.", 13)) continue;
         all += tensor_bytes(t);

@@ -14,6 +14,9 @@
  *   stacked experts [E, I, H] -> one view per expert
  *   llama3 rope_freqs         -> divides the default inverse frequencies
  * Every failure names the file, the tensor, the shape expected and the shape found.
+ *
+ * The same binding serves a model quantized at load (--quant, models/load_quant.c): its tensors are those of
+ * the GGUF qwenc quantize would write, held in memory (qw_converted), so the two bind identically.
  */
 #include <math.h>
 #include <string.h>
@@ -24,7 +27,8 @@
 
 typedef struct {
     qwenc_model *m;
-    const qw_gguf *g;
+    const qw_gguf *g;           /* the file, or NULL: the tensors of m->conv */
+    const qw_layer *src_layers; /* m->conv: the layers bound from the source (PLE hash constants) */
     char *err;
     size_t errlen;
     qwenc_status st;
@@ -34,6 +38,15 @@ typedef struct {
 int qw_path_is_gguf(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* The tensor of that name in the file or in the converted tensors, or NULL. */
+static const qw_tensor *gb_find(const gbinder *b, const char *name) {
+    if (b->g) return qw_gguf_find(b->g, name);
+    const qw_converted *c = b->m->conv;
+    for (int i = 0; i < c->n_tensors; i++)
+        if (!strcmp(c->tensors[i].name, name)) return &c->tensors[i];
+    return NULL;
 }
 
 static const char *shape_str(int n_dims, const int64_t *shape, char *buf, size_t n) {
@@ -46,7 +59,7 @@ static const char *shape_str(int n_dims, const int64_t *shape, char *buf, size_t
  * (the converter writes the shared-expert gate as [1, H], other tools as [H]). */
 static const qw_tensor *gb_named(gbinder *b, const char *name, int n_dims, const int64_t *shape, int required) {
     if (b->st) return NULL;
-    const qw_tensor *t = qw_gguf_find(b->g, name);
+    const qw_tensor *t = gb_find(b, name);
     if (!t) {
         if (required)
             b->st = qw_err(b->err, b->errlen, QWENC_ERR_FORMAT, "%s: tensor '%s' is missing", b->m->path, name);
@@ -169,7 +182,7 @@ static void bind_attn(gbinder *b, int il, qw_attn_w *w, int qk_norm, int gated, 
     int64_t nqg = gated ? 2 * nq : nq;
     char name[96];
     snprintf(name, sizeof(name), "blk.%d.attn_q.weight", il);
-    if (!qw_gguf_find(b->g, name)) {
+    if (!gb_find(b, name)) {
         /* convert_hf_to_gguf --fuse-qkv: one attn_qkv [q | k | v], bound as three row views */
         int64_t s[2] = {nqg + 2 * nkv, H};
         const qw_tensor *qkv = gb_tensor(b, QW_GT_SSM_QKV, il, 2, s, 0);
@@ -262,6 +275,30 @@ static void bind_hc(gbinder *b, int il, qw_hc_w *w, qw_gt norm, qw_gt down, qw_g
     if (inject != QW_GT_COUNT) w->inject = gb_mat(b, inject, il, hp->hc_count, CH);
 }
 
+/* The hash constants of the li-th PLE layer (layer il) from the metadata: one set per PLE layer, concatenated in
+ * layer order (llama.cpp reads the first). */
+static void ple_hash_from_file(gbinder *b, qw_ple_w *w, int il, int li) {
+    const qw_hparams *hp = &b->m->hp;
+    int64_t nh = hp->ngram_heads;
+    char key[128];
+    const qw_gguf_kv *mu = qw_gguf_find_kv(b->g, qw_gguf_key(key, sizeof(key), hp->arch, "ple.layer_multipliers"));
+    const qw_gguf_kv *of = qw_gguf_find_kv(b->g, qw_gguf_key(key, sizeof(key), hp->arch, "ple.head_offsets"));
+    const qw_gguf_kv *vs = qw_gguf_find_kv(b->g, qw_gguf_key(key, sizeof(key), hp->arch, "ple.head_vocab_sizes"));
+    uint64_t n = (uint64_t)hp->ngram_n;
+    if (!mu || !of || !vs || mu->n < (li + 1) * n || of->n < (li + 1) * (uint64_t)nh || vs->n < (li + 1) * (uint64_t)nh) {
+        b->st = qw_err(b->err, b->errlen, QWENC_ERR_FORMAT,
+                       "%s: ple.{layer_multipliers, head_offsets, head_vocab_sizes} hold too few entries for PLE layer "
+                       "%d (%d of them): %llu per layer each way are needed",
+                       b->m->path, il, li + 1, (unsigned long long)nh);
+        return;
+    }
+    for (uint64_t i = 0; i < n; i++) w->mult[i] = (uint64_t)qw_gguf_arr_i64(mu, li * n + i);
+    for (int64_t h = 0; h < nh; h++) {
+        w->prime[h] = qw_gguf_arr_i64(vs, (uint64_t)(li * nh + h));
+        w->offset[h] = qw_gguf_arr_i64(of, (uint64_t)(li * nh + h));
+    }
+}
+
 /* The PLE table of the li-th PLE layer: llama.cpp's one table for the first, qwenc's per-layer name after. */
 static const char *ple_table_name(char *buf, size_t n, int li, int il) {
     if (li == 0) return qw_gt_name(buf, n, QW_GT_PLE_TABLE, il);
@@ -283,32 +320,25 @@ static qw_ple_w *bind_ple(gbinder *b, int il, int li) {
     w->conv = gb_conv(b, QW_GT_PLE_CONV, il, CH, hp->ple_conv_k);
     if (b->st) return w;
 
-    /* hash constants: one set per PLE layer, concatenated in layer order (llama.cpp reads the first) */
-    char key[128];
-    const qw_gguf_kv *mu = qw_gguf_find_kv(b->g, qw_gguf_key(key, sizeof(key), hp->arch, "ple.layer_multipliers"));
-    const qw_gguf_kv *of = qw_gguf_find_kv(b->g, qw_gguf_key(key, sizeof(key), hp->arch, "ple.head_offsets"));
-    const qw_gguf_kv *vs = qw_gguf_find_kv(b->g, qw_gguf_key(key, sizeof(key), hp->arch, "ple.head_vocab_sizes"));
-    uint64_t n = (uint64_t)hp->ngram_n;
-    if (!mu || !of || !vs || mu->n < (li + 1) * n || of->n < (li + 1) * (uint64_t)nh || vs->n < (li + 1) * (uint64_t)nh) {
-        b->st = qw_err(b->err, b->errlen, QWENC_ERR_FORMAT,
-                       "%s: ple.{layer_multipliers, head_offsets, head_vocab_sizes} hold too few entries for PLE layer "
-                       "%d (%d of them): %llu per layer each way are needed",
-                       m->path, il, li + 1, (unsigned long long)nh);
-        return w;
-    }
     w->prime = qw_model_own(m, (size_t)nh * sizeof(int64_t));
     w->offset = qw_model_own(m, (size_t)nh * sizeof(int64_t));
-    for (uint64_t i = 0; i < n; i++) w->mult[i] = (uint64_t)qw_gguf_arr_i64(mu, li * n + i);
+    if (b->g) {
+        ple_hash_from_file(b, w, il, li);
+        if (b->st) return w;
+    } else { /* converted at load: the source model's constants, which the file would hold */
+        const qw_ple_w *src = b->src_layers[il].ple;
+        memcpy(w->mult, src->mult, sizeof(w->mult));
+        memcpy(w->prime, src->prime, (size_t)nh * sizeof(int64_t));
+        memcpy(w->offset, src->offset, (size_t)nh * sizeof(int64_t));
+    }
     int64_t need = 0;
     for (int64_t h = 0; h < nh; h++) {
-        w->prime[h] = qw_gguf_arr_i64(vs, (uint64_t)(li * nh + h));
-        w->offset[h] = qw_gguf_arr_i64(of, (uint64_t)(li * nh + h));
         if (w->prime[h] <= 0 || w->offset[h] < 0) need = -1;
         if (need >= 0 && w->offset[h] + w->prime[h] > need) need = w->offset[h] + w->prime[h];
     }
     char tn[128];
     ple_table_name(tn, sizeof(tn), li, il);
-    const qw_tensor *t = qw_gguf_find(b->g, tn);
+    const qw_tensor *t = gb_find(b, tn);
     int64_t rows = t && t->n_dims == 2 ? t->shape[0] : 0;
     if (need < 0 || rows < need) {
         b->st = qw_err(b->err, b->errlen, QWENC_ERR_FORMAT,
@@ -326,6 +356,7 @@ static qw_ple_w *bind_ple(gbinder *b, int il, int li) {
     w->chunk_rows = w->n_rows = rows;
     return w;
 }
+
 
 static void bind_layers(gbinder *b) {
     qwenc_model *m = b->m;
@@ -376,17 +407,36 @@ static void bind_layers(gbinder *b) {
 }
 
 /* RoPE frequencies: the default ones of the metadata, divided by rope_freqs (llama3) when present. */
+/* RoPE frequencies: the default ones of the hyper-parameters, divided by rope_freqs (llama3) when present. */
 static void bind_rope(gbinder *b) {
     qwenc_model *m = b->m;
     const qw_hparams *hp = &m->hp;
-    m->rope_inv_freq = qw_model_own_f32(m, hp->n_rot / 2);
-    qw_rope_inv_freq(hp, m->rope_inv_freq);
     int64_t s[1] = {hp->n_rot / 2};
     const qw_tensor *rf = gb_tensor(b, QW_GT_ROPE_FREQS, 0, 1, s, 0);
+    /* a checkpoint's llama3 scaling (converted at load) travels as rope_freqs too */
+    qw_hparams plain = *hp;
+    if (rf) plain.rope_type = QW_ROPE_DEFAULT;
+    m->rope_inv_freq = qw_model_own_f32(m, hp->n_rot / 2);
+    qw_rope_inv_freq(&plain, m->rope_inv_freq);
     if (!rf) return;
     float *f = qw_model_own_f32(m, hp->n_rot / 2);
     qw_tensor_to_f32(rf, 0, hp->n_rot / 2, f);
     for (int k = 0; k < hp->n_rot / 2; k++) m->rope_inv_freq[k] /= f[k];
+}
+
+/* Every weight, into m->layers (allocated by the caller). */
+static qwenc_status bind_model(gbinder *b) {
+    qwenc_model *m = b->m;
+    const qw_hparams *hp = &m->hp;
+    m->tok_embd = gb_mat(b, QW_GT_TOKEN_EMBD, 0, hp->n_vocab, hp->n_embd);
+    m->output = gb_find(b, "output.weight") ? gb_mat(b, QW_GT_OUTPUT, 0, hp->n_vocab, hp->n_embd) : m->tok_embd;
+    bind_layers(b);
+    if (hp->arch == QW_ARCH_QWEN4EXP)
+        bind_hc(b, 0, &m->hc_final, QW_GT_HC_HEAD_NORM, QW_GT_HC_HEAD_DOWN, QW_GT_HC_HEAD_UP, QW_GT_COUNT);
+    else
+        m->out_norm = gb_vec(b, QW_GT_OUTPUT_NORM, 0, hp->n_embd, qw_gguf_norm_plus_one(hp->arch));
+    if (!b->st) bind_rope(b);
+    return b->st;
 }
 
 qwenc_status qw_gguf_model_load(qwenc_model *m, const char *path, char *err, size_t errlen) {
@@ -397,16 +447,9 @@ qwenc_status qw_gguf_model_load(qwenc_model *m, const char *path, char *err, siz
     const qw_hparams *hp = &m->hp;
     m->prefix = "";
     gbinder b = {.m = m, .g = m->gguf, .err = err, .errlen = errlen};
-    m->tok_embd = gb_mat(&b, QW_GT_TOKEN_EMBD, 0, hp->n_vocab, hp->n_embd);
-    m->output = hp->tie_embd ? m->tok_embd : gb_mat(&b, QW_GT_OUTPUT, 0, hp->n_vocab, hp->n_embd);
     m->layers = qw_xcalloc((size_t)hp->n_layer, sizeof(qw_layer));
-    bind_layers(&b);
-    if (hp->arch == QW_ARCH_QWEN4EXP)
-        bind_hc(&b, 0, &m->hc_final, QW_GT_HC_HEAD_NORM, QW_GT_HC_HEAD_DOWN, QW_GT_HC_HEAD_UP, QW_GT_COUNT);
-    else
-        m->out_norm = gb_vec(&b, QW_GT_OUTPUT_NORM, 0, hp->n_embd, qw_gguf_norm_plus_one(hp->arch));
-    if (!b.st) bind_rope(&b);
-    if (b.st) return b.st;
+    st = bind_model(&b);
+    if (st) return st;
     /* the MTP draft head sits in blocks n_layer.. (nextn_predict_layers) */
     for (int64_t i = 0; i < m->gguf->n_tensors; i++) {
         int il = -1;
@@ -417,4 +460,15 @@ qwenc_status qw_gguf_model_load(qwenc_model *m, const char *path, char *err, siz
         }
     }
     return QWENC_OK;
+}
+
+qwenc_status qw_gguf_bind_converted(qwenc_model *m, char *err, size_t errlen) {
+    qw_layer *src = m->layers; /* the source's bindings: their buffers stay owned by m until it is freed */
+    memset(&m->hc_final, 0, sizeof(m->hc_final));
+    m->out_norm = NULL;
+    m->layers = qw_xcalloc((size_t)m->hp.n_layer, sizeof(qw_layer));
+    gbinder b = {.m = m, .g = NULL, .src_layers = src, .err = err, .errlen = errlen};
+    qwenc_status st = bind_model(&b);
+    free(src);
+    return st;
 }

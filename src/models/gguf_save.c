@@ -11,6 +11,9 @@
  * to f32, reordered, and quantized by the reference quantizers of tensor/quant.h, on n_threads threads,
  * in batches of bounded size: memory use does not grow with the model.
  *
+ * The plan with its tensor types (qw_gguf_plan, model.h) is also what loading with --quant converts into
+ * memory (models/load_quant.c), so a model quantized at load holds the bytes this file would hold.
+ *
  * Not written: the MTP draft head and the vision tower (qwenc does not bind them), and the tokenizer of a
  * checkpoint directory (the file then says tokenizer.ggml.model "none"; a .gguf source's tokenizer is copied).
  */
@@ -564,6 +567,124 @@ static void plan_free(plan *p) {
     free(p->t);
 }
 
+/* ---------------------------------------------------------------- the plan with its types (model.h) */
+
+struct qw_gguf_plan {
+    plan p;
+    qw_gguf_policy pol;
+    uint64_t total;           /* bytes of every tensor's data */
+    int nt;                   /* converting threads */
+    qw_row_gen gen;           /* rows of pieces without data (qwenc synth) */
+    void *gen_user;
+    float *f32, *tmp;         /* scratch: [cap_f32] rows of a batch, [nt][cap_tmp] one row per thread */
+    size_t cap_f32, cap_tmp;
+};
+
+qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_threads, qw_row_gen gen, void *gen_user,
+                              qw_gguf_plan **out, char *err, size_t errlen) {
+    *out = NULL;
+    const qw_hparams *hp = &m->hp;
+    qw_gguf_plan *pl = qw_xcalloc(1, sizeof(*pl));
+    if (!qw_gguf_policy_parse(&pl->pol, type)) {
+        free(pl);
+        return qw_err(err, errlen, QWENC_ERR_ARG, "unknown GGUF type \"%s\" (one of %s)", type, qw_gguf_policy_names());
+    }
+    int nt = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    pl->nt = nt < 1 ? 1 : nt > 64 ? 64 : nt;
+    pl->gen = gen;
+    pl->gen_user = gen_user;
+    plan *p = &pl->p;
+    p->m = m;
+    plan_model(p);
+    qw_gguf_policy *pol = &pl->pol;
+    pol->n_layer = hp->n_layer;
+    pol->n_expert = hp->n_expert;
+    pol->n_gqa = hp->n_head / hp->n_head_kv;
+    pol->tied = m->output == m->tok_embd;
+    for (int i = 0; i < p->n; i++)
+        pol->n_attn_v += strstr(p->t[i].name, "attn_v.weight") || strstr(p->t[i].name, "attn_qkv.weight");
+    for (int i = 0; i < p->n; i++) {
+        out_tensor *t = &p->t[i];
+        pol->keep = t->src_type;
+        t->type = qw_gguf_policy_type(pol, t->role, t->name, t->n_dims, t->shape, converter_f32(t));
+        int64_t ne = 1;
+        for (int d = 0; d < t->n_dims; d++) ne *= t->shape[d];
+        pl->total += qw_type_row_size(t->type, ne);
+    }
+    *out = pl;
+    return QWENC_OK;
+}
+
+void qw_gguf_plan_free(qw_gguf_plan *pl) {
+    if (!pl) return;
+    plan_free(&pl->p);
+    free(pl->f32);
+    free(pl->tmp);
+    free(pl);
+}
+
+int qw_gguf_plan_n_tensors(const qw_gguf_plan *pl) { return pl->p.n; }
+uint64_t qw_gguf_plan_bytes(const qw_gguf_plan *pl) { return pl->total; }
+
+qw_tensor qw_gguf_plan_tensor(const qw_gguf_plan *pl, int i) {
+    const out_tensor *t = &pl->p.t[i];
+    qw_tensor d = {.name = t->name, .type = t->type, .n_dims = t->n_dims};
+    for (int k = 0; k < t->n_dims; k++) d.shape[k] = t->shape[k];
+    return d;
+}
+
+const qw_tensor *qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int *n) {
+    *n = pl->p.t[i].n_pieces;
+    return pl->p.t[i].pieces;
+}
+
+/* batches of at most ~64 MiB of f32 rows */
+int64_t qw_gguf_plan_batch_rows(const qw_gguf_plan *pl, int i) {
+    const out_tensor *t = &pl->p.t[i];
+    int64_t cols = t->shape[t->n_dims - 1], rows = 1;
+    for (int d = 0; d < t->n_dims - 1; d++) rows *= t->shape[d];
+    int64_t per = (int64_t)(((size_t)16 << 20) / (size_t)cols);
+    return QW_MAX((int64_t)1, QW_MIN(per, rows));
+}
+
+void qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, void *dst) {
+    const out_tensor *t = &pl->p.t[i];
+    int64_t cols = t->shape[t->n_dims - 1];
+    size_t row_bytes = qw_type_row_size(t->type, cols);
+    if ((size_t)(n * cols) > pl->cap_f32) {
+        free(pl->f32);
+        pl->cap_f32 = (size_t)(n * cols);
+        pl->f32 = qw_xcalloc(pl->cap_f32, sizeof(float));
+    }
+    if ((size_t)cols > pl->cap_tmp) {
+        free(pl->tmp);
+        pl->cap_tmp = (size_t)cols;
+        pl->tmp = qw_xcalloc(pl->cap_tmp * (size_t)pl->nt, sizeof(float));
+    }
+    job jobs[64];
+    pthread_t th[64];
+    int nj = (int)QW_MIN((int64_t)pl->nt, n);
+    int64_t step = (n + nj - 1) / nj, at = 0;
+    int used = 0;
+    for (int k = 0; k < nj && at < n; k++, used++) {
+        int64_t c = QW_MIN(step, n - at);
+        jobs[k] = (job){.t = t, .gen = pl->gen, .gen_user = pl->gen_user, .r0 = r0 + at, .n = c, .cols = cols,
+                        .f32 = pl->f32 + at * cols, .tmp = pl->tmp + (size_t)k * pl->cap_tmp,
+                        .dst = (uint8_t *)dst + (size_t)at * row_bytes};
+        at += c;
+    }
+    int started[64] = {0};
+    for (int k = 1; k < used; k++) {
+        started[k] = pthread_create(&th[k], NULL, run_job, &jobs[k]) == 0;
+        if (!started[k]) run_job(&jobs[k]);
+    }
+    run_job(&jobs[0]);
+    for (int k = 1; k < used; k++)
+        if (started[k]) pthread_join(th[k], NULL);
+}
+
+/* ---------------------------------------------------------------- the file */
+
 qwenc_status qwenc_model_save_gguf(const qwenc_model *m, const char *path, const qwenc_gguf_params *params, char *err,
                                    size_t errlen) {
     return qw_model_save_gguf_gen(m, path, params, NULL, NULL, err, errlen);
@@ -572,106 +693,54 @@ qwenc_status qwenc_model_save_gguf(const qwenc_model *m, const char *path, const
 qwenc_status qw_model_save_gguf_gen(const qwenc_model *m, const char *path, const qwenc_gguf_params *params,
                                     qw_row_gen gen, void *gen_user, char *err, size_t errlen) {
     qwenc_gguf_params prm = params ? *params : qwenc_gguf_default_params();
-    const qw_hparams *hp = &m->hp;
-    qw_gguf_policy pol;
-    memset(&pol, 0, sizeof(pol));
-    if (!qw_gguf_policy_parse(&pol, prm.type ? prm.type : "F16"))
-        return qw_err(err, errlen, QWENC_ERR_ARG, "unknown GGUF type \"%s\" (one of %s)", prm.type, qw_gguf_policy_names());
+    qw_gguf_plan *pl = NULL;
+    qwenc_status st = qw_gguf_plan_new(m, prm.type ? prm.type : "F16", prm.n_threads, gen, gen_user, &pl, err, errlen);
+    if (st) return st;
     if (m->gguf) {
         struct stat a, b;
-        if (stat(path, &a) == 0 && stat(m->path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        if (stat(path, &a) == 0 && stat(m->path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            qw_gguf_plan_free(pl);
             return qw_err(err, errlen, QWENC_ERR_ARG, "%s: the output would overwrite the model being read", path);
+        }
     }
-    int nt = prm.n_threads > 0 ? prm.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (nt < 1) nt = 1;
-    if (nt > 64) nt = 64;
-
-    plan p = {.m = m};
-    plan_model(&p);
-    pol.n_layer = hp->n_layer;
-    pol.n_expert = hp->n_expert;
-    pol.n_gqa = hp->n_head / hp->n_head_kv;
-    pol.tied = m->output == m->tok_embd;
-    for (int i = 0; i < p.n; i++)
-        pol.n_attn_v += strstr(p.t[i].name, "attn_v.weight") || strstr(p.t[i].name, "attn_qkv.weight");
-    uint64_t total = 0;
-    for (int i = 0; i < p.n; i++) {
-        out_tensor *t = &p.t[i];
-        pol.keep = t->src_type;
-        t->type = qw_gguf_policy_type(&pol, t->role, t->name, t->n_dims, t->shape, converter_f32(t));
-        int64_t ne = 1;
-        for (int d = 0; d < t->n_dims; d++) ne *= t->shape[d];
-        total += qw_type_row_size(t->type, ne);
-    }
+    const plan *p = &pl->p;
 
     qw_gguf_writer *w = NULL;
-    qwenc_status st = qw_gguf_writer_open(&w, path, err, errlen);
+    st = qw_gguf_writer_open(&w, path, err, errlen);
     if (st) {
-        plan_free(&p);
+        qw_gguf_plan_free(pl);
         return st;
     }
-    write_metadata(w, m, &pol);
-    for (int i = 0; i < p.n && !st; i++)
-        st = qw_gguf_writer_add_tensor(w, p.t[i].name, p.t[i].type, p.t[i].n_dims, p.t[i].shape, err, errlen);
+    write_metadata(w, m, &pl->pol);
+    for (int i = 0; i < p->n && !st; i++)
+        st = qw_gguf_writer_add_tensor(w, p->t[i].name, p->t[i].type, p->t[i].n_dims, p->t[i].shape, err, errlen);
 
-    /* batches of at most ~64 MiB of f32 rows, split between the threads */
-    const size_t batch_f32 = (size_t)16 << 20;
     uint64_t done = 0;
-    job jobs[64];
-    pthread_t th[64];
-    float *f32 = NULL, *tmp = NULL;
     uint8_t *out = NULL;
-    size_t cap_f32 = 0, cap_out = 0;
-    for (int i = 0; i < p.n && !st; i++) {
-        out_tensor *t = &p.t[i];
+    size_t cap_out = 0;
+    for (int i = 0; i < p->n && !st; i++) {
+        const out_tensor *t = &p->t[i];
         int64_t cols = t->shape[t->n_dims - 1], rows = 1;
         for (int d = 0; d < t->n_dims - 1; d++) rows *= t->shape[d];
         size_t row_bytes = qw_type_row_size(t->type, cols);
-        int64_t per = (int64_t)(batch_f32 / (size_t)cols);
-        if (per < 1) per = 1;
-        if (per > rows) per = rows;
-        if ((size_t)(per * cols) > cap_f32) {
-            free(f32);
-            cap_f32 = (size_t)(per * cols);
-            f32 = qw_xcalloc(cap_f32, sizeof(float));
-        }
+        int64_t per = qw_gguf_plan_batch_rows(pl, i);
         if ((size_t)per * row_bytes > cap_out) {
             free(out);
             cap_out = (size_t)per * row_bytes;
             out = qw_xcalloc(cap_out, 1);
         }
-        free(tmp);
-        tmp = qw_xcalloc((size_t)cols * nt, sizeof(float));
         for (int64_t r0 = 0; r0 < rows && !st; r0 += per) {
             int64_t n = QW_MIN(per, rows - r0);
-            int nj = (int)QW_MIN((int64_t)nt, n);
-            int64_t step = (n + nj - 1) / nj, at = 0;
-            int used = 0;
-            for (int k = 0; k < nj && at < n; k++, used++) {
-                int64_t c = QW_MIN(step, n - at);
-                jobs[k] = (job){.t = t, .gen = gen, .gen_user = gen_user, .r0 = r0 + at, .n = c, .cols = cols, .f32 = f32 + at * cols,
-                                .tmp = tmp + (int64_t)k * cols, .dst = out + (size_t)at * row_bytes};
-                at += c;
-            }
-            int started[64] = {0};
-            for (int k = 1; k < used; k++) {
-                started[k] = pthread_create(&th[k], NULL, run_job, &jobs[k]) == 0;
-                if (!started[k]) run_job(&jobs[k]);
-            }
-            run_job(&jobs[0]);
-            for (int k = 1; k < used; k++)
-                if (started[k]) pthread_join(th[k], NULL);
+            qw_gguf_plan_rows(pl, i, r0, n, out);
             st = qw_gguf_writer_write(w, out, (size_t)n * row_bytes, err, errlen);
             done += (uint64_t)n * row_bytes;
             if (!st && prm.progress &&
-                prm.progress(t->name, qw_type_name(t->type), i, p.n, done, total, prm.user) != 0)
+                prm.progress(t->name, qw_type_name(t->type), i, p->n, done, pl->total, prm.user) != 0)
                 st = qw_err(err, errlen, QWENC_ERR_ARG, "%s: cancelled", path);
         }
     }
-    free(f32);
-    free(tmp);
     free(out);
-    plan_free(&p);
+    qw_gguf_plan_free(pl);
     if (st) {
         qw_gguf_writer_abort(w);
         return st;

@@ -1,11 +1,13 @@
 /*
  * model.c - load a checkpoint directory: config.json -> hyper-parameters, safetensors -> mapped
- * tensors, then the architecture's binder checks and binds every weight (see model.h).
+ * tensors, then the architecture's binder checks and binds every weight (see model.h). With
+ * params.quant the bound weights are then converted at load (models/load_quant.c).
  */
 #include <string.h>
 
 #include "blocks/blocks.h"
 #include "kernels/cpu.h"
+#include "models/gguf_map.h"
 
 static const struct {
     qwenc_status (*bind)(qwenc_model *, char *, size_t);
@@ -24,7 +26,7 @@ void qw_model_forward(const qw_fwd *f, float *hidden) { arch_impl[f->hp->arch].f
 static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
 qwenc_model_params qwenc_model_default_params(void) {
-    qwenc_model_params p = {.n_threads = 0, .kernels = NULL};
+    qwenc_model_params p = {.n_threads = 0, .kernels = NULL, .quant = NULL, .progress = NULL, .progress_user = NULL};
     return p;
 }
 
@@ -37,6 +39,10 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
     *out = NULL;
     qwenc_model_params mp = params ? *params : qwenc_model_default_params();
     if (mp.n_threads < 0) return qw_err(err, errlen, QWENC_ERR_ARG, "model: n_threads must not be negative");
+    qw_gguf_policy pol;
+    if (mp.quant && !qw_gguf_policy_parse(&pol, mp.quant))
+        return qw_err(err, errlen, QWENC_ERR_ARG, "unknown quantization type \"%s\" (one of %s)", mp.quant,
+                      qw_gguf_policy_names());
     qwenc_model *m = qw_xcalloc(1, sizeof(*m));
     m->path = qw_xstrdup(path);
     m->params = mp;
@@ -48,6 +54,7 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
     m->params.kernels = m->ops->name; /* the caller's string need not outlive the call */
     if (qw_path_is_gguf(path)) { /* a .gguf file rather than a checkpoint directory: models/gguf_bind.c */
         st = qw_gguf_model_load(m, path, err, errlen);
+        if (!st && mp.quant) st = qw_model_quantize_at_load(m, err, errlen);
         if (st) {
             qwenc_model_free(m);
             return st;
@@ -92,6 +99,13 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
             m->n_ignored_tensors++;
         }
     }
+    if (mp.quant) {
+        st = qw_model_quantize_at_load(m, err, errlen);
+        if (st) {
+            qwenc_model_free(m);
+            return st;
+        }
+    }
     *out = m;
     return QWENC_OK;
 }
@@ -101,6 +115,7 @@ void qwenc_model_free(qwenc_model *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    qw_model_converted_free(m);
     qw_weightset_free(&m->ws);
     if (m->gguf) qw_gguf_free(m->gguf);
     free(m->gguf);
@@ -178,6 +193,9 @@ void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
         fprintf(f, "files        %d safetensors file%s, %d tensors, prefix \"%s\"\n", m->ws.n_files,
                 m->ws.n_files == 1 ? "" : "s", m->ws.n_entries, m->prefix);
     if (m->gguf_note[0]) fprintf(f, "note         %s\n", m->gguf_note);
+    if (m->conv)
+        fprintf(f, "quantized    at load to %s (the tensors of qwenc quantize -t %s): %d tensors, %.1f MiB\n",
+                m->conv->type, m->conv->type, m->conv->n_tensors, (double)m->conv->n_bytes / 1048576.0);
     fprintf(f, "vocab        %d   hidden %d   layers %d   context %d\n", hp->n_vocab, hp->n_embd, hp->n_layer,
             hp->n_ctx_train);
     fprintf(f, "attention    %d heads, %d kv heads, head dim %d, rotary dims %d, theta %g%s\n", hp->n_head,
@@ -221,10 +239,14 @@ void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
     info_bucket bk[NB];
     memset(bk, 0, sizeof(bk));
     int64_t total = 0;
-    int n_file = m->gguf ? (int)m->gguf->n_tensors : m->ws.n_entries;
-    for (int i = 0; i < n_file; i++) {
-        const qw_tensor *t = m->gguf ? &m->gguf->tensors[i].t : &m->ws.entries[i].t;
-        int k = m->gguf ? info_bucket_of_gguf(t->name, hp->n_layer) : info_bucket_of(t->name);
+    /* the tensors of the file, or those converted at load and the file's that were not converted */
+    int n_file = m->gguf ? (int)m->gguf->n_tensors : m->ws.n_entries, n_conv = m->conv ? m->conv->n_tensors : 0;
+    for (int i = 0; i < n_conv + n_file; i++) {
+        const qw_tensor *t = i < n_conv ? &m->conv->tensors[i]
+                             : m->gguf ? &m->gguf->tensors[i - n_conv].t
+                                       : &m->ws.entries[i - n_conv].t;
+        int k = i < n_conv || m->gguf ? info_bucket_of_gguf(t->name, hp->n_layer) : info_bucket_of(t->name);
+        if (i >= n_conv && n_conv && k > 1) continue;
         int64_t n = qw_tensor_nelem(t);
         bk[k].params += n;
         bk[k].n_tensors++;

@@ -2,7 +2,7 @@
  * model.h - the loaded model (weights bound per layer) and the per-call forward context, shared by the
  * model files (llama.c, qwen35.c, qwen4exp.c) and the building blocks (blocks/).
  *
- * Big matrices are qw_tensor views into the mapped checkpoint. Small vectors (norm weights, conv
+ * Big matrices are qw_tensor views into the mapped checkpoint (or, quantized at load, into m->conv). Small vectors (norm weights, conv
  * kernels, A_log, dt_bias) are converted to f32 once at load: they are read at every token and are a
  * negligible fraction of the bytes.
  */
@@ -87,6 +87,18 @@ typedef struct {
     qw_ple_w *ple;            /* qwen4_exp PLE layers, else NULL */
 } qw_layer;
 
+/* Weights converted at load (--quant): the tensors `qwenc quantize -t type` would write, under their GGUF
+ * names, their data in one owned buffer. The model's views point into it; the source stays mapped (for
+ * qwenc info's listing) but its pages are released as each tensor is converted. */
+typedef struct {
+    char type[16];            /* the type name as given */
+    qw_tensor *tensors;       /* [n_tensors] */
+    int n_tensors;
+    char *names;              /* [n_tensors][64] backing store of the tensor names */
+    uint8_t *data;            /* every tensor's bytes, each at a 64-byte aligned offset */
+    uint64_t n_bytes;         /* bytes of tensor data (without the alignment padding) */
+} qw_converted;
+
 struct qwenc_model {
     char *path;
     qwenc_model_params params;
@@ -105,6 +117,7 @@ struct qwenc_model {
     int n_ignored_tensors;     /* vision tower and other tensors the text model does not use */
     qw_gguf *gguf;             /* the mapped file when loaded from a .gguf (ws is then empty), else NULL */
     char gguf_note[512];       /* what the GGUF lacked and qwenc assumed (printed by qwenc info) */
+    qw_converted *conv;        /* weights quantized at load (params.quant), else NULL */
     void **owned;              /* f32 copies made at load, freed with the model */
     int n_owned, cap_owned;
 };
@@ -161,6 +174,35 @@ typedef void (*qw_row_gen)(const qw_tensor *t, int64_t row, int64_t cols, float 
 /* qwenc_model_save_gguf, with gen supplying the rows of tensors without data (may be NULL when all have data). */
 qwenc_status qw_model_save_gguf_gen(const qwenc_model *m, const char *path, const qwenc_gguf_params *params,
                                     qw_row_gen gen, void *gen_user, char *err, size_t errlen);
+
+/* The tensors qwenc_model_save_gguf writes for a model, with their types: the GGUF names, the converter's
+ * transformations and llama-quantize's per-tensor policy (gguf_map.h). Written to a file by qwenc quantize,
+ * converted into memory by --quant (models/load_quant.c). Not thread-safe: one user at a time. */
+typedef struct qw_gguf_plan qw_gguf_plan;
+/* The plan for `type` (a name of qwenc_gguf_types), converting on n_threads threads (0: one per core); gen
+ * supplies the rows of tensors without data (NULL when all have data). QWENC_ERR_ARG for an unknown type. */
+qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_threads, qw_row_gen gen, void *gen_user,
+                              qw_gguf_plan **out, char *err, size_t errlen);
+void qw_gguf_plan_free(qw_gguf_plan *pl);
+int qw_gguf_plan_n_tensors(const qw_gguf_plan *pl);
+/* Bytes of the data of every tensor together (no alignment padding). */
+uint64_t qw_gguf_plan_bytes(const qw_gguf_plan *pl);
+/* Tensor i as the file holds it: GGUF name (valid while pl lives), type, shape in PyTorch order; data NULL. */
+qw_tensor qw_gguf_plan_tensor(const qw_gguf_plan *pl, int i);
+/* The views of the loaded model that tensor i reads (*n of them; none for a vector made at load). */
+const qw_tensor *qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int *n);
+/* Rows per conversion batch of tensor i (the f32 scratch of a batch is bounded, ~64 MiB). */
+int64_t qw_gguf_plan_batch_rows(const qw_gguf_plan *pl, int i);
+/* Rows [r0, r0+n) of tensor i converted to f32, reordered and quantized into dst (n rows of its type). */
+void qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, void *dst);
+
+/* ---- quantizing at load (qwenc_model_params.quant; models/load_quant.c, gguf_bind.c) ---- */
+/* Replace the bound weights of m by the tensors of the plan for m->params.quant, converted into one owned
+ * buffer (m->conv), and bind the model from them as from the GGUF qwenc quantize would write. */
+qwenc_status qw_model_quantize_at_load(qwenc_model *m, char *err, size_t errlen);
+void qw_model_converted_free(qwenc_model *m);
+/* Bind every weight of m from m->conv (GGUF names; models/gguf_bind.c). */
+qwenc_status qw_gguf_bind_converted(qwenc_model *m, char *err, size_t errlen);
 
 /* Dispatch to the architecture's forward. */
 void qw_model_forward(const qw_fwd *f, float *hidden);

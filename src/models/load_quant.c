@@ -1,0 +1,115 @@
+/*
+ * load_quant.c - quantizing at load (qwenc_model_params.quant, `qwenc ... --quant TYPE`).
+ *
+ * The bound model (a checkpoint directory, or a .gguf, which is then requantized) is converted into the tensors
+ * `qwenc quantize -t TYPE` would write: gguf_save.c's plan, with llama.cpp's tensor names, the converter's
+ * transformations, llama-quantize's per-tensor types and qwenc's Q8_0 floor for the fragile tensors
+ * (gguf_map.h), and the reference quantizers of tensor/quant.h. The tensors are held in one owned buffer
+ * (qw_converted) and the model is bound again from them exactly as from that file (gguf_bind.c). So a model
+ * quantized at load holds the bytes of the GGUF written from the same source and computes the same logits.
+ *
+ * Memory: the buffer is allocated once and its pages are committed as the tensors are written; after each
+ * tensor, the whole pages of the mapped source tensors it read are released (madvise), so the peak stays near
+ * the converted size, plus one tensor's source pages and one conversion batch (~64 MiB of f32).
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/model.h"
+
+/* 1 when [p, p+n) lies inside one of the model's mapped files. Views may also point into buffers made at load
+ * (gathered GGUF rows), whose pages must never be dropped: anonymous memory would read back as zeros. */
+static int in_mapping(const qwenc_model *m, const void *p, size_t n) {
+    const uint8_t *a = p;
+    for (int i = 0; i <= m->ws.n_files; i++) {
+        const qw_mapfile *f = i < m->ws.n_files ? &m->ws.files[i] : m->gguf ? &m->gguf->file : NULL;
+        if (f && f->data && a >= f->data && n <= f->size && a - f->data <= (ptrdiff_t)(f->size - n)) return 1;
+    }
+    return 0;
+}
+
+/* Release the source pages tensor i read (a later tensor reading them again faults them back in). */
+static void release_sources(const qwenc_model *m, const qw_gguf_plan *pl, int i) {
+    int n = 0;
+    const qw_tensor *src = qw_gguf_plan_sources(pl, i, &n);
+    for (int k = 0; k < n; k++) {
+        if (!src[k].data) continue;
+        size_t bytes = qw_type_row_size(src[k].type, qw_tensor_nelem(&src[k]));
+        if (in_mapping(m, src[k].data, bytes)) qw_mapfile_release(src[k].data, bytes);
+    }
+}
+
+static void converted_free(qw_converted *c) {
+    if (!c) return;
+    free(c->tensors);
+    free(c->names);
+    free(c->data);
+    free(c);
+}
+
+/* The rows of tensor t (every dimension but the last). */
+static int64_t n_rows(const qw_tensor *t) {
+    int64_t r = 1;
+    for (int d = 0; d < t->n_dims - 1; d++) r *= t->shape[d];
+    return r;
+}
+
+qwenc_status qw_model_quantize_at_load(qwenc_model *m, char *err, size_t errlen) {
+    const qwenc_model_params *mp = &m->params;
+    qw_gguf_plan *pl = NULL;
+    qwenc_status st = qw_gguf_plan_new(m, mp->quant, mp->n_threads, NULL, NULL, &pl, err, errlen);
+    if (st) return st;
+    int n = qw_gguf_plan_n_tensors(pl);
+    qw_converted *c = qw_xcalloc(1, sizeof(*c));
+    for (size_t k = 0; mp->quant[k] && k + 1 < sizeof(c->type); k++) c->type[k] = (char)toupper((unsigned char)mp->quant[k]);
+    c->n_tensors = n;
+    c->tensors = qw_xcalloc((size_t)n, sizeof(qw_tensor));
+    c->names = qw_xcalloc((size_t)n, 64);
+    size_t *offset = qw_xcalloc((size_t)n + 1, sizeof(size_t));
+    for (int i = 0; i < n; i++) {
+        qw_tensor t = qw_gguf_plan_tensor(pl, i);
+        size_t bytes = qw_type_row_size(t.type, qw_tensor_nelem(&t));
+        offset[i + 1] = offset[i] + ((bytes + 63) & ~(size_t)63);
+        c->n_bytes += bytes;
+    }
+    c->data = aligned_alloc(64, offset[n] ? offset[n] : 64);
+    if (!c->data) {
+        st = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: cannot allocate %.1f MiB for the weights quantized to %s",
+                    m->path, (double)offset[n] / 1048576.0, c->type);
+        goto done;
+    }
+    uint64_t done = 0, total = qw_gguf_plan_bytes(pl);
+    for (int i = 0; i < n && !st; i++) {
+        qw_tensor *t = &c->tensors[i];
+        *t = qw_gguf_plan_tensor(pl, i);
+        snprintf(c->names + (size_t)i * 64, 64, "%s", t->name);
+        t->name = c->names + (size_t)i * 64;
+        t->data = c->data + offset[i];
+        int64_t rows = n_rows(t), per = qw_gguf_plan_batch_rows(pl, i);
+        size_t row_bytes = qw_type_row_size(t->type, t->shape[t->n_dims - 1]);
+        for (int64_t r0 = 0; r0 < rows && !st; r0 += per) {
+            int64_t k = QW_MIN(per, rows - r0);
+            qw_gguf_plan_rows(pl, i, r0, k, c->data + offset[i] + (size_t)r0 * row_bytes);
+            done += (uint64_t)k * row_bytes;
+            if (mp->progress && mp->progress(t->name, qw_type_name(t->type), i, n, done, total, mp->progress_user))
+                st = qw_err(err, errlen, QWENC_ERR_ARG, "%s: loading cancelled while quantizing to %s", m->path, c->type);
+        }
+        release_sources(m, pl, i);
+    }
+done:
+    free(offset);
+    qw_gguf_plan_free(pl);
+    if (st) {
+        converted_free(c);
+        return st;
+    }
+    m->conv = c;
+    m->params.quant = c->type; /* the caller's string need not outlive the load */
+    return qw_gguf_bind_converted(m, err, errlen);
+}
+
+void qw_model_converted_free(qwenc_model *m) {
+    converted_free(m->conv);
+    m->conv = NULL;
+}
