@@ -633,9 +633,24 @@ qw_tensor qw_gguf_plan_tensor(const qw_gguf_plan *pl, int i) {
     return d;
 }
 
-const qw_tensor *qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int *n) {
-    *n = pl->p.t[i].n_pieces;
-    return pl->p.t[i].pieces;
+void qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int64_t r0, int64_t n,
+                          void (*fn)(const void *data, size_t bytes, void *user), void *user) {
+    const out_tensor *t = &pl->p.t[i];
+    int64_t rows = 1;
+    for (int d = 0; d < t->n_dims - 1; d++) rows *= t->shape[d];
+    for (int k = 0; k < t->n_pieces; k++) {
+        const qw_tensor *pc = &t->pieces[k];
+        if (!pc->data) continue;
+        size_t row_bytes = qw_type_row_size(pc->type, qw_tensor_row_len(pc));
+        int64_t a = 0, b = pc->shape[0]; /* rows of the piece read */
+        if (t->row_map) { /* any output row may read any source row: the whole pieces, once all rows are done */
+            if (r0 + n < rows) return;
+        } else {
+            a = QW_MAX(r0, t->piece_row0[k]) - t->piece_row0[k];
+            b = QW_MIN(r0 + n, t->piece_row0[k + 1]) - t->piece_row0[k];
+        }
+        if (b > a) fn((const uint8_t *)pc->data + (size_t)a * row_bytes, (size_t)(b - a) * row_bytes, user);
+    }
 }
 
 /* batches of at most ~64 MiB of f32 rows */

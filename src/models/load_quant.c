@@ -9,8 +9,9 @@
  * quantized at load holds the bytes of the GGUF written from the same source and computes the same logits.
  *
  * Memory: the buffer is allocated once and its pages are committed as the tensors are written; after each
- * tensor, the whole pages of the mapped source tensors it read are released (madvise), so the peak stays near
- * the converted size, plus one tensor's source pages and one conversion batch (~64 MiB of f32).
+ * batch of rows, the whole pages of the mapped source rows it read are released (madvise), so the peak stays
+ * near the converted size plus one conversion batch (~64 MiB of f32 and the source rows behind it; a tensor
+ * whose rows the converter reorders keeps its source pages until it is done).
  */
 #include <ctype.h>
 #include <stdlib.h>
@@ -29,15 +30,9 @@ static int in_mapping(const qwenc_model *m, const void *p, size_t n) {
     return 0;
 }
 
-/* Release the source pages tensor i read (a later tensor reading them again faults them back in). */
-static void release_sources(const qwenc_model *m, const qw_gguf_plan *pl, int i) {
-    int n = 0;
-    const qw_tensor *src = qw_gguf_plan_sources(pl, i, &n);
-    for (int k = 0; k < n; k++) {
-        if (!src[k].data) continue;
-        size_t bytes = qw_type_row_size(src[k].type, qw_tensor_nelem(&src[k]));
-        if (in_mapping(m, src[k].data, bytes)) qw_mapfile_release(src[k].data, bytes);
-    }
+/* Release source pages already converted (a later tensor reading them again faults them back in). */
+static void release(const void *data, size_t bytes, void *user) {
+    if (in_mapping(user, data, bytes)) qw_mapfile_release(data, bytes);
 }
 
 static void converted_free(qw_converted *c) {
@@ -91,11 +86,12 @@ qwenc_status qw_model_quantize_at_load(qwenc_model *m, char *err, size_t errlen)
         for (int64_t r0 = 0; r0 < rows && !st; r0 += per) {
             int64_t k = QW_MIN(per, rows - r0);
             qw_gguf_plan_rows(pl, i, r0, k, c->data + offset[i] + (size_t)r0 * row_bytes);
+            qw_gguf_plan_sources(pl, i, r0, k, release, m);
             done += (uint64_t)k * row_bytes;
             if (mp->progress && mp->progress(t->name, qw_type_name(t->type), i, n, done, total, mp->progress_user))
                 st = qw_err(err, errlen, QWENC_ERR_ARG, "%s: loading cancelled while quantizing to %s", m->path, c->type);
         }
-        release_sources(m, pl, i);
+        qw_gguf_plan_sources(pl, i, 0, rows, release, m); /* the pages batch boundaries split */
     }
 done:
     free(offset);

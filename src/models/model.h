@@ -189,8 +189,11 @@ int qw_gguf_plan_n_tensors(const qw_gguf_plan *pl);
 uint64_t qw_gguf_plan_bytes(const qw_gguf_plan *pl);
 /* Tensor i as the file holds it: GGUF name (valid while pl lives), type, shape in PyTorch order; data NULL. */
 qw_tensor qw_gguf_plan_tensor(const qw_gguf_plan *pl, int i);
-/* The views of the loaded model that tensor i reads (*n of them; none for a vector made at load). */
-const qw_tensor *qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int *n);
+/* The bytes of the loaded model's views that rows [r0, r0+n) of tensor i read: fn(data, bytes, user) for each
+ * piece's whole rows in that range (a tensor with a row map: every piece whole, once r0 + n reaches its last row;
+ * nothing for a vector made at load). */
+void qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int64_t r0, int64_t n,
+                          void (*fn)(const void *data, size_t bytes, void *user), void *user);
 /* Rows per conversion batch of tensor i (the f32 scratch of a batch is bounded, ~64 MiB). */
 int64_t qw_gguf_plan_batch_rows(const qw_gguf_plan *pl, int i);
 /* Rows [r0, r0+n) of tensor i converted to f32, reordered and quantized into dst (n rows of its type). */
