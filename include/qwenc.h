@@ -223,8 +223,10 @@ qwenc_status qwenc_generate(qwenc_session *session, const struct qwenc_tokenizer
 /* ---- text: tokenizer ---- */
 /*
  * A Hugging Face tokenizer.json (BPE models: byte-level as Qwen and Llama 3, or sentencepiece-style with
- * byte fallback), giving the ids that the `tokenizers` library gives. Read-only after load: one tokenizer
- * may be used by any number of threads at once. A qwenc_detok belongs to one thread.
+ * byte fallback), giving the ids that the `tokenizers` library gives; or the tokenizer stored in a llama.cpp
+ * GGUF file (tokenizer.ggml.model "gpt2" with a pre-tokenizer qwenc knows: qwen2, qwen35, llama-bpe, gpt-2,
+ * default), built as the tokenizer.json it was converted from (docs/GGUF.md). Read-only after load: one
+ * tokenizer may be used by any number of threads at once. A qwenc_detok belongs to one thread.
  *
  * Text is bytes. Input that is not valid UTF-8 is read as the `tokenizers` library reads the Python string
  * bytes.decode("utf-8", errors="replace"): each maximal invalid subsequence becomes U+FFFD. Decoded text
@@ -233,8 +235,15 @@ qwenc_status qwenc_generate(qwenc_session *session, const struct qwenc_tokenizer
 typedef struct qwenc_tokenizer qwenc_tokenizer;
 
 /* Load dir/tokenizer.json and, when present, dir/tokenizer_config.json (BOS/EOS, add_bos_token, chat
- * template), dir/generation_config.json and dir/config.json (EOS ids), dir/chat_template.jinja. */
-qwenc_status qwenc_tokenizer_load(const char *dir, qwenc_tokenizer **out, char *err, size_t errlen);
+ * template), dir/generation_config.json and dir/config.json (EOS ids), dir/chat_template.jinja.
+ * A path to a file is read as a GGUF and its tokenizer.* metadata loaded (BOS/EOS/EOT ids, add_bos_token,
+ * tokenizer.chat_template; stop ids also the end-of-turn tokens llama.cpp stops at, e.g. <|im_end|>); a GGUF
+ * without a tokenizer (tokenizer.ggml.model "none" or missing) or with an unknown tokenizer.ggml.pre is an
+ * error naming the file. */
+qwenc_status qwenc_tokenizer_load(const char *path, qwenc_tokenizer **out, char *err, size_t errlen);
+/* The tokenizer of a model path as qwenc_model_load takes it: a directory's tokenizer.json; for a .gguf, its
+ * own tokenizer, else (a file written without one) the tokenizer.json of the directory holding it. */
+qwenc_status qwenc_tokenizer_load_model(const char *model_path, qwenc_tokenizer **out, char *err, size_t errlen);
 void qwenc_tokenizer_free(qwenc_tokenizer *tok);
 
 /* Highest token id + 1, added tokens included. */

@@ -40,16 +40,53 @@ else
 fi
 $QWENC quantize -m tests/fixtures/llama -t q4_k -o "$tmp/q4.gguf" 2>"$tmp/err" && ok || bad "lower-case type name"
 
-# --- run and tokenize with a .gguf read the tokenizer beside it
+# --- the bundled model's GGUF carries its tokenizer: run, tokenize, detokenize and chat-template read it
+# from the file alone and agree with the checkpoint directory byte for byte
 mkdir -p "$tmp/tf"
 if $QWENC quantize -m models/tiny-flash -t F32 -o "$tmp/tf/m.gguf" 2>"$tmp/err"; then
-    cp models/tiny-flash/tokenizer.json models/tiny-flash/tokenizer_config.json "$tmp/tf/"
     a=$($QWENC run -m models/tiny-flash -p "And it came to pass" -n 12 --temp 0 2>/dev/null)
     b=$($QWENC run -m "$tmp/tf/m.gguf" -p "And it came to pass" -n 12 --temp 0 2>/dev/null)
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run: the GGUF generates '$b', the checkpoint '$a'"
+    # the corpus of the tokenizer tests as one text (invalid UTF-8 included), part of its 100 KB case, and
+    # NFC text that must round-trip
+    head -n 150 tests/tokenizers/long_100k.txt >"$tmp/long.txt"
+    head -n 60 tests/fixtures/tiny-flash/valid.txt >"$tmp/kjv.txt"
+    for f in tests/tokenizers/cases.txt "$tmp/long.txt" "$tmp/kjv.txt"; do
+        $QWENC tokenize -m models/tiny-flash --file "$f" >"$tmp/ids_dir" 2>"$tmp/err" || bad "tokenize $f: $(cat "$tmp/err")"
+        $QWENC tokenize -m "$tmp/tf/m.gguf" --file "$f" >"$tmp/ids_gguf" 2>"$tmp/err" || bad "tokenize $f (gguf): $(cat "$tmp/err")"
+        [ -s "$tmp/ids_dir" ] && cmp -s "$tmp/ids_dir" "$tmp/ids_gguf" && ok || bad "tokenize $f: the GGUF's ids differ"
+        if $QWENC detokenize -m "$tmp/tf/m.gguf" "$(cat "$tmp/ids_gguf")" >"$tmp/text_gguf" 2>"$tmp/err" &&
+            $QWENC detokenize -m models/tiny-flash "$(cat "$tmp/ids_dir")" >"$tmp/text_dir" 2>"$tmp/err"; then
+            [ -s "$tmp/text_dir" ] && cmp -s "$tmp/text_dir" "$tmp/text_gguf" && ok || bad "detokenize $f: the GGUF's text differs"
+        else
+            bad "detokenize $f: $(cat "$tmp/err")"
+        fi
+    done
+    cmp -s "$tmp/kjv.txt" "$tmp/text_gguf" && ok || bad "detokenize(tokenize(text)) with the GGUF is not the text"
+    req='{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who was Moses?"}]}'
+    echo "$req" >"$tmp/req.json"
+    a=$($QWENC chat-template -m models/tiny-flash --request "$tmp/req.json" --add-generation-prompt 2>&1)
+    b=$($QWENC chat-template -m "$tmp/tf/m.gguf" --request "$tmp/req.json" --add-generation-prompt 2>&1)
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "chat-template: the GGUF's template renders '$b', the checkpoint's '$a'"
+    # --tokenizer DIR comes before the file's own tokenizer
+    a=$($QWENC tokenize -m "$tmp/tf/m.gguf" --tokenizer tests/tokenizers/qwen3 "Hello world" 2>&1)
+    [ "$a" = "9707,1879" ] && ok || bad "--tokenizer DIR with a GGUF: got '$a', want the Qwen3 ids 9707,1879"
 else
     bad "quantize the bundled model: $(tail -c 300 "$tmp/err")"
 fi
+# a GGUF written without a tokenizer (a checkpoint without tokenizer.json): tokenizer.json beside it, else an error
+expect_error "gguf without tokenizer" "qwen3.gguf has no tokenizer" $QWENC tokenize -m "$tmp/qwen3.gguf" "Hello"
+mkdir -p "$tmp/bare"
+cp "$tmp/qwen3.gguf" "$tmp/bare/m.gguf" && cp tests/tokenizers/qwen3/tokenizer.json "$tmp/bare/"
+a=$($QWENC tokenize -m "$tmp/bare/m.gguf" "Hello world" 2>&1)
+[ "$a" = "9707,1879" ] && ok || bad "a GGUF without a tokenizer reads tokenizer.json beside it: got '$a'"
+# a checkpoint whose tokenizer llama.cpp cannot run is refused, naming why, and no file is left
+mkdir -p "$tmp/spm"
+cp tests/fixtures/llama/config.json "$tmp/spm/" && ln -s "$PWD/tests/fixtures/llama/model.safetensors" "$tmp/spm/"
+cp tests/tokenizers/spm_bpe/tokenizer.json "$tmp/spm/"
+expect_error "unwritable tokenizer" "cannot be written as a llama.cpp GGUF tokenizer" \
+    $QWENC quantize -m "$tmp/spm" -t F32 -o "$tmp/spm.gguf"
+[ ! -e "$tmp/spm.gguf" ] && ok || bad "a file was left after refusing the tokenizer"
 
 # --- bad input
 expect_error "unknown type" "one of F32, F16, BF16" $QWENC quantize -m tests/fixtures/qwen3 -t Q3_K -o "$tmp/x.gguf"

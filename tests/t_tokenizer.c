@@ -12,8 +12,11 @@
  *   - decoding the ids (with and without special tokens) equals the library's decode, which for lossless
  *     tokenizers is the case text itself (decode(encode(x)) == x);
  *   - streaming the ids one by one gives the same text, every piece whole UTF-8 characters.
- * Then hand-made checks: errors that name the file, configs (BOS/EOS/chat template), streaming across
- * split characters and invalid bytes, repair of invalid input.
+ * Every tokenizer llama.cpp can run is also written as a GGUF (text/tok_gguf.h, as `qwenc quantize` writes it),
+ * loaded back from the file and held to the same expectations; the others must be refused with a reason.
+ * Then hand-made checks: errors that name the file, configs (BOS/EOS/chat template), GGUF tokenizers (special
+ * ids, padding ids, unknown pre-tokenizer, missing keys, where a model's tokenizer is looked for), streaming
+ * across split characters and invalid bytes, repair of invalid input.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -24,8 +27,10 @@
 #include <unistd.h>
 
 #include "core/mapfile.h"
+#include "formats/gguf.h"
 #include "qwenc.h"
 #include "test_util.h"
+#include "text/tok_gguf.h"
 
 /* ---------------------------------------------------------------- corpus and expected files */
 
@@ -342,22 +347,15 @@ static void check_decode(const char *tname, const tcase *c, const qwenc_tokenize
     free(text);
 }
 
-static void run_tokenizer(const char *root, const char *name, const tcase *cs, int n_cases) {
-    char dir[1024], path[1100], err[512] = "", tmp[64];
-    qwenc_tokenizer *t = NULL;
-    qwenc_status st = QWENC_ERR_IO;
-    if (tokenizer_dir(root, name, dir, sizeof(dir), tmp)) st = qwenc_tokenizer_load(dir, &t, err, sizeof(err));
-    else snprintf(err, sizeof(err), "cannot write its tokenizer_overlay.json out");
-    if (tmp[0]) remove_dir(tmp);
-    CHECK(st == QWENC_OK, "%s: load: %s", name, err);
-    if (st) return;
-
+/* Every case of root/name/expected.txt against tokenizer t (label: how it was loaded). */
+static void run_cases(const char *root, const char *name, const char *label, const qwenc_tokenizer *t,
+                      const tcase *cs, int n_cases) {
+    char path[1100], err[512];
     snprintf(path, sizeof(path), "%s/%s/expected.txt", root, name);
     char *buf;
     size_t len;
     if (qw_read_file(path, &buf, &len, err, sizeof(err))) {
         CHECK(0, "%s", err);
-        qwenc_tokenizer_free(t);
         return;
     }
     char **lines;
@@ -388,23 +386,114 @@ static void run_tokenizer(const char *root, const char *name, const tcase *cs, i
                 e.dec[ln[5] - '0'] = ln + 7;
             }
         }
-        CHECK(c != NULL, "%s: expected.txt names case %s, not in cases.txt", name, cname);
+        CHECK(c != NULL, "%s: expected.txt names case %s, not in cases.txt", label, cname);
         if (c && e.special.present) {
             seen++;
-            check_ids(name, cname, "special", t, c, 0, 1, &e.special, &e.special);
-            check_ids(name, cname, "plain", t, c, 0, 0, &e.plain, &e.special);
-            check_ids(name, cname, "bos", t, c, 1, 1, &e.bos, &e.special);
-            check_decode(name, c, t, &e.special, 0, e.kind[0], e.dec[0]);
-            check_decode(name, c, t, &e.special, 1, e.kind[1], e.dec[1]);
+            check_ids(label, cname, "special", t, c, 0, 1, &e.special, &e.special);
+            check_ids(label, cname, "plain", t, c, 0, 0, &e.plain, &e.special);
+            check_ids(label, cname, "bos", t, c, 1, 1, &e.bos, &e.special);
+            check_decode(label, c, t, &e.special, 0, e.kind[0], e.dec[0]);
+            check_decode(label, c, t, &e.special, 1, e.kind[1], e.dec[1]);
         }
         free(e.special.v);
         free(e.plain.v);
         free(e.bos.v);
     }
-    CHECK(seen == n_cases, "%s: expected.txt covers %d of the %d cases (regenerate it)", name, seen, n_cases);
-    printf("%-16s %3d cases: %d checks passed, %d failed\n", name, seen, n_pass - pass0, n_fail - fail0);
+    CHECK(seen == n_cases, "%s: expected.txt covers %d of the %d cases (regenerate it)", label, seen, n_cases);
+    printf("%-20s %3d cases: %d checks passed, %d failed\n", label, seen, n_pass - pass0, n_fail - fail0);
     free(lines);
     free(buf);
+}
+
+/* The tokenizers llama.cpp cannot run as the library does (normalizers, splits, decoders a GGUF cannot name). */
+static const char *const NOT_GGUF[] = {"bytelevel_bpe", "metaspace_bpe", "spm_bpe"};
+
+/* Write a tokenizer alone into a GGUF at path: ref, loaded from dir, or (ref NULL) dir's, loaded by the writer
+ * as `qwenc quantize` does; returns the writer's status, *written as it says. */
+static qwenc_status write_tok_gguf(const qwenc_tokenizer *ref, const char *dir, const char *path, int n_vocab,
+                                   int *written, char *err, size_t errlen) {
+    qw_gguf_writer *w;
+    qwenc_status st = qw_gguf_writer_open(&w, path, err, errlen);
+    if (st) return st;
+    if (ref) {
+        st = qw_tok_gguf_put(w, ref, dir, n_vocab, err, errlen);
+        *written = st == QWENC_OK;
+    } else {
+        st = qw_tok_gguf_write(w, dir, n_vocab, written, err, errlen);
+    }
+    if (st) {
+        qw_gguf_writer_abort(w);
+        return st;
+    }
+    return qw_gguf_writer_close(w, err, errlen);
+}
+
+/* The same tokenizer after a trip through a GGUF file: the corpus, the chat template, BOS and stop ids. */
+static void run_gguf(const char *root, const char *name, const char *dir, const qwenc_tokenizer *ref,
+                     const tcase *cs, int n_cases) {
+    char path[256], label[64], err[512] = "";
+    int refused = 0, written = 0;
+    for (size_t i = 0; i < sizeof(NOT_GGUF) / sizeof(NOT_GGUF[0]); i++) refused |= !strcmp(name, NOT_GGUF[i]);
+    snprintf(path, sizeof(path), "/tmp/qwenc_t_tok_%d_%s.gguf", (int)getpid(), name);
+    snprintf(label, sizeof(label), "%s (gguf)", name);
+    qwenc_status st = write_tok_gguf(ref, dir, path, 0, &written, err, sizeof(err));
+    if (refused) {
+        CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "tokenizer.json") && strstr(err, "llama.cpp"),
+              "%s: writing a GGUF must be refused with a reason, got %s: %s", name, qwenc_status_str(st), err);
+        unlink(path);
+        return;
+    }
+    CHECK(st == QWENC_OK && written, "%s: write the GGUF tokenizer: %s", name, err);
+    qwenc_tokenizer *t = NULL;
+    if (!st) {
+        st = qwenc_tokenizer_load(path, &t, err, sizeof(err));
+        CHECK(st == QWENC_OK, "%s: load: %s", label, err);
+    }
+    unlink(path);
+    if (!t) return;
+    run_cases(root, name, label, t, cs, n_cases);
+    const char *a = qwenc_tokenizer_chat_template(ref), *b = qwenc_tokenizer_chat_template(t);
+    CHECK((!a && !b) || (a && b && !strcmp(a, b)), "%s: the chat template differs", label);
+    CHECK(qwenc_tokenizer_n_vocab(t) == qwenc_tokenizer_n_vocab(ref), "%s: %d ids, tokenizer.json %d", label,
+          qwenc_tokenizer_n_vocab(t), qwenc_tokenizer_n_vocab(ref));
+    /* a tokenizer_config.json BOS is the file's; stop ids: the tokenizer_config EOS, plus the end-of-turn
+     * tokens llama.cpp stops at (a GGUF carries no generation_config.json) */
+    if (qwenc_tokenizer_bos(ref) >= 0) CHECK(qwenc_tokenizer_bos(t) == qwenc_tokenizer_bos(ref), "%s: bos", label);
+    const int32_t *e1, *e2;
+    int n1 = qwenc_tokenizer_eos(ref, &e1), n2 = qwenc_tokenizer_eos(t, &e2);
+    CHECK(n1 == 0 || (n2 >= 1 && e2[0] == e1[0]), "%s: the first stop id is %d, tokenizer.json's %d", label,
+          n2 ? e2[0] : -1, e1[0]);
+    CHECK(!strcmp(qwenc_tokenizer_eos_str(t), qwenc_tokenizer_eos_str(ref)), "%s: eos string \"%s\", want \"%s\"",
+          label, qwenc_tokenizer_eos_str(t), qwenc_tokenizer_eos_str(ref));
+    /* the converter makes control tokens of added tokens that look special (Qwen's <|fim_prefix|>, ...) */
+    for (int id = 0; id < qwenc_tokenizer_n_vocab(t); id++) {
+        const char *tx = qwenc_tokenizer_token_text(t, id);
+        size_t tl = strlen(tx);
+        int looks = tl > 4 && !strncmp(tx, "<|", 2) && !strcmp(tx + tl - 2, "|>");
+        int sp = qwenc_tokenizer_is_special(t, id), sr = qwenc_tokenizer_is_special(ref, id);
+        if ((sp != sr && !(sp && looks)) || strcmp(tx, qwenc_tokenizer_token_text(ref, id)) != 0) {
+            CHECK(0, "%s: token %d differs (special %d vs %d, text \"%s\" vs \"%s\")", label, id,
+                  qwenc_tokenizer_is_special(t, id), qwenc_tokenizer_is_special(ref, id),
+                  qwenc_tokenizer_token_text(t, id), qwenc_tokenizer_token_text(ref, id));
+            break;
+        }
+    }
+    qwenc_tokenizer_free(t);
+}
+
+static void run_tokenizer(const char *root, const char *name, const tcase *cs, int n_cases) {
+    char dir[1024], err[512] = "", tmp[64];
+    qwenc_tokenizer *t = NULL;
+    qwenc_status st = QWENC_ERR_IO;
+    int have_dir = tokenizer_dir(root, name, dir, sizeof(dir), tmp);
+    if (have_dir) st = qwenc_tokenizer_load(dir, &t, err, sizeof(err));
+    else snprintf(err, sizeof(err), "cannot write its tokenizer_overlay.json out");
+    CHECK(st == QWENC_OK, "%s: load: %s", name, err);
+    if (!st) {
+        run_cases(root, name, name, t, cs, n_cases);
+        run_gguf(root, name, dir, t, cs, n_cases);
+    }
+    if (tmp[0]) remove_dir(tmp);
     qwenc_tokenizer_free(t);
 }
 
@@ -520,6 +609,145 @@ static void test_errors(void) {
     rmdir(tmpdir);
 }
 
+/* A GGUF at tmpdir/name holding only tokenizer keys: model (NULL: none), pre (NULL: none), the TINY vocabulary
+ * (unless !tokens) with <s> a control token, and merges {merge0, "\xc4\xa0 ab"}. Returns the path. */
+static const char *raw_gguf(const char *name, const char *model, const char *pre, int tokens, const char *merge0) {
+    static char path[256];
+    char err[512];
+    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+    static const char *const toks[] = {"a", "b", "ab", "\xc4\xa0", "\xc4\xa0" "ab", "<s>"};
+    static const int32_t types[] = {1, 1, 1, 1, 1, 3};
+    const char *merges[] = {merge0, "\xc4\xa0 ab"};
+    qw_gguf_writer *w;
+    if (qw_gguf_writer_open(&w, path, err, sizeof(err))) {
+        CHECK(0, "%s", err);
+        return path;
+    }
+    qw_gguf_writer_set_str(w, "general.architecture", "qwen3");
+    if (model) qw_gguf_writer_set_str(w, "tokenizer.ggml.model", model);
+    if (pre) qw_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    if (tokens) {
+        qw_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 6);
+        qw_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", QW_GGUF_I32, types, 6);
+    }
+    qw_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 2);
+    CHECK(qw_gguf_writer_close(w, err, sizeof(err)) == QWENC_OK, "%s", err);
+    return path;
+}
+
+/* path must fail to load with status want and a message holding every string of need. */
+static void expect_gguf_error(const char *what, const char *path, int model_path, qwenc_status want,
+                              const char *const *need) {
+    qwenc_tokenizer *t = NULL;
+    char err[512] = "";
+    qwenc_status st = model_path ? qwenc_tokenizer_load_model(path, &t, err, sizeof(err))
+                                 : qwenc_tokenizer_load(path, &t, err, sizeof(err));
+    CHECK(st == want && !t, "%s: status %s, want %s (%s)", what, qwenc_status_str(st), qwenc_status_str(want), err);
+    CHECK(strstr(err, path) != NULL, "%s: message \"%s\" lacks the file", what, err);
+    for (int i = 0; need[i]; i++) CHECK(strstr(err, need[i]) != NULL, "%s: message \"%s\" lacks \"%s\"", what, err, need[i]);
+    qwenc_tokenizer_free(t);
+}
+
+/* GGUF tokenizers by hand: what the writer puts in the file, special and padding ids, and the errors. */
+static void test_gguf(void) {
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/qwenc_t_tok_gguf_XXXXXX");
+    CHECK(mkdtemp(tmpdir) != NULL, "mkdtemp");
+    write_file("tokenizer.json", TINY);
+    write_file("tokenizer_config.json", "{\"bos_token\": {\"content\": \"<s>\"}, \"eos_token\": \"ab\", "
+                                        "\"add_bos_token\": true, \"chat_template\": \"from config\"}");
+    write_file("config.json", "{\"pad_token_id\": 1}");
+    write_file("chat_template.jinja", "from jinja");
+    char path[256], err[512] = "";
+    snprintf(path, sizeof(path), "%s/tiny.gguf", tmpdir);
+    int written = 0;
+    qwenc_status st = write_tok_gguf(NULL, tmpdir, path, 10, &written, err, sizeof(err));
+    CHECK(st == QWENC_OK && written, "write the tiny tokenizer padded to 10 ids: %s", err);
+    qw_gguf g;
+    if (!st && qw_gguf_open(&g, path, err, sizeof(err)) == QWENC_OK) {
+        const qw_gguf_kv *pre = qw_gguf_find_kv(&g, "tokenizer.ggml.pre"), *ty = qw_gguf_find_kv(&g, "tokenizer.ggml.token_type");
+        const qw_gguf_kv *tk = qw_gguf_find_kv(&g, "tokenizer.ggml.tokens"), *mg = qw_gguf_find_kv(&g, "tokenizer.ggml.merges");
+        const qw_gguf_kv *pad = qw_gguf_find_kv(&g, "tokenizer.ggml.padding_token_id");
+        const qw_gguf_kv *ab = qw_gguf_find_kv(&g, "tokenizer.ggml.add_bos_token");
+        CHECK(pre && pre->str && !strcmp(pre->str, "gpt-2"), "a ByteLevel(use_regex) tokenizer is written as pre gpt-2");
+        CHECK(tk && tk->n == 10 && !strcmp(qw_gguf_arr_str(tk, 7), "[PAD7]") && !strcmp(qw_gguf_arr_str(tk, 5), "<s>"),
+              "tokens padded to the model's vocabulary with [PAD<id>]");
+        CHECK(ty && ty->n == 10 && qw_gguf_arr_i64(ty, 0) == 1 && qw_gguf_arr_i64(ty, 5) == 3 && qw_gguf_arr_i64(ty, 7) == 5,
+              "token types: normal, control, unused");
+        CHECK(mg && mg->n == 2 && !strcmp(qw_gguf_arr_str(mg, 0), "a b") && !strcmp(qw_gguf_arr_str(mg, 1), "\xc4\xa0 ab"),
+              "merges as \"left right\" in rank order, from both tokenizer.json forms");
+        CHECK(pad && qw_gguf_kv_i64(pad) == 1, "padding id from config.json pad_token_id");
+        CHECK(ab && qw_gguf_kv_i64(ab) == 1, "add_bos_token written");
+        qw_gguf_free(&g);
+    }
+    qwenc_tokenizer *t = NULL;
+    CHECK(qwenc_tokenizer_load_model(path, &t, err, sizeof(err)) == QWENC_OK, "load the tiny GGUF: %s", err);
+    if (t) {
+        CHECK(qwenc_tokenizer_n_vocab(t) == 10, "n_vocab is the padded count");
+        CHECK(qwenc_tokenizer_bos(t) == 5 && !strcmp(qwenc_tokenizer_bos_str(t), "<s>"), "bos");
+        CHECK(!strcmp(qwenc_tokenizer_eos_str(t), "ab"), "eos string");
+        const int32_t *eos;
+        CHECK(qwenc_tokenizer_eos(t, &eos) >= 1 && eos[0] == 2, "eos id");
+        CHECK(qwenc_tokenizer_chat_template(t) && !strcmp(qwenc_tokenizer_chat_template(t), "from jinja"),
+              "the chat template qwenc uses is the one written");
+        int32_t *ids;
+        int n;
+        CHECK(qwenc_tokenize(t, " ab<s>ab", 8, 1, 1, &ids, &n, err, sizeof(err)) == QWENC_OK, "%s", err);
+        CHECK(n == 4 && ids[0] == 5 && ids[1] == 4 && ids[2] == 5 && ids[3] == 2, "tiny encode with add_bos_token");
+        free(ids);
+        CHECK(qwenc_tokenize(t, "<s>", 3, 0, 0, &ids, &n, err, sizeof(err)) == QWENC_OK && (n == 0 || ids[0] != 5),
+              "a control token is plain text when special tokens are not parsed");
+        free(ids);
+        int32_t pad_ids[] = {4, 7};
+        char *text = NULL;
+        size_t len = 0;
+        CHECK(qwenc_detokenize(t, pad_ids, 2, 0, &text, &len, err, sizeof(err)) == QWENC_OK && !strcmp(text, " ab"),
+              "a padding id decodes to nothing: %s", err);
+        free(text);
+        CHECK(qwenc_tokenizer_is_special(t, 5) && !qwenc_tokenizer_is_special(t, 2), "control tokens are special");
+        qwenc_tokenizer_free(t);
+    }
+    st = write_tok_gguf(NULL, tmpdir, path, 3, &written, err, sizeof(err));
+    CHECK(st == QWENC_ERR_FORMAT && strstr(err, "tokenizer.json") && strstr(err, "(3)"),
+          "a model vocabulary smaller than the tokenizer's is an error: %s", err);
+
+    const char *p = raw_gguf("pre.gguf", "gpt2", "qwen9", 1, "a b");
+    expect_gguf_error("unknown pre-tokenizer", p, 0, QWENC_ERR_UNSUPPORTED,
+                      (const char *const[]){"tokenizer.ggml.pre", "\"qwen9\"", "qwen35", NULL});
+    p = raw_gguf("notok.gguf", "gpt2", "qwen2", 0, "a b");
+    expect_gguf_error("no tokens array", p, 0, QWENC_ERR_FORMAT, (const char *const[]){"tokenizer.ggml.tokens", NULL});
+    p = raw_gguf("spm.gguf", "llama", NULL, 1, "a b");
+    expect_gguf_error("sentencepiece model", p, 0, QWENC_ERR_UNSUPPORTED,
+                      (const char *const[]){"tokenizer.ggml.model", "\"llama\"", NULL});
+    p = raw_gguf("merge.gguf", "gpt2", "qwen2", 1, "a zz");
+    expect_gguf_error("merge of an unknown token", p, 0, QWENC_ERR_FORMAT,
+                      (const char *const[]){"tokenizer.ggml.merges[0]", "zz", NULL});
+    p = raw_gguf("nopre.gguf", "gpt2", NULL, 1, "a b");
+    t = NULL;
+    CHECK(qwenc_tokenizer_load(p, &t, err, sizeof(err)) == QWENC_OK, "no pre name reads as llama.cpp's default: %s", err);
+    if (t) {
+        int32_t *ids;
+        int n;
+        CHECK(qwenc_tokenize(t, "ab", 2, 0, 1, &ids, &n, err, sizeof(err)) == QWENC_OK && n == 1 && ids[0] == 2,
+              "default pre-tokenizer encodes");
+        free(ids);
+        qwenc_tokenizer_free(t);
+    }
+    /* no tokenizer in the file: an error for the file itself; for a model, tokenizer.json beside it */
+    p = raw_gguf("none.gguf", "none", NULL, 0, "a b");
+    expect_gguf_error("a GGUF without a tokenizer", p, 0, QWENC_ERR_FORMAT, (const char *const[]){"no tokenizer", NULL});
+    t = NULL;
+    CHECK(qwenc_tokenizer_load_model(p, &t, err, sizeof(err)) == QWENC_OK && qwenc_tokenizer_n_vocab(t) == 6,
+          "a model GGUF without a tokenizer takes tokenizer.json beside it: %s", err);
+    qwenc_tokenizer_free(t);
+    remove_file("tokenizer.json");
+    expect_gguf_error("a model GGUF without a tokenizer, nothing beside", p, 1, QWENC_ERR_FORMAT,
+                      (const char *const[]){"no tokenizer", "tokenizer.json", NULL});
+    const char *names[] = {"tiny.gguf", "pre.gguf", "notok.gguf", "spm.gguf", "merge.gguf", "nopre.gguf", "none.gguf",
+                           "tokenizer_config.json", "config.json", "chat_template.jinja"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) remove_file(names[i]);
+    rmdir(tmpdir);
+}
+
 /* Streaming across characters split over tokens, with invalid bytes, on the Qwen3 byte-level vocab. */
 static void test_streaming(const char *root) {
     char dir[1024], err[512], tmp[64];
@@ -602,6 +830,7 @@ int main(int argc, char **argv) {
         free(names[i]);
     }
     test_errors();
+    test_gguf();
     test_streaming(root);
     for (int i = 0; i < n_cases; i++) {
         free(cs[i].name);

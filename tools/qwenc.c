@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -50,8 +49,8 @@ static void usage(FILE *f) {
             "  -m, --model DIR        Hugging Face checkpoint directory (config.json, *.safetensors,\n"
             "                         tokenizer.json), or a llama.cpp .gguf file; tokenize/detokenize/\n"
             "                         chat-template need only the tokenizer files\n"
-            "  --tokenizer DIR        take tokenizer.json (and its configs) from DIR (default: the model's\n"
-            "                         directory; for a .gguf, the directory holding it)\n"
+            "  --tokenizer DIR        take tokenizer.json (and its configs) from DIR, or the tokenizer of a .gguf\n"
+            "                         (default: the model's; a .gguf without one: tokenizer.json beside it)\n"
             "  -c, --ctx N            context size of the session (default: training context, at most 4096)\n"
             "  -t, --threads N        CPU threads (default 0: one per core)\n"
             "  --kernels NAME         CPU kernels: auto (default: the best for this CPU), avx512, avx2, scalar,\n"
@@ -240,19 +239,12 @@ qwenc_model *cli_load_model(const cli_opts *o) {
 }
 
 qwenc_tokenizer *cli_load_tokenizer(const cli_opts *o) {
-    char err[1024], dir[4096];
+    char err[1024];
     qwenc_tokenizer *t = NULL;
-    const char *path = o->tokenizer ? o->tokenizer : o->model;
-    /* a .gguf model: the tokenizer files beside it (GGUF tokenizers are not read) */
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        snprintf(dir, sizeof(dir), "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash) *slash = 0;
-        else snprintf(dir, sizeof(dir), ".");
-        path = dir;
-    }
-    if (qwenc_tokenizer_load(path, &t, err, sizeof(err))) {
+    /* --tokenizer first; a .gguf model's own tokenizer, else tokenizer.json beside the file */
+    qwenc_status s = o->tokenizer ? qwenc_tokenizer_load(o->tokenizer, &t, err, sizeof(err))
+                                  : qwenc_tokenizer_load_model(o->model, &t, err, sizeof(err));
+    if (s) {
         fprintf(stderr, "qwenc: cannot load tokenizer: %s\n", err);
         return NULL;
     }

@@ -582,6 +582,8 @@ struct qw_gguf_writer {
     size_t cur;          /* the tensor being written */
     uint64_t cur_done;   /* bytes of it written */
     int io_errno;        /* first write error */
+    qwenc_status fail_st; /* set by qw_gguf_writer_fail: every later call returns it */
+    char *fail_msg;
 };
 
 static void wput(qw_gguf_writer *w, const void *p, size_t n) {
@@ -608,6 +610,16 @@ qwenc_status qw_gguf_writer_open(qw_gguf_writer **wp, const char *path, char *er
     w->alignment = QW_GGUF_DEFAULT_ALIGNMENT;
     *wp = w;
     return QWENC_OK;
+}
+
+void qw_gguf_writer_fail(qw_gguf_writer *w, qwenc_status st, const char *msg) {
+    if (w->fail_st || !st) return;
+    w->fail_st = st;
+    w->fail_msg = qw_xstrdup(msg ? msg : "failed");
+}
+
+static qwenc_status failed(const qw_gguf_writer *w, char *err, size_t errlen) {
+    return qw_err(err, errlen, w->fail_st, "%s", w->fail_msg);
 }
 
 /* A growing byte buffer for serialized values. */
@@ -729,6 +741,7 @@ void qw_gguf_writer_set_kv(qw_gguf_writer *w, const qw_gguf_kv *kv) {
 qwenc_status qw_gguf_writer_add_tensor(qw_gguf_writer *w, const char *name, qw_type type, int n_dims,
                                        const int64_t *shape, char *err, size_t errlen) {
     const qw_type_traits *tt = qw_type_traits_of(type);
+    if (w->fail_st) return failed(w, err, errlen);
     if (w->header_written)
         return qw_err(err, errlen, QWENC_ERR_ARG, "%s: tensor '%s' declared after tensor data was written", w->path,
                       name);
@@ -822,6 +835,7 @@ static qwenc_status io_error(qw_gguf_writer *w, char *err, size_t errlen) {
 }
 
 qwenc_status qw_gguf_writer_write(qw_gguf_writer *w, const void *data, size_t n, char *err, size_t errlen) {
+    if (w->fail_st) return failed(w, err, errlen);
     if (!w->header_written) write_header(w);
     if (n == 0) return w->io_errno ? io_error(w, err, errlen) : QWENC_OK;
     if (w->cur >= w->n_t)
@@ -846,13 +860,14 @@ static void writer_free(qw_gguf_writer *w) {
     free(w->kv);
     free(w->t);
     free(w->path);
+    free(w->fail_msg);
     free(w);
 }
 
 qwenc_status qw_gguf_writer_close(qw_gguf_writer *w, char *err, size_t errlen) {
-    qwenc_status st = QWENC_OK;
-    if (!w->header_written) write_header(w);
-    if (w->cur < w->n_t)
+    qwenc_status st = w->fail_st ? failed(w, err, errlen) : QWENC_OK;
+    if (!w->header_written && !st) write_header(w);
+    if (!st && w->cur < w->n_t)
         st = qw_err(err, errlen, QWENC_ERR_ARG,
                     "%s: closed with tensor '%s' (%zu of %zu) at %" PRIu64 " of its %" PRIu64 " bytes", w->path,
                     w->t[w->cur].name, w->cur + 1, w->n_t, w->cur_done, w->t[w->cur].nbytes);

@@ -168,6 +168,9 @@ qwenc_status qw_gguf_writer_add_tensor(qw_gguf_writer *w, const char *name, qw_t
 qwenc_status qw_gguf_writer_write(qw_gguf_writer *w, const void *data, size_t n, char *err, size_t errlen);
 /* Finish the file; on error the partial file is removed. Frees w either way. */
 qwenc_status qw_gguf_writer_close(qw_gguf_writer *w, char *err, size_t errlen);
+/* Mark the file failed, for a metadata producer that cannot return a status: add_tensor, write and close
+ * then return st with msg (the first failure is kept), and close removes the file. */
+void qw_gguf_writer_fail(qw_gguf_writer *w, qwenc_status st, const char *msg);
 /* Abandon a file being written (removes it) and free w. */
 void qw_gguf_writer_abort(qw_gguf_writer *w);
 

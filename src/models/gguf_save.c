@@ -14,8 +14,9 @@
  * The plan with its tensor types (qw_gguf_plan, model.h) is also what loading with --quant converts into
  * memory (models/load_quant.c), so a model quantized at load holds the bytes this file would hold.
  *
- * Not written: the MTP draft head and the vision tower (qwenc does not bind them), and the tokenizer of a
- * checkpoint directory (the file then says tokenizer.ggml.model "none"; a .gguf source's tokenizer is copied).
+ * The tokenizer of a checkpoint directory is written as llama.cpp's tokenizer.ggml.* keys (text/tok_gguf.h;
+ * without a tokenizer.json the file says tokenizer.ggml.model "none"); a .gguf source's tokenizer is copied.
+ * Not written: the MTP draft head and the vision tower (qwenc does not bind them).
  */
 #include <pthread.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include "blocks/blocks.h"
 #include "models/gguf_map.h"
 #include "tensor/quant.h"
+#include "text/tok_gguf.h"
 
 typedef struct {
     char name[64];
@@ -495,14 +497,20 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
             free(voc);
         }
     }
-    /* a checkpoint directory's tokenizer is not converted: llama.cpp then runs on token ids only, and takes
-     * the vocabulary size from <arch>.vocab_size */
+    /* a checkpoint directory's tokenizer.json is converted (text/tok_gguf.c; an error fails the file); without
+     * one the file says "none": llama.cpp then runs on token ids only, with <arch>.vocab_size */
+    int has_tokens = source_kv(m, "tokenizer.ggml.tokens") != NULL;
     if (!source_kv(m, "tokenizer.ggml.model")) {
-        qw_gguf_writer_set_str(w, "tokenizer.ggml.model", "none");
-        if (hp->eos_id >= 0) qw_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)hp->eos_id);
-        if (hp->bos_id >= 0) qw_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)hp->bos_id);
+        char terr[1024];
+        qwenc_status st = m->gguf ? QWENC_OK : qw_tok_gguf_write(w, m->path, hp->n_vocab, &has_tokens, terr, sizeof(terr));
+        if (st) qw_gguf_writer_fail(w, st, terr);
+        if (!has_tokens) {
+            qw_gguf_writer_set_str(w, "tokenizer.ggml.model", "none");
+            if (hp->eos_id >= 0) qw_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)hp->eos_id);
+            if (hp->bos_id >= 0) qw_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)hp->bos_id);
+        }
     }
-    if (!source_kv(m, "tokenizer.ggml.tokens")) put_u32(w, a, "vocab_size", hp->n_vocab);
+    if (!has_tokens) put_u32(w, a, "vocab_size", hp->n_vocab);
 }
 
 /* ---------------------------------------------------------------- streaming the data */

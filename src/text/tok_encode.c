@@ -93,6 +93,8 @@ qwenc_status qw_regex_compile(qw_regex *rx, const char *pattern, int literal, co
         return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: %s: cannot compile regex \"%s\": %s at offset %zu",
                       file, field, pattern, (const char *)msg, (size_t)off);
     }
+    rx->src = qw_xstrdup(pattern);
+    rx->literal = literal;
     pcre2_jit_compile(rx->re, PCRE2_JIT_COMPLETE); /* without JIT (unsupported CPU) pcre2_match interprets */
     return QWENC_OK;
 }
@@ -100,6 +102,8 @@ qwenc_status qw_regex_compile(qw_regex *rx, const char *pattern, int literal, co
 void qw_regex_free(qw_regex *rx) {
     if (rx->re) pcre2_code_free(rx->re);
     rx->re = NULL;
+    free(rx->src);
+    rx->src = NULL;
 }
 
 /* ---------------------------------------------------------------- encoding context */

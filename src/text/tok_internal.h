@@ -4,6 +4,7 @@
  *   tok_encode.c  text -> ids: UTF-8 repair, added tokens, normalizer, pre-tokenizer, BPE
  *   tok_decode.c  ids -> text, whole and streaming
  *   tok_util.c    hash maps, the added-token trie, UTF-8 helpers, the byte-level alphabet
+ *   tok_gguf.c    the tokenizer of a llama.cpp GGUF file (tokenizer.ggml.*), read and written
  *
  * The pipeline is the one of the Hugging Face `tokenizers` library (tokenizer/mod.rs encode_single_sequence):
  * added tokens are split off the raw text first, every other piece is normalized, pre-tokenized into words,
@@ -93,9 +94,14 @@ int qw_cp_to_byte(uint32_t cp);
 
 typedef enum { QW_SPLIT_REMOVED, QW_SPLIT_ISOLATED, QW_SPLIT_PREV, QW_SPLIT_NEXT, QW_SPLIT_CONTIGUOUS } qw_split_behavior;
 
+/* The GPT-2 split of ByteLevel(use_regex=true) (pre_tokenizers/byte_level.rs). */
+#define QW_GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+
 /* A compiled pattern (HF Split/Replace pattern: {"Regex": ...} or {"String": ...}). */
 typedef struct {
     pcre2_code *re;
+    char *src;   /* the pattern as written (to name a pre-tokenizer in a GGUF file) */
+    int literal; /* src is a {"String": ...} */
 } qw_regex;
 
 typedef enum {
@@ -223,6 +229,21 @@ qwenc_status qw_tok_normalize(const qwenc_tokenizer *tok, const char *s, size_t 
 
 /* tok_decode.c: fill tok->piece from tok->token and the decoder steps. */
 void qw_tok_build_pieces(qwenc_tokenizer *tok);
+
+/* tokenizer.c: shared with tok_gguf.c */
+struct cJSON;
+/* Read and parse dir/name; a missing file is *out = NULL and QWENC_OK when optional. */
+qwenc_status qw_tok_load_json(const char *dir, const char *name, int optional, struct cJSON **out, char *err,
+                              size_t errlen);
+/* Fill byte_token[] and char_id[] from the model vocabulary (after it is complete). */
+void qw_tok_index_chars(qwenc_tokenizer *t);
+void qw_tok_push_id(int32_t **ids, int *n, int32_t id);
+/* Add a stop id unless negative or already there. */
+void qw_tok_add_eos(qwenc_tokenizer *t, int32_t id);
+
+/* tok_gguf.c: the tokenizer of the GGUF file path; *none = 1 (and QWENC_OK, *out NULL) when the file has
+ * none (tokenizer.ggml.model missing or "none"). */
+qwenc_status qw_tok_load_gguf(const char *path, qwenc_tokenizer **out, int *none, char *err, size_t errlen);
 
 /* tok_util.c: add a token's string to trie t (load time). */
 void qw_trie_add(qw_trie *t, const char *s, size_t len, int32_t token);

@@ -1,5 +1,6 @@
 /*
- * tokenizer.c - loading a Hugging Face tokenizer directory, and the small public getters.
+ * tokenizer.c - loading a Hugging Face tokenizer directory, and the small public getters. A path to a file is
+ * a GGUF, whose tokenizer.* keys tok_gguf.c reads into the same structure.
  *
  * tokenizer.json (format of the `tokenizers` library, tokenizer/serialization.rs) gives the model (BPE:
  * vocab, merges as "a b" strings or ["a", "b"] pairs, unk/byte_fallback/fuse_unk/ignore_merges), the added
@@ -79,7 +80,7 @@ static size_t unsentinel(const char *s, size_t n, qw_buf *out) {
 }
 
 /* Read and parse a JSON file. Missing file: *out = NULL and QWENC_OK when optional. */
-static qwenc_status load_json(const char *dir, const char *name, int optional, cJSON **out, char *err, size_t errlen) {
+qwenc_status qw_tok_load_json(const char *dir, const char *name, int optional, cJSON **out, char *err, size_t errlen) {
     *out = NULL;
     char *path = qw_path_join(dir, name);
     struct stat st;
@@ -181,9 +182,6 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
 
 /* ---------------------------------------------------------------- pre-tokenizer */
 
-/* The GPT-2 split of ByteLevel(use_regex=true) (pre_tokenizers/byte_level.rs). */
-static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
 static qw_pre *new_pre(qwenc_tokenizer *t) {
     t->pre = realloc(t->pre, (size_t)(t->n_pre + 1) * sizeof(*t->pre));
     QW_ASSERT(t->pre);
@@ -220,7 +218,7 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
         p->kind = QW_PRE_BYTELEVEL;
         p->add_prefix_space = jbool(o, "add_prefix_space", 1);
         p->use_regex = jbool(o, "use_regex", 1);
-        if (p->use_regex) return qw_regex_compile(&p->rx, GPT2_PATTERN, 0, l->file, field, l->err, l->errlen);
+        if (p->use_regex) return qw_regex_compile(&p->rx, QW_GPT2_PATTERN, 0, l->file, field, l->err, l->errlen);
         return QWENC_OK;
     }
     if (!strcmp(type, "Metaspace")) {
@@ -317,7 +315,7 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
 
 /* ---------------------------------------------------------------- post-processor */
 
-static void push_id(int32_t **ids, int *n, int32_t id) {
+void qw_tok_push_id(int32_t **ids, int *n, int32_t id) {
     *ids = realloc(*ids, (size_t)(*n + 1) * sizeof(**ids));
     QW_ASSERT(*ids);
     (*ids)[(*n)++] = id;
@@ -325,7 +323,7 @@ static void push_id(int32_t **ids, int *n, int32_t id) {
 
 static void add_ids(int32_t **ids, int *n, const cJSON *arr) {
     const cJSON *it;
-    cJSON_ArrayForEach(it, arr) if (cJSON_IsNumber(it)) push_id(ids, n, (int32_t)it->valuedouble);
+    cJSON_ArrayForEach(it, arr) if (cJSON_IsNumber(it)) qw_tok_push_id(ids, n, (int32_t)it->valuedouble);
 }
 
 /* The special tokens the post-processor puts before and after a single sequence. */
@@ -364,8 +362,8 @@ static qwenc_status load_post(qwenc_tokenizer *t, ld *l, const cJSON *o, const c
     if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
         const cJSON *cls = cJSON_GetArrayItem(JGET(o, "cls"), 1), *sep = cJSON_GetArrayItem(JGET(o, "sep"), 1);
         if (!cJSON_IsNumber(cls) || !cJSON_IsNumber(sep)) return bad(l, field, "cls/sep must be [token, id]");
-        push_id(&t->prefix_ids, &t->n_prefix, (int32_t)cls->valuedouble);
-        push_id(&t->suffix_ids, &t->n_suffix, (int32_t)sep->valuedouble);
+        qw_tok_push_id(&t->prefix_ids, &t->n_prefix, (int32_t)cls->valuedouble);
+        qw_tok_push_id(&t->suffix_ids, &t->n_suffix, (int32_t)sep->valuedouble);
         return QWENC_OK;
     }
     snprintf(sub, sizeof(sub), "%s.type", field);
@@ -373,6 +371,20 @@ static qwenc_status load_post(qwenc_tokenizer *t, ld *l, const cJSON *o, const c
 }
 
 /* ---------------------------------------------------------------- model */
+
+void qw_tok_index_chars(qwenc_tokenizer *t) {
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof(name), "<0x%02X>", b);
+        t->byte_token[b] = qw_strmap_get(&t->vocab, name, 6);
+    }
+    t->char_id = qw_xcalloc(QW_CHAR_TABLE, sizeof(int32_t));
+    for (uint32_t cp = 0; cp < QW_CHAR_TABLE; cp++) {
+        char s[4];
+        int n = qw_utf8_encode(cp, s);
+        t->char_id[cp] = (cp >= 0xd800 && cp < 0xe000) ? -1 : qw_strmap_get(&t->vocab, s, (size_t)n);
+    }
+}
 
 static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_buf *arena, size_t **tok_off) {
     const cJSON *m = JGET(root, "model");
@@ -476,17 +488,7 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
     t->byte_fallback = jbool(m, "byte_fallback", 0);
     t->fuse_unk = jbool(m, "fuse_unk", 0);
     t->ignore_merges = jbool(m, "ignore_merges", 0);
-    for (int b = 0; b < 256; b++) {
-        char name[8];
-        snprintf(name, sizeof(name), "<0x%02X>", b);
-        t->byte_token[b] = qw_strmap_get(&t->vocab, name, 6);
-    }
-    t->char_id = qw_xcalloc(QW_CHAR_TABLE, sizeof(int32_t));
-    for (uint32_t cp = 0; cp < QW_CHAR_TABLE; cp++) {
-        char s[4];
-        int n = qw_utf8_encode(cp, s);
-        t->char_id[cp] = (cp >= 0xd800 && cp < 0xe000) ? -1 : qw_strmap_get(&t->vocab, s, (size_t)n);
-    }
+    qw_tok_index_chars(t);
     return QWENC_OK;
 }
 
@@ -539,7 +541,7 @@ static qwenc_status load_added(qwenc_tokenizer *t, ld *l, const cJSON *root) {
 
 /* ---------------------------------------------------------------- config files */
 
-static void add_eos(qwenc_tokenizer *t, int32_t id) {
+void qw_tok_add_eos(qwenc_tokenizer *t, int32_t id) {
     if (id < 0) return;
     for (int i = 0; i < t->n_eos; i++)
         if (t->eos_ids[i] == id) return;
@@ -549,16 +551,16 @@ static void add_eos(qwenc_tokenizer *t, int32_t id) {
 }
 
 static void add_eos_json(qwenc_tokenizer *t, const cJSON *v) {
-    if (cJSON_IsNumber(v)) add_eos(t, (int32_t)v->valuedouble);
+    if (cJSON_IsNumber(v)) qw_tok_add_eos(t, (int32_t)v->valuedouble);
     const cJSON *it;
-    if (cJSON_IsArray(v)) cJSON_ArrayForEach(it, v) if (cJSON_IsNumber(it)) add_eos(t, (int32_t)it->valuedouble);
+    if (cJSON_IsArray(v)) cJSON_ArrayForEach(it, v) if (cJSON_IsNumber(it)) qw_tok_add_eos(t, (int32_t)it->valuedouble);
 }
 
 static qwenc_status load_configs(qwenc_tokenizer *t, const char *dir, char *err, size_t errlen) {
     cJSON *tc = NULL, *gc = NULL, *cc = NULL;
-    qwenc_status s = load_json(dir, "tokenizer_config.json", 1, &tc, err, errlen);
-    if (!s) s = load_json(dir, "generation_config.json", 1, &gc, err, errlen);
-    if (!s) s = load_json(dir, "config.json", 1, &cc, err, errlen);
+    qwenc_status s = qw_tok_load_json(dir, "tokenizer_config.json", 1, &tc, err, errlen);
+    if (!s) s = qw_tok_load_json(dir, "generation_config.json", 1, &gc, err, errlen);
+    if (!s) s = qw_tok_load_json(dir, "config.json", 1, &cc, err, errlen);
     if (s) goto done;
     t->bos_id = -1;
     if (tc) {
@@ -566,17 +568,17 @@ static qwenc_status load_configs(qwenc_tokenizer *t, const char *dir, char *err,
         t->bos_str = qw_xstrdup(bos ? bos : "");
         t->eos_str = qw_xstrdup(eos ? eos : "");
         if (bos) t->bos_id = qwenc_tokenizer_token_id(t, bos);
-        if (eos) add_eos(t, qwenc_tokenizer_token_id(t, eos));
+        if (eos) qw_tok_add_eos(t, qwenc_tokenizer_token_id(t, eos));
         /* transformers' flags, where given, replace what the post-processor adds on their side */
         const cJSON *ab = JGET(tc, "add_bos_token"), *ae = JGET(tc, "add_eos_token");
         int32_t eid = eos ? qwenc_tokenizer_token_id(t, eos) : -1;
         if (cJSON_IsBool(ab)) {
             t->n_prefix = 0;
-            if (cJSON_IsTrue(ab) && t->bos_id >= 0) push_id(&t->prefix_ids, &t->n_prefix, t->bos_id);
+            if (cJSON_IsTrue(ab) && t->bos_id >= 0) qw_tok_push_id(&t->prefix_ids, &t->n_prefix, t->bos_id);
         }
         if (cJSON_IsBool(ae)) {
             t->n_suffix = 0;
-            if (cJSON_IsTrue(ae) && eid >= 0) push_id(&t->suffix_ids, &t->n_suffix, eid);
+            if (cJSON_IsTrue(ae) && eid >= 0) qw_tok_push_id(&t->suffix_ids, &t->n_suffix, eid);
         }
         const cJSON *ct = JGET(tc, "chat_template"), *it;
         if (cJSON_IsString(ct)) t->chat_template = qw_xstrdup(ct->valuestring);
@@ -615,11 +617,11 @@ done:
 
 /* ---------------------------------------------------------------- load / free */
 
-qwenc_status qwenc_tokenizer_load(const char *dir, qwenc_tokenizer **out, char *err, size_t errlen) {
-    if (!dir || !out) return qw_err(err, errlen, QWENC_ERR_ARG, "qwenc_tokenizer_load: NULL argument");
+/* dir/tokenizer.json and the config files beside it. */
+static qwenc_status load_dir(const char *dir, qwenc_tokenizer **out, char *err, size_t errlen) {
     *out = NULL;
     cJSON *root = NULL;
-    qwenc_status s = load_json(dir, "tokenizer.json", 0, &root, err, errlen);
+    qwenc_status s = qw_tok_load_json(dir, "tokenizer.json", 0, &root, err, errlen);
     if (s) return s;
     qwenc_tokenizer *t = qw_xcalloc(1, sizeof(*t));
     t->bos_id = -1;
@@ -663,6 +665,44 @@ qwenc_status qwenc_tokenizer_load(const char *dir, qwenc_tokenizer **out, char *
     qw_tok_build_pieces(t);
     *out = t;
     return QWENC_OK;
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+qwenc_status qwenc_tokenizer_load(const char *path, qwenc_tokenizer **out, char *err, size_t errlen) {
+    if (!path || !out) return qw_err(err, errlen, QWENC_ERR_ARG, "qwenc_tokenizer_load: NULL argument");
+    *out = NULL;
+    if (!is_file(path)) return load_dir(path, out, err, errlen);
+    int none = 0;
+    qwenc_status s = qw_tok_load_gguf(path, out, &none, err, errlen);
+    if (!s && none)
+        s = qw_err(err, errlen, QWENC_ERR_FORMAT, "%s has no tokenizer (tokenizer.ggml.model is \"none\" or missing)", path);
+    return s;
+}
+
+/* A .gguf's own tokenizer first, then tokenizer.json beside the file (what llama.cpp would not need). */
+qwenc_status qwenc_tokenizer_load_model(const char *path, qwenc_tokenizer **out, char *err, size_t errlen) {
+    if (!path || !out) return qw_err(err, errlen, QWENC_ERR_ARG, "qwenc_tokenizer_load_model: NULL argument");
+    *out = NULL;
+    if (!is_file(path)) return load_dir(path, out, err, errlen);
+    int none = 0;
+    qwenc_status s = qw_tok_load_gguf(path, out, &none, err, errlen);
+    if (s || !none) return s;
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? qw_xstrdup(path) : qw_xstrdup(".");
+    if (slash) dir[slash - path + (slash == path)] = 0; /* "/m.gguf" -> "/" */
+    char *json = qw_path_join(dir, "tokenizer.json");
+    if (is_file(json)) s = load_dir(dir, out, err, errlen);
+    else
+        s = qw_err(err, errlen, QWENC_ERR_FORMAT,
+                   "%s has no tokenizer (tokenizer.ggml.model is \"none\" or missing) and there is no %s beside it", path,
+                   json);
+    free(json);
+    free(dir);
+    return s;
 }
 
 void qwenc_tokenizer_free(qwenc_tokenizer *t) {
