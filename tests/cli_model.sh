@@ -42,6 +42,12 @@ toks=$(cat tests/fixtures/qwen3_5_moe/tokens.txt)
 $QWENC logits -m "$tmp/q8.gguf" --kernels scalar --tokens "$toks" --out "$tmp/ref.f32" 2>/dev/null &&
 $QWENC logits -m "$tmp/q8.gguf" --tokens "$toks" --out "$tmp/simd.f32" 2>/dev/null &&
 "$T_MODEL" --compare "$tmp/simd.f32" "$tmp/ref.f32" 256 >"$tmp/cmp" && ok || bad "Q8_0 kernels vs reference: $(cat "$tmp/cmp")"
+# with --f32-act the quantized weights meet f32 activations: the SIMD kernels give the exact reference's
+# logits (rel L2 < 1e-4), and those differ from the 8-bit path (this random model magnifies rounding)
+$QWENC logits -m "$tmp/q8.gguf" --kernels ref --tokens "$toks" --out "$tmp/exact.f32" 2>/dev/null &&
+$QWENC logits -m "$tmp/q8.gguf" --f32-act --tokens "$toks" --out "$tmp/f32act.f32" 2>/dev/null &&
+"$T_MODEL" --compare "$tmp/f32act.f32" "$tmp/exact.f32" 256 >"$tmp/cmp" && ok || bad "--f32-act vs reference: $(cat "$tmp/cmp")"
+"$T_MODEL" --compare "$tmp/simd.f32" "$tmp/exact.f32" 256 >/dev/null && bad "8-bit activations equal the f32 reference" || ok
 
 # --- bad input
 q3=tests/fixtures/qwen3

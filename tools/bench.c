@@ -180,7 +180,8 @@ static void print_table(const cli_opts *o, qwenc_model *m, int p, int n, const b
         printf("| %-20.20s | %-12s | %11s | %-7s | %7d | %8s | %21s |\n", name, qwenc_model_arch(m), size,
                qwenc_model_kernels(m), qwenc_model_n_threads(m), test, tps);
     }
-    printf("\npeak RSS        %.1f MiB\n", rss / 1048576.0);
+    printf("\nactivations     %s\n", o->f32_act ? "f32 (--f32-act)" : "8-bit per block of 32 for quantized weights");
+    printf("peak RSS        %.1f MiB\n", rss / 1048576.0);
     printf("decode reads    %.2f MiB of weights per token (every matrix, one embedding row, the used share of\n"
            "                routed experts, PLE rows; not the KV cache or recurrent state)\n",
            per_tok / 1048576.0);
@@ -202,6 +203,7 @@ static void print_json(const cli_opts *o, qwenc_model *m, int p, int n, int reps
     cJSON_AddStringToObject(j, "arch", qwenc_model_arch(m));
     cJSON_AddStringToObject(j, "kernels", qwenc_model_kernels(m));
     cJSON_AddNumberToObject(j, "n_threads", qwenc_model_n_threads(m));
+    cJSON_AddBoolToObject(j, "f32_activations", o->f32_act);
     cJSON_AddNumberToObject(j, "n_prompt", p);
     cJSON_AddNumberToObject(j, "n_gen", n);
     cJSON_AddNumberToObject(j, "reps", reps);

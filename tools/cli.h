@@ -17,6 +17,7 @@ typedef struct {
     int batch, ctx, n_predict, chat, no_think, add_gen, no_parse_special, show_special, seed_set;
     int threads, reps, json;  /* -t (0: one per core), -r (bench; 0: unset), --json (bench) */
     const char *kernels;      /* --kernels (NULL: the best for this CPU) */
+    int f32_act;              /* --f32-act: quantized weights meet f32 activations */
     const char *quant;        /* --quant TYPE: quantize the weights at load (NULL: the file's types) */
     qwenc_sampler_params sp;
 } cli_opts;

@@ -11,7 +11,7 @@
  *   qwenc quantize   -m DIR|FILE.gguf -t TYPE -o OUT.gguf
  *   qwenc synth      --preset NAME [--arch A] [--layers N] [--experts E] [--ngram-base B] -t TYPE -o OUT.gguf
  *   qwenc bench      -m DIR [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]
- * Every command that loads a model takes -t/--threads N, --kernels NAME and --quant TYPE.
+ * Every command that loads a model takes -t/--threads N, --kernels NAME, --quant TYPE and --f32-act.
  *
  * Flags follow llama.cpp's names where it has them. Errors go to stderr with exit status 1.
  */
@@ -55,6 +55,8 @@ static void usage(FILE *f) {
             "  -t, --threads N        CPU threads (default 0: one per core)\n"
             "  --kernels NAME         CPU kernels: auto (default: the best for this CPU), avx512, avx2, scalar,\n"
             "                         ref (the scalar reference, one thread)\n"
+            "  --f32-act              quantized weights meet f32 activations (exact, slower; default: activations\n"
+            "                         rounded to 8 bits per block of 32 for integer dot products, as llama.cpp)\n"
             "  --quant TYPE           quantize the weights at load as `quantize -t TYPE` would (same types and\n"
             "                         bytes, held in memory; a .gguf is requantized); TYPE as for quantize\n"
             "\n"
@@ -135,6 +137,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         if (!strcmp(a, "--no-parse-special")) { o->no_parse_special = 1; continue; }
         if (!strcmp(a, "--show-special")) { o->show_special = 1; continue; }
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--f32-act")) { o->f32_act = 1; continue; }
         if (a[0] != '-' || !strcmp(a, "-")) {
             if (o->positional) {
                 fprintf(stderr, "qwenc: unexpected argument \"%s\" (quote text that contains spaces)\n", a);
@@ -222,6 +225,7 @@ qwenc_model *cli_load_model(const cli_opts *o) {
     qwenc_model_params mp = qwenc_model_default_params();
     mp.n_threads = o->threads;
     mp.kernels = o->kernels;
+    mp.f32_activations = o->f32_act;
     mp.quant = o->quant;
     cli_progress ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1, .min_bytes = (uint64_t)256 << 20};
     if (o->quant) {

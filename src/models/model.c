@@ -52,6 +52,7 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
         return st;
     }
     m->params.kernels = m->ops->name; /* the caller's string need not outlive the call */
+    qw_ops_cpu_set_f32_activations(m->ops, mp.f32_activations);
     if (qw_path_is_gguf(path)) { /* a .gguf file rather than a checkpoint directory: models/gguf_bind.c */
         st = qw_gguf_model_load(m, path, err, errlen);
         if (!st && mp.quant) st = qw_model_quantize_at_load(m, err, errlen);
