@@ -6,8 +6,9 @@
  * load, so the tail of a bf16/f16 row goes through a zero-padded copy; f32 tails use vmaskmovps. Tiles
  * are 4 rows x 2 tokens: 8 accumulators + 2 activation vectors + 1 weight vector fit the 16 registers.
  *
- * Only this file is compiled for AVX2 (the pragma below); cpu.c calls in here only when cpuid says the
- * CPU has it. On other architectures it is empty.
+ * The integer tiles of quantized weights (.qtile) are in avx2_q.c. Only these two files are compiled for
+ * AVX2 (the pragma below); cpu.c calls in here only when cpuid says the CPU has it. On other architectures
+ * they are empty.
  */
 #if defined(__x86_64__)
 
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/qtiles.h"
 
 #define LANES 8
 #define QW_INLINE static inline __attribute__((always_inline))
@@ -185,6 +187,11 @@ const qw_cpu_kernels qw_kernels_avx2 = {
     .tile_nt = 2,
     .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,
              [QW_TYPE_Q8_0] = tile_q8_0},
+    .qtile = {[QW_TYPE_Q8_0] = qw_avx2_qtile_q8_0, [QW_TYPE_Q4_0] = qw_avx2_qtile_q4_0,
+              [QW_TYPE_Q4_1] = qw_avx2_qtile_q4_1, [QW_TYPE_Q5_0] = qw_avx2_qtile_q5_0,
+              [QW_TYPE_Q5_1] = qw_avx2_qtile_q5_1, [QW_TYPE_Q4_K] = qw_avx2_qtile_q4_K,
+              [QW_TYPE_Q5_K] = qw_avx2_qtile_q5_K, [QW_TYPE_Q6_K] = qw_avx2_qtile_q6_K,
+              [QW_TYPE_IQ4_NL] = qw_avx2_qtile_iq4_nl, [QW_TYPE_IQ4_XS] = qw_avx2_qtile_iq4_xs},
     .decay_acc = decay_acc,
     .rank1_acc = rank1_acc,
     .scale_axpy = scale_axpy,

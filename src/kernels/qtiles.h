@@ -13,6 +13,16 @@
                                int nr, int nt, int64_t n);
 QW_QTILE_DECL(avx512, q8_0)
 QW_QTILE_DECL(avx512, q4_K)
+QW_QTILE_DECL(avx2, q8_0)
+QW_QTILE_DECL(avx2, q4_0)
+QW_QTILE_DECL(avx2, q4_1)
+QW_QTILE_DECL(avx2, q5_0)
+QW_QTILE_DECL(avx2, q5_1)
+QW_QTILE_DECL(avx2, q4_K)
+QW_QTILE_DECL(avx2, q5_K)
+QW_QTILE_DECL(avx2, q6_K)
+QW_QTILE_DECL(avx2, iq4_nl)
+QW_QTILE_DECL(avx2, iq4_xs)
 #endif
 
 #endif

@@ -1,0 +1,327 @@
+/*
+ * avx2_q.c - AVX2 integer dot kernels of all ten block-quantized weight types against 8-bit activations
+ * (q8a.h); the scalar oracle is qw_q8a_dot_ref, the contract of a tile is cpu.h's qw_qtile_fn.
+ *
+ * avx512_q.c's design in 256 bits, one group of 32 weights per step. A block's scales and mins are
+ * decoded once per row and block (head: the K-quants' 8 sub-blocks at once); each type's unpack then gives
+ * a group as 32 bytes, a per-lane f32 scale A (lane l covers elements 4l .. 4l+3, so Q6_K's two
+ * 16-element sub-blocks are lanes 0-3 and 4-7) and, for Q4_1 / Q5_1, the min B. Sub-block scales go into
+ * A (d * sc is exact in f32: an 11-bit by a 6- or 8-bit integer), so the bytes stay small.
+ *
+ * vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16 with saturation, so:
+ *   Q4_1 Q5_1 Q4_K Q5_K   unsigned q <= 31 as they are;
+ *   Q4_0 Q5_0 Q6_K        iw = q - o (o = 8, 16, 32): unsigned q <= 63 in, o * (sum of the lane's 4
+ *                         activations) subtracted from the int32 lane (that sum is one vpmaddubsw per token);
+ *   Q8_0 IQ4_NL IQ4_XS    |w| <= 128 in, its sign moved onto the activation (vpsignb; a is never -128,
+ *                         and |-128| reads as the unsigned 128).
+ * No pair saturates: at most 2 * 128 * 127 = 32512 < 32767. vpmaddwd with ones gives 8 int32 lanes of 4
+ * products each (|lane| <= 65024, exact in f32), the same integers as the reference's; acc += isum *
+ * (A * d_act) per lane. The mins: Q4_1 / Q5_1 add B * d_act * s in a scalar beside acc; the K-quants add
+ * their 8 sub-blocks' B_j * d_act * s_j into acc's lane j once per super-block (one FMA instead of 8
+ * scalar products). Then the fixed 8 -> 1 tree. Each output is computed by the same operations in every
+ * tile shape: it depends only on the row and the token, never on the tile shape or the thread count.
+ *
+ * Error against the reference: the test checks |tile - qw_q8a_dot_ref| <= (n/32 + 16) * 2^-24 *
+ * qw_q8a_dot_abs, avx512_q.c's bound. Each lane adds n/32 group terms (and n/256 K-quant min terms), each
+ * rounded twice (A * d_act, the FMA), then 3 tree levels and the Q4_1 / Q5_1 scalar. Taken as a worst
+ * case, with every rounding of this sum and of the reference's going the same way, that is about
+ * (2 n/32 + 10) * 2^-24 * qw_q8a_dot_abs (so it is for avx512_q.c); roundings that partly cancel keep the
+ * error well inside (n/32 + 16): at most 0.23 of it on the test's rows, 0.37 on rows of up to 65536
+ * constant or one-signed weights and activations.
+ *
+ * Tiles: 4 rows x 2 tokens (the avx2 table's tile_nr x tile_nt): 8 accumulators, 2 activation vectors and
+ * one row's weights fit the 16 registers; 4x1, 1x2 and 1x1 compute each output the same way, and nt up to
+ * 4 (any qw_qtile_fn caller) is taken in pairs.
+ *
+ * Only this file and avx2.c are compiled for AVX2 (the pragma below); cpu.c uses them only when cpuid
+ * reports AVX2, FMA and F16C.
+ */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/qtiles.h"
+#include "tensor/quant.h"
+
+#define QW_INLINE static inline __attribute__((always_inline))
+/* Bytes ahead in each weight row that a tile asks the cache for: without it one thread decoding from DRAM
+ * ran about 10% slower (every type alike, on the development VM); from L2 it makes no difference. */
+#define PREFETCH 512
+
+QW_INLINE float f16(const void *p) { return _cvtsh_ss(qw_rd16(p)); }
+
+/* Does the type's unpack give signed bytes (then the sign trick is needed) / group mins (B)? */
+QW_INLINE int type_signed(qw_type t) { return t == QW_TYPE_Q8_0 || t == QW_TYPE_IQ4_NL || t == QW_TYPE_IQ4_XS; }
+/* The offset o of iw = q - o (Q4_0, Q5_0, Q6_K): unpack gives q >= 0, the tile subtracts o * sum(a) per lane. */
+QW_INLINE int type_offset(qw_type t) { return t == QW_TYPE_Q4_0 ? 8 : t == QW_TYPE_Q5_0 ? 16 : t == QW_TYPE_Q6_K ? 32 : 0; }
+QW_INLINE int type_has_min(qw_type t) { return t == QW_TYPE_Q4_1 || t == QW_TYPE_Q5_1 || t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K; }
+/* Groups of 32 in a block (the super-block of the K-quants and IQ4_XS). */
+QW_INLINE int type_groups(qw_type t) { return t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K || t == QW_TYPE_Q6_K || t == QW_TYPE_IQ4_XS ? 8 : 1; }
+
+QW_INLINE size_t block_bytes(qw_type t) {
+    switch (t) {
+    case QW_TYPE_Q8_0: return sizeof(qw_block_q8_0);
+    case QW_TYPE_Q4_0: return sizeof(qw_block_q4_0);
+    case QW_TYPE_Q4_1: return sizeof(qw_block_q4_1);
+    case QW_TYPE_Q5_0: return sizeof(qw_block_q5_0);
+    case QW_TYPE_Q5_1: return sizeof(qw_block_q5_1);
+    case QW_TYPE_Q4_K: return sizeof(qw_block_q4_K);
+    case QW_TYPE_Q5_K: return sizeof(qw_block_q5_K);
+    case QW_TYPE_Q6_K: return sizeof(qw_block_q6_K);
+    case QW_TYPE_IQ4_NL: return sizeof(qw_block_iq4_nl);
+    case QW_TYPE_IQ4_XS: return sizeof(qw_block_iq4_xs);
+    default: __builtin_unreachable();
+    }
+}
+
+/* 16 bytes of nibbles -> 32 values: low nibbles then high nibbles (the Q4_0 packing of a group) */
+QW_INLINE __m256i nibbles16(const uint8_t *qs) {
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+
+/* bit i of the 32-bit qh -> byte i = 0xFF or 0 (the fifth bits of Q5_0 / Q5_1) */
+QW_INLINE __m256i bits32(const uint8_t *qh) {
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qw_rd32(qh)),
+                                    _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE)); /* byte k: every bit but k % 8 */
+    return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
+}
+
+/* Bit `from` (< 8) of every byte moved to bit `to` (other bits garbage: the caller masks). The 16-bit shift
+ * brings the neighbouring byte's bits only below `to` (going left) or above it (going right). */
+QW_INLINE __m256i move_bits(__m256i v, int from, int to) {
+    return from < to ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(to - from)) : _mm256_srl_epi16(v, _mm_cvtsi32_si128(from - to));
+}
+
+/* One row's block scales, decoded once per block: group j's A (Q6_K: lanes 0-3 A[2j], 4-7 A[2j+1]) and B. */
+typedef struct {
+    float A[16], B[8];
+} head_t;
+
+QW_INLINE void head(qw_type t, const uint8_t *b, head_t *h) {
+    switch (t) {
+    case QW_TYPE_Q8_0:
+    case QW_TYPE_Q4_0:
+    case QW_TYPE_Q5_0:
+    case QW_TYPE_IQ4_NL:
+        h->A[0] = f16(b);
+        return;
+    case QW_TYPE_Q4_1:
+    case QW_TYPE_Q5_1:
+        h->A[0] = f16(b);
+        h->B[0] = f16(b + 2);
+        return;
+    case QW_TYPE_Q4_K:
+    case QW_TYPE_Q5_K: { /* qw_k4_scale_min of all 8 sub-blocks at once: u[0..1] scales, u[2..3] mins */
+        uint32_t u[4], m03;
+        memcpy(u, b + 4, QW_K_SCALE_SIZE);
+        u[3] = ((u[2] >> 4) & 0x0F0F0F0F) | (((u[1] >> 6) & 0x03030303) << 4);
+        m03 = u[1] & 0x3F3F3F3F;
+        u[1] = (u[2] & 0x0F0F0F0F) | (((u[0] >> 6) & 0x03030303) << 4);
+        u[2] = m03;
+        u[0] &= 0x3F3F3F3F;
+        __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)u)));
+        __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(u + 2))));
+        _mm256_storeu_ps(h->A, _mm256_mul_ps(sc, _mm256_set1_ps(f16(b))));
+        _mm256_storeu_ps(h->B, _mm256_mul_ps(mn, _mm256_set1_ps(-f16(b + 2))));
+        return;
+    }
+    case QW_TYPE_Q6_K: { /* 16 int8 scales at 192, d at 208 */
+        __m128i s = _mm_loadu_si128((const __m128i *)(b + 192));
+        __m256 d = _mm256_set1_ps(f16(b + 208));
+        _mm256_storeu_ps(h->A, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)), d));
+        _mm256_storeu_ps(h->A + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s, 8))), d));
+        return;
+    }
+    case QW_TYPE_IQ4_XS: { /* ls_j: bits 4j.. of scales_l (4 bits), bits 2j.. of scales_h (2 bits); A = d (ls - 32) */
+        __m256i lo = _mm256_srlv_epi32(_mm256_set1_epi32((int)qw_rd32(b + 4)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(qw_rd16(b + 2)), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+        __m256i ls = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xF)),
+                                     _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4));
+        __m256 sc = _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)));
+        _mm256_storeu_ps(h->A, _mm256_mul_ps(sc, _mm256_set1_ps(f16(b))));
+        return;
+    }
+    default:
+        __builtin_unreachable();
+    }
+}
+
+/* Group j of a block b (decoded head h): 32 weight bytes w, the per-lane scale A, the min B (Q4_1, Q5_1; the
+ * K-quants' mins stay in h). kv: qw_kvalues_iq4nl in both 128-bit lanes (IQ4 types). */
+QW_INLINE void unpack(qw_type t, const uint8_t *b, int j, const head_t *h, __m256i kv, __m256i *w, __m256 *A,
+                      float *B) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    switch (t) {
+    case QW_TYPE_Q8_0:
+        *w = _mm256_loadu_si256((const __m256i *)(b + 2));
+        break;
+    case QW_TYPE_Q4_0:
+        *w = nibbles16(b + 2);
+        break;
+    case QW_TYPE_Q4_1:
+        *w = nibbles16(b + 4);
+        break;
+    case QW_TYPE_Q5_0:
+        *w = _mm256_or_si256(nibbles16(b + 6), _mm256_and_si256(bits32(b + 2), _mm256_set1_epi8(0x10)));
+        break;
+    case QW_TYPE_Q5_1:
+        *w = _mm256_or_si256(nibbles16(b + 8), _mm256_and_si256(bits32(b + 4), _mm256_set1_epi8(0x10)));
+        break;
+    case QW_TYPE_IQ4_NL:
+        *w = _mm256_shuffle_epi8(kv, nibbles16(b + 2));
+        break;
+    case QW_TYPE_Q4_K: { /* sub-blocks 2i, 2i+1: low / high nibbles of the same 32 bytes */
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (j / 2)));
+        *w = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(4 * (j % 2))), m4);
+        break;
+    }
+    case QW_TYPE_Q5_K: { /* Q4_K's nibbles (after 32 bytes of qh) and bit j of qh[l] as bit 4 */
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 48 + 32 * (j / 2)));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+        *w = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(4 * (j % 2))), m4),
+                             _mm256_and_si256(move_bits(qh, j, 4), _mm256_set1_epi8(0x10)));
+        break;
+    }
+    case QW_TYPE_Q6_K: { /* half hf = j / 4, quarter k = j % 4: ql nibble, bits 2k, 2k+1 of qh as bits 4, 5 */
+        int hf = j / 4, k = j % 4;
+        __m256i ql = _mm256_loadu_si256((const __m256i *)(b + 64 * hf + 32 * (k & 1)));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * hf));
+        *w = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (k / 2))), m4),
+                             _mm256_and_si256(move_bits(qh, 2 * k, 4), _mm256_set1_epi8(0x30)));
+        __m128 a2 = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(h->A + 2 * j)));
+        *A = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(a2), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+        return;
+    }
+    case QW_TYPE_IQ4_XS:
+        *w = _mm256_shuffle_epi8(kv, nibbles16(b + 8 + 16 * j));
+        break;
+    default:
+        __builtin_unreachable();
+    }
+    *A = _mm256_set1_ps(h->A[j]);
+    if (type_has_min(t) && type_groups(t) == 1) *B = h->B[0];
+}
+
+/* The fixed reduction: 8 -> 4 -> 2 -> 1 (as avx2.c). */
+QW_INLINE float hsum(__m256 v) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+/* An NR x NT tile (NR <= 4, NT <= 2; compile-time sizes once inlined). */
+QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
+                         int64_t ldx, int64_t n) {
+    const int G = type_groups(T);
+    const size_t bb = block_bytes(T);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i kv = T == QW_TYPE_IQ4_NL || T == QW_TYPE_IQ4_XS
+                           ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qw_kvalues_iq4nl))
+                           : _mm256_setzero_si256();
+    __m256 acc[4][2];
+    float accB[4][2];
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) {
+            acc[r][t] = _mm256_setzero_ps();
+            accB[r][t] = 0;
+        }
+    for (int64_t ib = 0; ib < n / (32 * G); ib++) {
+        const uint8_t *blk[4];
+        head_t hd[4];
+        float S8[2][8]; /* d_act * s of the block's groups (K-quants: their mins go in as one vector) */
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            blk[r] = (const uint8_t *)w + (size_t)r * ws + (size_t)ib * bb;
+            for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk[r] + PREFETCH + o, _MM_HINT_T0);
+            head(T, blk[r], &hd[r]);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++) {
+            __m256i av[2], off[2];
+            __m256 D[2];
+            float S[2];
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) {
+                const qw_q8a *xa = x + t * ldx + ib * G + j;
+                av[t] = _mm256_loadu_si256((const __m256i *)xa->q);
+                D[t] = _mm256_set1_ps(xa->d);
+                S[t] = S8[t][j] = type_has_min(T) ? xa->d * (float)xa->s : 0.0f;
+                if (type_offset(T)) /* o * (sum of each lane's 4 activations) */
+                    off[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8((char)type_offset(T)), av[t]), ones);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m256i wv, wu;
+                __m256 A;
+                float B = 0;
+                unpack(T, blk[r], j, &hd[r], kv, &wv, &A, &B);
+                wu = type_signed(T) ? _mm256_abs_epi8(wv) : wv;
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++) {
+                    __m256i a = type_signed(T) ? _mm256_sign_epi8(av[t], wv) : av[t];
+                    __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, a), ones);
+                    if (type_offset(T)) s = _mm256_sub_epi32(s, off[t]);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(A, D[t]), acc[r][t]);
+                    if (type_has_min(T) && G == 1) accB[r][t] += B * S[t];
+                }
+            }
+        }
+        if (type_has_min(T) && G == 8) /* lane j += B_j * S_j */
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++)
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(hd[r].B), _mm256_loadu_ps(S8[t]), acc[r][t]);
+    }
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum(acc[r][t]) + accB[r][t];
+}
+
+/* Any nr <= 4, nt <= 4 from the shapes 4x2, 4x1, 1x2, 1x1 (each output computed the same way in all). */
+QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
+                         int nr, int nt, int64_t n) {
+    if (nr == 4) {
+        int t = 0;
+        for (; t + 2 <= nt; t += 2) qtile_nxm(T, 4, 2, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, n);
+        if (t < nt) qtile_nxm(T, 4, 1, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, n);
+        return;
+    }
+    for (int r = 0; r < nr; r++) {
+        const char *wr = (const char *)w + r * ws;
+        int t = 0;
+        for (; t + 2 <= nt; t += 2) qtile_nxm(T, 1, 2, y + t * ldy + r, ldy, wr, ws, x + t * ldx, ldx, n);
+        if (t < nt) qtile_nxm(T, 1, 1, y + t * ldy + r, ldy, wr, ws, x + t * ldx, ldx, n);
+    }
+}
+
+#define QTILE(T, name)                                                                                             \
+    void qw_avx2_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,       \
+                              int nr, int nt, int64_t n) {                                                         \
+        qtile_any(T, y, ldy, w, ws, x, ldx, nr, nt, n);                                                            \
+    }
+QTILE(QW_TYPE_Q8_0, q8_0)
+QTILE(QW_TYPE_Q4_0, q4_0)
+QTILE(QW_TYPE_Q4_1, q4_1)
+QTILE(QW_TYPE_Q5_0, q5_0)
+QTILE(QW_TYPE_Q5_1, q5_1)
+QTILE(QW_TYPE_Q4_K, q4_K)
+QTILE(QW_TYPE_Q5_K, q5_K)
+QTILE(QW_TYPE_Q6_K, q6_K)
+QTILE(QW_TYPE_IQ4_NL, iq4_nl)
+QTILE(QW_TYPE_IQ4_XS, iq4_xs)
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+
+#endif /* __x86_64__ */
