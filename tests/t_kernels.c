@@ -21,6 +21,12 @@
  *   delta rule  |cpu - ref| <= 4 T (dk + 8) u B max(1, |k|_1, |q|_1) per output and state entry, B the
  *             largest |entry| of the states, values and outputs: each of the T steps adds two dk-term f32
  *             sums, and earlier errors are carried through exp(g) (I - beta k k^T), which does not grow.
+ *   chunked delta rule (delta_chunk.c, the path of calls of QW_DELTA_CHUNK_MIN_TOK tokens or more)
+ *             |chunked - ref| <= DR_CHUNK_TOL ceil(T/64) B, DR_CHUNK_TOL = 1e-5 (about 170 u) per chunk of
+ *             64 tokens, B as above: each chunk rounds f32 sums of at most dk + 128 terms of unit-norm
+ *             rows, about sqrt(dk + 128) u B for roundings of random sign (seen: at most 5e-7 B per chunk,
+ *             about what the token-by-token path shows), and the state carries errors without amplifying
+ *             them; through the op table, the same bits as a direct call for 1 and 3 threads.
  *   model     logits of every fixture within the transformers bar (rel L2 < 1e-4) for every variant, and
  *             bit-identical with 1 and 3 threads.
  */
@@ -34,11 +40,13 @@
 #include "core/mapfile.h"
 #include "core/pool.h"
 #include "kernels/cpu.h"
+#include "kernels/delta_chunk.h"
 #include "qwenc.h"
 #include "test_util.h"
 
 #define U24 (1.0 / 16777216.0)
 #define SUBNORMAL_STEP 1.401298464324817e-45 /* 2^-149 */
+#define DR_CHUNK_TOL 1e-5 /* per chunk of 64 tokens, relative to B (see the top comment) */
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
 static uint64_t rng(void) {
@@ -571,6 +579,85 @@ static void test_delta_rule(const qw_ops *o1, const qw_ops *o3) {
     }
 }
 
+/* The chunked form (delta_chunk.c) against the reference token-by-token rule, per kernel variant, on random
+ * and adversarial decays and betas; through the op table it must give the same bits for 1 and 3 threads. */
+static void test_delta_chunk(const qw_ops *o1, const qw_ops *o3, const qw_cpu_kernels *ks) {
+    const qw_ops *R = qw_ops_ref();
+    /* g: 0 uniform in (-0.5, 0], 1 within 1e-6 of 0, 2 about -30, 3 a mix of those per token, 4 -30 for the
+     * first half of the tokens then within 1e-7 of 0 (long decay products, then none); beta: 0 uniform in
+     * [0, 1], 1 all 0, 2 all 1, 3 a mix of 0, 1 and uniform */
+    static const struct {
+        int T, hk, hv, dk, dv, gm, bm, zero_state;
+    } cases[] = {
+        {1, 1, 1, 16, 16, 0, 0, 0},     {5, 1, 2, 16, 24, 3, 0, 0},      {63, 2, 4, 18, 17, 1, 2, 0},
+        {64, 2, 2, 32, 32, 0, 0, 0},    {65, 1, 3, 24, 40, 3, 3, 0},     {77, 1, 1, 48, 32, 0, 0, 1},
+        {96, 2, 2, 32, 48, 0, 1, 0},    {128, 1, 2, 128, 128, 4, 3, 0},  {130, 2, 6, 64, 128, 2, 0, 0},
+        {200, 1, 2, 128, 128, 1, 2, 0},
+    };
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int T = cases[ci].T, hk = cases[ci].hk, hv = cases[ci].hv, dk = cases[ci].dk, dv = cases[ci].dv;
+        int64_t ns = (int64_t)hv * dk * dv, no = (int64_t)T * hv * dv;
+        float *q = rand_vec((int64_t)T * hk * dk, 1.0f), *k = rand_vec((int64_t)T * hk * dk, 1.0f);
+        for (int i = 0; i < T * hk; i++) {
+            l2n(q + (int64_t)i * dk, dk, 1.0f / sqrtf((float)dk));
+            l2n(k + (int64_t)i * dk, dk, 1.0f);
+        }
+        float *v = rand_vec(no, 1.0f), *g = malloc((size_t)T * hv * 4), *beta = malloc((size_t)T * hv * 4);
+        for (int i = 0; i < T * hv; i++) {
+            float u = fabsf(frand());
+            int gm = cases[ci].gm == 3 ? irand(3) : cases[ci].gm, bm = cases[ci].bm == 3 ? irand(3) : cases[ci].bm;
+            if (gm == 0)
+                g[i] = -0.5f * u;
+            else if (gm == 1)
+                g[i] = -1e-6f * u;
+            else if (gm == 2)
+                g[i] = -30.0f + frand();
+            else
+                g[i] = i / hv < T / 2 ? -30.0f : -1e-7f * u;
+            beta[i] = bm == 0 ? fabsf(frand()) : bm == 1 ? 0.0f : 1.0f;
+        }
+        float *s0 = rand_vec(ns, cases[ci].zero_state ? 0.0f : 0.5f);
+        float *sa = malloc((size_t)ns * 4), *sb = malloc((size_t)ns * 4);
+        float *oa = malloc((size_t)no * 4), *ob = malloc((size_t)no * 4);
+        memcpy(sa, s0, (size_t)ns * 4);
+        memcpy(sb, s0, (size_t)ns * 4);
+        R->delta_rule(R, oa, sa, q, k, v, g, beta, T, hk, hv, dk, dv);
+        CHECK(qw_delta_chunk_heads(ks, ob, sb, q, k, v, g, beta, T, hk, hv, dk, dv, 0, hv), "chunked: scratch");
+        double B = 0, worst = 0;
+        for (int64_t i = 0; i < ns; i++) B = fmax(B, fmax(fabs(s0[i]), fabs(sa[i])));
+        for (int64_t i = 0; i < no; i++) B = fmax(B, fmax(fabs(v[i]), fabs(oa[i])));
+        for (int64_t i = 0; i < no; i++) worst = fmax(worst, fabs((double)ob[i] - oa[i]));
+        for (int64_t i = 0; i < ns; i++) worst = fmax(worst, fabs((double)sb[i] - sa[i]));
+        double tol = DR_CHUNK_TOL * ((T + QW_DELTA_CHUNK - 1) / QW_DELTA_CHUNK) * B;
+        printf("  %s T %3d hk %d hv %d dk %3d dv %3d g %d beta %d: max error %.2e of %.2e (%.1f%% of the bound)\n",
+               ks->name, T, hk, hv, dk, dv, cases[ci].gm, cases[ci].bm, worst, B, 100 * worst / tol);
+        CHECK(worst <= tol, "chunked delta rule %s case %zu: max error %.3g > bound %.3g", ks->name, ci, worst, tol);
+        if (T >= QW_DELTA_CHUNK_MIN_TOK) { /* the op table takes the chunked path: same bits, any thread count */
+            for (int nt = 0; nt < 2; nt++) {
+                const qw_ops *o = nt ? o3 : o1;
+                float *oc = malloc((size_t)no * 4), *sc = malloc((size_t)ns * 4);
+                memcpy(sc, s0, (size_t)ns * 4);
+                o->delta_rule(o, oc, sc, q, k, v, g, beta, T, hk, hv, dk, dv);
+                CHECK(!memcmp(ob, oc, (size_t)no * 4) && !memcmp(sb, sc, (size_t)ns * 4),
+                      "chunked delta rule %s case %zu: %d thread(s) through the op table differ", ks->name, ci,
+                      nt ? 3 : 1);
+                free(oc);
+                free(sc);
+            }
+        }
+        free(q);
+        free(k);
+        free(v);
+        free(g);
+        free(beta);
+        free(s0);
+        free(sa);
+        free(sb);
+        free(oa);
+        free(ob);
+    }
+}
+
 static void test_ops(void) {
     for (const qw_cpu_kernels *const *ks = qw_cpu_kernels_available(); *ks; ks++) {
         printf("ops %s vs ref.c: matmul, attention, delta rule (1 and 3 threads), range ops\n", (*ks)->name);
@@ -581,6 +668,7 @@ static void test_ops(void) {
         test_matmul(o1, o3, *ks);
         test_attention(o1, o3, *ks);
         test_delta_rule(o1, o3);
+        test_delta_chunk(o1, o3, *ks);
         test_range_ops(o3);
         qw_ops_cpu_free(o1);
         qw_ops_cpu_free(o3);

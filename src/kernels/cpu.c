@@ -9,7 +9,8 @@
  *   attention    (token, kv head, up to 4 of its query heads): K and V rows are read once for the heads
  *                that share them; keys in blocks of 64: f32 scores and a per-block softmax-weighted sum of
  *                values, merged across blocks in double (flash-attention style, no scratch)
- *   delta_rule   value heads (each head's state is touched by one thread, its tokens in order)
+ *   delta_rule   value heads (each head's state is touched by one thread, its tokens in order); from
+ *                QW_DELTA_CHUNK_MIN_TOK tokens on, the chunked form of delta_chunk.c
  *   rms_norm, l2_norm, rope, conv1d_dw, silu, sigmoid, mul, axpy
  *                rows / tokens / element ranges when large, each range by the scalar reference code
  *                itself (so these are bit-identical to ref.c)
@@ -28,6 +29,7 @@
 
 #include "core/common.h"
 #include "core/pool.h"
+#include "kernels/delta_chunk.h"
 
 /* ------------------------------------------------------------------ scalar kernels */
 
@@ -486,6 +488,10 @@ typedef struct {
 /* Value head j over all tokens, in order: S = exp(g) S; u = beta (v - S^T k); S += k u^T; o = S^T q. */
 static void dr_heads(void *arg, int64_t j0, int64_t j1) {
     const dr_ctx *c = arg;
+    /* prefill: the chunked form, unless its scratch cannot be allocated */
+    if (c->n_tok >= QW_DELTA_CHUNK_MIN_TOK && qw_delta_chunk_heads(c->b->k, c->o, c->state, c->q, c->k, c->v, c->g,
+                                                                   c->beta, c->n_tok, c->hk, c->hv, c->dk, c->dv, j0, j1))
+        return;
     const qw_cpu_kernels *K = c->b->k;
     int rep = c->hv / c->hk, dk = c->dk, dv = c->dv;
     float kv[DR_MAX_DV], u[DR_MAX_DV];
