@@ -5,9 +5,18 @@
  * Sixty-four weights (two groups of 32) at a time: each type's unpack gives them as 64 bytes, a per-lane
  * f32 scale A (lane l covers elements 4l .. 4l+3, so a scale may change every 4 elements: Q6_K's 16-element
  * sub-blocks fit) and, for the types with a min, the two groups' B. vpdpbusd multiplies unsigned by signed
- * bytes, so weights that can be negative are split into |w| and their sign, moved onto the activation
- * (a -> -a where w < 0; a is never -128). Each lane's integer sum (at most 4 * 127 * 127) is exact in f32;
- * acc += isum * (A * d_act) per lane, the B terms beside it in a scalar, then the fixed 16 -> 1 tree.
+ * bytes, so the bytes are the integer weights plus a per-type offset o (type_offset: 128 for Q8_0 and the
+ * IQ4 levels, 8 for Q4_0, 16 for Q5_0, 32 for Q6_K, 0 for the unsigned types), and the offset comes back
+ * through vpdpbusd's accumulator, started at -o * (the sum of the lane's 4 activations): one vpdpbusd per
+ * token and pair of groups, none per weight row. Each lane's integer sum (at most 4 * 128 * 127 after the
+ * offset, 4 * 255 * 127 before it) is exact in int32 and f32; acc += isum * (A * d_act) per lane, the B
+ * terms beside it in a scalar, then the fixed 16 -> 1 tree.
+ * The unpacks (all ten weight types) are a few vector instructions each: 4-bit codes by one 16-bit shift
+ * per 16-byte lane and a mask, the fifth bits of Q5_0/Q5_1/Q5_K as a byte mask (a 64-bit integer or a
+ * vptestmb) that adds 16, IQ4_NL/IQ4_XS levels by vpshufb of the 16 kvalues. The f16 scales (and mins) of
+ * two 32-element blocks are read in scalar code; those of a 256-element super-block (K-quants, IQ4_XS) are
+ * decoded to f32 once for its four pairs of groups (super_scales), Q6_K's then spread to four lanes each.
+ * A row of 32-element blocks may end on a single group (`two` = 0); a super-block's groups always pair.
  * The result depends only on the row and the token, never on the tile shape or the thread count.
  * Error against the reference: |tile - qw_q8a_dot_ref| <= (n/32 + 16) * 2^-24 * qw_q8a_dot_abs
  * (tests/t_qkernels.c).
@@ -39,42 +48,179 @@ QW_INLINE __m512 halves(float a, float b) { return _mm512_mask_blend_ps(0xFF00, 
 
 QW_INLINE __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
-/* 32 bytes of nibbles -> low nibbles then high nibbles (Q4_0 packing of a group: 16 bytes -> 32 values) */
-QW_INLINE __m256i nibbles16(const uint8_t *qs) {
-    __m128i q = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+/* 32 bytes holding two groups packed as Q4_0 (16 bytes each: element i < 16 in the low nibble of byte i,
+ * element i + 16 in the high nibble) -> their 64 values 0..15 in element order */
+QW_INLINE __m512i nibbles64(__m256i q) {
+    __m512i v = _mm512_castsi256_si512(q);
+    v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 1, 0, 0)); /* 16-byte lanes q0 q0 q1 q1 */
+    v = _mm512_srlv_epi16(v, _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0, 0x0004000400040004,
+                                              0x0004000400040004, 0, 0));
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
 }
 
-/* Does the type's unpack give signed bytes (then the sign trick is needed) / group mins (B)? */
-QW_INLINE int type_signed(qw_type t) { return t == QW_TYPE_Q8_0 || t == QW_TYPE_Q4_0 || t == QW_TYPE_Q5_0 || t == QW_TYPE_Q6_K || t == QW_TYPE_IQ4_NL || t == QW_TYPE_IQ4_XS; }
-QW_INLINE int type_has_min(qw_type t) { return t == QW_TYPE_Q4_1 || t == QW_TYPE_Q5_1 || t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K; }
+/* the 16 quant bytes at offset off of 32-element blocks g and g+1 (of bs bytes each; only g when !two) */
+QW_INLINE __m256i qs_pair(const uint8_t *b, size_t bs, size_t off, int two) {
+    __m128i hi = two ? _mm_loadu_si128((const __m128i *)(b + bs + off)) : _mm_setzero_si128();
+    return _mm256_set_m128i(hi, _mm_loadu_si128((const __m128i *)(b + off)));
+}
+
+/* the f16 at offset off of blocks g and g+1 as the per-lane scale of their groups (0 for a missing g+1) */
+QW_INLINE __m512 f16_pair(const uint8_t *b, size_t bs, size_t off, int two) {
+    return halves(f16(b + off), two ? f16(b + bs + off) : 0.0f);
+}
+
+/* the 16 kvalues of IQ4_NL + 128 (as unsigned bytes) in each 16-byte lane, for vpshufb */
+QW_INLINE __m512i kvalues128(void) {
+    __m512i kv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qw_kvalues_iq4nl));
+    return _mm512_xor_si512(kv, _mm512_set1_epi8((char)0x80));
+}
+
+/* The offset of the type's unpacked bytes (iw = w - offset: w is unsigned) / does it have group mins (B)? */
+QW_INLINE int type_offset(qw_type t) {
+    switch (t) {
+    case QW_TYPE_Q8_0: case QW_TYPE_IQ4_NL: case QW_TYPE_IQ4_XS: return 128;
+    case QW_TYPE_Q4_0: return 8;
+    case QW_TYPE_Q5_0: return 16;
+    case QW_TYPE_Q6_K: return 32;
+    default: return 0;
+    }
+}
+QW_INLINE int type_has_min(qw_type t) {
+    return t == QW_TYPE_Q4_1 || t == QW_TYPE_Q5_1 || t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K;
+}
 
 /*
- * Groups g and g+1 (g even; `two` = 0: only group g, the rest zero) of a row: 64 weight bytes w, the
- * per-lane scale A, and the groups' mins B[2] (types with a min).
+ * The scales of a 256-element super-block as f32, decoded once for its four pairs of groups:
+ *     Q4_K, Q5_K  kc[j] = d * sc_j, kc[8 + j] = -dmin * m_j (sub-block j)
+ *     Q6_K        kc[s] = d * scales[s] (16-element sub-block s)
+ *     IQ4_XS      kc[j] = d * (ls_j - 32)
+ * Each is an f16 times an integer of at most 8 bits: exact in f32, as the scalar products were.
  */
-QW_INLINE void unpack(qw_type t, const uint8_t *row, int64_t g, int two, __m512i *w, __m512 *A, float B[2]) {
+QW_INLINE void super_scales(qw_type t, const uint8_t *b, float kc[16]) {
+    if (t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K) { /* the 6-bit scales and mins of qw_k4_scale_min, 4 at a time */
+        uint32_t u0 = qw_rd32(b + 4), u1 = qw_rd32(b + 8), u2 = qw_rd32(b + 12);
+        __m128i sm = _mm_set_epi32((int)((u2 >> 4 & 0x0F0F0F0F) | (u1 >> 2 & 0x30303030)), (int)(u1 & 0x3F3F3F3F),
+                                   (int)((u2 & 0x0F0F0F0F) | (u0 >> 2 & 0x30303030)), (int)(u0 & 0x3F3F3F3F));
+        __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm));
+        _mm512_storeu_ps(kc, _mm512_mul_ps(v, halves(f16(b), -f16(b + 2))));
+    } else if (t == QW_TYPE_Q6_K) {
+        __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + offsetof(qw_block_q6_K, scales))));
+        float d = f16(b + offsetof(qw_block_q6_K, d));
+        _mm512_storeu_ps(kc, _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_set1_ps(d)));
+    } else { /* IQ4_XS: low 4 bits of ls_j in nibble j of scales_l, high 2 in bits 2j, 2j+1 of scales_h */
+        __m256i lo = _mm256_srlv_epi32(_mm256_set1_epi32((int)qw_rd32(b + offsetof(qw_block_iq4_xs, scales_l))),
+                                       _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(qw_rd16(b + offsetof(qw_block_iq4_xs, scales_h))),
+                                       _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+        __m256i ls = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xF)),
+                                     _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4));
+        __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)));
+        _mm256_storeu_ps(kc, _mm256_mul_ps(v, _mm256_set1_ps(f16(b))));
+    }
+}
+
+/*
+ * Groups g and g+1 (g even; `two` = 0: only group g, and lanes 8-15 of A are zero, the other 32 bytes of w
+ * any values: their activations are zero) of a row: 64 unsigned weight bytes w (the integer weights plus
+ * type_offset), the per-lane scale A, and the groups' mins B[2] (types with a min). kc: the row's super_scales,
+ * refreshed here at the start of each super-block (K-quants and IQ4_XS).
+ */
+QW_INLINE void unpack(qw_type t, const uint8_t *row, int64_t g, int two, __m512i *w, __m512 *A, float B[2],
+                      float kc[16]) {
     switch (t) {
     case QW_TYPE_Q8_0: {
-        const uint8_t *b = row + g * 34;
+        const uint8_t *b = row + g * sizeof(qw_block_q8_0);
         __m256i lo = _mm256_loadu_si256((const __m256i *)(b + 2));
         __m256i hi = two ? _mm256_loadu_si256((const __m256i *)(b + 36)) : _mm256_setzero_si256();
-        *w = join(lo, hi);
+        *w = _mm512_xor_si512(join(lo, hi), _mm512_set1_epi8((char)0x80)); /* q + 128 */
         *A = halves(f16(b), two ? f16(b + 34) : 0.0f);
         return;
     }
-    case QW_TYPE_Q4_K: { /* groups g, g+1 = sub-blocks j, j+1 of one super-block: low / high nibbles of 32 bytes */
-        const uint8_t *b = row + g / 8 * 144;
+    case QW_TYPE_Q4_0:   /* iw = q - 8 */
+    case QW_TYPE_IQ4_NL: { /* iw = kvalues[q] (same block layout) */
+        size_t bs = sizeof(qw_block_q4_0);
+        const uint8_t *b = row + g * bs;
+        __m512i q = nibbles64(qs_pair(b, bs, offsetof(qw_block_q4_0, qs), two));
+        *w = t == QW_TYPE_Q4_0 ? q : _mm512_shuffle_epi8(kvalues128(), q);
+        *A = f16_pair(b, bs, 0, two);
+        return;
+    }
+    case QW_TYPE_Q4_1: {
+        size_t bs = sizeof(qw_block_q4_1);
+        const uint8_t *b = row + g * bs;
+        *w = nibbles64(qs_pair(b, bs, offsetof(qw_block_q4_1, qs), two));
+        *A = f16_pair(b, bs, 0, two);
+        B[0] = f16(b + offsetof(qw_block_q4_1, m));
+        B[1] = two ? f16(b + bs + offsetof(qw_block_q4_1, m)) : 0.0f;
+        return;
+    }
+    case QW_TYPE_Q5_0:   /* iw = q - 16 */
+    case QW_TYPE_Q5_1: { /* iw = q; q = the nibble + 16 where the fifth bit (bit i of qh) is set */
+        int q50 = t == QW_TYPE_Q5_0;
+        size_t bs = q50 ? sizeof(qw_block_q5_0) : sizeof(qw_block_q5_1);
+        size_t qh = q50 ? offsetof(qw_block_q5_0, qh) : offsetof(qw_block_q5_1, qh);
+        const uint8_t *b = row + g * bs;
+        __m512i q = nibbles64(qs_pair(b, bs, qh + 4, two)), sixteen = _mm512_set1_epi8(16);
+        __mmask64 h = _cvtu64_mask64(qw_rd32(b + qh) | (two ? (uint64_t)qw_rd32(b + bs + qh) << 32 : 0));
+        *w = _mm512_mask_add_epi8(q, h, q, sixteen);
+        *A = f16_pair(b, bs, 0, two);
+        if (!q50) {
+            B[0] = f16(b + offsetof(qw_block_q5_1, m));
+            B[1] = two ? f16(b + bs + offsetof(qw_block_q5_1, m)) : 0.0f;
+        }
+        return;
+    }
+    case QW_TYPE_Q4_K:   /* groups g, g+1 = sub-blocks j, j+1 of one super-block: low / high nibbles of 32 bytes */
+    case QW_TYPE_Q5_K: { /* and Q5_K's fifth bits: bits j, j+1 of the 32 bytes of qh */
+        size_t bs = t == QW_TYPE_Q4_K ? sizeof(qw_block_q4_K) : sizeof(qw_block_q5_K);
+        const uint8_t *b = row + g / 8 * bs, *qs = b + bs - QW_QK_K / 2; /* qs last in both */
         int j = (int)(g % 8);
-        uint8_t sc0, m0, sc1, m1;
-        qw_k4_scale_min(j, b + 4, &sc0, &m0);
-        qw_k4_scale_min(j + 1, b + 4, &sc1, &m1);
-        float d = f16(b), dmin = f16(b + 2);
-        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 16 * j)), m = _mm256_set1_epi8(0x0F);
+        if (j == 0) super_scales(t, b, kc);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 16 * j)), m = _mm256_set1_epi8(0x0F);
         *w = join(_mm256_and_si256(q, m), _mm256_and_si256(_mm256_srli_epi16(q, 4), m));
-        *A = halves(d * sc0, d * sc1);
-        B[0] = -dmin * m0;
-        B[1] = -dmin * m1;
+        if (t == QW_TYPE_Q5_K) {
+            __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + offsetof(qw_block_q5_K, qh))));
+            h = _mm512_srl_epi16(h, _mm_cvtsi32_si128(j)); /* bit j -> bit 0, j+1 -> 1 (j <= 6: within the byte) */
+            __mmask64 k = _mm512_test_epi8_mask(h, _mm512_set_epi64(0x0202020202020202, 0x0202020202020202,
+                                                                    0x0202020202020202, 0x0202020202020202,
+                                                                    0x0101010101010101, 0x0101010101010101,
+                                                                    0x0101010101010101, 0x0101010101010101));
+            *w = _mm512_mask_add_epi8(*w, k, *w, _mm512_set1_epi8(16));
+        }
+        *A = halves(kc[j], kc[j + 1]);
+        B[0] = kc[8 + j];
+        B[1] = kc[9 + j];
+        return;
+    }
+    case QW_TYPE_Q6_K: { /* groups g, g+1 = quarters k, k+1 (k = 0 or 2) of the 128-element half h: the low (k = 0)
+                          * or high (k = 2) nibbles of its 64 bytes of ql, bits 2k .. 2k+3 of its 32 bytes of qh;
+                          * iw = q - 32 and A = d * scales[s], a scale per 16 elements (4 lanes) */
+        const uint8_t *b = row + g / 8 * sizeof(qw_block_q6_K);
+        int h = (int)(g % 8) / 4, k = (int)(g % 4);
+        if (g % 8 == 0) super_scales(t, b, kc);
+        __m512i lo = _mm512_srl_epi16(_mm512_loadu_si512(b + 64 * h), _mm_cvtsi32_si128(2 * k));
+        /* bits 2k, 2k+1 (group k) and 2k+2, 2k+3 (k+1) of each qh byte -> bits 4, 5 (shifted in 16-bit words, but
+         * bits 4, 5 of each byte come from its own byte) */
+        const uint8_t *qh = b + offsetof(qw_block_q6_K, qh) + 32 * h;
+        __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh));
+        __m512i cnt = _mm512_add_epi16(_mm512_set1_epi16((short)(2 * k)),
+                                       _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
+                                                        0x0002000200020002, 0, 0, 0, 0));
+        hb = _mm512_slli_epi16(_mm512_srlv_epi16(hb, cnt), 4);
+        __m512i q = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), lo, hb, 0xCA); /* bits 0-3 of lo, 4-7 of hb */
+        *w = _mm512_and_si512(q, _mm512_set1_epi8(0x3F));
+        __m512 s4 = _mm512_castps128_ps512(_mm_loadu_ps(kc + 8 * h + 2 * k)); /* the pair's 4 scales */
+        *A = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), s4);
+        return;
+    }
+    case QW_TYPE_IQ4_XS: { /* groups g, g+1 = sub-blocks j, j+1: 32 bytes of qs packed as two Q4_0 groups,
+                            * iw = kvalues[q], A = d * (ls - 32) */
+        const uint8_t *b = row + g / 8 * sizeof(qw_block_iq4_xs);
+        int j = (int)(g % 8);
+        if (j == 0) super_scales(t, b, kc);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + offsetof(qw_block_iq4_xs, qs) + 16 * j));
+        *w = _mm512_shuffle_epi8(kvalues128(), nibbles64(q));
+        *A = halves(kc[j], kc[j + 1]);
         return;
     }
     default:
@@ -95,7 +241,7 @@ QW_INLINE float hsum(__m512 v) {
 QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
                          int64_t ldx, int64_t n) {
     __m512 acc[4][4];
-    float accB[4][4];
+    float accB[4][4], kc[4][16]; /* kc: each row's super_scales */
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) {
             acc[r][t] = _mm512_setzero_ps();
@@ -104,34 +250,32 @@ QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const
     int64_t ng = n / 32;
     for (int64_t g = 0; g < ng; g += 2) {
         int two = g + 1 < ng;
-        __m512i wv[4], av[4];
+        __m512i wv[4], av[4], s0[4];
         __m512 A[4], D[4];
-        __mmask64 neg[4];
         float B[4][2];
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            unpack(T, (const uint8_t *)w + (size_t)r * ws, g, two, &wv[r], &A[r], B[r]);
-            if (type_signed(T)) {
-                neg[r] = _mm512_movepi8_mask(wv[r]);
-                wv[r] = _mm512_abs_epi8(wv[r]);
-            }
-        }
+        for (int r = 0; r < NR; r++) unpack(T, (const uint8_t *)w + (size_t)r * ws, g, two, &wv[r], &A[r], B[r], kc[r]);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const qw_q8a *xa = x + t * ldx + g;
             __m256i hi = two ? _mm256_loadu_si256((const __m256i *)xa[1].q) : _mm256_setzero_si256();
             av[t] = join(_mm256_loadu_si256((const __m256i *)xa[0].q), hi);
             D[t] = halves(xa[0].d, two ? xa[1].d : 0.0f);
-            if (type_has_min(T))
-                for (int r = 0; r < NR; r++)
-                    accB[r][t] += B[r][0] * (xa[0].d * (float)xa[0].s) + (two ? B[r][1] * (xa[1].d * (float)xa[1].s) : 0.0f);
+            s0[t] = _mm512_setzero_si512(); /* -offset * (sum of each lane's 4 activations) */
+            if (type_offset(T)) {
+                __m512i o = _mm512_set1_epi8((char)type_offset(T));
+                s0[t] = _mm512_sub_epi32(s0[t], _mm512_dpbusd_epi32(s0[t], o, av[t]));
+            }
+            if (type_has_min(T)) { /* B[r][1] is 0 when !two */
+                float ds0 = xa[0].d * (float)xa[0].s, ds1 = two ? xa[1].d * (float)xa[1].s : 0.0f;
+                for (int r = 0; r < NR; r++) accB[r][t] += B[r][0] * ds0 + B[r][1] * ds1;
+            }
         }
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
-                __m512i a = type_signed(T) ? _mm512_mask_sub_epi8(av[t], neg[r], _mm512_setzero_si512(), av[t]) : av[t];
-                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], a);
+                __m512i s = _mm512_dpbusd_epi32(s0[t], wv[r], av[t]);
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(A[r], D[t]), acc[r][t]);
             }
     }
@@ -162,7 +306,15 @@ QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t
         qtile_any(T, y, ldy, w, ws, x, ldx, nr, nt, n);                                                            \
     }
 QTILE(QW_TYPE_Q8_0, q8_0)
+QTILE(QW_TYPE_Q4_0, q4_0)
+QTILE(QW_TYPE_Q4_1, q4_1)
+QTILE(QW_TYPE_Q5_0, q5_0)
+QTILE(QW_TYPE_Q5_1, q5_1)
 QTILE(QW_TYPE_Q4_K, q4_K)
+QTILE(QW_TYPE_Q5_K, q5_K)
+QTILE(QW_TYPE_Q6_K, q6_K)
+QTILE(QW_TYPE_IQ4_NL, iq4_nl)
+QTILE(QW_TYPE_IQ4_XS, iq4_xs)
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -12,7 +12,15 @@
     void qw_##v##_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,      \
                                int nr, int nt, int64_t n);
 QW_QTILE_DECL(avx512, q8_0)
+QW_QTILE_DECL(avx512, q4_0)
+QW_QTILE_DECL(avx512, q4_1)
+QW_QTILE_DECL(avx512, q5_0)
+QW_QTILE_DECL(avx512, q5_1)
 QW_QTILE_DECL(avx512, q4_K)
+QW_QTILE_DECL(avx512, q5_K)
+QW_QTILE_DECL(avx512, q6_K)
+QW_QTILE_DECL(avx512, iq4_nl)
+QW_QTILE_DECL(avx512, iq4_xs)
 QW_QTILE_DECL(avx2, q8_0)
 QW_QTILE_DECL(avx2, q4_0)
 QW_QTILE_DECL(avx2, q4_1)
