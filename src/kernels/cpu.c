@@ -25,6 +25,9 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 #include <string.h>
 
 #include "core/common.h"
@@ -156,6 +159,17 @@ static void detect(void) {
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
         available[n++] = &qw_kernels_avx512;
     if (fma_f16c && __builtin_cpu_supports("avx2")) available[n++] = &qw_kernels_avx2;
+#endif
+#if defined(__aarch64__)
+    /* the dot-product instructions (sdot) from the kernel's hwcaps; Apple's CPUs all have them */
+#if defined(__linux__)
+    int dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__APPLE__)
+    int dotprod = 1;
+#else
+    int dotprod = 0;
+#endif
+    available[n++] = dotprod ? &qw_kernels_neon_dotprod : &qw_kernels_neon;
 #endif
     available[n++] = &kernels_scalar;
     available[n] = NULL;

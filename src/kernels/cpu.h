@@ -67,5 +67,9 @@ int qw_ops_cpu_n_threads(const qw_ops *ops);
 extern const qw_cpu_kernels qw_kernels_avx2;   /* AVX2 + FMA + F16C */
 extern const qw_cpu_kernels qw_kernels_avx512; /* AVX-512 F + BW + VL */
 #endif
+#if defined(__aarch64__)
+extern const qw_cpu_kernels qw_kernels_neon;         /* AdvSIMD ("neon") */
+extern const qw_cpu_kernels qw_kernels_neon_dotprod; /* the same with sdot integer dots (Armv8.2 dot product) */
+#endif
 
 #endif

@@ -33,4 +33,23 @@ QW_QTILE_DECL(avx2, iq4_nl)
 QW_QTILE_DECL(avx2, iq4_xs)
 #endif
 
+#if defined(__aarch64__)
+/* neon_q.c: each tile with the smull dot (qw_neon_*) and with sdot (qw_neondot_*, Armv8.2 dot product) */
+#define QW_QTILE_DECL_NEON(name)                                                                                   \
+    void qw_neon_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,       \
+                              int nr, int nt, int64_t n);                                                          \
+    void qw_neondot_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,    \
+                                 int nr, int nt, int64_t n);
+QW_QTILE_DECL_NEON(q8_0)
+QW_QTILE_DECL_NEON(q4_0)
+QW_QTILE_DECL_NEON(q4_1)
+QW_QTILE_DECL_NEON(q5_0)
+QW_QTILE_DECL_NEON(q5_1)
+QW_QTILE_DECL_NEON(q4_K)
+QW_QTILE_DECL_NEON(q5_K)
+QW_QTILE_DECL_NEON(q6_K)
+QW_QTILE_DECL_NEON(iq4_nl)
+QW_QTILE_DECL_NEON(iq4_xs)
+#endif
+
 #endif
