@@ -325,21 +325,9 @@ QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t
     }
 }
 
-#define QTILE(T, name)                                                                                             \
-    void qw_avx512_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,     \
-                                int nr, int nt, int64_t n) {                                                       \
-        qtile_any(T, y, ldy, w, ws, x, ldx, nr, nt, n);                                                            \
-    }
-QTILE(QW_TYPE_Q8_0, q8_0)
-QTILE(QW_TYPE_Q4_0, q4_0)
-QTILE(QW_TYPE_Q4_1, q4_1)
-QTILE(QW_TYPE_Q5_0, q5_0)
-QTILE(QW_TYPE_Q5_1, q5_1)
-QTILE(QW_TYPE_Q4_K, q4_K)
-QTILE(QW_TYPE_Q5_K, q5_K)
-QTILE(QW_TYPE_Q6_K, q6_K)
-QTILE(QW_TYPE_IQ4_NL, iq4_nl)
-QTILE(QW_TYPE_IQ4_XS, iq4_xs)
+#define QTILE(v, T, name)                                                                                          \
+    QW_QTILE_PROTO(v, T, name) { qtile_any(T, y, ldy, w, ws, x, ldx, nr, nt, n); }
+QW_QTILE_LIST(QTILE, avx512)
 
 #if defined(__clang__)
 #pragma clang attribute pop

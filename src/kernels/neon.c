@@ -196,11 +196,7 @@ static void scale_axpy(float *y, float s, float a, const float *x, int n) {
         .name = "neon", .lanes = LANES, .tile_nr = 4, .tile_nt = 2,                                                \
         .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,                   \
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
-        .qtile = {[QW_TYPE_Q8_0] = qw_##v##_qtile_q8_0, [QW_TYPE_Q4_0] = qw_##v##_qtile_q4_0,                      \
-                  [QW_TYPE_Q4_1] = qw_##v##_qtile_q4_1, [QW_TYPE_Q5_0] = qw_##v##_qtile_q5_0,                      \
-                  [QW_TYPE_Q5_1] = qw_##v##_qtile_q5_1, [QW_TYPE_Q4_K] = qw_##v##_qtile_q4_K,                      \
-                  [QW_TYPE_Q5_K] = qw_##v##_qtile_q5_K, [QW_TYPE_Q6_K] = qw_##v##_qtile_q6_K,                      \
-                  [QW_TYPE_IQ4_NL] = qw_##v##_qtile_iq4_nl, [QW_TYPE_IQ4_XS] = qw_##v##_qtile_iq4_xs},             \
+        .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)},                                                               \
         .decay_acc = decay_acc, .rank1_acc = rank1_acc, .scale_axpy = scale_axpy,                                  \
     }
 

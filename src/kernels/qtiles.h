@@ -1,55 +1,35 @@
 /*
  * qtiles.h - the integer dot tiles (cpu.h's qw_qtile_fn) of each SIMD variant, one per weight type,
- * defined in avx512_q.c / avx2_q.c and listed in the variants' kernel tables.
+ * defined in avx512_q.c / avx2_q.c / neon_q.c and listed in the variants' kernel tables.
  */
 #ifndef QW_QTILES_H
 #define QW_QTILES_H
 
 #include "kernels/cpu.h"
 
-#if defined(__x86_64__)
-#define QW_QTILE_DECL(v, name)                                                                                     \
+/* The weight types with integer tiles, as X(v, type, suffix) for variant v: one list for the declarations,
+ * the definitions in each *_q.c and the .qtile initialiser of each kernel table. */
+#define QW_QTILE_LIST(X, v)                                                                                        \
+    X(v, QW_TYPE_Q8_0, q8_0) X(v, QW_TYPE_Q4_0, q4_0) X(v, QW_TYPE_Q4_1, q4_1) X(v, QW_TYPE_Q5_0, q5_0)            \
+    X(v, QW_TYPE_Q5_1, q5_1) X(v, QW_TYPE_Q4_K, q4_K) X(v, QW_TYPE_Q5_K, q5_K) X(v, QW_TYPE_Q6_K, q6_K)            \
+    X(v, QW_TYPE_IQ4_NL, iq4_nl) X(v, QW_TYPE_IQ4_XS, iq4_xs)
+
+/* qw_<v>_qtile_<suffix>: the prototype, and its entry in a table's .qtile */
+#define QW_QTILE_PROTO(v, T, name)                                                                                 \
     void qw_##v##_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,      \
-                               int nr, int nt, int64_t n);
-QW_QTILE_DECL(avx512, q8_0)
-QW_QTILE_DECL(avx512, q4_0)
-QW_QTILE_DECL(avx512, q4_1)
-QW_QTILE_DECL(avx512, q5_0)
-QW_QTILE_DECL(avx512, q5_1)
-QW_QTILE_DECL(avx512, q4_K)
-QW_QTILE_DECL(avx512, q5_K)
-QW_QTILE_DECL(avx512, q6_K)
-QW_QTILE_DECL(avx512, iq4_nl)
-QW_QTILE_DECL(avx512, iq4_xs)
-QW_QTILE_DECL(avx2, q8_0)
-QW_QTILE_DECL(avx2, q4_0)
-QW_QTILE_DECL(avx2, q4_1)
-QW_QTILE_DECL(avx2, q5_0)
-QW_QTILE_DECL(avx2, q5_1)
-QW_QTILE_DECL(avx2, q4_K)
-QW_QTILE_DECL(avx2, q5_K)
-QW_QTILE_DECL(avx2, q6_K)
-QW_QTILE_DECL(avx2, iq4_nl)
-QW_QTILE_DECL(avx2, iq4_xs)
+                               int nr, int nt, int64_t n)
+#define QW_QTILE_DECL(v, T, name) QW_QTILE_PROTO(v, T, name);
+#define QW_QTILE_INIT(v, T, name) [T] = qw_##v##_qtile_##name,
+
+#if defined(__x86_64__)
+QW_QTILE_LIST(QW_QTILE_DECL, avx512)
+QW_QTILE_LIST(QW_QTILE_DECL, avx2)
 #endif
 
 #if defined(__aarch64__)
 /* neon_q.c: each tile with the smull dot (qw_neon_*) and with sdot (qw_neondot_*, Armv8.2 dot product) */
-#define QW_QTILE_DECL_NEON(name)                                                                                   \
-    void qw_neon_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,       \
-                              int nr, int nt, int64_t n);                                                          \
-    void qw_neondot_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,    \
-                                 int nr, int nt, int64_t n);
-QW_QTILE_DECL_NEON(q8_0)
-QW_QTILE_DECL_NEON(q4_0)
-QW_QTILE_DECL_NEON(q4_1)
-QW_QTILE_DECL_NEON(q5_0)
-QW_QTILE_DECL_NEON(q5_1)
-QW_QTILE_DECL_NEON(q4_K)
-QW_QTILE_DECL_NEON(q5_K)
-QW_QTILE_DECL_NEON(q6_K)
-QW_QTILE_DECL_NEON(iq4_nl)
-QW_QTILE_DECL_NEON(iq4_xs)
+QW_QTILE_LIST(QW_QTILE_DECL, neon)
+QW_QTILE_LIST(QW_QTILE_DECL, neondot)
 #endif
 
 #endif
