@@ -261,10 +261,13 @@ QW_INLINE float hsum(__m512 v) {
 QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
                          int64_t ldx, int64_t n) {
     __m512 acc[4][4];
+    __m256 accK[4][4]; /* Q4_K / Q5_K: the min terms, sub-block j in lane j, one FMA per super-block */
     float accB[4][4], kc[4][16]; /* kc: each row's super_scales */
+    const int kmin = T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K;
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) {
             acc[r][t] = _mm512_setzero_ps();
+            accK[r][t] = _mm256_setzero_ps();
             accB[r][t] = 0;
         }
     int64_t ng = n / 32;
@@ -291,7 +294,13 @@ QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const
                 __m512i o = _mm512_set1_epi8((char)type_offset(T));
                 s0[t] = _mm512_sub_epi32(s0[t], _mm512_dpbusd_epi32(s0[t], o, av[t]));
             }
-            if (type_has_min(T)) { /* B[r][1] is 0 when !two */
+            if (kmin && g % 8 == 0) { /* d_g * s_g of the super-block's 8 groups against each row's 8 mins */
+                const qw_q8a *xs = x + t * ldx + g;
+                __m256 ds = _mm256_setr_ps(xs[0].d * (float)xs[0].s, xs[1].d * (float)xs[1].s, xs[2].d * (float)xs[2].s,
+                                           xs[3].d * (float)xs[3].s, xs[4].d * (float)xs[4].s, xs[5].d * (float)xs[5].s,
+                                           xs[6].d * (float)xs[6].s, xs[7].d * (float)xs[7].s);
+                for (int r = 0; r < NR; r++) accK[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(kc[r] + 8), ds, accK[r][t]);
+            } else if (type_has_min(T) && !kmin) { /* B[r][1] is 0 when !two */
                 float ds0 = xa[0].d * (float)xa[0].s, ds1 = two ? xa[1].d * (float)xa[1].s : 0.0f;
                 for (int r = 0; r < NR; r++) accB[r][t] += B[r][0] * ds0 + B[r][1] * ds1;
             }
@@ -305,7 +314,9 @@ QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const
             }
     }
     for (int r = 0; r < NR; r++)
-        for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum(acc[r][t]) + accB[r][t];
+        for (int t = 0; t < NT; t++)
+            y[t * ldy + r] = hsum(kmin ? _mm512_add_ps(acc[r][t], _mm512_zextps256_ps512(accK[r][t])) : acc[r][t]) +
+                             accB[r][t];
 }
 
 /* Any nr <= 4, nt <= 4 from the specialised shapes 4x4, 4x1, 1x4, 1x1 (each output is computed the same
