@@ -187,28 +187,16 @@ static void test_gguf_source(const char *dir, const int32_t *ids, int n) {
     unlink(q4);
 }
 
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int main(int argc, char **argv) {
     const char *root = argc > 1 ? argv[1] : "tests/fixtures";
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/qwenc-lq-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        printf("FAIL cannot create a directory under %s\n", t && *t ? t : "/tmp");
+    if (!test_make_tmpdir(tmpdir, sizeof(tmpdir), "qwenc-lq")) {
         printf("0 passed, 1 failed\n");
         return 1;
     }
-    DIR *d = opendir(root);
-    CHECK(d != NULL, "cannot open fixture directory %s", root);
     char *names[64];
-    int n = 0;
-    for (struct dirent *de; d && (de = readdir(d)) && n < 64;) {
-        char p[1100];
-        snprintf(p, sizeof(p), "%s/%s/config.json", root, de->d_name);
-        if (de->d_name[0] != '.' && access(p, R_OK) == 0) names[n++] = strdup(de->d_name);
-    }
-    if (d) closedir(d);
-    qsort(names, (size_t)n, sizeof(char *), cmp_name);
+    int n = test_list_fixtures(root, 0, names, 64);
+    CHECK(n >= 0, "cannot open fixture directory %s", root);
     CHECK(n >= 7, "expected at least 7 fixtures in %s, found %d", root, n);
     for (int i = 0; i < n; i++) {
         char dir[1100], tok[1200];

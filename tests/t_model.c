@@ -89,27 +89,11 @@ static void test_fixture(const char *dir) {
     qwenc_model_free(m);
 }
 
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 static void test_fixtures(const char *root) {
-    DIR *d = opendir(root);
-    CHECK(d != NULL, "cannot open fixture directory %s", root);
-    if (!d) return;
     char *names[64];
-    int n = 0;
-    for (struct dirent *de; (de = readdir(d)) && n < 64;) {
-        if (de->d_name[0] == '.') continue;
-        char p[1100], q[1100];
-        snprintf(p, sizeof(p), "%s/%s/config.json", root, de->d_name);
-        snprintf(q, sizeof(q), "%s/%s/model.txt", root, de->d_name);
-        FILE *f = fopen(p, "r");
-        if (!f) f = fopen(q, "r");
-        if (!f) continue;
-        fclose(f);
-        names[n++] = strdup(de->d_name);
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof(char *), cmp_name);
+    int n = test_list_fixtures(root, 1, names, 64);
+    CHECK(n >= 0, "cannot open fixture directory %s", root);
+    if (n < 0) return;
     CHECK(n >= 7, "expected at least 7 fixtures in %s, found %d", root, n);
     for (int i = 0; i < n; i++) {
         char p[1100];

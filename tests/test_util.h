@@ -1,15 +1,17 @@
 /*
  * test_util.h - what every test program shares: the CHECK macro with its pass/fail counters and the
- * closing "N passed, M failed" line, and the helpers of the model tests (reading reference files,
- * comparing logits, running a model in steps). Header-only: each tests/t_*.c is its own program.
+ * closing "N passed, M failed" line, and the helpers of the model tests (listing the fixtures, a scratch
+ * directory, reading reference files, comparing logits, running a model in steps). Header-only: each tests/t_*.c is its own program.
  */
 #ifndef QW_TEST_UTIL_H
 #define QW_TEST_UTIL_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/mapfile.h"
 #include "qwenc.h"
@@ -29,6 +31,37 @@ static int n_pass, n_fail;
     } while (0)
 
 /* Print the closing line tests/run.sh reads and return the exit status. */
+static inline int test_cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The fixture directories under root (those holding config.json, or also model.txt, a pointer to a model
+ * elsewhere, when with_pointers), sorted by name, at most max; the caller frees the names. -1 if root cannot
+ * be opened. */
+static inline int test_list_fixtures(const char *root, int with_pointers, char **names, int max) {
+    DIR *d = opendir(root);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) && n < max;) {
+        if (de->d_name[0] == '.') continue;
+        char p[1100], q[1100];
+        snprintf(p, sizeof(p), "%s/%s/config.json", root, de->d_name);
+        snprintf(q, sizeof(q), "%s/%s/model.txt", root, de->d_name);
+        if (access(p, R_OK) == 0 || (with_pointers && access(q, R_OK) == 0)) names[n++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof(char *), test_cmp_name);
+    return n;
+}
+
+/* A new directory $TMPDIR/<tag>-XXXXXX (TMPDIR unset: /tmp) written to buf; prints the failure and returns 0
+ * if it cannot be made. */
+static inline int test_make_tmpdir(char *buf, size_t len, const char *tag) {
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, len, "%s/%s-XXXXXX", t && *t ? t : "/tmp", tag);
+    if (mkdtemp(buf)) return 1;
+    printf("FAIL cannot create a directory under %s\n", t && *t ? t : "/tmp");
+    return 0;
+}
+
 static inline int test_summary(void) {
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
