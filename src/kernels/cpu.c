@@ -33,6 +33,7 @@
 #include "core/common.h"
 #include "core/pool.h"
 #include "kernels/delta_chunk.h"
+#include "kernels/qtiles.h"
 
 /* ------------------------------------------------------------------ scalar kernels */
 
@@ -106,21 +107,13 @@ static void sc_qtile(float *y, int64_t ldy, qw_type type, const void *w, size_t 
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) y[t * ldy + r] = qw_q8a_dot_ref(type, (const char *)w + r * ws, x + t * ldx, n);
 }
-#define SC_QTILE(T, name)                                                                                          \
+#define SC_QTILE(v, T, name)                                                                                        \
     static void sc_qtile_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,    \
                                 int nr, int nt, int64_t n) {                                                       \
         sc_qtile(y, ldy, T, w, ws, x, ldx, nr, nt, n);                                                             \
     }
-SC_QTILE(QW_TYPE_Q8_0, q8_0)
-SC_QTILE(QW_TYPE_Q4_0, q4_0)
-SC_QTILE(QW_TYPE_Q4_1, q4_1)
-SC_QTILE(QW_TYPE_Q5_0, q5_0)
-SC_QTILE(QW_TYPE_Q5_1, q5_1)
-SC_QTILE(QW_TYPE_Q4_K, q4_K)
-SC_QTILE(QW_TYPE_Q5_K, q5_K)
-SC_QTILE(QW_TYPE_Q6_K, q6_K)
-SC_QTILE(QW_TYPE_IQ4_NL, iq4_nl)
-SC_QTILE(QW_TYPE_IQ4_XS, iq4_xs)
+QW_QTILE_LIST(SC_QTILE, -)
+#define SC_QTILE_INIT(v, T, name) [T] = sc_qtile_##name,
 
 static const qw_cpu_kernels kernels_scalar = {
     .name = "scalar",
@@ -128,10 +121,7 @@ static const qw_cpu_kernels kernels_scalar = {
     .tile_nr = 4,
     .tile_nt = 4,
     .tile = {[QW_TYPE_F32] = sc_tile_f32, [QW_TYPE_BF16] = sc_tile_bf16, [QW_TYPE_F16] = sc_tile_f16},
-    .qtile = {[QW_TYPE_Q8_0] = sc_qtile_q8_0, [QW_TYPE_Q4_0] = sc_qtile_q4_0, [QW_TYPE_Q4_1] = sc_qtile_q4_1,
-              [QW_TYPE_Q5_0] = sc_qtile_q5_0, [QW_TYPE_Q5_1] = sc_qtile_q5_1, [QW_TYPE_Q4_K] = sc_qtile_q4_K,
-              [QW_TYPE_Q5_K] = sc_qtile_q5_K, [QW_TYPE_Q6_K] = sc_qtile_q6_K, [QW_TYPE_IQ4_NL] = sc_qtile_iq4_nl,
-              [QW_TYPE_IQ4_XS] = sc_qtile_iq4_xs},
+    .qtile = {QW_QTILE_LIST(SC_QTILE_INIT, -)},
     .decay_acc = sc_decay_acc,
     .rank1_acc = sc_rank1_acc,
     .scale_axpy = sc_scale_axpy,
