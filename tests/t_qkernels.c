@@ -187,6 +187,9 @@ static void test_qtile(const qw_cpu_kernels *k, qw_type type) {
             float y44[16], y11[16], y41[16];
             k->qtile[type](y44, 4, wq, rb, xq, nb, 4, 4, n);
             for (int tk = 0; tk < 4; tk++) k->qtile[type](y41 + tk * 4, 4, wq, rb, xq + tk * nb, nb, 4, 1, n);
+            float y31[3]; /* one token may take any number of rows (cpu.h) */
+            k->qtile[type](y31, 3, wq + rb, rb, xq + 2 * nb, nb, 3, 1, n);
+            same &= !memcmp(y31, &y44[2 * 4 + 1], 3 * sizeof(float));
             for (int r = 0; r < 4; r++)
                 for (int tk = 0; tk < 4; tk++) {
                     k->qtile[type](&y11[tk * 4 + r], 1, wq + r * rb, 0, xq + tk * nb, 0, 1, 1, n);

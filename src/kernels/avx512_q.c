@@ -34,8 +34,11 @@
 #endif
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/common.h"
 #include "kernels/qtiles.h"
 #include "tensor/quant.h"
 
@@ -100,10 +103,6 @@ QW_INLINE int pair_bytes(qw_type t) {
     default: __builtin_unreachable();
     }
 }
-
-/* Decode streams several weight rows from memory at once; the hardware prefetcher alone leaves part of
- * the bandwidth unused, so each pair step also asks for the line QW_Q_PREFETCH bytes ahead in every row. */
-#define QW_Q_PREFETCH 768
 
 QW_INLINE int type_has_min(qw_type t) {
     return t == QW_TYPE_Q4_1 || t == QW_TYPE_Q5_1 || t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K;
@@ -257,9 +256,40 @@ QW_INLINE float hsum(__m512 v) {
     return _mm_cvtss_f32(b);
 }
 
-/* An NR x NT tile (compile-time sizes once inlined). */
+/* The activation side of one pair step for one token: the same for every weight row, so a one-token matmul
+ * prepares it once (prep_pairs) and its rows read it back. */
+typedef struct {
+    __m512i a;  /* the pair's 64 activation bytes (zeros for a missing group g+1) */
+    __m512i s0; /* -type_offset * (sum of each lane's 4 activations): vpdpbusd's starting value */
+    __m512 D;   /* d of group g in lanes 0-7, of g+1 in lanes 8-15 */
+    __m256 dsK; /* K-quants, first pair of a super-block: d_g * s_g of its 8 groups */
+    float ds[2]; /* Q4_1 / Q5_1: d * s of groups g and g+1 (0 for a missing g+1) */
+} act_pair;
+
+QW_INLINE void act_prep(qw_type T, const qw_q8a *x, int64_t g, int two, act_pair *ap) {
+    const qw_q8a *xa = x + g;
+    __m256i hi = two ? _mm256_loadu_si256((const __m256i *)xa[1].q) : _mm256_setzero_si256();
+    ap->a = join(_mm256_loadu_si256((const __m256i *)xa[0].q), hi);
+    ap->D = halves(xa[0].d, two ? xa[1].d : 0.0f);
+    ap->s0 = _mm512_setzero_si512();
+    if (type_offset(T)) {
+        __m512i o = _mm512_set1_epi8((char)type_offset(T));
+        ap->s0 = _mm512_sub_epi32(ap->s0, _mm512_dpbusd_epi32(ap->s0, o, ap->a));
+    }
+    if ((T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K) && g % 8 == 0)
+        ap->dsK = _mm256_setr_ps(xa[0].d * (float)xa[0].s, xa[1].d * (float)xa[1].s, xa[2].d * (float)xa[2].s,
+                                 xa[3].d * (float)xa[3].s, xa[4].d * (float)xa[4].s, xa[5].d * (float)xa[5].s,
+                                 xa[6].d * (float)xa[6].s, xa[7].d * (float)xa[7].s);
+    if (type_has_min(T)) {
+        ap->ds[0] = xa[0].d * (float)xa[0].s;
+        ap->ds[1] = two ? xa[1].d * (float)xa[1].s : 0.0f;
+    }
+}
+
+/* An NR x NT tile (compile-time sizes once inlined). pre (NT = 1 only): the token's act_pair of every pair
+ * step, prepared by the caller; NULL: prepared here. */
 QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
-                         int64_t ldx, int64_t n) {
+                         int64_t ldx, int64_t n, const act_pair *pre) {
     __m512 acc[4][4];
     __m256 accK[4][4]; /* Q4_K / Q5_K: the min terms, sub-block j in lane j, one FMA per super-block */
     float accB[4][4], kc[4][16]; /* kc: each row's super_scales */
@@ -273,44 +303,30 @@ QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const
     int64_t ng = n / 32;
     for (int64_t g = 0; g < ng; g += 2) {
         int two = g + 1 < ng;
-        __m512i wv[4], av[4], s0[4];
-        __m512 A[4], D[4];
+        __m512i wv[4];
+        __m512 A[4];
         float B[4][2];
+        act_pair ap[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const char *ahead = (const char *)w + (size_t)r * ws + g / 2 * pair_bytes(T) + QW_Q_PREFETCH;
-            _mm_prefetch(ahead, _MM_HINT_T0);
-            if (pair_bytes(T) > 64) _mm_prefetch(ahead + 64, _MM_HINT_T0);
-            unpack(T, (const uint8_t *)w + (size_t)r * ws, g, two, &wv[r], &A[r], B[r], kc[r]);
-        }
+        for (int r = 0; r < NR; r++) unpack(T, (const uint8_t *)w + (size_t)r * ws, g, two, &wv[r], &A[r], B[r], kc[r]);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
-            const qw_q8a *xa = x + t * ldx + g;
-            __m256i hi = two ? _mm256_loadu_si256((const __m256i *)xa[1].q) : _mm256_setzero_si256();
-            av[t] = join(_mm256_loadu_si256((const __m256i *)xa[0].q), hi);
-            D[t] = halves(xa[0].d, two ? xa[1].d : 0.0f);
-            s0[t] = _mm512_setzero_si512(); /* -offset * (sum of each lane's 4 activations) */
-            if (type_offset(T)) {
-                __m512i o = _mm512_set1_epi8((char)type_offset(T));
-                s0[t] = _mm512_sub_epi32(s0[t], _mm512_dpbusd_epi32(s0[t], o, av[t]));
-            }
+            if (pre)
+                ap[t] = pre[g / 2];
+            else
+                act_prep(T, x + t * ldx, g, two, &ap[t]);
             if (kmin && g % 8 == 0) { /* d_g * s_g of the super-block's 8 groups against each row's 8 mins */
-                const qw_q8a *xs = x + t * ldx + g;
-                __m256 ds = _mm256_setr_ps(xs[0].d * (float)xs[0].s, xs[1].d * (float)xs[1].s, xs[2].d * (float)xs[2].s,
-                                           xs[3].d * (float)xs[3].s, xs[4].d * (float)xs[4].s, xs[5].d * (float)xs[5].s,
-                                           xs[6].d * (float)xs[6].s, xs[7].d * (float)xs[7].s);
-                for (int r = 0; r < NR; r++) accK[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(kc[r] + 8), ds, accK[r][t]);
+                for (int r = 0; r < NR; r++) accK[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(kc[r] + 8), ap[t].dsK, accK[r][t]);
             } else if (type_has_min(T) && !kmin) { /* B[r][1] is 0 when !two */
-                float ds0 = xa[0].d * (float)xa[0].s, ds1 = two ? xa[1].d * (float)xa[1].s : 0.0f;
-                for (int r = 0; r < NR; r++) accB[r][t] += B[r][0] * ds0 + B[r][1] * ds1;
+                for (int r = 0; r < NR; r++) accB[r][t] += B[r][0] * ap[t].ds[0] + B[r][1] * ap[t].ds[1];
             }
         }
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
-                __m512i s = _mm512_dpbusd_epi32(s0[t], wv[r], av[t]);
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(A[r], D[t]), acc[r][t]);
+                __m512i s = _mm512_dpbusd_epi32(ap[t].s0, wv[r], ap[t].a);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(A[r], ap[t].D), acc[r][t]);
             }
     }
     for (int r = 0; r < NR; r++)
@@ -319,20 +335,65 @@ QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const
                              accB[r][t];
 }
 
-/* Any nr <= 4, nt <= 4 from the specialised shapes 4x4, 4x1, 1x4, 1x1 (each output is computed the same
- * way in all of them). */
+/* The calling thread's act_pair buffer: grown, never shrunk (decode allocates nothing once the widest
+ * matmul has run), freed when the thread ends. */
+static pthread_key_t pre_key;
+static pthread_once_t pre_once = PTHREAD_ONCE_INIT;
+typedef struct {
+    int64_t cap;
+    act_pair *p;
+} pre_buf;
+static void pre_free(void *v) {
+    pre_buf *b = v;
+    free(b->p);
+    free(b);
+}
+static void pre_init(void) {
+    if (pthread_key_create(&pre_key, pre_free) != 0) abort();
+}
+static act_pair *pre_scratch(int64_t n) {
+    pthread_once(&pre_once, pre_init);
+    pre_buf *b = pthread_getspecific(pre_key);
+    if (!b) {
+        b = qw_xcalloc(1, sizeof(*b));
+        if (pthread_setspecific(pre_key, b) != 0) abort();
+    }
+    if (n > b->cap) {
+        free(b->p);
+        b->cap = n + n / 4;
+        b->p = aligned_alloc(64, (size_t)b->cap * sizeof(act_pair));
+        if (!b->p) abort();
+    }
+    return b->p;
+}
+
+/* One token against nr rows (any nr): its act_pairs once, then each row alone from start to end. */
+QW_INLINE void qrows_1tok(qw_type T, float *y, const void *w, size_t ws, const qw_q8a *x, int nr, int64_t n) {
+    int64_t ng = n / 32;
+    act_pair *pre = pre_scratch((ng + 1) / 2);
+    for (int64_t g = 0; g < ng; g += 2) act_prep(T, x, g, g + 1 < ng, &pre[g / 2]);
+    for (int r = 0; r < nr; r++) qtile_nxm(T, 1, 1, y + r, 1, (const char *)w + r * ws, ws, x, 0, n, pre);
+}
+
+/*
+ * Any nr <= 4, nt <= 4 from the specialised shapes 4x4, 1x4 and 1x1 (each output is computed the same way
+ * in all of them). Fewer than 4 tokens (decode) take the rows one at a time: a single sequential stream
+ * through memory. Reading 2 or 4 rows side by side, the hardware prefetcher of the AMD Zen 4 development
+ * VM kept only half of DRAM's bandwidth busy (one Q8_0 row at a time: 22 GB/s on one core, 4 rows: 9.5;
+ * software prefetching of the 4 rows did not recover it).
+ */
 QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
                          int nr, int nt, int64_t n) {
     if (nr == 4 && nt == 4) {
-        qtile_nxm(T, 4, 4, y, ldy, w, ws, x, ldx, n);
-    } else if (nr == 4) {
-        for (int t = 0; t < nt; t++) qtile_nxm(T, 4, 1, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, n);
+        qtile_nxm(T, 4, 4, y, ldy, w, ws, x, ldx, n, NULL);
     } else if (nt == 4) {
-        for (int r = 0; r < nr; r++) qtile_nxm(T, 1, 4, y + r, ldy, (const char *)w + r * ws, ws, x, ldx, n);
+        for (int r = 0; r < nr; r++) qtile_nxm(T, 1, 4, y + r, ldy, (const char *)w + r * ws, ws, x, ldx, n, NULL);
+    } else if (nt == 1) {
+        qrows_1tok(T, y, w, ws, x, nr, n);
     } else {
         for (int r = 0; r < nr; r++)
             for (int t = 0; t < nt; t++)
-                qtile_nxm(T, 1, 1, y + t * ldy + r, ldy, (const char *)w + r * ws, ws, x + t * ldx, ldx, n);
+                qtile_nxm(T, 1, 1, y + t * ldy + r, ldy, (const char *)w + r * ws, ws, x + t * ldx, ldx, n, NULL);
     }
 }
 

@@ -222,6 +222,11 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
     if (c->qtile) {
         int64_t ldq = c->cols / QW_Q8A_BLOCK;
         const char *wd = c->w->data;
+        if (c->n_tok == 1) { /* decode: all the chunk's rows in one call (cpu.h) */
+            c->qtile(c->y + r0, c->rows, wd + (size_t)r0 * c->row_bytes, c->row_bytes, c->xq, ldq, (int)(r1 - r0), 1,
+                     c->cols);
+            return;
+        }
         for (int64_t t0 = 0; t0 < c->n_tok; t0 += c->tok_tile) {
             int64_t t1 = QW_MIN(c->n_tok, t0 + c->tok_tile);
             for (int64_t r = r0; r < r1; r += c->tile_nr) {
