@@ -287,18 +287,20 @@ QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const
         for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum(acc[r][t]) + accB[r][t];
 }
 
-/* Any nr <= 4, nt <= 4 from the shapes 4x2, 4x1, 1x2, 1x1 (each output computed the same way in all);
+/* Any nr, nt <= 4 (cpu.h) from the shapes 4x2, 4x1, 1x2, 1x1 (each output computed the same way in all);
  * one token takes the rows one at a time (avx512_q.c's qtile_any says why). */
 QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
                          int nr, int nt, int64_t n) {
-    if (nr == 4 && nt > 1) { /* one token (decode): a row at a time, as avx512_q.c's qtile_any says why */
-        int t = 0;
-        for (; t + 2 <= nt; t += 2) qtile_nxm(T, 4, 2, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, n);
-        if (t < nt) qtile_nxm(T, 4, 1, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, n);
-        return;
-    }
-    for (int r = 0; r < nr; r++) {
-        const char *wr = (const char *)w + r * ws;
+    int r = 0;
+    if (nt > 1)
+        for (; r + 4 <= nr; r += 4) {
+            const char *wr = (const char *)w + (size_t)r * ws;
+            int t = 0;
+            for (; t + 2 <= nt; t += 2) qtile_nxm(T, 4, 2, y + t * ldy + r, ldy, wr, ws, x + t * ldx, ldx, n);
+            if (t < nt) qtile_nxm(T, 4, 1, y + t * ldy + r, ldy, wr, ws, x + t * ldx, ldx, n);
+        }
+    for (; r < nr; r++) {
+        const char *wr = (const char *)w + (size_t)r * ws;
         int t = 0;
         for (; t + 2 <= nt; t += 2) qtile_nxm(T, 1, 2, y + t * ldy + r, ldy, wr, ws, x + t * ldx, ldx, n);
         if (t < nt) qtile_nxm(T, 1, 1, y + t * ldy + r, ldy, wr, ws, x + t * ldx, ldx, n);

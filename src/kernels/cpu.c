@@ -217,6 +217,8 @@ typedef struct {
     int64_t tok_tile; /* tokens whose activations stay in cache while a chunk's rows pass over them */
 } matmul_ctx;
 
+#define QROW_BLOCK (128 << 10)
+
 static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
     const matmul_ctx *c = arg;
     if (c->qtile) {
@@ -227,10 +229,13 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
                      c->cols);
             return;
         }
+        /* blocks of rows (QROW_BLOCK bytes of weights, which stay in L2 while every tile_nt tokens of the
+         * token tile pass over them in one qtile call: the kernel prepares those tokens once per call) */
+        int64_t rb = QW_MAX(c->tile_nr, QROW_BLOCK / (int64_t)c->row_bytes / c->tile_nr * c->tile_nr);
         for (int64_t t0 = 0; t0 < c->n_tok; t0 += c->tok_tile) {
             int64_t t1 = QW_MIN(c->n_tok, t0 + c->tok_tile);
-            for (int64_t r = r0; r < r1; r += c->tile_nr) {
-                int nr = (int)QW_MIN(c->tile_nr, r1 - r);
+            for (int64_t r = r0; r < r1; r += rb) {
+                int nr = (int)QW_MIN(rb, r1 - r);
                 for (int64_t t = t0; t < t1; t += c->tile_nt)
                     c->qtile(c->y + t * c->rows + r, c->rows, wd + (size_t)r * c->row_bytes, c->row_bytes,
                              c->xq + t * ldq, ldq, nr, (int)QW_MIN(c->tile_nt, t1 - t), c->cols);

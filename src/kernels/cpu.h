@@ -26,8 +26,9 @@ typedef void (*qw_tile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride
                            int nt, int64_t n);
 
 /* The same tile for block-quantized weights against 8-bit activations (q8a.h): x holds nt rows of n / 32
- * activation blocks, row t at x + t * ldx. Integer products are exact; see q8a.h for the bound. With one
- * token (nt = 1) nr may be any number of rows: a decode step hands each thread its whole chunk at once.
+ * activation blocks, row t at x + t * ldx. Integer products are exact; see q8a.h for the bound. Here nr
+ * may be any number of rows (nt <= tile_nt still): the kernel prepares the nt tokens once per call and
+ * passes over the rows in its own tiles (a decode step hands each thread its whole chunk at once).
  * Outputs are bit-identical to those of the tile_nr x tile_nt shapes. */
 typedef void (*qw_qtile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride, const qw_q8a *x, int64_t ldx,
                             int nr, int nt, int64_t n);

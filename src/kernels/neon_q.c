@@ -245,17 +245,21 @@ QW_INLINE void qtile_nxm(idot_fn idot, qw_type T, int NR, int NT, float *y, int6
  * the same way in all of them). */
 QW_INLINE void qtile_any(idot_fn idot, qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
                          int64_t ldx, int nr, int nt, int64_t n) {
-    for (int t = 0; t < nt; t += 2) {
-        float *yt = y + t * ldy;
-        const qw_q8a *xt = x + t * ldx;
-        if (nr == 4 && nt - t >= 2) {
-            qtile_nxm(idot, T, 4, 2, yt, ldy, w, ws, xt, ldx, n);
-        } else if (nr == 4) {
-            qtile_nxm(idot, T, 4, 1, yt, ldy, w, ws, xt, ldx, n);
-        } else if (nt - t >= 2) {
-            for (int r = 0; r < nr; r++) qtile_nxm(idot, T, 1, 2, yt + r, ldy, (const char *)w + r * ws, ws, xt, ldx, n);
-        } else {
-            for (int r = 0; r < nr; r++) qtile_nxm(idot, T, 1, 1, yt + r, ldy, (const char *)w + r * ws, ws, xt, ldx, n);
+    for (int r0 = 0; r0 < nr; r0 += 4) { /* any nr (cpu.h): 4-row tiles, then the rest a row at a time */
+        int nr4 = nr - r0 < 4 ? nr - r0 : 4;
+        const char *w4 = (const char *)w + (size_t)r0 * ws;
+        for (int t = 0; t < nt; t += 2) {
+            float *yt = y + t * ldy + r0;
+            const qw_q8a *xt = x + t * ldx;
+            if (nr4 == 4 && nt - t >= 2) {
+                qtile_nxm(idot, T, 4, 2, yt, ldy, w4, ws, xt, ldx, n);
+            } else if (nr4 == 4) {
+                qtile_nxm(idot, T, 4, 1, yt, ldy, w4, ws, xt, ldx, n);
+            } else if (nt - t >= 2) {
+                for (int r = 0; r < nr4; r++) qtile_nxm(idot, T, 1, 2, yt + r, ldy, w4 + r * ws, ws, xt, ldx, n);
+            } else {
+                for (int r = 0; r < nr4; r++) qtile_nxm(idot, T, 1, 1, yt + r, ldy, w4 + r * ws, ws, xt, ldx, n);
+            }
         }
     }
 }
