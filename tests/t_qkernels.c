@@ -210,6 +210,53 @@ static void test_qtile(const qw_cpu_kernels *k, qw_type type) {
     CHECK(same, "%s %s: integer tile shapes differ", k->name, qw_type_name(type));
 }
 
+/* Calls of many tokens (up to the table's qtile_nt; the avx512 kernel repacks 16 rows from 16 tokens on):
+ * every output within the bound of the reference, and the same bits whichever rows and tokens share the
+ * call (20 rows x 21 tokens at once, against rows 3-19 x tokens 2-20). */
+static void test_qtile_many(const qw_cpu_kernels *k, qw_type type) {
+    static const int64_t lens[] = {32, 96, 256, 2048};
+    enum { NR = 20, NT = 21 };
+    int nt_max = k->qtile_nt > 0 ? k->qtile_nt : k->tile_nt, within = 1, same = 1;
+    double worst = 0;
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        int64_t n = lens[li];
+        if (n % qw_type_traits_of(type)->block_elems) continue;
+        size_t rb = qw_type_row_size(type, n);
+        int64_t nb = n / 32;
+        float *wf = malloc((size_t)24 * n * sizeof(float)), *x = malloc((size_t)24 * n * sizeof(float));
+        char *wq = malloc(NR * rb);
+        qw_q8a *xq = malloc((size_t)NT * nb * sizeof(qw_q8a));
+        float *ya = malloc(sizeof(float) * NR * NT), *yb = malloc(sizeof(float) * NR * NT);
+        for (int adv = 0; adv < 3; adv++) {
+            for (int c = 0; c < 6; c++) fill_case(wf + 4 * c * n, x + 4 * c * n, n, (adv + c) % 3);
+            for (int r = 0; r < NR; r++) qw_quantize(type, wf + r * n, wq + r * rb, n);
+            qw_q8a_quantize(x, xq, NT * n);
+            for (int t = 0; t < NT; t += nt_max)
+                k->qtile[type](ya + t * NR, NR, wq, rb, xq + t * nb, nb, NR, NT - t < nt_max ? NT - t : nt_max, n);
+            for (int t = 2; t < NT; t += nt_max)
+                k->qtile[type](yb + t * NR + 3, NR, wq + 3 * rb, rb, xq + t * nb, nb, NR - 3,
+                               NT - t < nt_max ? NT - t : nt_max, n);
+            for (int t = 0; t < NT; t++)
+                for (int r = 0; r < NR; r++) {
+                    double ref = qw_q8a_dot_ref(type, wq + r * rb, xq + t * nb, n);
+                    double bound = (n / 32 + 16) * ldexp(1, -24) * qw_q8a_dot_abs(type, wq + r * rb, xq + t * nb, n) + 1e-30;
+                    double err = fabs(ya[t * NR + r] - ref);
+                    within &= err <= bound;
+                    if (err / bound > worst) worst = err / bound;
+                    if (t >= 2 && r >= 3) same &= !memcmp(&ya[t * NR + r], &yb[t * NR + r], sizeof(float));
+                }
+        }
+        free(wf);
+        free(x);
+        free(wq);
+        free(xq);
+        free(ya);
+        free(yb);
+    }
+    CHECK(within, "%s %s: %d-token calls above the bound (worst %.2f of it)", k->name, qw_type_name(type), NT, worst);
+    CHECK(same, "%s %s: %d-token calls depend on which rows and tokens share them", k->name, qw_type_name(type), NT);
+}
+
 /* a NaN activation reaches the output of every integer tile, as it would with f32 activations */
 static void test_q8a_nan(const qw_cpu_kernels *k, qw_type type) {
     float wf[256], x[256];
@@ -248,6 +295,7 @@ int main(void) {
         for (int i = 0; i < N_Q8A_TYPES; i++)
             if ((*k)->qtile[q8a_types[i]]) {
                 test_qtile(*k, q8a_types[i]);
+                test_qtile_many(*k, q8a_types[i]);
                 test_q8a_nan(*k, q8a_types[i]);
                 n++;
             }

@@ -335,37 +335,40 @@ QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const
                              accB[r][t];
 }
 
-/* The calling thread's act_pair buffer: grown, never shrunk (decode allocates nothing once the widest
- * matmul has run), freed when the thread ends. */
-static pthread_key_t pre_key;
-static pthread_once_t pre_once = PTHREAD_ONCE_INIT;
+/* The calling thread's scratch buffers (slot 0: act_pairs, 1: a repacked row block, 2: the tokens' group
+ * terms): grown, never shrunk (decode allocates nothing once the widest matmul has run), freed when the
+ * thread ends. */
+#define N_SCRATCH 3
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 typedef struct {
-    int64_t cap;
-    act_pair *p;
-} pre_buf;
-static void pre_free(void *v) {
-    pre_buf *b = v;
-    free(b->p);
+    size_t cap[N_SCRATCH];
+    void *p[N_SCRATCH];
+} scratch_set;
+static void scratch_free(void *v) {
+    scratch_set *b = v;
+    for (int i = 0; i < N_SCRATCH; i++) free(b->p[i]);
     free(b);
 }
-static void pre_init(void) {
-    if (pthread_key_create(&pre_key, pre_free) != 0) abort();
+static void scratch_init(void) {
+    if (pthread_key_create(&scratch_key, scratch_free) != 0) abort();
 }
-static act_pair *pre_scratch(int64_t n) {
-    pthread_once(&pre_once, pre_init);
-    pre_buf *b = pthread_getspecific(pre_key);
+static void *scratch(int slot, size_t bytes) {
+    pthread_once(&scratch_once, scratch_init);
+    scratch_set *b = pthread_getspecific(scratch_key);
     if (!b) {
         b = qw_xcalloc(1, sizeof(*b));
-        if (pthread_setspecific(pre_key, b) != 0) abort();
+        if (pthread_setspecific(scratch_key, b) != 0) abort();
     }
-    if (n > b->cap) {
-        free(b->p);
-        b->cap = n + n / 4;
-        b->p = aligned_alloc(64, (size_t)b->cap * sizeof(act_pair));
-        if (!b->p) abort();
+    if (bytes > b->cap[slot]) {
+        free(b->p[slot]);
+        b->cap[slot] = (bytes + bytes / 4 + 63) / 64 * 64;
+        b->p[slot] = aligned_alloc(64, b->cap[slot]);
+        if (!b->p[slot]) abort();
     }
-    return b->p;
+    return b->p[slot];
 }
+static act_pair *pre_scratch(int64_t n) { return scratch(0, (size_t)n * sizeof(act_pair)); }
 
 /* One token against nr rows (any nr): its act_pairs once, then each row alone from start to end. */
 QW_INLINE void qrows_1tok(qw_type T, float *y, const void *w, size_t ws, const qw_q8a *x, int nr, int64_t n) {
@@ -376,20 +379,143 @@ QW_INLINE void qrows_1tok(qw_type T, float *y, const void *w, size_t ws, const q
 }
 
 /*
- * Any nr, nt <= 4 (cpu.h). One token (decode) takes the rows one at a time: a single sequential stream
- * through memory. Reading 2 or 4 rows side by side, the hardware prefetcher of the AMD Zen 4 development
- * VM kept only half of DRAM's bandwidth busy (one Q8_0 row at a time: 22 GB/s on one core, 4 rows: 9.5;
- * software prefetching of the 4 rows did not recover it). Several tokens: their act_pairs once (the same
- * for every row), then the rows in 4 x 4 tiles, the rest a row at a time (1 x 4, 1 x 1); preparing the
- * activations once per call instead of in every tile made the 4 x 4 tile 17-24 % faster (Q4_K, Q6_K,
- * Q8_0 on one core). Each output is computed the same way in every shape.
+ * Several tokens: 16 rows repacked so that lane r of a vector is row r (the layout llama.cpp's CPU_REPACK
+ * also uses). A row block is unpacked once per call into, for each group of 32 (sub-group of 16 for
+ * Q6_K, whose scales change every 16), its bytes as [chunk of 4][row][4 bytes] (one 64-byte vector per
+ * chunk), the rows' scales A as one vector and, for the types with mins, their B; every token of the call
+ * then passes over it. Per group and token: one vpdpbusd per 4 elements against the token's 4 bytes
+ * broadcast, started at -offset * (the sub-group's activation sum), so the lane holds the group's exact
+ * integer dot; then acc = fma(float(isum), A * d_act, acc) and, with mins, acc = fma(B, d_act * s_act,
+ * acc). The f32 work is one FMA per group for 16 outputs instead of one per 4 elements, which is what
+ * bounds the one-row kernel above. A row's result depends only on the row and the token (rows past nr
+ * are zeros, never stored), so any grouping of rows, tokens and threads gives the same bits; it differs
+ * from the one-token kernel's order of f32 additions, within the same bound (q8a.h).
  */
-QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
-                         int nr, int nt, int64_t n) {
-    if (nt == 1) {
-        qrows_1tok(T, y, w, ws, x, nr, n);
-        return;
+#define RP_ROWS 16
+#define RP_MIN_TOKENS 16
+
+QW_INLINE int rp_sub(qw_type T) { return T == QW_TYPE_Q6_K ? 2 : 1; } /* sub-groups per group */
+
+/* unpack rows r0 .. r0+nr-1 (nr <= 16; the rest zeros) into wq [ng][8][16][4] bytes, A [ng * sub][16],
+ * B [ng][16] (types with mins) */
+QW_INLINE void rp_pack(qw_type T, const void *w, size_t ws, int nr, int64_t n, uint8_t *wq, float *A, float *B) {
+    int64_t ng = n / 32;
+    const int sub = rp_sub(T);
+    float kc[16];
+    for (int r = 0; r < RP_ROWS; r++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)r * ws;
+        for (int64_t g = 0; g < ng; g += 2) {
+            int two = g + 1 < ng;
+            __m512i wv = _mm512_setzero_si512();
+            __m512 Av = _mm512_setzero_ps();
+            float Bp[2] = {0, 0};
+            if (r < nr) unpack(T, row, g, two, &wv, &Av, Bp, kc);
+            /* dword c of the pair (chunk c % 8 of group g + c / 8) to [chunk][row r] */
+            const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+            if (two)
+                _mm512_i32scatter_epi32(wq + (size_t)g * 8 * 64 + 4 * r, idx, wv, 4);
+            else
+                _mm512_mask_i32scatter_epi32(wq + (size_t)g * 8 * 64 + 4 * r, 0x00FF, idx, wv, 4);
+            float av[16];
+            _mm512_storeu_ps(av, Av);
+            for (int h = 0; h <= two; h++) {
+                for (int si = 0; si < sub; si++) A[((g + h) * sub + si) * RP_ROWS + r] = av[8 * h + si * 8 / sub];
+                if (type_has_min(T)) B[(g + h) * RP_ROWS + r] = Bp[h];
+            }
+        }
     }
+}
+
+/* NT tokens (compile-time) against a packed block: y[t * ldy + r] for r < nr. ofs: each token's
+ * -offset * (sub-group activation sum), dsm: d * s of each group (mins), ldo: their stride per token */
+QW_INLINE void rp_tokens(qw_type T, int NT, float *y, int64_t ldy, int nr, const uint8_t *wq, const float *A,
+                         const float *B, const qw_q8a *x, int64_t ldx, const int32_t *ofs, const float *dsm,
+                         int64_t ldo, int64_t ng) {
+    const int sub = rp_sub(T), cps = 8 / sub; /* chunks of 4 per sub-group */
+    __m512 acc[8];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        for (int si = 0; si < sub; si++) {
+            __m512i is[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) is[t] = _mm512_set1_epi32(ofs[t * ldo + g * sub + si]);
+#pragma GCC unroll 8
+            for (int k = 0; k < cps; k++) {
+                __m512i wv = _mm512_load_si512(wq + ((size_t)g * 8 + si * cps + k) * 64);
+#pragma GCC unroll 8
+                for (int t = 0; t < NT; t++) {
+                    int32_t a4;
+                    memcpy(&a4, x[t * ldx + g].q + 4 * (si * cps + k), 4);
+                    is[t] = _mm512_dpbusd_epi32(is[t], wv, _mm512_set1_epi32(a4));
+                }
+            }
+            __m512 Av = _mm512_load_ps(A + (g * sub + si) * RP_ROWS);
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++)
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(Av, _mm512_set1_ps(x[t * ldx + g].d)),
+                                         acc[t]);
+        }
+        if (type_has_min(T)) {
+            __m512 Bv = _mm512_load_ps(B + g * RP_ROWS);
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) acc[t] = _mm512_fmadd_ps(Bv, _mm512_set1_ps(dsm[t * ldo + g]), acc[t]);
+        }
+    }
+    __mmask16 m = (__mmask16)((1u << nr) - 1);
+    for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+}
+
+/* nr rows (any) x nt tokens (any) through packed blocks of 16 rows */
+QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
+                         int nr, int nt, int64_t n) {
+    int64_t ng = n / 32;
+    const int sub = rp_sub(T), o = type_offset(T);
+    int64_t ldo = ng * sub;
+    /* the tokens' group terms, once per call */
+    int32_t *ofs = scratch(2, (size_t)nt * ldo * (sizeof(int32_t) + sizeof(float)));
+    float *dsm = (float *)(ofs + (size_t)nt * ldo);
+    for (int t = 0; t < nt; t++)
+        for (int64_t g = 0; g < ng; g++) {
+            const qw_q8a *xa = x + t * ldx + g;
+            for (int si = 0; si < sub; si++) {
+                int32_t sum = xa->s;
+                if (sub == 2) {
+                    sum = 0;
+                    for (int i = 0; i < 16; i++) sum += xa->q[16 * si + i];
+                }
+                ofs[t * ldo + g * sub + si] = -o * sum;
+            }
+            if (type_has_min(T)) dsm[t * ldo + g] = xa->d * (float)xa->s;
+        }
+    size_t wq_bytes = (size_t)ng * 8 * 64, a_bytes = (size_t)ng * sub * RP_ROWS * sizeof(float);
+    uint8_t *wq = scratch(1, wq_bytes + a_bytes + (size_t)ng * RP_ROWS * sizeof(float));
+    float *A = (float *)(wq + wq_bytes), *B = A + (size_t)ng * sub * RP_ROWS;
+    for (int r = 0; r < nr; r += RP_ROWS) {
+        int nb = nr - r < RP_ROWS ? nr - r : RP_ROWS;
+        rp_pack(T, (const char *)w + (size_t)r * ws, ws, nb, n, wq, A, B);
+        int t = 0;
+        for (; t + 8 <= nt; t += 8)
+            rp_tokens(T, 8, y + t * ldy + r, ldy, nb, wq, A, B, x + t * ldx, ldx, ofs + t * ldo, dsm + t * ldo, ldo, ng);
+        for (; t + 4 <= nt; t += 4)
+            rp_tokens(T, 4, y + t * ldy + r, ldy, nb, wq, A, B, x + t * ldx, ldx, ofs + t * ldo, dsm + t * ldo, ldo, ng);
+        for (; t < nt; t++)
+            rp_tokens(T, 1, y + t * ldy + r, ldy, nb, wq, A, B, x + t * ldx, ldx, ofs + t * ldo, dsm + t * ldo, ldo, ng);
+    }
+}
+
+/*
+ * Any nr, any nt (cpu.h: the avx512 table's qtile_nt). One token (decode) takes the rows one at a time: a
+ * single sequential stream through memory. Reading 2 or 4 rows side by side, the hardware prefetcher of
+ * the AMD Zen 4 development VM kept only half of DRAM's bandwidth busy (one Q8_0 row at a time: 22 GB/s
+ * on one core, 4 rows: 9.5; software prefetching of the 4 rows did not recover it). From RP_MIN_TOKENS
+ * tokens on, the repacked blocks above (rp_matmul): one core, 64 tokens, weights from DRAM: Q4_K 0.42 ->
+ * 0.81 GB/s of weights, Q8_0 0.95 -> 1.63, Q6_K 0.60 -> 0.83, Q5_0 0.53 -> 0.99; below it repacking a
+ * block costs more than it saves (Q4_K, 4 tokens: 4.3 GB/s with the 4 x 4 tiles, 1.9 repacked; even at
+ * 12-16 tokens), so 2 .. 15 tokens take q4tok's 4 x 4 tiles (their numbers are the one-token kernel's).
+ */
+/* 4 tokens or fewer against nr rows: their act_pairs once, then 4 x 4 tiles, the rest a row at a time */
+QW_INLINE void q4tok(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
+                     int nr, int nt, int64_t n) {
     int64_t ng = n / 32, ldp = (ng + 1) / 2;
     act_pair *pre = pre_scratch(nt * ldp);
     for (int t = 0; t < nt; t++)
@@ -405,6 +531,17 @@ QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t
         else
             for (int t = 0; t < nt; t++) qtile_nxm(T, 1, 1, y + t * ldy + r, ldy, wr, ws, x, ldx, n, pre + t * ldp, ldp);
     }
+}
+
+QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
+                         int nr, int nt, int64_t n) {
+    if (nt == 1)
+        qrows_1tok(T, y, w, ws, x, nr, n);
+    else if (nt >= RP_MIN_TOKENS)
+        rp_matmul(T, y, ldy, w, ws, x, ldx, nr, nt, n);
+    else
+        for (int t = 0; t < nt; t += 4)
+            q4tok(T, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, nr, nt - t < 4 ? nt - t : 4, n);
 }
 
 #define QTILE(v, T, name)                                                                                          \

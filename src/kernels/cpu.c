@@ -214,6 +214,7 @@ typedef struct {
     const qw_q8a *xq;  /* [n_tok][cols / 32]: x rounded to 8 bits, when qtile */
     size_t row_bytes;
     int tile_nr, tile_nt;
+    int qtile_nt; /* tokens per qtile call */
     int64_t tok_tile; /* tokens whose activations stay in cache while a chunk's rows pass over them */
 } matmul_ctx;
 
@@ -236,9 +237,9 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
             int64_t t1 = QW_MIN(c->n_tok, t0 + c->tok_tile);
             for (int64_t r = r0; r < r1; r += rb) {
                 int nr = (int)QW_MIN(rb, r1 - r);
-                for (int64_t t = t0; t < t1; t += c->tile_nt)
+                for (int64_t t = t0; t < t1; t += c->qtile_nt)
                     c->qtile(c->y + t * c->rows + r, c->rows, wd + (size_t)r * c->row_bytes, c->row_bytes,
-                             c->xq + t * ldq, ldq, nr, (int)QW_MIN(c->tile_nt, t1 - t), c->cols);
+                             c->xq + t * ldq, ldq, nr, (int)QW_MIN(c->qtile_nt, t1 - t), c->cols);
             }
         }
         return;
@@ -269,6 +270,7 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
     c->qtile = w->type < QW_TYPE_COUNT && !b->f32_act ? b->k->qtile[w->type] : NULL;
     c->tile_nr = b->k->tile_nr;
     c->tile_nt = b->k->tile_nt;
+    c->qtile_nt = b->k->qtile_nt > 0 ? b->k->qtile_nt : c->tile_nt;
     if (c->tile || c->qtile) c->row_bytes = qw_type_row_size(w->type, c->cols);
     int64_t tok_bytes = c->qtile ? c->cols / QW_Q8A_BLOCK * (int64_t)sizeof(qw_q8a) : c->cols * 4;
     c->tok_tile = (256 << 10) / (tok_bytes + 1) / c->tile_nt * c->tile_nt;

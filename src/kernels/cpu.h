@@ -27,9 +27,12 @@ typedef void (*qw_tile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride
 
 /* The same tile for block-quantized weights against 8-bit activations (q8a.h): x holds nt rows of n / 32
  * activation blocks, row t at x + t * ldx. Integer products are exact; see q8a.h for the bound. Here nr
- * may be any number of rows (nt <= tile_nt still): the kernel prepares the nt tokens once per call and
- * passes over the rows in its own tiles (a decode step hands each thread its whole chunk at once).
- * Outputs are bit-identical to those of the tile_nr x tile_nt shapes. */
+ * may be any number of rows and nt up to the table's qtile_nt: the kernel prepares the tokens once per
+ * call and passes over the rows in its own tiles (a decode step hands each thread its whole chunk at
+ * once). An output depends only on its row and token, except that a kernel may add up the f32 terms in
+ * another order for calls of many tokens (avx512: 16 or more, through repacked rows), within the same
+ * bound; calls of fewer tokens give the bits of the one-token call. Thread counts never change a bit:
+ * how many tokens a call gets depends on the matmul alone. */
 typedef void (*qw_qtile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride, const qw_q8a *x, int64_t ldx,
                             int nr, int nt, int64_t n);
 
@@ -39,6 +42,7 @@ typedef struct {
     int tile_nr, tile_nt;        /* the largest tile: weight rows x tokens */
     qw_tile_fn tile[QW_TYPE_COUNT]; /* NULL: weight type not handled here (qw_ref_dot_row is used) */
     qw_qtile_fn qtile[QW_TYPE_COUNT]; /* integer dots of quantized weights (NULL: the f32 tile or reference) */
+    int qtile_nt; /* tokens one qtile call may take (0: tile_nt) */
     /* The delta rule's row updates, i < n:
      * decay_acc: S[i] *= d; acc[i] += k * S[i].   rank1_acc: S[i] += k * u[i]; acc[i] += q * S[i]. */
     void (*decay_acc)(float *S, float d, float *acc, float k, int n);
