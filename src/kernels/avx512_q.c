@@ -49,6 +49,12 @@ QW_INLINE float f16(const void *p) { return _cvtsh_ss(qw_rd16(p)); }
 /* lanes 0-7 = a, lanes 8-15 = b */
 QW_INLINE __m512 halves(float a, float b) { return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b)); }
 
+/* lanes 0-7 = p[0], lanes 8-15 = p[1] (one 8-byte load and a permute) */
+QW_INLINE __m512 pair_at(const float *p) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)p))));
+}
+
 QW_INLINE __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
 /* 32 bytes holding two groups packed as Q4_0 (16 bytes each: element i < 16 in the low nibble of byte i,
@@ -206,7 +212,7 @@ QW_INLINE void unpack(qw_type t, const uint8_t *row, int64_t g, int two, __m512i
                                                                     0x0101010101010101, 0x0101010101010101));
             *w = _mm512_mask_add_epi8(*w, k, *w, _mm512_set1_epi8(16));
         }
-        *A = halves(kc[j], kc[j + 1]);
+        *A = pair_at(kc + j);
         B[0] = kc[8 + j];
         B[1] = kc[9 + j];
         return;
@@ -217,15 +223,17 @@ QW_INLINE void unpack(qw_type t, const uint8_t *row, int64_t g, int two, __m512i
         const uint8_t *b = row + g / 8 * sizeof(qw_block_q6_K);
         int h = (int)(g % 8) / 4, k = (int)(g % 4);
         if (g % 8 == 0) super_scales(t, b, kc);
-        __m512i lo = _mm512_srl_epi16(_mm512_loadu_si512(b + 64 * h), _mm_cvtsi32_si128(2 * k));
-        /* bits 2k, 2k+1 (group k) and 2k+2, 2k+3 (k+1) of each qh byte -> bits 4, 5 (shifted in 16-bit words, but
-         * bits 4, 5 of each byte come from its own byte) */
+        __m512i ql = _mm512_loadu_si512(b + 64 * h), lo = k ? _mm512_srli_epi16(ql, 4) : ql;
+        /* bits 2k, 2k+1 (group k, lower 32 bytes) and 2k+2, 2k+3 (k+1, upper 32) of each qh byte -> bits 4, 5:
+         * k = 0: << 4 and << 2, k = 2: as they are and >> 2 (shifted in 16-bit words, but bits 4, 5 of each
+         * byte come from its own byte) */
         const uint8_t *qh = b + offsetof(qw_block_q6_K, qh) + 32 * h;
         __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh));
-        __m512i cnt = _mm512_add_epi16(_mm512_set1_epi16((short)(2 * k)),
-                                       _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
-                                                        0x0002000200020002, 0, 0, 0, 0));
-        hb = _mm512_slli_epi16(_mm512_srlv_epi16(hb, cnt), 4);
+        hb = k ? _mm512_srlv_epi16(hb, _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
+                                                          0x0002000200020002, 0, 0, 0, 0))
+               : _mm512_sllv_epi16(hb, _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
+                                                          0x0002000200020002, 0x0004000400040004, 0x0004000400040004,
+                                                          0x0004000400040004, 0x0004000400040004));
         __m512i q = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), lo, hb, 0xCA); /* bits 0-3 of lo, 4-7 of hb */
         *w = _mm512_and_si512(q, _mm512_set1_epi8(0x3F));
         __m512 s4 = _mm512_castps128_ps512(_mm_loadu_ps(kc + 8 * h + 2 * k)); /* the pair's 4 scales */
@@ -239,7 +247,7 @@ QW_INLINE void unpack(qw_type t, const uint8_t *row, int64_t g, int two, __m512i
         if (j == 0) super_scales(t, b, kc);
         __m256i q = _mm256_loadu_si256((const __m256i *)(b + offsetof(qw_block_iq4_xs, qs) + 16 * j));
         *w = _mm512_shuffle_epi8(kvalues128(), nibbles64(q));
-        *A = halves(kc[j], kc[j + 1]);
+        *A = pair_at(kc + j);
         return;
     }
     default:
