@@ -294,53 +294,64 @@ QW_INLINE void act_prep(qw_type T, const qw_q8a *x, int64_t g, int two, act_pair
     }
 }
 
-/* An NR x NT tile (compile-time sizes once inlined). pre: token t's act_pair of pair step g / 2 at
- * pre[t * ldp + g / 2], prepared by the caller; NULL: prepared here from x. */
-QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
-                         int64_t ldx, int64_t n, const act_pair *pre, int64_t ldp) {
+/* The accumulators of an NR x NT tile */
+typedef struct {
     __m512 acc[4][4];
     __m256 accK[4][4]; /* Q4_K / Q5_K: the min terms, sub-block j in lane j, one FMA per super-block */
     float accB[4][4], kc[4][16]; /* kc: each row's super_scales */
+} tile_acc;
+
+/* Groups g and g+1 (only g when !two) of an NR x NT tile */
+QW_INLINE void pair_step(qw_type T, int NR, int NT, tile_acc *ta, const void *w, size_t ws, const act_pair *pre,
+                         int64_t ldp, int64_t g, int two) {
     const int kmin = T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K;
+    __m512i wv[4];
+    __m512 A[4];
+    float B[4][2];
+    const act_pair *ap[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) unpack(T, (const uint8_t *)w + (size_t)r * ws, g, two, &wv[r], &A[r], B[r], ta->kc[r]);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        ap[t] = &pre[t * ldp + g / 2];
+        if (kmin && g % 8 == 0) { /* d_g * s_g of the super-block's 8 groups against each row's 8 mins */
+            for (int r = 0; r < NR; r++)
+                ta->accK[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(ta->kc[r] + 8), ap[t]->dsK, ta->accK[r][t]);
+        } else if (type_has_min(T) && !kmin) { /* B[r][1] is 0 when !two */
+            for (int r = 0; r < NR; r++) ta->accB[r][t] += B[r][0] * ap[t]->ds[0] + B[r][1] * ap[t]->ds[1];
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512i sum = _mm512_dpbusd_epi32(ap[t]->s0, wv[r], ap[t]->a);
+            ta->acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(A[r], ap[t]->D), ta->acc[r][t]);
+        }
+}
+
+/* An NR x NT tile (compile-time sizes once inlined) against prepared activations: token t's act_pair of
+ * pair step g / 2 at pre[t * ldp + g / 2]. The pairs of groups run in a loop without the odd last group,
+ * which comes after it (a branch on it inside the loop halved one-row Q8_0 decode on the Zen 4 VM in some
+ * builds). */
+QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
+                         const act_pair *pre, int64_t ldp, int64_t n) {
+    tile_acc ta;
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) {
-            acc[r][t] = _mm512_setzero_ps();
-            accK[r][t] = _mm256_setzero_ps();
-            accB[r][t] = 0;
+            ta.acc[r][t] = _mm512_setzero_ps();
+            ta.accK[r][t] = _mm256_setzero_ps();
+            ta.accB[r][t] = 0;
         }
     int64_t ng = n / 32;
-    for (int64_t g = 0; g < ng; g += 2) {
-        int two = g + 1 < ng;
-        __m512i wv[4];
-        __m512 A[4];
-        float B[4][2];
-        act_pair ap[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) unpack(T, (const uint8_t *)w + (size_t)r * ws, g, two, &wv[r], &A[r], B[r], kc[r]);
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            if (pre)
-                ap[t] = pre[t * ldp + g / 2];
-            else
-                act_prep(T, x + t * ldx, g, two, &ap[t]);
-            if (kmin && g % 8 == 0) { /* d_g * s_g of the super-block's 8 groups against each row's 8 mins */
-                for (int r = 0; r < NR; r++) accK[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(kc[r] + 8), ap[t].dsK, accK[r][t]);
-            } else if (type_has_min(T) && !kmin) { /* B[r][1] is 0 when !two */
-                for (int r = 0; r < NR; r++) accB[r][t] += B[r][0] * ap[t].ds[0] + B[r][1] * ap[t].ds[1];
-            }
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                __m512i s = _mm512_dpbusd_epi32(ap[t].s0, wv[r], ap[t].a);
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(A[r], ap[t].D), acc[r][t]);
-            }
-    }
+    for (int64_t g = 0; g + 1 < ng; g += 2) pair_step(T, NR, NT, &ta, w, ws, pre, ldp, g, 1);
+    if (ng % 2) pair_step(T, NR, NT, &ta, w, ws, pre, ldp, ng - 1, 0);
+    const int kmin = T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K;
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++)
-            y[t * ldy + r] = hsum(kmin ? _mm512_add_ps(acc[r][t], _mm512_zextps256_ps512(accK[r][t])) : acc[r][t]) +
-                             accB[r][t];
+            y[t * ldy + r] =
+                hsum(kmin ? _mm512_add_ps(ta.acc[r][t], _mm512_zextps256_ps512(ta.accK[r][t])) : ta.acc[r][t]) +
+                ta.accB[r][t];
 }
 
 /* The calling thread's scratch buffers (slot 0: act_pairs, 1: a repacked row block, 2: the tokens' group
@@ -383,7 +394,7 @@ QW_INLINE void qrows_1tok(qw_type T, float *y, const void *w, size_t ws, const q
     int64_t ng = n / 32;
     act_pair *pre = pre_scratch((ng + 1) / 2);
     for (int64_t g = 0; g < ng; g += 2) act_prep(T, x, g, g + 1 < ng, &pre[g / 2]);
-    for (int r = 0; r < nr; r++) qtile_nxm(T, 1, 1, y + r, 1, (const char *)w + r * ws, ws, x, 0, n, pre, 0);
+    for (int r = 0; r < nr; r++) qtile_nxm(T, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
 }
 
 /*
@@ -531,13 +542,13 @@ QW_INLINE void q4tok(qw_type T, float *y, int64_t ldy, const void *w, size_t ws,
     int r = 0;
     if (nt == 4)
         for (; r + 4 <= nr; r += 4)
-            qtile_nxm(T, 4, 4, y + r, ldy, (const char *)w + (size_t)r * ws, ws, x, ldx, n, pre, ldp);
+            qtile_nxm(T, 4, 4, y + r, ldy, (const char *)w + (size_t)r * ws, ws, pre, ldp, n);
     for (; r < nr; r++) {
         const char *wr = (const char *)w + (size_t)r * ws;
         if (nt == 4)
-            qtile_nxm(T, 1, 4, y + r, ldy, wr, ws, x, ldx, n, pre, ldp);
+            qtile_nxm(T, 1, 4, y + r, ldy, wr, ws, pre, ldp, n);
         else
-            for (int t = 0; t < nt; t++) qtile_nxm(T, 1, 1, y + t * ldy + r, ldy, wr, ws, x, ldx, n, pre + t * ldp, ldp);
+            for (int t = 0; t < nt; t++) qtile_nxm(T, 1, 1, y + t * ldy + r, ldy, wr, ws, pre + t * ldp, ldp, n);
     }
 }
 
