@@ -260,6 +260,42 @@ static void test_qtile_many(const qw_cpu_kernels *k, qw_type type) {
     CHECK(same, "%s %s: %d-token calls depend on which rows and tokens share them", k->name, qw_type_name(type), NT);
 }
 
+/* A table's fast activation rounding writes qw_q8a_quantize's bytes: random, huge, tiny (denormal, below
+ * the 1e-30 where 127 / max overflows), zero, infinite and NaN blocks, values on rounding ties. */
+static void test_q8a_quantize_fast(const qw_cpu_kernels *k) {
+    if (!k->q8a_quantize) return;
+    enum { NB = 64 };
+    float x[NB * 32];
+    qw_q8a a[NB], b[NB];
+    int same = 1;
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < NB * 32; i++) {
+            int blk = i / 32;
+            float v = nrand();
+            switch (blk % 16) {
+            case 0: v *= 1e6f; break;
+            case 1: v *= 1e-36f; break;          /* 127 / max overflows */
+            case 2: v *= 1e-42f; break;          /* denormals */
+            case 3: v = 0.0f; break;
+            case 4: v = (i % 32 == 5) ? INFINITY : v; break;
+            case 5: v = (i % 32 == 7) ? NAN : v; break;
+            case 6: v = (float)((i % 255) - 127) * 0.5f; break; /* x * 127 / max on ties */
+            case 7: v = (i % 32 == 0) ? 127.0f : (float)(i % 64) - 31.5f; break;
+            case 8: v *= 1e30f; break;
+            case 9: v = -0.0f; break;
+            default: break;
+            }
+            x[i] = v;
+        }
+        memset(a, 0x55, sizeof(a));
+        memset(b, 0x55, sizeof(b));
+        qw_q8a_quantize(x, a, NB * 32);
+        k->q8a_quantize(x, b, NB * 32);
+        same &= !memcmp(a, b, sizeof(a));
+    }
+    CHECK(same, "%s: q8a_quantize differs from qw_q8a_quantize", k->name);
+}
+
 /* a NaN activation reaches the output of every integer tile, as it would with f32 activations */
 static void test_q8a_nan(const qw_cpu_kernels *k, qw_type type) {
     float wf[256], x[256];
@@ -295,6 +331,7 @@ int main(void) {
     }
     for (const qw_cpu_kernels *const *k = qw_cpu_kernels_available(); *k; k++) {
         int n = 0;
+        test_q8a_quantize_fast(*k);
         for (int i = 0; i < N_Q8A_TYPES; i++)
             if ((*k)->qtile[q8a_types[i]]) {
                 test_qtile(*k, q8a_types[i]);

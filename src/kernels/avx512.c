@@ -162,6 +162,7 @@ const qw_cpu_kernels qw_kernels_avx512 = {
              [QW_TYPE_Q8_0] = tile_q8_0},
     .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, avx512)},
     .qtile_nt = 1 << 16,
+    .q8a_quantize = qw_avx512_q8a_quantize,
     .decay_acc = decay_acc,
     .rank1_acc = rank1_acc,
     .scale_axpy = scale_axpy,

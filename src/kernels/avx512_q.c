@@ -563,6 +563,36 @@ QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t
             q4tok(T, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, nr, nt - t < 4 ? nt - t : 4, n);
 }
 
+/*
+ * qw_q8a_quantize, 32 floats at a time, the same bytes: the block's max |x| is exact in any order, d and
+ * 127 / max are the same scalar divisions, x * (127 / max) the same f32 products, and vcvtps2dq rounds half
+ * to even as qw_nearest_int does below 2^22 (|x * id| <= 127 here). Blocks where that does not hold (a NaN,
+ * or a max outside [1e-30, 1e30] but not 0, where 127 / max overflows or x * id can be NaN) go through
+ * qw_q8a_quantize itself.
+ */
+void qw_avx512_q8a_quantize(const float *x, qw_q8a *y, int64_t n) {
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (int64_t b = 0; b < n / QW_Q8A_BLOCK; b++) {
+        const float *xb = x + b * QW_Q8A_BLOCK;
+        __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+        __mmask16 nan = _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        if (nan || !(amax == 0.0f || (amax >= 1e-30f && amax <= 1e30f))) {
+            qw_q8a_quantize(xb, y + b, QW_Q8A_BLOCK);
+            continue;
+        }
+        float id = amax != 0 ? 127.0f / amax : 0.0f;
+        __m512 vid = _mm512_set1_ps(id);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+        q0 = _mm512_max_epi32(_mm512_min_epi32(q0, hi), lo);
+        q1 = _mm512_max_epi32(_mm512_min_epi32(q1, hi), lo);
+        _mm_storeu_si128((__m128i *)y[b].q, _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(y[b].q + 16), _mm512_cvtepi32_epi8(q1));
+        y[b].d = amax / 127.0f;
+        y[b].s = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+}
+
 #define QTILE(v, T, name)                                                                                          \
     QW_QTILE_PROTO(v, T, name) { qtile_any(T, y, ldy, w, ws, x, ldx, nr, nt, n); }
 QW_QTILE_LIST(QTILE, avx512)

@@ -304,16 +304,17 @@ typedef struct {
     const float *x;
     qw_q8a *xq;
     int64_t cols;
+    void (*quantize)(const float *x, qw_q8a *y, int64_t n);
 } q8a_ctx;
 
 static void q8a_rows(void *arg, int64_t t0, int64_t t1) {
     const q8a_ctx *c = arg;
-    qw_q8a_quantize(c->x + t0 * c->cols, c->xq + t0 * (c->cols / QW_Q8A_BLOCK), (t1 - t0) * c->cols);
+    c->quantize(c->x + t0 * c->cols, c->xq + t0 * (c->cols / QW_Q8A_BLOCK), (t1 - t0) * c->cols);
 }
 
 /* Round the matmul's activations into xq (its q8a_blocks of scratch), on the pool for many tokens. */
 static void q8a_fill(const cpu_backend *b, matmul_ctx *c, qw_q8a *xq) {
-    q8a_ctx qc = {.x = c->x, .xq = xq, .cols = c->cols};
+    q8a_ctx qc = {.x = c->x, .xq = xq, .cols = c->cols, .quantize = b->k->q8a_quantize ? b->k->q8a_quantize : qw_q8a_quantize};
     c->xq = xq;
     if (b->n_threads == 1 || c->n_tok * c->cols < PAR_MIN_WORK)
         q8a_rows(&qc, 0, c->n_tok);

@@ -43,6 +43,8 @@ typedef struct {
     qw_tile_fn tile[QW_TYPE_COUNT]; /* NULL: weight type not handled here (qw_ref_dot_row is used) */
     qw_qtile_fn qtile[QW_TYPE_COUNT]; /* integer dots of quantized weights (NULL: the f32 tile or reference) */
     int qtile_nt; /* tokens one qtile call may take (0: tile_nt) */
+    /* qw_q8a_quantize with the same bytes, faster (NULL: qw_q8a_quantize itself) */
+    void (*q8a_quantize)(const float *x, qw_q8a *y, int64_t n);
     /* The delta rule's row updates, i < n:
      * decay_acc: S[i] *= d; acc[i] += k * S[i].   rank1_acc: S[i] += k * u[i]; acc[i] += q * S[i]. */
     void (*decay_acc)(float *S, float d, float *acc, float k, int n);

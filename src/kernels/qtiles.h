@@ -22,6 +22,8 @@
 #define QW_QTILE_INIT(v, T, name) [T] = qw_##v##_qtile_##name,
 
 #if defined(__x86_64__)
+/* avx512_q.c: qw_q8a_quantize's bytes, 32 floats per step */
+void qw_avx512_q8a_quantize(const float *x, qw_q8a *y, int64_t n);
 QW_QTILE_LIST(QW_QTILE_DECL, avx512)
 QW_QTILE_LIST(QW_QTILE_DECL, avx2)
 #endif
