@@ -5,7 +5,10 @@
  * How the work is split (each output is computed by one thread, in an order that does not depend on
  * the thread count, so the logits are bit-identical for any number of threads):
  *   matmul       rows of W in chunks; a chunk does its rows for every token (token tiles of ~256 KiB of
- *                activations), so each weight row is read once per call; decode is one row-chunked pass
+ *                activations), so each weight row is read once per call; decode is one row-chunked pass,
+ *                each chunk's rows read one after another (one sequential stream per thread); quantized
+ *                weights go to the kernel in blocks of QROW_BLOCK bytes of rows with all of a token tile
+ *                (up to the table's qtile_nt tokens), activations rounded once per matmul (q8a.h)
  *   attention    (token, kv head, up to 4 of its query heads): K and V rows are read once for the heads
  *                that share them; keys in blocks of 64: f32 scores and a per-block softmax-weighted sum of
  *                values, merged across blocks in double (flash-attention style, no scratch)
