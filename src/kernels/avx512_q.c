@@ -283,6 +283,170 @@ QW_INLINE void act_prep(qw_type T, const qw_q8a *x, int64_t g, int two, act_pair
     }
 }
 
+/*
+ * K-quants (Q4_K, Q5_K, Q6_K) take a whole 256-element super-block per step. Its weights come as four
+ * 64-byte vectors c = 0..3 (ksb_unpack), the token's activations laid out in the same order (act_sb), one
+ * vpdpbusd each from zero; the four results are folded to 16 lanes (ksb_fold) of exact integer sums over
+ * 16 elements, and one FMA applies the 16 lanes' scales: four f32 operations per super-block instead of
+ * twelve, which is what bounded the pair-at-a-time kernel at about 13.7 GB/s per core on Q4_K.
+ *   Q4_K, Q5_K   c = 0: groups 0 | 2 (the low nibbles of qs[0..63]), 1: groups 1 | 3 (their high nibbles),
+ *                2: 4 | 6, 3: 5 | 7. Q4_K keeps a high nibble in place (x & 0xF0 = 16 q) and lets the
+ *                scale carry the 1/16; Q5_K shifts it down to add its fifth bit.
+ *   Q6_K         c: groups 2c | 2c+1 (elements 64c .. 64c+63), q as in unpack; the 32 * (sum of each
+ *                sub-block's activations) of its offset is taken from the folded sums.
+ * The 16-element units in vector c, 128-bit lane i, are unit 4c + i; ksb_fold leaves unit 4c + i in lane
+ * 4i + c (ksb_unit). Every lane sum is at most 16 * 255 * 127 in magnitude: exact in int32 and f32.
+ */
+QW_INLINE int is_ksb(qw_type t) { return t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K || t == QW_TYPE_Q6_K; }
+
+/* the 16-element unit in lane L after ksb_fold, and the 32-element group it belongs to */
+QW_INLINE int ksb_unit(int L) { return 4 * (L % 4) + L / 4; }
+QW_INLINE int ksb_group(qw_type t, int L) {
+    static const int8_t g4[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}}; /* Q4_K, Q5_K: vector c's two groups */
+    int u = ksb_unit(L);
+    return t == QW_TYPE_Q6_K ? u / 2 : g4[u / 4][u % 4 / 2];
+}
+
+/* P[c] -> 16 lanes: pairs of 64-bit halves within each 128-bit lane, then pairs of dwords */
+QW_INLINE __m512i ksb_fold(const __m512i P[4]) {
+    __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi64(P[0], P[1]), _mm512_unpackhi_epi64(P[0], P[1]));
+    __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi64(P[2], P[3]), _mm512_unpackhi_epi64(P[2], P[3]));
+    __m512 af = _mm512_castsi512_ps(a), bf = _mm512_castsi512_ps(b);
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(af, bf, _MM_SHUFFLE(2, 0, 2, 0))),
+                            _mm512_castps_si512(_mm512_shuffle_ps(af, bf, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+
+/* One super-block of a row: the four weight vectors and its scales kc, in two forms: S, each lane's scale
+ * (ksb lane order), and, for Q4_K and Q5_K, kc itself: lanes 0-7 d * sc_j (Q4_K: d * sc_j / 16 for the odd
+ * groups, whose bytes hold 16 q), lanes 8-15 dmin * m_j, which meet act_sb's dsm. */
+QW_INLINE void ksb_unpack(qw_type t, const uint8_t *b, __m512i w[4], __m512 *S, __m512 *kc) {
+    if (t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K) {
+        size_t bs = t == QW_TYPE_Q4_K ? sizeof(qw_block_q4_K) : sizeof(qw_block_q5_K);
+        const uint8_t *qs = b + bs - QW_QK_K / 2;
+        __m512i x0 = _mm512_loadu_si512(qs), x1 = _mm512_loadu_si512(qs + 64), lo = _mm512_set1_epi8(0x0F);
+        w[0] = _mm512_and_si512(x0, lo);
+        w[2] = _mm512_and_si512(x1, lo);
+        if (t == QW_TYPE_Q4_K) {
+            w[1] = _mm512_andnot_si512(lo, x0);
+            w[3] = _mm512_andnot_si512(lo, x1);
+        } else {
+            w[1] = _mm512_and_si512(_mm512_srli_epi16(x0, 4), lo);
+            w[3] = _mm512_and_si512(_mm512_srli_epi16(x1, 4), lo);
+            /* the fifth bit of element i of group j is bit j of qh[i]: vector c's groups (j, j + 2) */
+            __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + offsetof(qw_block_q5_K, qh))));
+            __m512i m0 = _mm512_set_epi64(0x0404040404040404, 0x0404040404040404, 0x0404040404040404,
+                                          0x0404040404040404, 0x0101010101010101, 0x0101010101010101,
+                                          0x0101010101010101, 0x0101010101010101);
+            static const int sh[4] = {0, 1, 4, 5};
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                __mmask64 k = _mm512_test_epi8_mask(h, _mm512_slli_epi16(m0, sh[c]));
+                w[c] = _mm512_mask_add_epi8(w[c], k, w[c], _mm512_set1_epi8(16));
+            }
+        }
+        /* the 6-bit scales and mins of qw_k4_scale_min from the 12 bytes as dwords u0 u1 u2, to the bytes
+         * sc0-3, sc4-7 = (u2 & 0x0F) | (u0 >> 2 & 0x30), m0-3, m4-7 = (u2 >> 4 & 0x0F) | (u1 >> 2 & 0x30) */
+        __m128i v = _mm_loadu_si128((const __m128i *)(b + 4)); /* the 4 bytes past the scales are qs */
+        __m128i a = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+                                  _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
+        __m128i hb = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 0, 0)), 2),
+                                   _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+        __m128i sm = _mm_or_si128(a, hb);
+        /* d and dmin, then d to lanes 0-7, dmin to 8-15 */
+        __m512 dm = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)qw_rd32(b))));
+        dm = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), dm);
+        if (t == QW_TYPE_Q4_K)
+            dm = _mm512_mul_ps(dm, _mm512_setr_ps(1, 0.0625f, 1, 0.0625f, 1, 0.0625f, 1, 0.0625f, 1, 1, 1, 1, 1, 1, 1, 1));
+        *kc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm)), dm);
+        /* lane L takes kc[ksb_group(L)] = 0 1 4 5 0 1 4 5 2 3 6 7 2 3 6 7 */
+        *S = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7), *kc);
+        return;
+    }
+    /* Q6_K: half h of 128 elements, its 64 bytes of ql (low nibbles: quarters 0, 1, high: 2, 3) and 32 of qh
+     * (bits 2k, 2k + 1 for quarter k) */
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i ql = _mm512_loadu_si512(b + 64 * h);
+        __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + offsetof(qw_block_q6_K, qh) + 32 * h)));
+        /* quarters 0 | 1: qh bits 0, 1 | 2, 3 -> bits 4, 5; quarters 2 | 3: bits 4, 5 | 6, 7 -> 4, 5 */
+        __m512i h01 = _mm512_sllv_epi16(hb, _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
+                                                              0x0002000200020002, 0x0004000400040004, 0x0004000400040004,
+                                                              0x0004000400040004, 0x0004000400040004));
+        __m512i h23 = _mm512_srlv_epi16(hb, _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
+                                                              0x0002000200020002, 0, 0, 0, 0));
+        __m512i q01 = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), ql, h01, 0xCA);
+        __m512i q23 = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), _mm512_srli_epi16(ql, 4), h23, 0xCA);
+        w[2 * h] = _mm512_and_si512(q01, _mm512_set1_epi8(0x3F));
+        w[2 * h + 1] = _mm512_and_si512(q23, _mm512_set1_epi8(0x3F));
+    }
+    /* lane L takes scales[ksb_unit(L)] */
+    __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + offsetof(qw_block_q6_K, scales))),
+                                  _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    *S = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)), _mm512_set1_ps(f16(b + offsetof(qw_block_q6_K, d))));
+    *kc = _mm512_setzero_ps();
+}
+
+/* The activation side of one super-block for one token, in ksb_unpack's order */
+typedef struct {
+    __m512i a[4]; /* vector c's 64 activation bytes */
+    __m512 D;     /* d of each lane's group */
+    __m512i off;  /* Q6_K: 32 * the activation sum of each lane's 16-element sub-block */
+    __m512 dsm;   /* Q4_K, Q5_K: lanes 0-7 zero, 8-15 -d_j * s_j of groups 0 .. 7 (against kc's mins) */
+} act_sb;
+
+QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
+    const qw_q8a *xa = x + 8 * sb;
+    for (int c = 0; c < 4; c++) {
+        int g0 = T == QW_TYPE_Q6_K ? 2 * c : ksb_group(T, c), g1 = T == QW_TYPE_Q6_K ? 2 * c + 1 : ksb_group(T, c + 8);
+        ap->a[c] = join(_mm256_loadu_si256((const __m256i *)xa[g0].q), _mm256_loadu_si256((const __m256i *)xa[g1].q));
+    }
+    float D[16], dsm[16];
+    int32_t off[16];
+    for (int L = 0; L < 16; L++) {
+        D[L] = xa[ksb_group(T, L)].d;
+        int u = ksb_unit(L), s = 0;
+        if (T == QW_TYPE_Q6_K)
+            for (int i = 0; i < 16; i++) s += xa[u / 2].q[16 * (u % 2) + i];
+        off[L] = 32 * s;
+        dsm[L] = L < 8 ? 0.0f : -(xa[L - 8].d * (float)xa[L - 8].s);
+    }
+    ap->D = _mm512_loadu_ps(D);
+    ap->off = _mm512_loadu_si512(off);
+    ap->dsm = _mm512_loadu_ps(dsm);
+}
+
+/* An NR x NT tile of a K-quant (compile-time sizes once inlined): token t's act_sb of super-block sb at
+ * pre[t * ldp + sb] */
+QW_INLINE void ksb_tile(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
+                        const act_sb *pre, int64_t ldp, int64_t n) {
+    const size_t bs = T == QW_TYPE_Q4_K ? sizeof(qw_block_q4_K)
+                      : T == QW_TYPE_Q5_K ? sizeof(qw_block_q5_K) : sizeof(qw_block_q6_K);
+    __m512 acc[4][4], accm[4][4];
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) acc[r][t] = accm[r][t] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < n / QW_QK_K; sb++) {
+        __m512i wv[4][4];
+        __m512 S[4], kc[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) ksb_unpack(T, (const uint8_t *)w + (size_t)r * ws + sb * bs, wv[r], &S[r], &kc[r]);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const act_sb *ap = &pre[t * ldp + sb];
+                __m512i P[4];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) P[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r][c], ap->a[c]);
+                __m512i R = ksb_fold(P);
+                if (T == QW_TYPE_Q6_K) R = _mm512_sub_epi32(R, ap->off);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(R), _mm512_mul_ps(S[r], ap->D), acc[r][t]);
+                if (T != QW_TYPE_Q6_K) accm[r][t] = _mm512_fmadd_ps(kc[r], ap->dsm, accm[r][t]);
+            }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum(_mm512_add_ps(acc[r][t], accm[r][t]));
+}
+
 /* The accumulators of an NR x NT tile */
 typedef struct {
     __m512 acc[4][4];
@@ -382,6 +546,12 @@ static act_pair *pre_scratch(int64_t n) { return scratch(0, (size_t)n * sizeof(a
  * with one token does the same; run through it, this loop compiled to a layout that read Q8_0 at 13 GB/s
  * instead of 24 on one Zen 4 core, hence its own function.) */
 QW_INLINE void qrows_1tok(qw_type T, float *y, const void *w, size_t ws, const qw_q8a *x, int nr, int64_t n) {
+    if (is_ksb(T)) {
+        act_sb *pre = scratch(0, (size_t)(n / QW_QK_K) * sizeof(act_sb));
+        for (int64_t sb = 0; sb < n / QW_QK_K; sb++) act_prep_sb(T, x, sb, &pre[sb]);
+        for (int r = 0; r < nr; r++) ksb_tile(T, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
+        return;
+    }
     int64_t ng = n / 32;
     act_pair *pre = pre_scratch((ng + 1) / 2);
     for (int64_t g = 0; g < ng; g += 2) act_prep(T, x, g, g + 1 < ng, &pre[g / 2]);
@@ -526,6 +696,20 @@ QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t
 /* 4 tokens or fewer against nr rows: their act_pairs once, then 4 x 4 tiles, the rest a row at a time */
 QW_INLINE void q4tok(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
                      int nr, int nt, int64_t n) {
+    if (is_ksb(T)) { /* a row at a time against the nt tokens (4 x 4 would spill the weight vectors) */
+        int64_t nsb = n / QW_QK_K;
+        act_sb *pre = scratch(0, (size_t)(nt * nsb) * sizeof(act_sb));
+        for (int t = 0; t < nt; t++)
+            for (int64_t sb = 0; sb < nsb; sb++) act_prep_sb(T, x + t * ldx, sb, &pre[t * nsb + sb]);
+        for (int r = 0; r < nr; r++) {
+            const char *wr = (const char *)w + (size_t)r * ws;
+            if (nt == 4)
+                ksb_tile(T, 1, 4, y + r, ldy, wr, ws, pre, nsb, n);
+            else
+                for (int t = 0; t < nt; t++) ksb_tile(T, 1, 1, y + t * ldy + r, ldy, wr, ws, pre + t * nsb, nsb, n);
+        }
+        return;
+    }
     int64_t ng = n / 32, ldp = (ng + 1) / 2;
     act_pair *pre = pre_scratch(nt * ldp);
     for (int t = 0; t < nt; t++)
