@@ -17,11 +17,14 @@
  * two 32-element blocks are read in scalar code; those of a 256-element super-block (K-quants, IQ4_XS) are
  * decoded to f32 once for its four pairs of groups (super_scales), Q6_K's then spread to four lanes each.
  * A row of 32-element blocks may end on a single group (`two` = 0); a super-block's groups always pair.
+ * Q4_K, Q5_K and Q6_K take a whole super-block per step instead when 1-15 tokens meet a row (ksb_tile):
+ * four vpdpbusd folded to 16 lanes of 16-element sums, one FMA for their 16 scales.
  *
- * Three paths (qtile_any): one token (decode) a row at a time; 2-15 tokens in 4 x 4 tiles, with the bits of
- * the one-token path; 16 tokens or more through 16-row repacked blocks (rp_matmul: lane = row, one FMA per
- * group for 16 outputs), whose f32 additions run in another order. Within a path an output depends only on
- * its row and token, never on the tile shape or the thread count.
+ * Three paths (qtile_any): one token (decode) a row at a time; 2-15 tokens in 4 x 4 tiles (K-quants: one
+ * row against 4 tokens), with the bits of the one-token path; 16 tokens or more through 16-row repacked
+ * blocks (rp_matmul: lane = row, one FMA per group for 16 outputs), whose f32 additions run in another
+ * order. Within a path an output depends only on its row and token, never on the tile shape or the thread
+ * count.
  * Error against the reference, every path: |tile - qw_q8a_dot_ref| <= (n/32 + 16) * 2^-24 * qw_q8a_dot_abs
  * (tests/t_qkernels.c). qw_avx512_q8a_quantize, at the end, is qw_q8a_quantize's rounding, byte for byte.
  *
