@@ -420,8 +420,9 @@ QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
 
 /* An NR x NT tile of a K-quant (compile-time sizes once inlined): token t's act_sb of super-block sb at
  * pre[t * ldp + sb]. A single row prefetches its bytes KSB_PREFETCH ahead (rows follow one another, so
- * this runs into the next rows): on one Zen 4 core from DRAM, Q4_K 16.3 -> 19 GB/s, Q6_K 20 -> 22 (the
- * pair kernels below gain nothing from it; a prefetch never faults, past the end of the weights too). */
+ * this runs into the next rows), non-temporal (read once): on one Zen 4 core from DRAM, Q4_K 16.3 -> 18.5
+ * GB/s, Q6_K 20 -> 23.5 (a T0 prefetch: 17.6, 21; the pair kernels below gain nothing from it; a prefetch
+ * never faults, past the end of the weights too). */
 #define KSB_PREFETCH 4096
 QW_INLINE void ksb_tile(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
                         const act_sb *pre, int64_t ldp, int64_t n) {
@@ -434,7 +435,7 @@ QW_INLINE void ksb_tile(qw_type T, int NR, int NT, float *y, int64_t ldy, const 
         __m512i wv[4][4];
         __m512 S[4], kc[4];
         if (NR == 1) /* one row: its stream ahead of where it is read (KSB_PREFETCH) */
-            for (size_t o = 0; o < bs; o += 64) _mm_prefetch((const char *)w + sb * bs + KSB_PREFETCH + o, _MM_HINT_T0);
+            for (size_t o = 0; o < bs; o += 64) _mm_prefetch((const char *)w + sb * bs + KSB_PREFETCH + o, _MM_HINT_NTA);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) ksb_unpack(T, (const uint8_t *)w + (size_t)r * ws + sb * bs, wv[r], &S[r], &kc[r]);
 #pragma GCC unroll 4
