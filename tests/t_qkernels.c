@@ -175,6 +175,39 @@ static double qtile_err(qw_type type, const void *w, const qw_q8a *x, int64_t n,
     return fabs(y - ref) / bound;
 }
 
+/* The buffers of a kernel test at row length n: f32 weights wf and activations x (nf rows each), nr quantized
+ * weight rows wq (rb bytes each), nt activation rows xq (nb blocks each). */
+typedef struct {
+    float *wf, *x;
+    char *wq;
+    qw_q8a *xq;
+    size_t rb;
+    int64_t nb;
+} qbufs;
+
+static qbufs qbufs_new(qw_type type, int64_t n, int nf, int nr, int nt) {
+    qbufs b = {.rb = qw_type_row_size(type, n), .nb = n / 32};
+    b.wf = malloc((size_t)nf * n * sizeof(float));
+    b.x = malloc((size_t)nf * n * sizeof(float));
+    b.wq = malloc(nr * b.rb);
+    b.xq = malloc((size_t)nt * b.nb * sizeof(qw_q8a));
+    return b;
+}
+
+static void qbufs_free(qbufs *b) {
+    free(b->wf);
+    free(b->x);
+    free(b->wq);
+    free(b->xq);
+}
+
+/* qtile_err of one output folded into a test's running verdict and worst case */
+static void tally_err(qw_type type, const void *w, const qw_q8a *x, int64_t n, float y, int *within, double *worst) {
+    double e = qtile_err(type, w, x, n, y);
+    *within &= e <= 1;
+    if (e > *worst) *worst = e;
+}
+
 static void test_qtile(const qw_cpu_kernels *k, qw_type type) {
     static const int64_t lens[] = {32, 64, 96, 256, 768, 2048, 4128};
     int within = 1, same = 1;
@@ -182,11 +215,12 @@ static void test_qtile(const qw_cpu_kernels *k, qw_type type) {
     for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
         int64_t n = lens[li];
         if (n % qw_type_traits_of(type)->block_elems) continue;
-        size_t rb = qw_type_row_size(type, n);
-        int64_t nb = n / 32;
-        float *wf = malloc((size_t)4 * n * sizeof(float)), *x = malloc((size_t)4 * n * sizeof(float));
-        char *wq = malloc(4 * rb);
-        qw_q8a *xq = malloc((size_t)4 * nb * sizeof(qw_q8a));
+        qbufs b = qbufs_new(type, n, 4, 4, 4);
+        float *wf = b.wf, *x = b.x;
+        char *wq = b.wq;
+        qw_q8a *xq = b.xq;
+        size_t rb = b.rb;
+        int64_t nb = b.nb;
         for (int adv = 0; adv < 3; adv++) {
             fill_case(wf, x, n, adv);
             for (int r = 0; r < 4; r++) qw_quantize(type, wf + r * n, wq + r * rb, n);
@@ -201,15 +235,10 @@ static void test_qtile(const qw_cpu_kernels *k, qw_type type) {
                 for (int tk = 0; tk < 4; tk++) {
                     k->qtile[type](&y11[tk * 4 + r], 1, wq + r * rb, 0, xq + tk * nb, 0, 1, 1, n);
                     same &= !memcmp(&y11[tk * 4 + r], &y44[tk * 4 + r], 4) && !memcmp(&y41[tk * 4 + r], &y44[tk * 4 + r], 4);
-                    double e = qtile_err(type, wq + r * rb, xq + tk * nb, n, y44[tk * 4 + r]);
-                    within &= e <= 1;
-                    if (e > worst) worst = e;
+                    tally_err(type, wq + r * rb, xq + tk * nb, n, y44[tk * 4 + r], &within, &worst);
                 }
         }
-        free(wf);
-        free(x);
-        free(wq);
-        free(xq);
+        qbufs_free(&b);
     }
     CHECK(within, "%s %s: integer tile above the bound (worst %.2f of it)", k->name, qw_type_name(type), worst);
     CHECK(same, "%s %s: integer tile shapes differ", k->name, qw_type_name(type));
@@ -226,11 +255,12 @@ static void test_qtile_many(const qw_cpu_kernels *k, qw_type type) {
     for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
         int64_t n = lens[li];
         if (n % qw_type_traits_of(type)->block_elems) continue;
-        size_t rb = qw_type_row_size(type, n);
-        int64_t nb = n / 32;
-        float *wf = malloc((size_t)24 * n * sizeof(float)), *x = malloc((size_t)24 * n * sizeof(float));
-        char *wq = malloc(NR * rb);
-        qw_q8a *xq = malloc((size_t)NT * nb * sizeof(qw_q8a));
+        qbufs b = qbufs_new(type, n, 24, NR, NT);
+        float *wf = b.wf, *x = b.x;
+        char *wq = b.wq;
+        qw_q8a *xq = b.xq;
+        size_t rb = b.rb;
+        int64_t nb = b.nb;
         float *ya = malloc(sizeof(float) * NR * NT), *yb = malloc(sizeof(float) * NR * NT);
         for (int adv = 0; adv < 3; adv++) {
             for (int c = 0; c < 6; c++) fill_case(wf + 4 * c * n, x + 4 * c * n, n, (adv + c) % 3);
@@ -243,16 +273,11 @@ static void test_qtile_many(const qw_cpu_kernels *k, qw_type type) {
                                NT - t < nt_max ? NT - t : nt_max, n);
             for (int t = 0; t < NT; t++)
                 for (int r = 0; r < NR; r++) {
-                    double e = qtile_err(type, wq + r * rb, xq + t * nb, n, ya[t * NR + r]);
-                    within &= e <= 1;
-                    if (e > worst) worst = e;
+                    tally_err(type, wq + r * rb, xq + t * nb, n, ya[t * NR + r], &within, &worst);
                     if (t >= 2 && r >= 3) same &= !memcmp(&ya[t * NR + r], &yb[t * NR + r], sizeof(float));
                 }
         }
-        free(wf);
-        free(x);
-        free(wq);
-        free(xq);
+        qbufs_free(&b);
         free(ya);
         free(yb);
     }

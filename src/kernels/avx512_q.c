@@ -106,6 +106,33 @@ QW_INLINE int type_has_min(qw_type t) {
     return t == QW_TYPE_Q4_1 || t == QW_TYPE_Q5_1 || t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K;
 }
 
+/* The 6-bit scales and mins of a Q4_K / Q5_K super-block (qw_k4_scale_min) as the bytes sc0-7 m0-7. The 12
+ * bytes as dwords u0 u1 u2: sc0-3 = u0 & 0x3F, sc4-7 = (u2 & 0x0F) | (u0 >> 2 & 0x30), m0-3 = u1 & 0x3F,
+ * m4-7 = (u2 >> 4 & 0x0F) | (u1 >> 2 & 0x30). */
+QW_INLINE __m128i k4_scale_bytes(const uint8_t *b) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(b + 4)); /* the 4 bytes past the scales are qs */
+    __m128i a = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+                              _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
+    __m128i hb = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 0, 0)), 2),
+                               _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(a, hb);
+}
+
+/* Q6_K: the 6-bit codes of quarters 0 | 1 (hi = 0: the low nibbles of ql, qh bits 0, 1 | 2, 3) or 2 | 3
+ * (hi = 1: the high nibbles, qh bits 4, 5 | 6, 7) of the 128-element half h, as 64 bytes. The qh bits go to
+ * bits 4, 5 by 16-bit shifts, which bring a neighbouring byte's bits only into bits that are masked. */
+QW_INLINE __m512i q6_quarters(const uint8_t *b, int h, int hi) {
+    __m512i ql = _mm512_loadu_si512(b + 64 * h);
+    __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + offsetof(qw_block_q6_K, qh) + 32 * h)));
+    hb = hi ? _mm512_srlv_epi16(hb, _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
+                                                     0x0002000200020002, 0, 0, 0, 0))
+            : _mm512_sllv_epi16(hb, _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
+                                                     0x0002000200020002, 0x0004000400040004, 0x0004000400040004,
+                                                     0x0004000400040004, 0x0004000400040004));
+    __m512i q = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), hi ? _mm512_srli_epi16(ql, 4) : ql, hb, 0xCA);
+    return _mm512_and_si512(q, _mm512_set1_epi8(0x3F)); /* bits 0-3 of the nibble, 4-5 of qh */
+}
+
 /*
  * The scales of a 256-element super-block as f32, decoded once for its four pairs of groups:
  *     Q4_K, Q5_K  kc[j] = d * sc_j, kc[8 + j] = -dmin * m_j (sub-block j)
@@ -114,11 +141,8 @@ QW_INLINE int type_has_min(qw_type t) {
  * Each is an f16 times an integer of at most 8 bits: exact in f32, as the scalar products were.
  */
 QW_INLINE void super_scales(qw_type t, const uint8_t *b, float kc[16]) {
-    if (t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K) { /* the 6-bit scales and mins of qw_k4_scale_min, 4 at a time */
-        uint32_t u0 = qw_rd32(b + 4), u1 = qw_rd32(b + 8), u2 = qw_rd32(b + 12);
-        __m128i sm = _mm_set_epi32((int)((u2 >> 4 & 0x0F0F0F0F) | (u1 >> 2 & 0x30303030)), (int)(u1 & 0x3F3F3F3F),
-                                   (int)((u2 & 0x0F0F0F0F) | (u0 >> 2 & 0x30303030)), (int)(u0 & 0x3F3F3F3F));
-        __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm));
+    if (t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K) {
+        __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scale_bytes(b)));
         _mm512_storeu_ps(kc, _mm512_mul_ps(v, halves(f16(b), -f16(b + 2))));
     } else if (t == QW_TYPE_Q6_K) {
         __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + offsetof(qw_block_q6_K, scales))));
@@ -209,25 +233,12 @@ QW_INLINE void unpack(qw_type t, const uint8_t *row, int64_t g, int two, __m512i
         B[1] = kc[9 + j];
         return;
     }
-    case QW_TYPE_Q6_K: { /* groups g, g+1 = quarters k, k+1 (k = 0 or 2) of the 128-element half h: the low (k = 0)
-                          * or high (k = 2) nibbles of its 64 bytes of ql, bits 2k .. 2k+3 of its 32 bytes of qh;
+    case QW_TYPE_Q6_K: { /* groups g, g+1 = quarters k, k+1 (k = 0 or 2) of the 128-element half h (q6_quarters);
                           * iw = q - 32 and A = d * scales[s], a scale per 16 elements (4 lanes) */
         const uint8_t *b = row + g / 8 * sizeof(qw_block_q6_K);
         int h = (int)(g % 8) / 4, k = (int)(g % 4);
         if (g % 8 == 0) super_scales(t, b, kc);
-        __m512i ql = _mm512_loadu_si512(b + 64 * h), lo = k ? _mm512_srli_epi16(ql, 4) : ql;
-        /* bits 2k, 2k+1 (group k, lower 32 bytes) and 2k+2, 2k+3 (k+1, upper 32) of each qh byte -> bits 4, 5:
-         * k = 0: << 4 and << 2, k = 2: as they are and >> 2 (shifted in 16-bit words, but bits 4, 5 of each
-         * byte come from its own byte) */
-        const uint8_t *qh = b + offsetof(qw_block_q6_K, qh) + 32 * h;
-        __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh));
-        hb = k ? _mm512_srlv_epi16(hb, _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
-                                                          0x0002000200020002, 0, 0, 0, 0))
-               : _mm512_sllv_epi16(hb, _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
-                                                          0x0002000200020002, 0x0004000400040004, 0x0004000400040004,
-                                                          0x0004000400040004, 0x0004000400040004));
-        __m512i q = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), lo, hb, 0xCA); /* bits 0-3 of lo, 4-7 of hb */
-        *w = _mm512_and_si512(q, _mm512_set1_epi8(0x3F));
+        *w = q6_quarters(b, h, k != 0);
         __m512 s4 = _mm512_castps128_ps512(_mm_loadu_ps(kc + 8 * h + 2 * k)); /* the pair's 4 scales */
         *A = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), s4);
         return;
@@ -262,7 +273,6 @@ typedef struct {
     __m512i a;  /* the pair's 64 activation bytes (zeros for a missing group g+1) */
     __m512i s0; /* -type_offset * (sum of each lane's 4 activations): vpdpbusd's starting value */
     __m512 D;   /* d of group g in lanes 0-7, of g+1 in lanes 8-15 */
-    __m256 dsK; /* K-quants, first pair of a super-block: d_g * s_g of its 8 groups */
     float ds[2]; /* Q4_1 / Q5_1: d * s of groups g and g+1 (0 for a missing g+1) */
 } act_pair;
 
@@ -276,10 +286,6 @@ QW_INLINE void act_prep(qw_type T, const qw_q8a *x, int64_t g, int two, act_pair
         __m512i o = _mm512_set1_epi8((char)type_offset(T));
         ap->s0 = _mm512_sub_epi32(ap->s0, _mm512_dpbusd_epi32(ap->s0, o, ap->a));
     }
-    if ((T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K) && g % 8 == 0)
-        ap->dsK = _mm256_setr_ps(xa[0].d * (float)xa[0].s, xa[1].d * (float)xa[1].s, xa[2].d * (float)xa[2].s,
-                                 xa[3].d * (float)xa[3].s, xa[4].d * (float)xa[4].s, xa[5].d * (float)xa[5].s,
-                                 xa[6].d * (float)xa[6].s, xa[7].d * (float)xa[7].s);
     if (type_has_min(T)) {
         ap->ds[0] = xa[0].d * (float)xa[0].s;
         ap->ds[1] = two ? xa[1].d * (float)xa[1].s : 0.0f;
@@ -347,14 +353,7 @@ QW_INLINE void ksb_unpack(qw_type t, const uint8_t *b, __m512i w[4], __m512 *S, 
                 w[c] = _mm512_mask_add_epi8(w[c], k, w[c], _mm512_set1_epi8(16));
             }
         }
-        /* the 6-bit scales and mins of qw_k4_scale_min from the 12 bytes as dwords u0 u1 u2, to the bytes
-         * sc0-3, sc4-7 = (u2 & 0x0F) | (u0 >> 2 & 0x30), m0-3, m4-7 = (u2 >> 4 & 0x0F) | (u1 >> 2 & 0x30) */
-        __m128i v = _mm_loadu_si128((const __m128i *)(b + 4)); /* the 4 bytes past the scales are qs */
-        __m128i a = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
-                                  _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
-        __m128i hb = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 0, 0)), 2),
-                                   _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-        __m128i sm = _mm_or_si128(a, hb);
+        __m128i sm = k4_scale_bytes(b);
         /* d and dmin, then d to lanes 0-7, dmin to 8-15 */
         __m512 dm = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)qw_rd32(b))));
         dm = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), dm);
@@ -365,23 +364,9 @@ QW_INLINE void ksb_unpack(qw_type t, const uint8_t *b, __m512i w[4], __m512 *S, 
         *S = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7), *kc);
         return;
     }
-    /* Q6_K: half h of 128 elements, its 64 bytes of ql (low nibbles: quarters 0, 1, high: 2, 3) and 32 of qh
-     * (bits 2k, 2k + 1 for quarter k) */
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-        __m512i ql = _mm512_loadu_si512(b + 64 * h);
-        __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + offsetof(qw_block_q6_K, qh) + 32 * h)));
-        /* quarters 0 | 1: qh bits 0, 1 | 2, 3 -> bits 4, 5; quarters 2 | 3: bits 4, 5 | 6, 7 -> 4, 5 */
-        __m512i h01 = _mm512_sllv_epi16(hb, _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
-                                                              0x0002000200020002, 0x0004000400040004, 0x0004000400040004,
-                                                              0x0004000400040004, 0x0004000400040004));
-        __m512i h23 = _mm512_srlv_epi16(hb, _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
-                                                              0x0002000200020002, 0, 0, 0, 0));
-        __m512i q01 = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), ql, h01, 0xCA);
-        __m512i q23 = _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), _mm512_srli_epi16(ql, 4), h23, 0xCA);
-        w[2 * h] = _mm512_and_si512(q01, _mm512_set1_epi8(0x3F));
-        w[2 * h + 1] = _mm512_and_si512(q23, _mm512_set1_epi8(0x3F));
-    }
+    /* Q6_K: vector c = quarters 2(c % 2) and 2(c % 2) + 1 of half c / 2 */
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) w[c] = q6_quarters(b, c / 2, c % 2);
     /* lane L takes scales[ksb_unit(L)] */
     __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + offsetof(qw_block_q6_K, scales))),
                                   _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
@@ -459,14 +444,12 @@ QW_INLINE void ksb_tile(qw_type T, int NR, int NT, float *y, int64_t ldy, const 
 /* The accumulators of an NR x NT tile */
 typedef struct {
     __m512 acc[4][4];
-    __m256 accK[4][4]; /* Q4_K / Q5_K: the min terms, sub-block j in lane j, one FMA per super-block */
     float accB[4][4], kc[4][16]; /* kc: each row's super_scales */
 } tile_acc;
 
 /* Groups g and g+1 (only g when !two) of an NR x NT tile */
 QW_INLINE void pair_step(qw_type T, int NR, int NT, tile_acc *ta, const void *w, size_t ws, const act_pair *pre,
                          int64_t ldp, int64_t g, int two) {
-    const int kmin = T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K;
     __m512i wv[4];
     __m512 A[4];
     float B[4][2];
@@ -476,12 +459,8 @@ QW_INLINE void pair_step(qw_type T, int NR, int NT, tile_acc *ta, const void *w,
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) {
         ap[t] = &pre[t * ldp + g / 2];
-        if (kmin && g % 8 == 0) { /* d_g * s_g of the super-block's 8 groups against each row's 8 mins */
-            for (int r = 0; r < NR; r++)
-                ta->accK[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(ta->kc[r] + 8), ap[t]->dsK, ta->accK[r][t]);
-        } else if (type_has_min(T) && !kmin) { /* B[r][1] is 0 when !two */
+        if (type_has_min(T)) /* Q4_1, Q5_1; B[r][1] is 0 when !two */
             for (int r = 0; r < NR; r++) ta->accB[r][t] += B[r][0] * ap[t]->ds[0] + B[r][1] * ap[t]->ds[1];
-        }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
@@ -492,7 +471,8 @@ QW_INLINE void pair_step(qw_type T, int NR, int NT, tile_acc *ta, const void *w,
         }
 }
 
-/* An NR x NT tile (compile-time sizes once inlined) against prepared activations: token t's act_pair of
+/* An NR x NT tile of a type other than Q4_K, Q5_K, Q6_K (those take ksb_tile; unpack's K-quant cases serve
+ * rp_pack) (compile-time sizes once inlined) against prepared activations: token t's act_pair of
  * pair step g / 2 at pre[t * ldp + g / 2]. The pairs of groups run in a loop without the odd last group,
  * which comes after it (a branch on it inside the loop halved one-row Q8_0 decode on the Zen 4 VM in some
  * builds). */
@@ -502,18 +482,13 @@ QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) {
             ta.acc[r][t] = _mm512_setzero_ps();
-            ta.accK[r][t] = _mm256_setzero_ps();
             ta.accB[r][t] = 0;
         }
     int64_t ng = n / 32;
     for (int64_t g = 0; g + 1 < ng; g += 2) pair_step(T, NR, NT, &ta, w, ws, pre, ldp, g, 1);
     if (ng % 2) pair_step(T, NR, NT, &ta, w, ws, pre, ldp, ng - 1, 0);
-    const int kmin = T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K;
     for (int r = 0; r < NR; r++)
-        for (int t = 0; t < NT; t++)
-            y[t * ldy + r] =
-                hsum(kmin ? _mm512_add_ps(ta.acc[r][t], _mm512_zextps256_ps512(ta.accK[r][t])) : ta.acc[r][t]) +
-                ta.accB[r][t];
+        for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum(ta.acc[r][t]) + ta.accB[r][t];
 }
 
 /* The calling thread's scratch buffers (slot 0: act_pairs, 1: a repacked row block, 2: the tokens' group
