@@ -24,7 +24,8 @@
  * row against 4 tokens), with the bits of the one-token path; 16 tokens or more through 16-row repacked
  * blocks (rp_matmul: lane = row, one FMA per group for 16 outputs), whose f32 additions run in another
  * order. Within a path an output depends only on its row and token, never on the tile shape or the thread
- * count.
+ * count. The amx table runs the repacked path's integer dots as AMX tile products (amx_matmul), with the
+ * same bits.
  * Error against the reference, every path: |tile - qw_q8a_dot_ref| <= (n/32 + 16) * 2^-24 * qw_q8a_dot_abs
  * (tests/t_qkernels.c). qw_avx512_q8a_quantize, at the end, is qw_q8a_quantize's rounding, byte for byte.
  *
@@ -668,6 +669,127 @@ QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t
 }
 
 /*
+ * AMX (Intel Xeon from Sapphire Rapids on; the "amx" table): the integer dots of rp_matmul's packed blocks
+ * as tile products. A packed group, [chunk of 4][row][4 bytes], is already the layout of a tile product's
+ * B operand (K/4 rows of 64 bytes: 16 columns of 4 consecutive k), so a block is rp_pack's with the offset
+ * taken off its bytes (signed weights, tdpbssd); the A operand is 16 tokens' activation bytes, read where
+ * they are (row stride: one token). C then holds the 16 x 16 exact integer dots of a group (Q6_K: of a
+ * sub-group of 16), the very integers of rp_tokens' lanes, and the f32 steps after it are rp_tokens' in
+ * its order: an output has the bits of the avx512 table's. Two C tiles alternate, so the tile product of
+ * group k + 1 runs while the vector unit scales group k. Tiles: 0, 1 = C; 2, 3 = A; 4, 5 = B. A call sets
+ * the tile configuration of its thread and releases it at the end. Linux lets a process use the tile
+ * data only after arch_prctl(ARCH_REQ_XCOMP_PERM) (cpu.c, before the table is offered).
+ */
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+/* C tile c's 16 x 16 int32 at cb through the f32 steps of rp_tokens for packed step k (group k / sub,
+ * sub-group k % sub): 16 tokens of x, lane = row. */
+QW_INLINE void amx_scale(qw_type T, __m512 acc[16], const int32_t *cb, const float *A, const float *B,
+                         const qw_q8a *x, int64_t ldx, const float *dsm, int64_t ldo, int64_t k) {
+    const int sub = rp_sub(T);
+    int64_t g = k / sub;
+    __m512 Av = _mm512_load_ps(A + k * RP_ROWS);
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t)),
+                                 _mm512_mul_ps(Av, _mm512_set1_ps(x[t * ldx + g].d)), acc[t]);
+    if (type_has_min(T) && k % sub == sub - 1) {
+        __m512 Bv = _mm512_load_ps(B + g * RP_ROWS);
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++) acc[t] = _mm512_fmadd_ps(Bv, _mm512_set1_ps(dsm[t * ldo + g]), acc[t]);
+    }
+}
+
+/* 16 tokens of x (row stride ldx) against a packed block: y[t * ldy + r] for r < nr, t < nt */
+QW_INLINE AMX_TARGET void amx_tokens16(qw_type T, float *y, int64_t ldy, int nr, int nt, const uint8_t *wq,
+                                       const float *A, const float *B, const qw_q8a *x, int64_t ldx,
+                                       const float *dsm, int64_t ldo, int64_t ng) {
+    const int sub = rp_sub(T), kb = 32 / sub; /* activation bytes of one step */
+    const int64_t K = ng * sub;
+    const long xs = (long)(ldx * (int64_t)sizeof(qw_q8a));
+    _Alignas(64) int32_t cb[2][256];
+    __m512 acc[16];
+    for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+#define AMX_A(k) ((const int8_t *)x[(k) / sub].q + kb * ((k) % sub))
+#define AMX_B(k) (wq + (size_t)(k) * 8 * 64 / sub)
+    for (int64_t k = 0; k < K; k += 2) {
+        _tile_loadd(2, AMX_A(k), xs);
+        _tile_loadd(4, AMX_B(k), 64);
+        _tile_zero(0);
+        _tile_dpbssd(0, 2, 4);
+        if (k > 0) {
+            _tile_stored(1, cb[1], 64);
+            amx_scale(T, acc, cb[1], A, B, x, ldx, dsm, ldo, k - 1);
+        }
+        if (k + 1 < K) {
+            _tile_loadd(3, AMX_A(k + 1), xs);
+            _tile_loadd(5, AMX_B(k + 1), 64);
+            _tile_zero(1);
+            _tile_dpbssd(1, 3, 5);
+        }
+        _tile_stored(0, cb[0], 64);
+        amx_scale(T, acc, cb[0], A, B, x, ldx, dsm, ldo, k);
+    }
+    if (K % 2 == 0) {
+        _tile_stored(1, cb[1], 64);
+        amx_scale(T, acc, cb[1], A, B, x, ldx, dsm, ldo, K - 1);
+    }
+#undef AMX_A
+#undef AMX_B
+    __mmask16 m = (__mmask16)((1u << nr) - 1);
+    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+}
+
+/* nr rows (any) x nt >= 16 tokens through packed blocks of 16 rows and tile products of 16 tokens; the
+ * last nt % 16 tokens from a copy padded with zero tokens */
+QW_INLINE AMX_TARGET void amx_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
+                                     int64_t ldx, int nr, int nt, int64_t n) {
+    const int64_t ng = n / 32;
+    const int sub = rp_sub(T), o = type_offset(T), tail = nt % 16, nt16 = nt - tail;
+    /* the tokens' d * s (mins), zero for the padding */
+    float *dsm = scratch(2, (size_t)(nt16 + 16) * ng * sizeof(float) + (size_t)16 * ng * sizeof(qw_q8a));
+    qw_q8a *pad = (qw_q8a *)(dsm + (size_t)(nt16 + 16) * ng);
+    if (type_has_min(T)) {
+        for (int t = 0; t < nt; t++)
+            for (int64_t g = 0; g < ng; g++) dsm[t * ng + g] = x[t * ldx + g].d * (float)x[t * ldx + g].s;
+        memset(dsm + (size_t)nt * ng, 0, (size_t)(16 - tail) % 16 * ng * sizeof(float));
+    }
+    if (tail) {
+        memset(pad, 0, (size_t)16 * ng * sizeof(qw_q8a));
+        for (int t = 0; t < tail; t++) memcpy(pad + t * ng, x + (nt16 + t) * ldx, (size_t)ng * sizeof(qw_q8a));
+    }
+    size_t wq_bytes = (size_t)ng * 8 * 64, a_bytes = (size_t)ng * sub * RP_ROWS * sizeof(float);
+    uint8_t *wq = scratch(1, wq_bytes + a_bytes + (size_t)ng * RP_ROWS * sizeof(float));
+    float *A = (float *)(wq + wq_bytes), *B = A + (size_t)ng * sub * RP_ROWS;
+    amx_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int i = 0; i < 6; i++) {
+        cfg.rows[i] = i < 4 ? 16 : (uint8_t)(8 / sub);
+        cfg.colsb[i] = i == 2 || i == 3 ? (uint16_t)(32 / sub) : 64;
+    }
+    _tile_loadconfig(&cfg);
+    for (int r = 0; r < nr; r += RP_ROWS) {
+        int nb = nr - r < RP_ROWS ? nr - r : RP_ROWS;
+        rp_pack(T, (const char *)w + (size_t)r * ws, ws, nb, n, wq, A, B);
+        if (o)
+            for (size_t i = 0; i < wq_bytes; i += 64)
+                _mm512_store_si512(wq + i, _mm512_sub_epi8(_mm512_load_si512(wq + i), _mm512_set1_epi8((char)o)));
+        __asm__ volatile("" ::: "memory"); /* the tile loads read what the vector stores wrote */
+        for (int t = 0; t < nt16; t += 16)
+            amx_tokens16(T, y + t * ldy + r, ldy, nb, 16, wq, A, B, x + t * ldx, ldx, dsm + t * ng, ng, ng);
+        if (tail) amx_tokens16(T, y + nt16 * ldy + r, ldy, nb, tail, wq, A, B, pad, ng, dsm + nt16 * ng, ng, ng);
+    }
+    _tile_release();
+}
+
+/*
  * Any nr, any nt (cpu.h: the avx512 table's qtile_nt). One token (decode) takes the rows one at a time: a
  * single sequential stream through memory. Reading 2 or 4 rows side by side, the hardware prefetcher of
  * the AMD Zen 4 development VM kept only half of DRAM's bandwidth busy (one Q8_0 row at a time: 22 GB/s
@@ -755,6 +877,20 @@ void qw_avx512_q8a_quantize(const float *x, qw_q8a *y, int64_t n) {
 #define QTILE(v, T, name)                                                                                          \
     QW_QTILE_PROTO(v, T, name) { qtile_any(T, y, ldy, w, ws, x, ldx, nr, nt, n); }
 QW_QTILE_LIST(QTILE, avx512)
+
+/* the amx table's tiles: 16 tokens or more through amx_matmul, fewer through the avx512 tile */
+#define QTILE_AMX(v, T, name)                                                                                      \
+    static AMX_TARGET void amx_##name(float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,           \
+                                      int64_t ldx, int nr, int nt, int64_t n) {                                    \
+        amx_matmul(T, y, ldy, w, ws, x, ldx, nr, nt, n);                                                           \
+    }                                                                                                              \
+    QW_QTILE_PROTO(v, T, name) {                                                                                   \
+        if (nt >= RP_MIN_TOKENS)                                                                                   \
+            amx_##name(y, ldy, w, ws, x, ldx, nr, nt, n);                                                          \
+        else                                                                                                       \
+            qw_avx512_qtile_##name(y, ldy, w, ws, x, ldx, nr, nt, n);                                              \
+    }
+QW_QTILE_LIST(QTILE_AMX, amx)
 
 #if defined(__clang__)
 #pragma clang attribute pop

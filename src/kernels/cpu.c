@@ -8,7 +8,8 @@
  *                activations), so each weight row is read once per call; decode is one row-chunked pass,
  *                each chunk's rows read one after another (one sequential stream per thread); quantized
  *                weights go to the kernel in blocks of QROW_BLOCK bytes of rows with all of a token tile
- *                (up to the table's qtile_nt tokens), activations rounded once per matmul (q8a.h)
+ *                (up to the table's qtile_nt tokens; all the tokens when the table takes that many in one
+ *                call, as avx512 and amx do), activations rounded once per matmul (q8a.h)
  *   attention    (token, kv head, up to 4 of its query heads): K and V rows are read once for the heads
  *                that share them; keys in blocks of 64: f32 scores and a per-block softmax-weighted sum of
  *                values, merged across blocks in double (flash-attention style, no scratch)
@@ -132,7 +133,7 @@ static const qw_cpu_kernels kernels_scalar = {
 
 /* ------------------------------------------------------------------ dispatch (once, from cpuid) */
 
-static const qw_cpu_kernels *available[4];
+static const qw_cpu_kernels *available[5];
 static pthread_once_t available_once = PTHREAD_ONCE_INIT;
 
 #if defined(__x86_64__)
@@ -140,6 +141,26 @@ static pthread_once_t available_once = PTHREAD_ONCE_INIT;
 static int has_f16c(void) {
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+
+/* AMX tiles with int8 products: AMX-TILE and AMX-INT8 in cpuid (leaf 7, EDX bits 24 and 25), the tile
+ * state enabled by the OS (XCR0 bits 17 and 18) and, on Linux, this process's permission for the tile
+ * data, asked for once: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). Without that permission the
+ * first tile load dies with SIGILL. */
+static int has_amx_int8(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 25 & 1)) return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return 0; /* OSXSAVE: xgetbv may run */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo >> 17 & 3) != 3) return 0;
+#if defined(__linux__)
+    long ret = 158; /* SYS_arch_prctl (ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18) */
+    __asm__ volatile("syscall" : "+a"(ret) : "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+    return ret == 0;
+#else
+    return 0;
+#endif
 }
 #endif
 
@@ -149,8 +170,10 @@ static void detect(void) {
     __builtin_cpu_init();
     int fma_f16c = __builtin_cpu_supports("fma") && has_f16c();
     if (fma_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+        if (has_amx_int8()) available[n++] = &qw_kernels_amx;
         available[n++] = &qw_kernels_avx512;
+    }
     if (fma_f16c && __builtin_cpu_supports("avx2")) available[n++] = &qw_kernels_avx2;
 #endif
 #if defined(__aarch64__)
@@ -283,6 +306,10 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
     if (c->tile || c->qtile) c->row_bytes = qw_type_row_size(w->type, c->cols);
     int64_t tok_bytes = c->qtile ? c->cols / QW_Q8A_BLOCK * (int64_t)sizeof(qw_q8a) : c->cols * 4;
     c->tok_tile = (256 << 10) / (tok_bytes + 1) / c->tile_nt * c->tile_nt;
+    /* A kernel that takes every token in one call (avx512, amx) repacks each block of rows once per call and
+     * passes all the tokens over it: token tiles would repeat the packing (Q8_0, one core, 256 tokens:
+     * 80-token tiles packed each row block 4 times, 46 % of the time on an Intel Xeon). */
+    if (c->qtile && c->qtile_nt >= n_tok) c->tok_tile = n_tok;
     if (c->tok_tile < c->tile_nt) c->tok_tile = c->tile_nt;
 }
 

@@ -37,7 +37,7 @@ typedef void (*qw_qtile_fn)(float *y, int64_t ldy, const void *w, size_t w_strid
                             int nr, int nt, int64_t n);
 
 typedef struct {
-    const char *name;            /* "avx512", "avx2", "scalar" */
+    const char *name;            /* "amx", "avx512", "avx2", "scalar" */
     int lanes;                   /* f32 lanes of one accumulator (the dot error bound depends on it) */
     int tile_nr, tile_nt;        /* the largest tile: weight rows x tokens */
     qw_tile_fn tile[QW_TYPE_COUNT]; /* NULL: weight type not handled here (qw_ref_dot_row is used) */
@@ -75,6 +75,7 @@ int qw_ops_cpu_n_threads(const qw_ops *ops);
 #if defined(__x86_64__)
 extern const qw_cpu_kernels qw_kernels_avx2;   /* AVX2 + FMA + F16C */
 extern const qw_cpu_kernels qw_kernels_avx512; /* AVX-512 F + BW + VL */
+extern const qw_cpu_kernels qw_kernels_amx;    /* avx512 with AMX-INT8 tile products for prefill */
 #endif
 #if defined(__aarch64__)
 extern const qw_cpu_kernels qw_kernels_neon;         /* AdvSIMD ("neon") */

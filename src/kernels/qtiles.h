@@ -26,6 +26,8 @@
 void qw_avx512_q8a_quantize(const float *x, qw_q8a *y, int64_t n);
 QW_QTILE_LIST(QW_QTILE_DECL, avx512)
 QW_QTILE_LIST(QW_QTILE_DECL, avx2)
+/* avx512_q.c: the same tiles with AMX tile products from 16 tokens on (the amx table) */
+QW_QTILE_LIST(QW_QTILE_DECL, amx)
 #endif
 
 #if defined(__aarch64__)
