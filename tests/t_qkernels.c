@@ -285,12 +285,15 @@ static void test_qtile_many(const qw_cpu_kernels *k, qw_type type) {
     CHECK(same, "%s %s: %d-token calls depend on which rows and tokens share them", k->name, qw_type_name(type), NT);
 }
 
-/* The amx table's tile products (avx512_q.c) give the bits of the avx512 table's repacked path: 37 rows
- * (two blocks of 16 and a partial one) against 16, 21 and 50 tokens (whole blocks of 16 and padded tails),
- * on rows of 1 to 72 groups (an odd count leaves the last tile product alone; Q6_K takes sub-groups). */
-static void test_amx_same(const qw_cpu_kernels *amx, const qw_cpu_kernels *avx512, qw_type type) {
+/* Two tables that must give the same bits: the amx table's tile products and the avx512 repacked path, the
+ * two avx512 builds (decode's prefetch for AMD or Intel, avx512_q.c). 37 rows (two blocks of 16 and a
+ * partial one) against 1, 4, 16, 21 and 50 tokens (every path: decode, 4 x 4 tiles, whole blocks of 16 and
+ * padded tails), on rows of 1 to 72 groups (an odd count leaves the last step alone; Q6_K takes
+ * sub-groups). */
+static void test_same_bits(const qw_cpu_kernels *ka, const char *na, const qw_cpu_kernels *kb, const char *nb,
+                           qw_type type) {
     static const int64_t lens[] = {32, 96, 256, 2304};
-    static const int nts[] = {16, 21, 50};
+    static const int nts[] = {1, 4, 16, 21, 50};
     enum { NR = 37, NT = 50 };
     int same = 1, calls = 0;
     for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
@@ -302,8 +305,8 @@ static void test_amx_same(const qw_cpu_kernels *amx, const qw_cpu_kernels *avx51
         for (int r = 0; r < NR; r++) qw_quantize(type, b.wf + r * n, b.wq + r * b.rb, n);
         qw_q8a_quantize(b.x, b.xq, NT * n);
         for (size_t i = 0; i < sizeof(nts) / sizeof(nts[0]); i++) {
-            amx->qtile[type](ya, NR, b.wq, b.rb, b.xq, b.nb, NR, nts[i], n);
-            avx512->qtile[type](yb, NR, b.wq, b.rb, b.xq, b.nb, NR, nts[i], n);
+            ka->qtile[type](ya, NR, b.wq, b.rb, b.xq, b.nb, NR, nts[i], n);
+            kb->qtile[type](yb, NR, b.wq, b.rb, b.xq, b.nb, NR, nts[i], n);
             same &= !memcmp(ya, yb, sizeof(float) * NR * nts[i]);
             calls++;
         }
@@ -311,7 +314,7 @@ static void test_amx_same(const qw_cpu_kernels *amx, const qw_cpu_kernels *avx51
         free(ya);
         free(yb);
     }
-    CHECK(same && calls > 0, "amx %s: tile products differ from the avx512 repacked path", qw_type_name(type));
+    CHECK(same && calls > 0, "%s and %s %s tiles differ", na, nb, qw_type_name(type));
 }
 
 /* A table's fast activation rounding writes qw_q8a_quantize's bytes: random, huge, tiny (denormal, below
@@ -395,13 +398,20 @@ int main(void) {
             }
         printf("%s: integer tiles of %d quantized types vs the reference\n", (*k)->name, n);
     }
-    const qw_cpu_kernels *amx = qw_cpu_kernels_find("amx"), *avx512 = qw_cpu_kernels_find("avx512");
-    if (amx && avx512) {
-        for (int i = 0; i < N_Q8A_TYPES; i++) test_amx_same(amx, avx512, q8a_types[i]);
+#if defined(__x86_64__)
+    if (qw_cpu_kernels_find("avx512")) { /* both avx512 builds run on any AVX-512 CPU */
+        for (int i = 0; i < N_Q8A_TYPES; i++)
+            test_same_bits(&qw_kernels_avx512, "avx512 (AMD)", &qw_kernels_avx512_intel, "avx512 (Intel)", q8a_types[i]);
+        printf("avx512: the AMD and Intel builds of %d quantized types give the same bits\n", N_Q8A_TYPES);
+    }
+    if (qw_cpu_kernels_find("amx")) {
+        for (int i = 0; i < N_Q8A_TYPES; i++)
+            test_same_bits(&qw_kernels_amx, "amx", &qw_kernels_avx512, "avx512", q8a_types[i]);
         printf("amx: tile products of %d quantized types give the avx512 bits\n", N_Q8A_TYPES);
     } else {
         printf("amx: not on this CPU (its tile products are checked where it is)\n");
     }
+#endif
     printf("(%d kernel variants with quantized types on this CPU)\n", n_variants);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

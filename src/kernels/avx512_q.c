@@ -404,13 +404,37 @@ QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
     ap->dsm = _mm512_loadu_ps(dsm);
 }
 
+/*
+ * Decode reads one weight row after another, and asks for its bytes ROW_PREFETCH ahead of where it reads
+ * (rows follow one another, so this runs into the next rows; a prefetch never faults, past the end of the
+ * weights too). What pays differs by vendor, so each tile comes in two builds (PF):
+ *   PF_AMD    (the avx512 table on AMD and others) K-quant rows non-temporal, the pair kernels none. One
+ *             Zen 4 core from DRAM: Q4_K 16.3 -> 18.5 GB/s, Q6_K 20 -> 23.5 (T0: 17.6, 21); a prefetch in
+ *             the pair kernels made one-row Q8_0 slower (24.5 -> 10-17 GB/s, 1-4 KiB ahead).
+ *   PF_INTEL  (the avx512 table on Intel, and amx) every row T0. An Intel Xeon (Sapphire Rapids, a VM):
+ *             one core Q8_0 7.7 -> 12.5 GB/s, Q4_K 7.8 -> 13.9, Q6_K 6.9 -> 10.6 (against non-temporal 4 KiB
+ *             ahead for the K-quants); 8 threads Q8_0 40 -> 77, Q4_K 41 -> 77 (its read probe: 80). 1 and
+ *             2 KiB ahead gave less (Q8_0 8.5, 12.0 on one core), non-temporal Q8_0 6.2.
+ */
+enum { PF_AMD, PF_INTEL };
+#define ROW_PREFETCH 4096
+
+/* the bytes of one group of 32 in a row (the pair kernels' types) */
+QW_INLINE size_t group_bytes(qw_type t) {
+    switch (t) {
+    case QW_TYPE_Q8_0: return sizeof(qw_block_q8_0);
+    case QW_TYPE_Q4_0: return sizeof(qw_block_q4_0);
+    case QW_TYPE_Q4_1: return sizeof(qw_block_q4_1);
+    case QW_TYPE_Q5_0: return sizeof(qw_block_q5_0);
+    case QW_TYPE_Q5_1: return sizeof(qw_block_q5_1);
+    case QW_TYPE_IQ4_NL: return sizeof(qw_block_iq4_nl);
+    default: return sizeof(qw_block_iq4_xs) / 8; /* IQ4_XS: 8 groups per super-block */
+    }
+}
+
 /* An NR x NT tile of a K-quant (compile-time sizes once inlined): token t's act_sb of super-block sb at
- * pre[t * ldp + sb]. A single row prefetches its bytes KSB_PREFETCH ahead (rows follow one another, so
- * this runs into the next rows), non-temporal (read once): on one Zen 4 core from DRAM, Q4_K 16.3 -> 18.5
- * GB/s, Q6_K 20 -> 23.5 (a T0 prefetch: 17.6, 21; the pair kernels below gain nothing from it; a prefetch
- * never faults, past the end of the weights too). */
-#define KSB_PREFETCH 4096
-QW_INLINE void ksb_tile(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
+ * pre[t * ldp + sb]. */
+QW_INLINE void ksb_tile(qw_type T, int PF, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
                         const act_sb *pre, int64_t ldp, int64_t n) {
     const size_t bs = T == QW_TYPE_Q4_K ? sizeof(qw_block_q4_K)
                       : T == QW_TYPE_Q5_K ? sizeof(qw_block_q5_K) : sizeof(qw_block_q6_K);
@@ -420,8 +444,14 @@ QW_INLINE void ksb_tile(qw_type T, int NR, int NT, float *y, int64_t ldy, const 
     for (int64_t sb = 0; sb < n / QW_QK_K; sb++) {
         __m512i wv[4][4];
         __m512 S[4], kc[4];
-        if (NR == 1) /* one row: its stream ahead of where it is read (KSB_PREFETCH) */
-            for (size_t o = 0; o < bs; o += 64) _mm_prefetch((const char *)w + sb * bs + KSB_PREFETCH + o, _MM_HINT_NTA);
+        if (NR == 1) /* one row: its stream ahead of where it is read */
+            for (size_t o = 0; o < bs; o += 64) {
+                const char *p = (const char *)w + sb * bs + ROW_PREFETCH + o;
+                if (PF == PF_INTEL)
+                    _mm_prefetch(p, _MM_HINT_T0);
+                else
+                    _mm_prefetch(p, _MM_HINT_NTA);
+            }
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) ksb_unpack(T, (const uint8_t *)w + (size_t)r * ws + sb * bs, wv[r], &S[r], &kc[r]);
 #pragma GCC unroll 4
@@ -449,12 +479,13 @@ typedef struct {
 } tile_acc;
 
 /* Groups g and g+1 (only g when !two) of an NR x NT tile */
-QW_INLINE void pair_step(qw_type T, int NR, int NT, tile_acc *ta, const void *w, size_t ws, const act_pair *pre,
-                         int64_t ldp, int64_t g, int two) {
+QW_INLINE void pair_step(qw_type T, int PF, int NR, int NT, tile_acc *ta, const void *w, size_t ws,
+                         const act_pair *pre, int64_t ldp, int64_t g, int two) {
     __m512i wv[4];
     __m512 A[4];
     float B[4][2];
     const act_pair *ap[4];
+    if (PF == PF_INTEL && NR == 1) _mm_prefetch((const char *)w + g * group_bytes(T) + ROW_PREFETCH, _MM_HINT_T0);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) unpack(T, (const uint8_t *)w + (size_t)r * ws, g, two, &wv[r], &A[r], B[r], ta->kc[r]);
 #pragma GCC unroll 4
@@ -477,7 +508,7 @@ QW_INLINE void pair_step(qw_type T, int NR, int NT, tile_acc *ta, const void *w,
  * pair step g / 2 at pre[t * ldp + g / 2]. The pairs of groups run in a loop without the odd last group,
  * which comes after it (a branch on it inside the loop halved one-row Q8_0 decode on the Zen 4 VM in some
  * builds). */
-QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
+QW_INLINE void qtile_nxm(qw_type T, int PF, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
                          const act_pair *pre, int64_t ldp, int64_t n) {
     tile_acc ta;
     for (int r = 0; r < NR; r++)
@@ -486,8 +517,8 @@ QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const
             ta.accB[r][t] = 0;
         }
     int64_t ng = n / 32;
-    for (int64_t g = 0; g + 1 < ng; g += 2) pair_step(T, NR, NT, &ta, w, ws, pre, ldp, g, 1);
-    if (ng % 2) pair_step(T, NR, NT, &ta, w, ws, pre, ldp, ng - 1, 0);
+    for (int64_t g = 0; g + 1 < ng; g += 2) pair_step(T, PF, NR, NT, &ta, w, ws, pre, ldp, g, 1);
+    if (ng % 2) pair_step(T, PF, NR, NT, &ta, w, ws, pre, ldp, ng - 1, 0);
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum(ta.acc[r][t]) + ta.accB[r][t];
 }
@@ -530,17 +561,17 @@ static act_pair *pre_scratch(int64_t n) { return scratch(0, (size_t)n * sizeof(a
 /* One token against nr rows (any nr): its act_pairs once, then each row alone from start to end. (q4tok
  * with one token does the same; run through it, this loop compiled to a layout that read Q8_0 at 13 GB/s
  * instead of 24 on one Zen 4 core, hence its own function.) */
-QW_INLINE void qrows_1tok(qw_type T, float *y, const void *w, size_t ws, const qw_q8a *x, int nr, int64_t n) {
+QW_INLINE void qrows_1tok(qw_type T, int PF, float *y, const void *w, size_t ws, const qw_q8a *x, int nr, int64_t n) {
     if (is_ksb(T)) {
         act_sb *pre = scratch(0, (size_t)(n / QW_QK_K) * sizeof(act_sb));
         for (int64_t sb = 0; sb < n / QW_QK_K; sb++) act_prep_sb(T, x, sb, &pre[sb]);
-        for (int r = 0; r < nr; r++) ksb_tile(T, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
+        for (int r = 0; r < nr; r++) ksb_tile(T, PF, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
         return;
     }
     int64_t ng = n / 32;
     act_pair *pre = pre_scratch((ng + 1) / 2);
     for (int64_t g = 0; g < ng; g += 2) act_prep(T, x, g, g + 1 < ng, &pre[g / 2]);
-    for (int r = 0; r < nr; r++) qtile_nxm(T, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
+    for (int r = 0; r < nr; r++) qtile_nxm(T, PF, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
 }
 
 /*
@@ -800,7 +831,7 @@ QW_INLINE AMX_TARGET void amx_matmul(qw_type T, float *y, int64_t ldy, const voi
  * 12-16 tokens), so 2 .. 15 tokens take q4tok's 4 x 4 tiles (their numbers are the one-token kernel's).
  */
 /* 4 tokens or fewer against nr rows: their act_pairs once, then 4 x 4 tiles, the rest a row at a time */
-QW_INLINE void q4tok(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
+QW_INLINE void q4tok(qw_type T, int PF, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
                      int nr, int nt, int64_t n) {
     if (is_ksb(T)) { /* a row at a time against the nt tokens (4 x 4 would spill the weight vectors) */
         int64_t nsb = n / QW_QK_K;
@@ -810,9 +841,9 @@ QW_INLINE void q4tok(qw_type T, float *y, int64_t ldy, const void *w, size_t ws,
         for (int r = 0; r < nr; r++) {
             const char *wr = (const char *)w + (size_t)r * ws;
             if (nt == 4)
-                ksb_tile(T, 1, 4, y + r, ldy, wr, ws, pre, nsb, n);
+                ksb_tile(T, PF, 1, 4, y + r, ldy, wr, ws, pre, nsb, n);
             else
-                for (int t = 0; t < nt; t++) ksb_tile(T, 1, 1, y + t * ldy + r, ldy, wr, ws, pre + t * nsb, nsb, n);
+                for (int t = 0; t < nt; t++) ksb_tile(T, PF, 1, 1, y + t * ldy + r, ldy, wr, ws, pre + t * nsb, nsb, n);
         }
         return;
     }
@@ -823,25 +854,25 @@ QW_INLINE void q4tok(qw_type T, float *y, int64_t ldy, const void *w, size_t ws,
     int r = 0;
     if (nt == 4)
         for (; r + 4 <= nr; r += 4)
-            qtile_nxm(T, 4, 4, y + r, ldy, (const char *)w + (size_t)r * ws, ws, pre, ldp, n);
+            qtile_nxm(T, PF, 4, 4, y + r, ldy, (const char *)w + (size_t)r * ws, ws, pre, ldp, n);
     for (; r < nr; r++) {
         const char *wr = (const char *)w + (size_t)r * ws;
         if (nt == 4)
-            qtile_nxm(T, 1, 4, y + r, ldy, wr, ws, pre, ldp, n);
+            qtile_nxm(T, PF, 1, 4, y + r, ldy, wr, ws, pre, ldp, n);
         else
-            for (int t = 0; t < nt; t++) qtile_nxm(T, 1, 1, y + t * ldy + r, ldy, wr, ws, pre + t * ldp, ldp, n);
+            for (int t = 0; t < nt; t++) qtile_nxm(T, PF, 1, 1, y + t * ldy + r, ldy, wr, ws, pre + t * ldp, ldp, n);
     }
 }
 
-QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
+QW_INLINE void qtile_any(qw_type T, int PF, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
                          int nr, int nt, int64_t n) {
     if (nt == 1)
-        qrows_1tok(T, y, w, ws, x, nr, n);
+        qrows_1tok(T, PF, y, w, ws, x, nr, n);
     else if (nt >= RP_MIN_TOKENS)
         rp_matmul(T, y, ldy, w, ws, x, ldx, nr, nt, n);
     else
         for (int t = 0; t < nt; t += 4)
-            q4tok(T, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, nr, nt - t < 4 ? nt - t : 4, n);
+            q4tok(T, PF, y + t * ldy, ldy, w, ws, x + t * ldx, ldx, nr, nt - t < 4 ? nt - t : 4, n);
 }
 
 /*
@@ -875,8 +906,12 @@ void qw_avx512_q8a_quantize(const float *x, qw_q8a *y, int64_t n) {
 }
 
 #define QTILE(v, T, name)                                                                                          \
-    QW_QTILE_PROTO(v, T, name) { qtile_any(T, y, ldy, w, ws, x, ldx, nr, nt, n); }
+    QW_QTILE_PROTO(v, T, name) { qtile_any(T, PF_AMD, y, ldy, w, ws, x, ldx, nr, nt, n); }
 QW_QTILE_LIST(QTILE, avx512)
+#undef QTILE
+#define QTILE(v, T, name)                                                                                          \
+    QW_QTILE_PROTO(v, T, name) { qtile_any(T, PF_INTEL, y, ldy, w, ws, x, ldx, nr, nt, n); }
+QW_QTILE_LIST(QTILE, avx512i)
 
 /* the amx table's tiles: 16 tokens or more through amx_matmul, fewer through the avx512 tile */
 #define QTILE_AMX(v, T, name)                                                                                      \
@@ -888,7 +923,7 @@ QW_QTILE_LIST(QTILE, avx512)
         if (nt >= RP_MIN_TOKENS)                                                                                   \
             amx_##name(y, ldy, w, ws, x, ldx, nr, nt, n);                                                          \
         else                                                                                                       \
-            qw_avx512_qtile_##name(y, ldy, w, ws, x, ldx, nr, nt, n);                                              \
+            qw_avx512i_qtile_##name(y, ldy, w, ws, x, ldx, nr, nt, n);                                             \
     }
 QW_QTILE_LIST(QTILE_AMX, amx)
 

@@ -171,8 +171,10 @@ static void detect(void) {
     int fma_f16c = __builtin_cpu_supports("fma") && has_f16c();
     if (fma_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+        unsigned a, b, c, d; /* vendor "GenuineIntel": b, d, c = "Genu", "ineI", "ntel" */
+        int intel = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756E6547 && d == 0x49656E69 && c == 0x6C65746E;
         if (has_amx_int8()) available[n++] = &qw_kernels_amx;
-        available[n++] = &qw_kernels_avx512;
+        available[n++] = intel ? &qw_kernels_avx512_intel : &qw_kernels_avx512;
     }
     if (fma_f16c && __builtin_cpu_supports("avx2")) available[n++] = &qw_kernels_avx2;
 #endif

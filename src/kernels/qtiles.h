@@ -25,6 +25,8 @@
 /* avx512_q.c: qw_q8a_quantize's bytes, 32 floats per step */
 void qw_avx512_q8a_quantize(const float *x, qw_q8a *y, int64_t n);
 QW_QTILE_LIST(QW_QTILE_DECL, avx512)
+/* avx512_q.c: the same tiles with decode's prefetch tuned for Intel (ROW_PREFETCH) */
+QW_QTILE_LIST(QW_QTILE_DECL, avx512i)
 QW_QTILE_LIST(QW_QTILE_DECL, avx2)
 /* avx512_q.c: the same tiles with AMX tile products from 16 tokens on (the amx table) */
 QW_QTILE_LIST(QW_QTILE_DECL, amx)
