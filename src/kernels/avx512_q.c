@@ -42,11 +42,8 @@
 #endif
 
 #include <immintrin.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "core/common.h"
 #include "kernels/qtiles.h"
 #include "tensor/quant.h"
 
@@ -523,47 +520,16 @@ QW_INLINE void qtile_nxm(qw_type T, int PF, int NR, int NT, float *y, int64_t ld
         for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum(ta.acc[r][t]) + ta.accB[r][t];
 }
 
-/* The calling thread's scratch buffers (slot 0: act_pairs, 1: a repacked row block, 2: the tokens' group
- * terms): grown, never shrunk (decode allocates nothing once the widest matmul has run), freed when the
- * thread ends. */
-#define N_SCRATCH 3
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-typedef struct {
-    size_t cap[N_SCRATCH];
-    void *p[N_SCRATCH];
-} scratch_set;
-static void scratch_free(void *v) {
-    scratch_set *b = v;
-    for (int i = 0; i < N_SCRATCH; i++) free(b->p[i]);
-    free(b);
-}
-static void scratch_init(void) {
-    if (pthread_key_create(&scratch_key, scratch_free) != 0) abort();
-}
-static void *scratch(int slot, size_t bytes) {
-    pthread_once(&scratch_once, scratch_init);
-    scratch_set *b = pthread_getspecific(scratch_key);
-    if (!b) {
-        b = qw_xcalloc(1, sizeof(*b));
-        if (pthread_setspecific(scratch_key, b) != 0) abort();
-    }
-    if (bytes > b->cap[slot]) {
-        free(b->p[slot]);
-        b->cap[slot] = (bytes + bytes / 4 + 63) / 64 * 64;
-        b->p[slot] = aligned_alloc(64, b->cap[slot]);
-        if (!b->p[slot]) abort();
-    }
-    return b->p[slot];
-}
-static act_pair *pre_scratch(int64_t n) { return scratch(0, (size_t)n * sizeof(act_pair)); }
+/* The calling thread's scratch (qtiles.h): slot 0 act_pairs / act_sbs, 1 a repacked row block, 2 the tokens' group
+ * terms. */
+static act_pair *pre_scratch(int64_t n) { return qw_qtile_scratch(0, (size_t)n * sizeof(act_pair)); }
 
 /* One token against nr rows (any nr): its act_pairs once, then each row alone from start to end. (q4tok
  * with one token does the same; run through it, this loop compiled to a layout that read Q8_0 at 13 GB/s
  * instead of 24 on one Zen 4 core, hence its own function.) */
 QW_INLINE void qrows_1tok(qw_type T, int PF, float *y, const void *w, size_t ws, const qw_q8a *x, int nr, int64_t n) {
     if (is_ksb(T)) {
-        act_sb *pre = scratch(0, (size_t)(n / QW_QK_K) * sizeof(act_sb));
+        act_sb *pre = qw_qtile_scratch(0, (size_t)(n / QW_QK_K) * sizeof(act_sb));
         for (int64_t sb = 0; sb < n / QW_QK_K; sb++) act_prep_sb(T, x, sb, &pre[sb]);
         for (int r = 0; r < nr; r++) ksb_tile(T, PF, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
         return;
@@ -668,7 +634,7 @@ QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t
     const int sub = rp_sub(T), o = type_offset(T);
     int64_t ldo = ng * sub;
     /* the tokens' group terms, once per call */
-    int32_t *ofs = scratch(2, (size_t)nt * ldo * (sizeof(int32_t) + sizeof(float)));
+    int32_t *ofs = qw_qtile_scratch(2, (size_t)nt * ldo * (sizeof(int32_t) + sizeof(float)));
     float *dsm = (float *)(ofs + (size_t)nt * ldo);
     for (int t = 0; t < nt; t++)
         for (int64_t g = 0; g < ng; g++) {
@@ -684,7 +650,7 @@ QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t
             if (type_has_min(T)) dsm[t * ldo + g] = xa->d * (float)xa->s;
         }
     size_t wq_bytes = (size_t)ng * 8 * 64, a_bytes = (size_t)ng * sub * RP_ROWS * sizeof(float);
-    uint8_t *wq = scratch(1, wq_bytes + a_bytes + (size_t)ng * RP_ROWS * sizeof(float));
+    uint8_t *wq = qw_qtile_scratch(1, wq_bytes + a_bytes + (size_t)ng * RP_ROWS * sizeof(float));
     float *A = (float *)(wq + wq_bytes), *B = A + (size_t)ng * sub * RP_ROWS;
     for (int r = 0; r < nr; r += RP_ROWS) {
         int nb = nr - r < RP_ROWS ? nr - r : RP_ROWS;
@@ -784,7 +750,7 @@ QW_INLINE AMX_TARGET void amx_matmul(qw_type T, float *y, int64_t ldy, const voi
     const int64_t ng = n / 32;
     const int sub = rp_sub(T), o = type_offset(T), tail = nt % 16, nt16 = nt - tail;
     /* the tokens' d * s (mins), zero for the padding */
-    float *dsm = scratch(2, (size_t)(nt16 + 16) * ng * sizeof(float) + (size_t)16 * ng * sizeof(qw_q8a));
+    float *dsm = qw_qtile_scratch(2, (size_t)(nt16 + 16) * ng * sizeof(float) + (size_t)16 * ng * sizeof(qw_q8a));
     qw_q8a *pad = (qw_q8a *)(dsm + (size_t)(nt16 + 16) * ng);
     if (type_has_min(T)) {
         for (int t = 0; t < nt; t++)
@@ -796,7 +762,7 @@ QW_INLINE AMX_TARGET void amx_matmul(qw_type T, float *y, int64_t ldy, const voi
         for (int t = 0; t < tail; t++) memcpy(pad + t * ng, x + (nt16 + t) * ldx, (size_t)ng * sizeof(qw_q8a));
     }
     size_t wq_bytes = (size_t)ng * 8 * 64, a_bytes = (size_t)ng * sub * RP_ROWS * sizeof(float);
-    uint8_t *wq = scratch(1, wq_bytes + a_bytes + (size_t)ng * RP_ROWS * sizeof(float));
+    uint8_t *wq = qw_qtile_scratch(1, wq_bytes + a_bytes + (size_t)ng * RP_ROWS * sizeof(float));
     float *A = (float *)(wq + wq_bytes), *B = A + (size_t)ng * sub * RP_ROWS;
     amx_config cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -835,7 +801,7 @@ QW_INLINE void q4tok(qw_type T, int PF, float *y, int64_t ldy, const void *w, si
                      int nr, int nt, int64_t n) {
     if (is_ksb(T)) { /* a row at a time against the nt tokens (4 x 4 would spill the weight vectors) */
         int64_t nsb = n / QW_QK_K;
-        act_sb *pre = scratch(0, (size_t)(nt * nsb) * sizeof(act_sb));
+        act_sb *pre = qw_qtile_scratch(0, (size_t)(nt * nsb) * sizeof(act_sb));
         for (int t = 0; t < nt; t++)
             for (int64_t sb = 0; sb < nsb; sb++) act_prep_sb(T, x + t * ldx, sb, &pre[t * nsb + sb]);
         for (int r = 0; r < nr; r++) {

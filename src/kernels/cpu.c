@@ -32,6 +32,7 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/common.h"
@@ -130,6 +131,40 @@ static const qw_cpu_kernels kernels_scalar = {
     .rank1_acc = sc_rank1_acc,
     .scale_axpy = sc_scale_axpy,
 };
+
+/* ------------------------------------------------------------------ the kernels' scratch (qtiles.h) */
+
+typedef struct {
+    size_t cap[QW_QTILE_SCRATCH];
+    void *p[QW_QTILE_SCRATCH];
+} scratch_set;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *v) {
+    scratch_set *b = v;
+    for (int i = 0; i < QW_QTILE_SCRATCH; i++) free(b->p[i]);
+    free(b);
+}
+static void scratch_init(void) {
+    if (pthread_key_create(&scratch_key, scratch_free) != 0) abort();
+}
+
+void *qw_qtile_scratch(int slot, size_t bytes) {
+    pthread_once(&scratch_once, scratch_init);
+    scratch_set *b = pthread_getspecific(scratch_key);
+    if (!b) {
+        b = qw_xcalloc(1, sizeof(*b));
+        if (pthread_setspecific(scratch_key, b) != 0) abort();
+    }
+    if (bytes > b->cap[slot]) {
+        free(b->p[slot]);
+        b->cap[slot] = (bytes + bytes / 4 + 63) / 64 * 64;
+        b->p[slot] = aligned_alloc(64, b->cap[slot]);
+        if (!b->p[slot]) abort();
+    }
+    return b->p[slot];
+}
 
 /* ------------------------------------------------------------------ dispatch (once, from cpuid) */
 

@@ -21,6 +21,13 @@
 #define QW_QTILE_DECL(v, T, name) QW_QTILE_PROTO(v, T, name);
 #define QW_QTILE_INIT(v, T, name) [T] = qw_##v##_qtile_##name,
 
+/* The calling thread's kernel scratch buffer `slot` (< QW_QTILE_SCRATCH), at least `bytes` long, 64-byte
+ * aligned: grown, never shrunk (decode allocates nothing once the widest matmul has run), freed when the
+ * thread ends (cpu.c). Slot 0: per-call activation layouts, 1: a repacked row block, 2: the tokens' group
+ * terms. */
+#define QW_QTILE_SCRATCH 3
+void *qw_qtile_scratch(int slot, size_t bytes);
+
 #if defined(__x86_64__)
 /* avx512_q.c: qw_q8a_quantize's bytes, 32 floats per step */
 void qw_avx512_q8a_quantize(const float *x, qw_q8a *y, int64_t n);
