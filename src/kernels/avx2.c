@@ -188,6 +188,7 @@ const qw_cpu_kernels qw_kernels_avx2 = {
     .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,
              [QW_TYPE_Q8_0] = tile_q8_0},
     .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, avx2)},
+    .qtile_nt = 1 << 16,
     .decay_acc = decay_acc,
     .rank1_acc = rank1_acc,
     .scale_axpy = scale_axpy,
