@@ -286,7 +286,7 @@ static void test_qtile_many(const qw_cpu_kernels *k, qw_type type) {
 }
 
 /* Two tables that must give the same bits: the amx table's tile products and the avx512 repacked path, the
- * two avx512 builds (decode's prefetch for AMD or Intel, avx512_q.c). 37 rows (two blocks of 16 and a
+ * two avx512 builds and the two avx2 builds (decode's prefetch for AMD or Intel). 37 rows (two blocks of 16 and a
  * partial one) against 1, 4, 16, 21 and 50 tokens (every path: decode, 4 x 4 tiles, whole blocks of 16 and
  * padded tails), on rows of 1 to 72 groups (an odd count leaves the last step alone; Q6_K takes
  * sub-groups). */
@@ -403,6 +403,11 @@ int main(void) {
         for (int i = 0; i < N_Q8A_TYPES; i++)
             test_same_bits(&qw_kernels_avx512, "avx512 (AMD)", &qw_kernels_avx512_intel, "avx512 (Intel)", q8a_types[i]);
         printf("avx512: the AMD and Intel builds of %d quantized types give the same bits\n", N_Q8A_TYPES);
+    }
+    if (qw_cpu_kernels_find("avx2")) {
+        for (int i = 0; i < N_Q8A_TYPES; i++)
+            test_same_bits(&qw_kernels_avx2, "avx2 (AMD)", &qw_kernels_avx2_intel, "avx2 (Intel)", q8a_types[i]);
+        printf("avx2: the AMD and Intel builds of %d quantized types give the same bits\n", N_Q8A_TYPES);
     }
     if (qw_cpu_kernels_find("amx")) {
         for (int i = 0; i < N_Q8A_TYPES; i++)

@@ -31,7 +31,8 @@
  *
  * Tiles: 4 rows x 2 tokens (the avx2 table's tile_nr x tile_nt): 8 accumulators, 2 activation vectors and
  * one row's weights fit the 16 registers; 4x1, 1x2 and 1x1 compute each output the same way, and up to 15
- * tokens are taken in pairs. From RP_MIN_TOKENS tokens on, blocks of 8 repacked rows instead (rp_matmul,
+ * tokens are taken in pairs (Q4_K, Q5_K, Q6_K: a row at a time, a super-block per step: ksb_row). From
+ * RP_MIN_TOKENS tokens on, blocks of 8 repacked rows instead (rp_matmul,
  * below: one core, 64 tokens, Q4_K 0.30 -> 0.63 GB/s of weights, Q6_K 0.34 -> 0.64, Q5_K 0.33 -> 0.76,
  * Q4_0 0.28 -> 0.66, Q8_0 0.54 -> 0.85, IQ4_XS 0.24 -> 0.42 on the Zen 4 VM), whose f32 additions run in
  * another order, within the same bound.
@@ -55,8 +56,13 @@
 
 #define QW_INLINE static inline __attribute__((always_inline))
 /* Bytes ahead in each weight row that a tile asks the cache for: without it one thread decoding from DRAM
- * ran about 10% slower (every type alike, on the development VM); from L2 it makes no difference. */
+ * ran about 10% slower (every type alike, on the development VM); from L2 it makes no difference. The
+ * K-quant super-block rows (ksb_row) come in two builds (PF, as in avx512_q.c): on AMD they ask 4 KiB
+ * ahead, non-temporally (one Zen 4 core from DRAM: Q4_K 14.7 -> 17.5 GB/s, Q6_K 16.4 -> 18.6); on Intel,
+ * where a non-temporal prefetch halved avx512_q.c's decode, T0 PREFETCH ahead as every other tile. */
 #define PREFETCH 512
+#define KSB_PREFETCH_AMD 4096
+enum { PF_AMD, PF_INTEL };
 
 QW_INLINE float f16(const void *p) { return _cvtsh_ss(qw_rd16(p)); }
 
@@ -459,12 +465,153 @@ QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t
     }
 }
 
+/*
+ * Q4_K, Q5_K and Q6_K with fewer than RP_MIN_TOKENS tokens take a whole 256-element super-block per step
+ * (avx512_q.c's ksb_tile in 256 bits): the 8 groups' vpmaddubsw pair sums are folded to one int32 lane per
+ * group (Q6_K: per 16-element sub-block, in two vectors) by horizontal additions, as far in int16 as cannot
+ * overflow (pairs at most 2 * 127 * U for codes up to U: Q4_K and Q5_K sums of 8 elements, at most 31496;
+ * Q6_K of 4, at most 32004), then in int32; one FMA then applies the lanes' scales (S = d * sub-block scale,
+ * times the activation's d per lane), where the group-at-a-time kernel needed one per group. The mins (Q4_K,
+ * Q5_K) are one more FMA per super-block, Q6_K's offset 32 one subtraction per vector. An output depends
+ * only on its row and token.
+ */
+QW_INLINE int is_ksb(qw_type t) { return t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K || t == QW_TYPE_Q6_K; }
+
+/* The activation side of one super-block for one token, in the fold's lane order. Q4_K, Q5_K: D lane j = d
+ * of group j, dsm lane j = d * s. Q6_K: vector v lane l covers sub-block 8 v + 2 (l % 4) + l / 4 (group
+ * 4 v + l % 4): D its group's d, off 32 * its 16 activations' sum. */
+typedef struct {
+    __m256 D[2], dsm;
+    __m256i off[2];
+} act_sb;
+
+QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
+    const qw_q8a *xa = x + sb * 8;
+    if (T != QW_TYPE_Q6_K) {
+        float d[8], ds[8];
+        for (int j = 0; j < 8; j++) {
+            d[j] = xa[j].d;
+            ds[j] = xa[j].d * (float)xa[j].s;
+        }
+        ap->D[0] = _mm256_loadu_ps(d);
+        ap->dsm = _mm256_loadu_ps(ds);
+        return;
+    }
+    for (int v = 0; v < 2; v++) {
+        float d[8];
+        int32_t off[8];
+        for (int l = 0; l < 8; l++) {
+            const qw_q8a *g = &xa[4 * v + l % 4];
+            int32_t s = 0;
+            for (int i = 0; i < 16; i++) s += g->q[16 * (l / 4) + i];
+            d[l] = g->d;
+            off[l] = 32 * s;
+        }
+        ap->D[v] = _mm256_loadu_ps(d);
+        ap->off[v] = _mm256_loadu_si256((const __m256i *)off);
+    }
+}
+
+/* Q4_K, Q5_K: the groups' pair sums p[0..7] -> lane j = group j's sum */
+QW_INLINE __m256i ksb_fold_k4(const __m256i p[8]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    /* quads, then octets in int16; then each 128-bit half's 16-element sums in int32: k0 = groups 0-3, k1 = 4-7 */
+    __m256i k0 = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+    __m256i k1 = _mm256_hadd_epi16(_mm256_hadd_epi16(p[4], p[5]), _mm256_hadd_epi16(p[6], p[7]));
+    k0 = _mm256_madd_epi16(k0, ones);
+    k1 = _mm256_madd_epi16(k1, ones);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(k0, k1, 0x20), _mm256_permute2x128_si256(k0, k1, 0x31));
+}
+
+/* Q6_K: pair sums p[4 v .. 4 v + 3] -> 16-element sums in act_sb's lane order for vector v */
+QW_INLINE __m256i ksb_fold_q6(const __m256i *p) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i e01 = _mm256_madd_epi16(_mm256_hadd_epi16(p[0], p[1]), ones);
+    __m256i e23 = _mm256_madd_epi16(_mm256_hadd_epi16(p[2], p[3]), ones);
+    return _mm256_hadd_epi32(e01, e23);
+}
+
+/* One row against NT (1 or 2, compile-time) tokens: token t's act_sb of super-block sb at pre[t * ldp + sb],
+ * its activations at x + t * ldx; y[t * ldy]. */
+QW_INLINE void ksb_row(qw_type T, int PF, int NT, float *y, int64_t ldy, const uint8_t *w, const qw_q8a *x, int64_t ldx,
+                       const act_sb *pre, int64_t ldp, int64_t n) {
+    const size_t bb = block_bytes(T);
+    __m256 acc[2], accm[2];
+    for (int t = 0; t < NT; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < n / QW_QK_K; sb++) {
+        const uint8_t *blk = w + (size_t)sb * bb;
+        for (size_t o = 0; o < bb; o += 64) {
+            if (PF == PF_AMD)
+                _mm_prefetch((const char *)blk + KSB_PREFETCH_AMD + o, _MM_HINT_NTA);
+            else
+                _mm_prefetch((const char *)blk + PREFETCH + o, _MM_HINT_T0);
+        }
+        head_t hd;
+        head(T, blk, &hd);
+        __m256i wv[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m256 Aj;
+            float Bj;
+            unpack(T, blk, j, &hd, _mm256_setzero_si256(), &wv[j], &Aj, &Bj);
+        }
+        __m256 S[2], Bv = _mm256_setzero_ps();
+        if (T == QW_TYPE_Q6_K) { /* sub-blocks 2 (l % 4) + l / 4 (+ 8) to lane l */
+            const __m256i ord = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+            S[0] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(hd.A), ord);
+            S[1] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(hd.A + 8), ord);
+        } else {
+            S[0] = _mm256_loadu_ps(hd.A);
+            Bv = _mm256_loadu_ps(hd.B);
+        }
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            const qw_q8a *xa = x + t * ldx + sb * 8;
+            const act_sb *ap = &pre[t * ldp + sb];
+            __m256i p[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) p[j] = _mm256_maddubs_epi16(wv[j], _mm256_loadu_si256((const __m256i *)xa[j].q));
+            if (T == QW_TYPE_Q6_K) {
+#pragma GCC unroll 2
+                for (int v = 0; v < 2; v++) {
+                    __m256i is = _mm256_sub_epi32(ksb_fold_q6(p + 4 * v), ap->off[v]);
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(S[v], ap->D[v]), acc[t]);
+                }
+            } else {
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ksb_fold_k4(p)), _mm256_mul_ps(S[0], ap->D[0]), acc[t]);
+                accm[t] = _mm256_fmadd_ps(Bv, ap->dsm, accm[t]);
+            }
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = hsum(_mm256_add_ps(acc[t], accm[t]));
+}
+
+/* nr rows x nt (< RP_MIN_TOKENS) tokens of a K-quant: the tokens' act_sbs once, then a row at a time against
+ * pairs of tokens */
+QW_INLINE void ksb_matmul(qw_type T, int PF, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
+                          int nr, int nt, int64_t n) {
+    int64_t nsb = n / QW_QK_K;
+    act_sb *pre = qw_qtile_scratch(0, (size_t)(nt * nsb) * sizeof(act_sb));
+    for (int t = 0; t < nt; t++)
+        for (int64_t sb = 0; sb < nsb; sb++) act_prep_sb(T, x + t * ldx, sb, &pre[t * nsb + sb]);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;
+        int t = 0;
+        for (; t + 2 <= nt; t += 2) ksb_row(T, PF, 2, y + t * ldy + r, ldy, wr, x + t * ldx, ldx, pre + t * nsb, nsb, n);
+        if (t < nt) ksb_row(T, PF, 1, y + t * ldy + r, ldy, wr, x + t * ldx, ldx, pre + t * nsb, nsb, n);
+    }
+}
+
 /* Any nr, nt <= 4 (cpu.h) from the shapes 4x2, 4x1, 1x2, 1x1 (each output computed the same way in all);
  * one token takes the rows one at a time (avx512_q.c's qtile_any says why). */
-QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
+QW_INLINE void qtile_any(qw_type T, int PF, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
                          int nr, int nt, int64_t n) {
     if (nt >= RP_MIN_TOKENS) {
         rp_matmul(T, y, ldy, w, ws, x, ldx, nr, nt, n);
+        return;
+    }
+    if (is_ksb(T)) {
+        ksb_matmul(T, PF, y, ldy, w, ws, x, ldx, nr, nt, n);
         return;
     }
     int r = 0;
@@ -484,8 +631,12 @@ QW_INLINE void qtile_any(qw_type T, float *y, int64_t ldy, const void *w, size_t
 }
 
 #define QTILE(v, T, name)                                                                                          \
-    QW_QTILE_PROTO(v, T, name) { qtile_any(T, y, ldy, w, ws, x, ldx, nr, nt, n); }
+    QW_QTILE_PROTO(v, T, name) { qtile_any(T, PF_AMD, y, ldy, w, ws, x, ldx, nr, nt, n); }
 QW_QTILE_LIST(QTILE, avx2)
+#undef QTILE
+#define QTILE(v, T, name)                                                                                          \
+    QW_QTILE_PROTO(v, T, name) { qtile_any(T, PF_INTEL, y, ldy, w, ws, x, ldx, nr, nt, n); }
+QW_QTILE_LIST(QTILE, avx2i)
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -204,14 +204,14 @@ static void detect(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     int fma_f16c = __builtin_cpu_supports("fma") && has_f16c();
+    unsigned a, b, c, d; /* vendor "GenuineIntel": b, d, c = "Genu", "ineI", "ntel" (decode's prefetch differs) */
+    int intel = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756E6547 && d == 0x49656E69 && c == 0x6C65746E;
     if (fma_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
-        unsigned a, b, c, d; /* vendor "GenuineIntel": b, d, c = "Genu", "ineI", "ntel" */
-        int intel = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756E6547 && d == 0x49656E69 && c == 0x6C65746E;
         if (has_amx_int8()) available[n++] = &qw_kernels_amx;
         available[n++] = intel ? &qw_kernels_avx512_intel : &qw_kernels_avx512;
     }
-    if (fma_f16c && __builtin_cpu_supports("avx2")) available[n++] = &qw_kernels_avx2;
+    if (fma_f16c && __builtin_cpu_supports("avx2")) available[n++] = intel ? &qw_kernels_avx2_intel : &qw_kernels_avx2;
 #endif
 #if defined(__aarch64__)
     /* the dot-product instructions (sdot) from the kernel's hwcaps; Apple's CPUs all have them */

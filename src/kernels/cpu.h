@@ -74,6 +74,7 @@ int qw_ops_cpu_n_threads(const qw_ops *ops);
 
 #if defined(__x86_64__)
 extern const qw_cpu_kernels qw_kernels_avx2;   /* AVX2 + FMA + F16C */
+extern const qw_cpu_kernels qw_kernels_avx2_intel; /* the same, tuned for Intel (named "avx2" too) */
 extern const qw_cpu_kernels qw_kernels_avx512; /* AVX-512 F + BW + VL */
 extern const qw_cpu_kernels qw_kernels_avx512_intel; /* the same, tuned for Intel (named "avx512" too) */
 extern const qw_cpu_kernels qw_kernels_amx;    /* avx512 with AMX-INT8 tile products for prefill */

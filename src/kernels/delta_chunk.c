@@ -335,7 +335,7 @@ int qw_delta_chunk_heads(const qw_cpu_kernels *kern, float *o, float *state, con
     _mm_setcsr(csr | 0x8040);
     if (kern == &qw_kernels_avx512 || kern == &qw_kernels_avx512_intel || kern == &qw_kernels_amx)
         dc_heads_avx512(&a, buf);
-    else if (kern == &qw_kernels_avx2)
+    else if (kern == &qw_kernels_avx2 || kern == &qw_kernels_avx2_intel)
         dc_heads_avx2(&a, buf);
     else
 #endif

@@ -35,6 +35,8 @@ QW_QTILE_LIST(QW_QTILE_DECL, avx512)
 /* avx512_q.c: the same tiles with decode's prefetch tuned for Intel (ROW_PREFETCH) */
 QW_QTILE_LIST(QW_QTILE_DECL, avx512i)
 QW_QTILE_LIST(QW_QTILE_DECL, avx2)
+/* avx2_q.c: the same tiles with the K-quant rows' prefetch tuned for Intel */
+QW_QTILE_LIST(QW_QTILE_DECL, avx2i)
 /* avx512_q.c: the same tiles with AMX tile products from 16 tokens on (the amx table) */
 QW_QTILE_LIST(QW_QTILE_DECL, amx)
 #endif
