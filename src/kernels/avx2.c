@@ -180,35 +180,20 @@ static void scale_axpy(float *y, float s, float a, const float *x, int n) {
     }
 }
 
-const qw_cpu_kernels qw_kernels_avx2 = {
-    .name = "avx2",
-    .lanes = LANES,
-    .tile_nr = 4,
-    .tile_nt = 2,
-    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,
-             [QW_TYPE_Q8_0] = tile_q8_0},
-    .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, avx2)},
-    .qtile_nt = 1 << 16,
-    .decay_acc = decay_acc,
-    .rank1_acc = rank1_acc,
-    .scale_axpy = scale_axpy,
-};
+/* The avx2 table with the integer tiles of build v (avx2_q.c) */
+#define AVX2_TABLE(v)                                                                                              \
+    {                                                                                                              \
+        .name = "avx2", .lanes = LANES, .tile_nr = 4, .tile_nt = 2,                                                \
+        .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,                   \
+                 [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
+        .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)}, .qtile_nt = 1 << 16, .decay_acc = decay_acc,                   \
+        .rank1_acc = rank1_acc, .scale_axpy = scale_axpy,                                                          \
+    }
 
+const qw_cpu_kernels qw_kernels_avx2 = AVX2_TABLE(avx2);
 /* The same with the K-quant rows' prefetch tuned for Intel (avx2_q.c); cpu.c offers it, under the same name, on
  * Intel CPUs. */
-const qw_cpu_kernels qw_kernels_avx2_intel = {
-    .name = "avx2",
-    .lanes = LANES,
-    .tile_nr = 4,
-    .tile_nt = 2,
-    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,
-             [QW_TYPE_Q8_0] = tile_q8_0},
-    .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, avx2i)},
-    .qtile_nt = 1 << 16,
-    .decay_acc = decay_acc,
-    .rank1_acc = rank1_acc,
-    .scale_axpy = scale_axpy,
-};
+const qw_cpu_kernels qw_kernels_avx2_intel = AVX2_TABLE(avx2i);
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -74,22 +74,6 @@ QW_INLINE int type_has_min(qw_type t) { return t == QW_TYPE_Q4_1 || t == QW_TYPE
 /* Groups of 32 in a block (the super-block of the K-quants and IQ4_XS). */
 QW_INLINE int type_groups(qw_type t) { return t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K || t == QW_TYPE_Q6_K || t == QW_TYPE_IQ4_XS ? 8 : 1; }
 
-QW_INLINE size_t block_bytes(qw_type t) {
-    switch (t) {
-    case QW_TYPE_Q8_0: return sizeof(qw_block_q8_0);
-    case QW_TYPE_Q4_0: return sizeof(qw_block_q4_0);
-    case QW_TYPE_Q4_1: return sizeof(qw_block_q4_1);
-    case QW_TYPE_Q5_0: return sizeof(qw_block_q5_0);
-    case QW_TYPE_Q5_1: return sizeof(qw_block_q5_1);
-    case QW_TYPE_Q4_K: return sizeof(qw_block_q4_K);
-    case QW_TYPE_Q5_K: return sizeof(qw_block_q5_K);
-    case QW_TYPE_Q6_K: return sizeof(qw_block_q6_K);
-    case QW_TYPE_IQ4_NL: return sizeof(qw_block_iq4_nl);
-    case QW_TYPE_IQ4_XS: return sizeof(qw_block_iq4_xs);
-    default: __builtin_unreachable();
-    }
-}
-
 /* 16 bytes of nibbles -> 32 values: low nibbles then high nibbles (the Q4_0 packing of a group) */
 QW_INLINE __m256i nibbles16(const uint8_t *qs) {
     __m128i q = _mm_loadu_si128((const __m128i *)qs);
@@ -232,7 +216,7 @@ QW_INLINE float hsum(__m256 v) {
 QW_INLINE void qtile_nxm(qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
                          int64_t ldx, int64_t n) {
     const int G = type_groups(T);
-    const size_t bb = block_bytes(T);
+    const size_t bb = qw_block_bytes(T);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i kv = T == QW_TYPE_IQ4_NL || T == QW_TYPE_IQ4_XS
                            ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qw_kvalues_iq4nl))
@@ -349,7 +333,7 @@ QW_INLINE void transpose8_epi32(__m256i r[8]) {
  * B [ng][8] (types with mins) */
 QW_INLINE void rp_pack(qw_type T, const void *w, size_t ws, int nr, int64_t n, uint8_t *wq, float *A, float *B) {
     const int G = type_groups(T), sub = rp_sub(T);
-    const size_t bb = block_bytes(T);
+    const size_t bb = qw_block_bytes(T);
     const __m256i kv = T == QW_TYPE_IQ4_NL || T == QW_TYPE_IQ4_XS
                            ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qw_kvalues_iq4nl))
                            : _mm256_setzero_si256();
@@ -433,35 +417,18 @@ QW_INLINE void rp_tokens(qw_type T, int NT, float *y, int64_t ldy, int nr, const
 QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
                          int nr, int nt, int64_t n) {
     int64_t ng = n / 32;
-    const int sub = rp_sub(T), o = type_offset(T);
-    int64_t ldo = ng * sub;
-    /* the tokens' group terms, once per call */
-    int32_t *ofs = qw_qtile_scratch(2, (size_t)nt * ldo * (sizeof(int32_t) + sizeof(float)));
-    float *dsm = (float *)(ofs + (size_t)nt * ldo);
-    for (int t = 0; t < nt; t++)
-        for (int64_t g = 0; g < ng; g++) {
-            const qw_q8a *xa = x + t * ldx + g;
-            for (int si = 0; si < sub; si++) {
-                int32_t sum = xa->s;
-                if (sub == 2) {
-                    sum = 0;
-                    for (int i = 0; i < 16; i++) sum += xa->q[16 * si + i];
-                }
-                ofs[t * ldo + g * sub + si] = -o * sum;
-            }
-            if (type_has_min(T)) dsm[t * ldo + g] = xa->d * (float)xa->s;
-        }
-    size_t wq_bytes = (size_t)ng * 8 * 32, a_bytes = (size_t)ng * sub * RP_ROWS * sizeof(float);
-    uint8_t *wq = qw_qtile_scratch(1, wq_bytes + a_bytes + (size_t)ng * RP_ROWS * sizeof(float));
-    float *A = (float *)(wq + wq_bytes), *B = A + (size_t)ng * sub * RP_ROWS;
+    qw_rp_scratch b = qw_rp_scratch_get(x, ldx, nt, ng, rp_sub(T), type_offset(T), type_has_min(T), RP_ROWS);
+    const int64_t ldo = b.ldo;
     for (int r = 0; r < nr; r += RP_ROWS) {
         int nb = nr - r < RP_ROWS ? nr - r : RP_ROWS;
-        rp_pack(T, (const char *)w + (size_t)r * ws, ws, nb, n, wq, A, B);
+        rp_pack(T, (const char *)w + (size_t)r * ws, ws, nb, n, b.wq, b.A, b.B);
         int t = 0;
         for (; t + 4 <= nt; t += 4)
-            rp_tokens(T, 4, y + t * ldy + r, ldy, nb, wq, A, B, x + t * ldx, ldx, ofs + t * ldo, dsm + t * ldo, ldo, ng);
+            rp_tokens(T, 4, y + t * ldy + r, ldy, nb, b.wq, b.A, b.B, x + t * ldx, ldx, b.ofs + t * ldo,
+                      b.dsm + t * ldo, ldo, ng);
         for (; t < nt; t++)
-            rp_tokens(T, 1, y + t * ldy + r, ldy, nb, wq, A, B, x + t * ldx, ldx, ofs + t * ldo, dsm + t * ldo, ldo, ng);
+            rp_tokens(T, 1, y + t * ldy + r, ldy, nb, b.wq, b.A, b.B, x + t * ldx, ldx, b.ofs + t * ldo,
+                      b.dsm + t * ldo, ldo, ng);
     }
 }
 
@@ -535,7 +502,7 @@ QW_INLINE __m256i ksb_fold_q6(const __m256i *p) {
  * its activations at x + t * ldx; y[t * ldy]. */
 QW_INLINE void ksb_row(qw_type T, int PF, int NT, float *y, int64_t ldy, const uint8_t *w, const qw_q8a *x, int64_t ldx,
                        const act_sb *pre, int64_t ldp, int64_t n) {
-    const size_t bb = block_bytes(T);
+    const size_t bb = qw_block_bytes(T);
     __m256 acc[2], accm[2];
     for (int t = 0; t < NT; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < n / QW_QK_K; sb++) {

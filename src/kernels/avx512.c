@@ -153,54 +153,23 @@ static void scale_axpy(float *y, float s, float a, const float *x, int n) {
     }
 }
 
-const qw_cpu_kernels qw_kernels_avx512 = {
-    .name = "avx512",
-    .lanes = LANES,
-    .tile_nr = 4,
-    .tile_nt = 4,
-    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,
-             [QW_TYPE_Q8_0] = tile_q8_0},
-    .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, avx512)},
-    .qtile_nt = 1 << 16,
-    .q8a_quantize = qw_avx512_q8a_quantize,
-    .decay_acc = decay_acc,
-    .rank1_acc = rank1_acc,
-    .scale_axpy = scale_axpy,
-};
+/* The avx512 table with the integer tiles of build v (avx512_q.c) */
+#define AVX512_TABLE(table_name, v)                                                                              \
+    {                                                                                                              \
+        .name = table_name, .lanes = LANES, .tile_nr = 4, .tile_nt = 4,                                            \
+        .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,                   \
+                 [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
+        .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)}, .qtile_nt = 1 << 16, .q8a_quantize = qw_avx512_q8a_quantize,  \
+        .decay_acc = decay_acc, .rank1_acc = rank1_acc, .scale_axpy = scale_axpy,                                  \
+    }
 
+const qw_cpu_kernels qw_kernels_avx512 = AVX512_TABLE("avx512", avx512);
 /* The same with decode's prefetch tuned for Intel (avx512_q.c, ROW_PREFETCH); cpu.c offers it, under the same
  * name, on Intel CPUs. */
-const qw_cpu_kernels qw_kernels_avx512_intel = {
-    .name = "avx512",
-    .lanes = LANES,
-    .tile_nr = 4,
-    .tile_nt = 4,
-    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,
-             [QW_TYPE_Q8_0] = tile_q8_0},
-    .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, avx512i)},
-    .qtile_nt = 1 << 16,
-    .q8a_quantize = qw_avx512_q8a_quantize,
-    .decay_acc = decay_acc,
-    .rank1_acc = rank1_acc,
-    .scale_axpy = scale_axpy,
-};
-
+const qw_cpu_kernels qw_kernels_avx512_intel = AVX512_TABLE("avx512", avx512i);
 /* The same with AMX tile products for the integer dots of 16 tokens or more (avx512_q.c: the bits of the
  * avx512 table, faster); cpu.c offers it once the kernel has granted the tile state. */
-const qw_cpu_kernels qw_kernels_amx = {
-    .name = "amx",
-    .lanes = LANES,
-    .tile_nr = 4,
-    .tile_nt = 4,
-    .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,
-             [QW_TYPE_Q8_0] = tile_q8_0},
-    .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, amx)},
-    .qtile_nt = 1 << 16,
-    .q8a_quantize = qw_avx512_q8a_quantize,
-    .decay_acc = decay_acc,
-    .rank1_acc = rank1_acc,
-    .scale_axpy = scale_axpy,
-};
+const qw_cpu_kernels qw_kernels_amx = AVX512_TABLE("amx", amx);
 
 #if defined(__clang__)
 #pragma clang attribute pop

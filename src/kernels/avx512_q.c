@@ -416,25 +416,14 @@ QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
 enum { PF_AMD, PF_INTEL };
 #define ROW_PREFETCH 4096
 
-/* the bytes of one group of 32 in a row (the pair kernels' types) */
-QW_INLINE size_t group_bytes(qw_type t) {
-    switch (t) {
-    case QW_TYPE_Q8_0: return sizeof(qw_block_q8_0);
-    case QW_TYPE_Q4_0: return sizeof(qw_block_q4_0);
-    case QW_TYPE_Q4_1: return sizeof(qw_block_q4_1);
-    case QW_TYPE_Q5_0: return sizeof(qw_block_q5_0);
-    case QW_TYPE_Q5_1: return sizeof(qw_block_q5_1);
-    case QW_TYPE_IQ4_NL: return sizeof(qw_block_iq4_nl);
-    default: return sizeof(qw_block_iq4_xs) / 8; /* IQ4_XS: 8 groups per super-block */
-    }
-}
+/* the bytes of one group of 32 in a row (the pair kernels' types; IQ4_XS has 8 in a super-block) */
+QW_INLINE size_t group_bytes(qw_type t) { return qw_block_bytes(t) / (t == QW_TYPE_IQ4_XS ? 8 : 1); }
 
 /* An NR x NT tile of a K-quant (compile-time sizes once inlined): token t's act_sb of super-block sb at
  * pre[t * ldp + sb]. */
 QW_INLINE void ksb_tile(qw_type T, int PF, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
                         const act_sb *pre, int64_t ldp, int64_t n) {
-    const size_t bs = T == QW_TYPE_Q4_K ? sizeof(qw_block_q4_K)
-                      : T == QW_TYPE_Q5_K ? sizeof(qw_block_q5_K) : sizeof(qw_block_q6_K);
+    const size_t bs = qw_block_bytes(T);
     __m512 acc[4][4], accm[4][4];
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = accm[r][t] = _mm512_setzero_ps();
@@ -631,37 +620,21 @@ QW_INLINE void rp_tokens(qw_type T, int NT, float *y, int64_t ldy, int nr, const
 QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
                          int nr, int nt, int64_t n) {
     int64_t ng = n / 32;
-    const int sub = rp_sub(T), o = type_offset(T);
-    int64_t ldo = ng * sub;
-    /* the tokens' group terms, once per call */
-    int32_t *ofs = qw_qtile_scratch(2, (size_t)nt * ldo * (sizeof(int32_t) + sizeof(float)));
-    float *dsm = (float *)(ofs + (size_t)nt * ldo);
-    for (int t = 0; t < nt; t++)
-        for (int64_t g = 0; g < ng; g++) {
-            const qw_q8a *xa = x + t * ldx + g;
-            for (int si = 0; si < sub; si++) {
-                int32_t sum = xa->s;
-                if (sub == 2) {
-                    sum = 0;
-                    for (int i = 0; i < 16; i++) sum += xa->q[16 * si + i];
-                }
-                ofs[t * ldo + g * sub + si] = -o * sum;
-            }
-            if (type_has_min(T)) dsm[t * ldo + g] = xa->d * (float)xa->s;
-        }
-    size_t wq_bytes = (size_t)ng * 8 * 64, a_bytes = (size_t)ng * sub * RP_ROWS * sizeof(float);
-    uint8_t *wq = qw_qtile_scratch(1, wq_bytes + a_bytes + (size_t)ng * RP_ROWS * sizeof(float));
-    float *A = (float *)(wq + wq_bytes), *B = A + (size_t)ng * sub * RP_ROWS;
+    qw_rp_scratch b = qw_rp_scratch_get(x, ldx, nt, ng, rp_sub(T), type_offset(T), type_has_min(T), RP_ROWS);
+    const int64_t ldo = b.ldo;
     for (int r = 0; r < nr; r += RP_ROWS) {
         int nb = nr - r < RP_ROWS ? nr - r : RP_ROWS;
-        rp_pack(T, (const char *)w + (size_t)r * ws, ws, nb, n, wq, A, B);
+        rp_pack(T, (const char *)w + (size_t)r * ws, ws, nb, n, b.wq, b.A, b.B);
         int t = 0;
         for (; t + 8 <= nt; t += 8)
-            rp_tokens(T, 8, y + t * ldy + r, ldy, nb, wq, A, B, x + t * ldx, ldx, ofs + t * ldo, dsm + t * ldo, ldo, ng);
+            rp_tokens(T, 8, y + t * ldy + r, ldy, nb, b.wq, b.A, b.B, x + t * ldx, ldx, b.ofs + t * ldo,
+                      b.dsm + t * ldo, ldo, ng);
         for (; t + 4 <= nt; t += 4)
-            rp_tokens(T, 4, y + t * ldy + r, ldy, nb, wq, A, B, x + t * ldx, ldx, ofs + t * ldo, dsm + t * ldo, ldo, ng);
+            rp_tokens(T, 4, y + t * ldy + r, ldy, nb, b.wq, b.A, b.B, x + t * ldx, ldx, b.ofs + t * ldo,
+                      b.dsm + t * ldo, ldo, ng);
         for (; t < nt; t++)
-            rp_tokens(T, 1, y + t * ldy + r, ldy, nb, wq, A, B, x + t * ldx, ldx, ofs + t * ldo, dsm + t * ldo, ldo, ng);
+            rp_tokens(T, 1, y + t * ldy + r, ldy, nb, b.wq, b.A, b.B, x + t * ldx, ldx, b.ofs + t * ldo,
+                      b.dsm + t * ldo, ldo, ng);
     }
 }
 
@@ -753,8 +726,7 @@ QW_INLINE AMX_TARGET void amx_matmul(qw_type T, float *y, int64_t ldy, const voi
     float *dsm = qw_qtile_scratch(2, (size_t)(nt16 + 16) * ng * sizeof(float) + (size_t)16 * ng * sizeof(qw_q8a));
     qw_q8a *pad = (qw_q8a *)(dsm + (size_t)(nt16 + 16) * ng);
     if (type_has_min(T)) {
-        for (int t = 0; t < nt; t++)
-            for (int64_t g = 0; g < ng; g++) dsm[t * ng + g] = x[t * ldx + g].d * (float)x[t * ldx + g].s;
+        qw_q8a_group_terms(x, ldx, nt, ng, 1, 0, NULL, dsm);
         memset(dsm + (size_t)nt * ng, 0, (size_t)(16 - tail) % 16 * ng * sizeof(float));
     }
     if (tail) {

@@ -166,6 +166,19 @@ void *qw_qtile_scratch(int slot, size_t bytes) {
     return b->p[slot];
 }
 
+qw_rp_scratch qw_rp_scratch_get(const qw_q8a *x, int64_t ldx, int nt, int64_t ng, int sub, int o, int has_min,
+                                int rows) {
+    qw_rp_scratch b = {.ldo = ng * sub};
+    b.ofs = qw_qtile_scratch(2, (size_t)nt * b.ldo * (sizeof(int32_t) + sizeof(float)));
+    b.dsm = (float *)(b.ofs + (size_t)nt * b.ldo);
+    qw_q8a_group_terms(x, ldx, nt, ng, sub, o, b.ofs, has_min ? b.dsm : NULL);
+    size_t wq_bytes = (size_t)ng * 8 * 4 * rows, a_bytes = (size_t)ng * sub * rows * sizeof(float);
+    b.wq = qw_qtile_scratch(1, wq_bytes + a_bytes + (size_t)ng * rows * sizeof(float));
+    b.A = (float *)(b.wq + wq_bytes);
+    b.B = b.A + (size_t)ng * sub * rows;
+    return b;
+}
+
 /* ------------------------------------------------------------------ dispatch (once, from cpuid) */
 
 static const qw_cpu_kernels *available[5];

@@ -155,3 +155,20 @@ double qw_q8a_dot_abs(qw_type t, const void *row, const qw_q8a *x, int64_t n) {
     }
     return acc;
 }
+
+void qw_q8a_group_terms(const qw_q8a *x, int64_t ldx, int nt, int64_t ng, int sub, int o, int32_t *ofs, float *dsm) {
+    int64_t ldo = ng * sub;
+    for (int t = 0; t < nt; t++)
+        for (int64_t g = 0; g < ng; g++) {
+            const qw_q8a *xa = x + t * ldx + g;
+            for (int si = 0; ofs && si < sub; si++) {
+                int32_t sum = xa->s;
+                if (sub == 2) {
+                    sum = 0;
+                    for (int i = 0; i < QW_Q8A_BLOCK / 2; i++) sum += xa->q[QW_Q8A_BLOCK / 2 * si + i];
+                }
+                ofs[t * ldo + g * sub + si] = -o * sum;
+            }
+            if (dsm) dsm[t * ldo + g] = xa->d * (float)xa->s;
+        }
+}

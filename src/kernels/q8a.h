@@ -44,6 +44,12 @@ typedef struct { /* 40 bytes, 4-byte aligned: x[i] ~ d * q[i] */
  * block with a NaN gets d = NaN (and q = 0), an infinite one d = inf (and q = 0): the dot is then NaN. */
 void qw_q8a_quantize(const float *x, qw_q8a *y, int64_t n);
 
+/* The per-group terms of nt tokens (token t at x + t * ldx, ng blocks) that the repacked integer tiles add
+ * (avx512_q.c, avx2_q.c), with stride ldo = ng * sub per token: ofs[t * ldo + g * sub + si] = -o * (the
+ * activation sum of sub-group si of block g: sub 1 is the block, 2 its halves), and dsm[t * ldo + g] = d * s
+ * (the factor of a weight group's min). Either array may be NULL. */
+void qw_q8a_group_terms(const qw_q8a *x, int64_t ldx, int nt, int64_t ng, int sub, int o, int32_t *ofs, float *dsm);
+
 /* 1 if a weight type has the integer dot (every block-quantized weight type but Q8_K). */
 int qw_q8a_supported(qw_type t);
 

@@ -28,6 +28,19 @@
 #define QW_QTILE_SCRATCH 3
 void *qw_qtile_scratch(int slot, size_t bytes);
 
+/* The scratch of a call of the repacked tiles (avx512_q.c: rows = 16, avx2_q.c: 8) on the calling thread: the
+ * nt tokens' group terms filled in (qw_q8a_group_terms, stride ldo = ng * sub; dsm only for types with mins,
+ * has_min), and room for one packed block of rows (wq: ng * 8 chunks of 4 bytes per row; A: ng * sub scales
+ * per row; B: ng mins per row), 64-byte aligned where rows * 4 is a multiple of 32. */
+typedef struct {
+    int32_t *ofs;
+    float *dsm, *A, *B;
+    uint8_t *wq;
+    int64_t ldo;
+} qw_rp_scratch;
+qw_rp_scratch qw_rp_scratch_get(const qw_q8a *x, int64_t ldx, int nt, int64_t ng, int sub, int o, int has_min,
+                                int rows);
+
 #if defined(__x86_64__)
 /* avx512_q.c: qw_q8a_quantize's bytes, 32 floats per step */
 void qw_avx512_q8a_quantize(const float *x, qw_q8a *y, int64_t n);

@@ -101,6 +101,25 @@ typedef struct { /* 136 bytes */
     uint8_t qs[QW_QK_K / 2];
 } qw_block_iq4_xs;
 
+/* The bytes of one block of a block-quantized type (the ten with integer kernels), as a constant the
+ * compiler can fold into a kernel specialised for the type; 0 for the others. qw_type_traits_of has the
+ * same value for every type. */
+static inline size_t qw_block_bytes(qw_type t) {
+    switch (t) {
+    case QW_TYPE_Q8_0: return sizeof(qw_block_q8_0);
+    case QW_TYPE_Q4_0: return sizeof(qw_block_q4_0);
+    case QW_TYPE_Q4_1: return sizeof(qw_block_q4_1);
+    case QW_TYPE_Q5_0: return sizeof(qw_block_q5_0);
+    case QW_TYPE_Q5_1: return sizeof(qw_block_q5_1);
+    case QW_TYPE_Q4_K: return sizeof(qw_block_q4_K);
+    case QW_TYPE_Q5_K: return sizeof(qw_block_q5_K);
+    case QW_TYPE_Q6_K: return sizeof(qw_block_q6_K);
+    case QW_TYPE_IQ4_NL: return sizeof(qw_block_iq4_nl);
+    case QW_TYPE_IQ4_XS: return sizeof(qw_block_iq4_xs);
+    default: return 0;
+    }
+}
+
 /* The 16 non-linear levels of IQ4_NL / IQ4_XS. */
 extern const int8_t qw_kvalues_iq4nl[16];
 
