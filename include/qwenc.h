@@ -45,8 +45,9 @@ const char *qwenc_status_str(qwenc_status st);
 
 typedef struct {
     int n_threads;       /* CPU threads for the forward (0: one per online core) */
-    const char *kernels; /* CPU kernel variant: NULL or "auto" (the best this CPU runs), "avx512", "avx2",
-                          * "scalar", or "ref" (the scalar reference, one thread: the oracle, slow) */
+    const char *kernels; /* CPU kernel variant: NULL or "auto" (the best this CPU runs), "amx", "avx512",
+                          * "avx2", "neon", "scalar", or "ref" (the scalar reference, one thread: the oracle,
+                          * slow) */
     const char *quant;   /* NULL: the tensor types of the file. Else a type of qwenc_gguf_types() ("Q8_0", "Q4_K",
                           * ...): the weights are converted at load, on n_threads threads, into the tensors
                           * qwenc_model_save_gguf would write at that type (the same per-tensor types, the same
@@ -78,7 +79,8 @@ int qwenc_model_n_ctx_train(const qwenc_model *model);
 const char *qwenc_model_arch(const qwenc_model *model);
 /* Write a human-readable description to f: architecture, layer plan, parameters per component, dtypes. */
 void qwenc_model_print_info(const qwenc_model *model, FILE *f);
-/* The CPU kernel variant the model runs with ("avx512", "avx2", "scalar", "ref") and its thread count. */
+/* The CPU kernel variant the model runs with ("amx", "avx512", "avx2", "neon", "scalar", "ref") and its thread
+ * count. */
 const char *qwenc_model_kernels(const qwenc_model *model);
 int qwenc_model_n_threads(const qwenc_model *model);
 /*
