@@ -356,10 +356,16 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
     if (c->tile || c->qtile) c->row_bytes = qw_type_row_size(w->type, c->cols);
     int64_t tok_bytes = c->qtile ? c->cols / QW_Q8A_BLOCK * (int64_t)sizeof(qw_q8a) : c->cols * 4;
     c->tok_tile = (256 << 10) / (tok_bytes + 1) / c->tile_nt * c->tile_nt;
-    /* A kernel that takes every token in one call (avx512, amx) repacks each block of rows once per call and
-     * passes all the tokens over it: token tiles would repeat the packing (Q8_0, one core, 256 tokens:
-     * 80-token tiles packed each row block 4 times, 46 % of the time on an Intel Xeon). */
-    if (c->qtile && c->qtile_nt >= n_tok) c->tok_tile = n_tok;
+    /* A kernel that takes every token in one call (avx512, amx, avx2) repacks each block of rows once per call
+     * and passes all the tokens over it: token tiles would repeat the packing (Q8_0, one core, 256 tokens:
+     * 80-token tiles packed each row block 4 times, 46 % of the time on an Intel Xeon). Up to 8 MiB of
+     * activations per call (a session's default step of 512 tokens stays whole for rows of up to 13,107
+     * elements), so a
+     * longer step does not stream them from memory for every block of rows. */
+    if (c->qtile && c->qtile_nt >= n_tok) {
+        int64_t cap = QW_MAX(16, (8 << 20) / (tok_bytes + 1) / 16 * 16);
+        c->tok_tile = QW_MIN(n_tok, cap);
+    }
     if (c->tok_tile < c->tile_nt) c->tok_tile = c->tile_nt;
 }
 
