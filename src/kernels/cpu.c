@@ -360,8 +360,7 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
      * and passes all the tokens over it: token tiles would repeat the packing (Q8_0, one core, 256 tokens:
      * 80-token tiles packed each row block 4 times, 46 % of the time on an Intel Xeon). Up to 8 MiB of
      * activations per call (a session's default step of 512 tokens stays whole for rows of up to 13,107
-     * elements), so a
-     * longer step does not stream them from memory for every block of rows. */
+     * elements), so a longer step does not stream them from memory for every block of rows. */
     if (c->qtile && c->qtile_nt >= n_tok) {
         int64_t cap = QW_MAX(16, (8 << 20) / (tok_bytes + 1) / 16 * 16);
         c->tok_tile = QW_MIN(n_tok, cap);
