@@ -32,10 +32,9 @@
  * Tiles: 4 rows x 2 tokens (the avx2 table's tile_nr x tile_nt): 8 accumulators, 2 activation vectors and
  * one row's weights fit the 16 registers; 4x1, 1x2 and 1x1 compute each output the same way, and up to 15
  * tokens are taken in pairs (Q4_K, Q5_K, Q6_K: a row at a time, a super-block per step: ksb_row). From
- * RP_MIN_TOKENS tokens on, blocks of 8 repacked rows instead (rp_matmul,
- * below: one core, 64 tokens, Q4_K 0.30 -> 0.63 GB/s of weights, Q6_K 0.34 -> 0.64, Q5_K 0.33 -> 0.76,
- * Q4_0 0.28 -> 0.66, Q8_0 0.54 -> 0.85, IQ4_XS 0.24 -> 0.42 on the Zen 4 VM), whose f32 additions run in
- * another order, within the same bound.
+ * RP_MIN_TOKENS tokens on, blocks of 8 repacked rows instead (rp_matmul, below: one core, 64 tokens, Q4_K
+ * 0.30 -> 0.63 GB/s of weights, Q6_K 0.34 -> 0.64, Q5_K 0.33 -> 0.76, Q4_0 0.28 -> 0.66, Q8_0 0.54 -> 0.85,
+ * IQ4_XS 0.24 -> 0.42 on the Zen 4 VM), whose f32 additions run in another order, within the same bound.
  *
  * Only this file and avx2.c are compiled for AVX2 (the pragma below); cpu.c uses them only when cpuid
  * reports AVX2, FMA and F16C.
