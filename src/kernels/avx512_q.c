@@ -18,7 +18,9 @@
  * decoded to f32 once for its four pairs of groups (super_scales), Q6_K's then spread to four lanes each.
  * A row of 32-element blocks may end on a single group (`two` = 0); a super-block's groups always pair.
  * Q4_K, Q5_K and Q6_K take a whole super-block per step instead when 1-15 tokens meet a row (ksb_tile):
- * four vpdpbusd folded to 16 lanes of 16-element sums, one FMA for their 16 scales.
+ * four vpdpbusd folded to 16 lanes of 16-element sums, one FMA for their 16 scales; so do Q4_0, Q5_0 and
+ * IQ4_NL over 8 blocks at a time in rows of whole 256-element steps (one core from DRAM: Q4_0 11-13 ->
+ * 17.5-20 GB/s, IQ4_NL 11-15 -> 17; four tokens 4.4 -> 8.3 and 7.2).
  *
  * Three paths (qtile_any): one token (decode) a row at a time; 2-15 tokens in 4 x 4 tiles (K-quants: one
  * row against 4 tokens), with the bits of the one-token path; 16 tokens or more through 16-row repacked
@@ -305,13 +307,21 @@ QW_INLINE void act_prep(qw_type T, const qw_q8a *x, int64_t g, int two, act_pair
  * 4i + c (ksb_unit). Every lane sum is at most 16 * 255 * 127 in magnitude: exact in int32 and f32.
  */
 QW_INLINE int is_ksb(qw_type t) { return t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K || t == QW_TYPE_Q6_K; }
+/* The 32-element types without mins take the same step over 8 blocks (256 elements) when a row is whole
+ * steps long (ksb_rows) */
+QW_INLINE int is_ksb8(qw_type t) {
+    return t == QW_TYPE_Q4_0 || t == QW_TYPE_Q5_0 || t == QW_TYPE_IQ4_NL;
+}
+QW_INLINE int ksb_rows(qw_type t, int64_t n) { return is_ksb(t) || (is_ksb8(t) && n % QW_QK_K == 0); }
+/* Lane units of 16 in group order (unit u = half u % 2 of group u / 2): Q6_K and the 8-block types */
+QW_INLINE int ksb_halves(qw_type t) { return t == QW_TYPE_Q6_K || is_ksb8(t); }
 
 /* the 16-element unit in lane L after ksb_fold, and the 32-element group it belongs to */
 QW_INLINE int ksb_unit(int L) { return 4 * (L % 4) + L / 4; }
 QW_INLINE int ksb_group(qw_type t, int L) {
     static const int8_t g4[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}}; /* Q4_K, Q5_K: vector c's two groups */
     int u = ksb_unit(L);
-    return t == QW_TYPE_Q6_K ? u / 2 : g4[u / 4][u % 4 / 2];
+    return ksb_halves(t) ? u / 2 : g4[u / 4][u % 4 / 2];
 }
 
 /* P[c] -> 16 lanes: pairs of 64-bit halves within each 128-bit lane, then pairs of dwords */
@@ -327,6 +337,29 @@ QW_INLINE __m512i ksb_fold(const __m512i P[4]) {
  * (ksb lane order), and, for Q4_K and Q5_K, kc itself: lanes 0-7 d * sc_j (Q4_K: d * sc_j / 16 for the odd
  * groups, whose bytes hold 16 q), lanes 8-15 dmin * m_j, which meet act_sb's dsm. */
 QW_INLINE void ksb_unpack(qw_type t, const uint8_t *b, __m512i w[4], __m512 *S, __m512 *kc) {
+    if (is_ksb8(t)) { /* vector c = blocks 2c, 2c + 1 as unpack gives a pair; lane L takes d of block u / 2 */
+        const size_t bb = qw_block_bytes(t);
+        __m128i hv = _mm_setzero_si128();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const uint8_t *b0 = b + 2 * c * bb;
+            if (t == QW_TYPE_Q5_0) {
+                __m512i q = nibbles64(qs_pair(b0, bb, offsetof(qw_block_q5_0, qs), 1));
+                __mmask64 h = _cvtu64_mask64(qw_rd32(b0 + offsetof(qw_block_q5_0, qh)) |
+                                             (uint64_t)qw_rd32(b0 + bb + offsetof(qw_block_q5_0, qh)) << 32);
+                w[c] = _mm512_mask_add_epi8(q, h, q, _mm512_set1_epi8(16));
+            } else {
+                __m512i q = nibbles64(qs_pair(b0, bb, offsetof(qw_block_q4_0, qs), 1));
+                w[c] = t == QW_TYPE_Q4_0 ? q : _mm512_shuffle_epi8(kvalues128(), q);
+            }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) hv = _mm_insert_epi16(hv, (short)qw_rd16(b + i * bb), i);
+        *S = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7),
+                                   _mm512_castps256_ps512(_mm256_cvtph_ps(hv)));
+        *kc = _mm512_setzero_ps();
+        return;
+    }
     if (t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K) {
         size_t bs = t == QW_TYPE_Q4_K ? sizeof(qw_block_q4_K) : sizeof(qw_block_q5_K);
         const uint8_t *qs = b + bs - QW_QK_K / 2;
@@ -376,14 +409,14 @@ QW_INLINE void ksb_unpack(qw_type t, const uint8_t *b, __m512i w[4], __m512 *S, 
 typedef struct {
     __m512i a[4]; /* vector c's 64 activation bytes */
     __m512 D;     /* d of each lane's group */
-    __m512i off;  /* Q6_K: 32 * the activation sum of each lane's 16-element sub-block */
+    __m512i off;  /* Q6_K, Q4_0, Q5_0, IQ4_NL: the type's offset * the activation sum of each lane's unit */
     __m512 dsm;   /* Q4_K, Q5_K: lanes 0-7 zero, 8-15 -d_j * s_j of groups 0 .. 7 (against kc's mins) */
 } act_sb;
 
 QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
     const qw_q8a *xa = x + 8 * sb;
     for (int c = 0; c < 4; c++) {
-        int g0 = T == QW_TYPE_Q6_K ? 2 * c : ksb_group(T, c), g1 = T == QW_TYPE_Q6_K ? 2 * c + 1 : ksb_group(T, c + 8);
+        int g0 = ksb_halves(T) ? 2 * c : ksb_group(T, c), g1 = ksb_halves(T) ? 2 * c + 1 : ksb_group(T, c + 8);
         ap->a[c] = join(_mm256_loadu_si256((const __m256i *)xa[g0].q), _mm256_loadu_si256((const __m256i *)xa[g1].q));
     }
     float D[16], dsm[16];
@@ -391,9 +424,9 @@ QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
     for (int L = 0; L < 16; L++) {
         D[L] = xa[ksb_group(T, L)].d;
         int u = ksb_unit(L), s = 0;
-        if (T == QW_TYPE_Q6_K)
+        if (type_offset(T))
             for (int i = 0; i < 16; i++) s += xa[u / 2].q[16 * (u % 2) + i];
-        off[L] = 32 * s;
+        off[L] = type_offset(T) * s;
         dsm[L] = L < 8 ? 0.0f : -(xa[L - 8].d * (float)xa[L - 8].s);
     }
     ap->D = _mm512_loadu_ps(D);
@@ -423,7 +456,7 @@ QW_INLINE size_t group_bytes(qw_type t) { return qw_block_bytes(t) / (t == QW_TY
  * pre[t * ldp + sb]. */
 QW_INLINE void ksb_tile(qw_type T, int PF, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
                         const act_sb *pre, int64_t ldp, int64_t n) {
-    const size_t bs = qw_block_bytes(T);
+    const size_t bs = is_ksb(T) ? qw_block_bytes(T) : 8 * qw_block_bytes(T); /* the bytes of one step */
     __m512 acc[4][4], accm[4][4];
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = accm[r][t] = _mm512_setzero_ps();
@@ -449,9 +482,9 @@ QW_INLINE void ksb_tile(qw_type T, int PF, int NR, int NT, float *y, int64_t ldy
 #pragma GCC unroll 4
                 for (int c = 0; c < 4; c++) P[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r][c], ap->a[c]);
                 __m512i R = ksb_fold(P);
-                if (T == QW_TYPE_Q6_K) R = _mm512_sub_epi32(R, ap->off);
+                if (type_offset(T)) R = _mm512_sub_epi32(R, ap->off);
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(R), _mm512_mul_ps(S[r], ap->D), acc[r][t]);
-                if (T != QW_TYPE_Q6_K) accm[r][t] = _mm512_fmadd_ps(kc[r], ap->dsm, accm[r][t]);
+                if (type_has_min(T)) accm[r][t] = _mm512_fmadd_ps(kc[r], ap->dsm, accm[r][t]);
             }
     }
     for (int r = 0; r < NR; r++)
@@ -517,7 +550,7 @@ static act_pair *pre_scratch(int64_t n) { return qw_qtile_scratch(0, (size_t)n *
  * with one token does the same; run through it, this loop compiled to a layout that read Q8_0 at 13 GB/s
  * instead of 24 on one Zen 4 core, hence its own function.) */
 QW_INLINE void qrows_1tok(qw_type T, int PF, float *y, const void *w, size_t ws, const qw_q8a *x, int nr, int64_t n) {
-    if (is_ksb(T)) {
+    if (ksb_rows(T, n)) {
         act_sb *pre = qw_qtile_scratch(0, (size_t)(n / QW_QK_K) * sizeof(act_sb));
         for (int64_t sb = 0; sb < n / QW_QK_K; sb++) act_prep_sb(T, x, sb, &pre[sb]);
         for (int r = 0; r < nr; r++) ksb_tile(T, PF, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
@@ -771,7 +804,7 @@ QW_INLINE AMX_TARGET void amx_matmul(qw_type T, float *y, int64_t ldy, const voi
 /* 4 tokens or fewer against nr rows: their act_pairs once, then 4 x 4 tiles, the rest a row at a time */
 QW_INLINE void q4tok(qw_type T, int PF, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,
                      int nr, int nt, int64_t n) {
-    if (is_ksb(T)) { /* a row at a time against the nt tokens (4 x 4 would spill the weight vectors) */
+    if (ksb_rows(T, n)) { /* a row at a time against the nt tokens (4 x 4 would spill the weight vectors) */
         int64_t nsb = n / QW_QK_K;
         act_sb *pre = qw_qtile_scratch(0, (size_t)(nt * nsb) * sizeof(act_sb));
         for (int t = 0; t < nt; t++)
