@@ -339,7 +339,6 @@ QW_INLINE __m512i ksb_fold(const __m512i P[4]) {
 QW_INLINE void ksb_unpack(qw_type t, const uint8_t *b, __m512i w[4], __m512 *S, __m512 *kc) {
     if (is_ksb8(t)) { /* vector c = blocks 2c, 2c + 1 as unpack gives a pair; lane L takes d of block u / 2 */
         const size_t bb = qw_block_bytes(t);
-        __m128i hv = _mm_setzero_si128();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             const uint8_t *b0 = b + 2 * c * bb;
@@ -353,8 +352,9 @@ QW_INLINE void ksb_unpack(qw_type t, const uint8_t *b, __m512i w[4], __m512 *S, 
                 w[c] = t == QW_TYPE_Q4_0 ? q : _mm512_shuffle_epi8(kvalues128(), q);
             }
         }
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) hv = _mm_insert_epi16(hv, (short)qw_rd16(b + i * bb), i);
+#define D16(i) (short)qw_rd16(b + (i) * bb)
+        __m128i hv = _mm_setr_epi16(D16(0), D16(1), D16(2), D16(3), D16(4), D16(5), D16(6), D16(7));
+#undef D16
         *S = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7),
                                    _mm512_castps256_ps512(_mm256_cvtph_ps(hv)));
         *kc = _mm512_setzero_ps();
