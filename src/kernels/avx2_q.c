@@ -438,13 +438,17 @@ QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t
  * overflow (pairs at most 2 * 127 * U for codes up to U: Q4_K and Q5_K sums of 8 elements, at most 31496;
  * Q6_K of 4, at most 32004), then in int32; one FMA then applies the lanes' scales (S = d * sub-block scale,
  * times the activation's d per lane), where the group-at-a-time kernel needed one per group. The mins (Q4_K,
- * Q5_K) are one more FMA per super-block, Q6_K's offset 32 one subtraction per vector. An output depends
- * only on its row and token.
+ * Q5_K) are one more FMA per super-block, Q6_K's offset 32 one subtraction per vector. Q4_0 and Q5_0 take
+ * the step over 8 blocks in rows of whole 256-element steps (one Zen 4 core from DRAM: Q4_0 12.7 -> 16-17
+ * GB/s, Q5_0 12 -> 13-14). An output depends only on its row and token.
  */
 QW_INLINE int is_ksb(qw_type t) { return t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K || t == QW_TYPE_Q6_K; }
+/* Q4_0 and Q5_0 take the same step over 8 blocks (lane j = block j) in rows of whole 256-element steps */
+QW_INLINE int is_ksb8(qw_type t) { return t == QW_TYPE_Q4_0 || t == QW_TYPE_Q5_0; }
+QW_INLINE int ksb_rows(qw_type t, int64_t n) { return is_ksb(t) || (is_ksb8(t) && n % QW_QK_K == 0); }
 
-/* The activation side of one super-block for one token, in the fold's lane order. Q4_K, Q5_K: D lane j = d
- * of group j, dsm lane j = d * s. Q6_K: vector v lane l covers sub-block 8 v + 2 (l % 4) + l / 4 (group
+/* The activation side of one super-block for one token, in the fold's lane order. Q4_K, Q5_K, Q4_0, Q5_0:
+ * D lane j = d of group j, dsm lane j = d * s, off[0] lane j = the type's offset * s. Q6_K: vector v lane l covers sub-block 8 v + 2 (l % 4) + l / 4 (group
  * 4 v + l % 4): D its group's d, off 32 * its 16 activations' sum. */
 typedef struct {
     __m256 D[2], dsm;
@@ -455,12 +459,15 @@ QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
     const qw_q8a *xa = x + sb * 8;
     if (T != QW_TYPE_Q6_K) {
         float d[8], ds[8];
+        int32_t off[8];
         for (int j = 0; j < 8; j++) {
             d[j] = xa[j].d;
             ds[j] = xa[j].d * (float)xa[j].s;
+            off[j] = type_offset(T) * xa[j].s;
         }
         ap->D[0] = _mm256_loadu_ps(d);
         ap->dsm = _mm256_loadu_ps(ds);
+        ap->off[0] = _mm256_loadu_si256((const __m256i *)off);
         return;
     }
     for (int v = 0; v < 2; v++) {
@@ -501,7 +508,7 @@ QW_INLINE __m256i ksb_fold_q6(const __m256i *p) {
  * its activations at x + t * ldx; y[t * ldy]. */
 QW_INLINE void ksb_row(qw_type T, int PF, int NT, float *y, int64_t ldy, const uint8_t *w, const qw_q8a *x, int64_t ldx,
                        const act_sb *pre, int64_t ldp, int64_t n) {
-    const size_t bb = qw_block_bytes(T);
+    const size_t bb = is_ksb8(T) ? 8 * qw_block_bytes(T) : qw_block_bytes(T); /* the bytes of one step */
     __m256 acc[2], accm[2];
     for (int t = 0; t < NT; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < n / QW_QK_K; sb++) {
@@ -512,17 +519,24 @@ QW_INLINE void ksb_row(qw_type T, int PF, int NT, float *y, int64_t ldy, const u
             else
                 _mm_prefetch((const char *)blk + PREFETCH + o, _MM_HINT_T0);
         }
-        head_t hd;
-        head(T, blk, &hd);
+        head_t hd = {{0}, {0}};
+        if (!is_ksb8(T)) head(T, blk, &hd);
         __m256i wv[8];
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             __m256 Aj;
             float Bj;
-            unpack(T, blk, j, &hd, _mm256_setzero_si256(), &wv[j], &Aj, &Bj);
+            if (is_ksb8(T)) /* block j */
+                unpack(T, blk + j * qw_block_bytes(T), 0, &hd, _mm256_setzero_si256(), &wv[j], &Aj, &Bj);
+            else
+                unpack(T, blk, j, &hd, _mm256_setzero_si256(), &wv[j], &Aj, &Bj);
         }
         __m256 S[2], Bv = _mm256_setzero_ps();
-        if (T == QW_TYPE_Q6_K) { /* sub-blocks 2 (l % 4) + l / 4 (+ 8) to lane l */
+        if (is_ksb8(T)) { /* the 8 blocks' d */
+#define D16(i) (short)qw_rd16(blk + (i) * qw_block_bytes(T))
+            S[0] = _mm256_cvtph_ps(_mm_setr_epi16(D16(0), D16(1), D16(2), D16(3), D16(4), D16(5), D16(6), D16(7)));
+#undef D16
+        } else if (T == QW_TYPE_Q6_K) { /* sub-blocks 2 (l % 4) + l / 4 (+ 8) to lane l */
             const __m256i ord = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
             S[0] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(hd.A), ord);
             S[1] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(hd.A + 8), ord);
@@ -544,8 +558,10 @@ QW_INLINE void ksb_row(qw_type T, int PF, int NT, float *y, int64_t ldy, const u
                     acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(S[v], ap->D[v]), acc[t]);
                 }
             } else {
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ksb_fold_k4(p)), _mm256_mul_ps(S[0], ap->D[0]), acc[t]);
-                accm[t] = _mm256_fmadd_ps(Bv, ap->dsm, accm[t]);
+                __m256i is = ksb_fold_k4(p);
+                if (type_offset(T)) is = _mm256_sub_epi32(is, ap->off[0]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(S[0], ap->D[0]), acc[t]);
+                if (type_has_min(T)) accm[t] = _mm256_fmadd_ps(Bv, ap->dsm, accm[t]);
             }
         }
     }
@@ -576,7 +592,7 @@ QW_INLINE void qtile_any(qw_type T, int PF, float *y, int64_t ldy, const void *w
         rp_matmul(T, y, ldy, w, ws, x, ldx, nr, nt, n);
         return;
     }
-    if (is_ksb(T)) {
+    if (ksb_rows(T, n)) {
         ksb_matmul(T, PF, y, ldy, w, ws, x, ldx, nr, nt, n);
         return;
     }
