@@ -183,7 +183,7 @@ static void scale_axpy(float *y, float s, float a, const float *x, int n) {
 /* The avx2 table with the integer tiles of build v (avx2_q.c) */
 #define AVX2_TABLE(v)                                                                                              \
     {                                                                                                              \
-        .name = "avx2", .lanes = LANES, .tile_nr = 4, .tile_nt = 2,                                                \
+        .name = "avx2", .simd = QW_SIMD_AVX2, .lanes = LANES, .tile_nr = 4, .tile_nt = 2,                                                \
         .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,                   \
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)}, .qtile_nt = 1 << 16, .decay_acc = decay_acc,                   \

@@ -156,7 +156,7 @@ static void scale_axpy(float *y, float s, float a, const float *x, int n) {
 /* The avx512 table with the integer tiles of build v (avx512_q.c) */
 #define AVX512_TABLE(table_name, v)                                                                              \
     {                                                                                                              \
-        .name = table_name, .lanes = LANES, .tile_nr = 4, .tile_nt = 4,                                            \
+        .name = table_name, .simd = QW_SIMD_AVX512, .lanes = LANES, .tile_nr = 4, .tile_nt = 4,                                            \
         .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,                   \
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)}, .qtile_nt = 1 << 16, .q8a_quantize = qw_avx512_q8a_quantize,  \

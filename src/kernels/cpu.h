@@ -36,8 +36,12 @@ typedef void (*qw_tile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride
 typedef void (*qw_qtile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride, const qw_q8a *x, int64_t ldx,
                             int nr, int nt, int64_t n);
 
+/* The vector instruction set of a kernel table (delta_chunk.c picks its code by it) */
+typedef enum { QW_SIMD_NONE, QW_SIMD_AVX2, QW_SIMD_AVX512, QW_SIMD_NEON } qw_simd;
+
 typedef struct {
-    const char *name;            /* "amx", "avx512", "avx2", "scalar" */
+    const char *name;            /* "amx", "avx512", "avx2", "neon", "scalar" */
+    qw_simd simd;                /* the vector instructions its kernels use (several tables may share them) */
     int lanes;                   /* f32 lanes of one accumulator (the dot error bound depends on it) */
     int tile_nr, tile_nt;        /* the largest tile: weight rows x tokens */
     qw_tile_fn tile[QW_TYPE_COUNT]; /* NULL: weight type not handled here (qw_ref_dot_row is used) */

@@ -333,9 +333,9 @@ int qw_delta_chunk_heads(const qw_cpu_kernels *kern, float *o, float *state, con
      * of very negative g makes decay products that x86 would otherwise compute through slow microcode */
     unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040);
-    if (kern == &qw_kernels_avx512 || kern == &qw_kernels_avx512_intel || kern == &qw_kernels_amx)
+    if (kern->simd == QW_SIMD_AVX512)
         dc_heads_avx512(&a, buf);
-    else if (kern == &qw_kernels_avx2 || kern == &qw_kernels_avx2_intel)
+    else if (kern->simd == QW_SIMD_AVX2)
         dc_heads_avx2(&a, buf);
     else
 #endif
