@@ -8,8 +8,9 @@
  *                activations), so each weight row is read once per call; decode is one row-chunked pass,
  *                each chunk's rows read one after another (one sequential stream per thread); quantized
  *                weights go to the kernel in blocks of QROW_BLOCK bytes of rows with all of a token tile
- *                (up to the table's qtile_nt tokens; all the tokens when the table takes that many in one
- *                call, as avx512 and amx do), activations rounded once per matmul (q8a.h)
+ *                (up to the table's qtile_nt tokens; a chunk's rows and up to 8 MiB of tokens at once when
+ *                the table takes that many in one call, as avx512, amx and avx2 do), activations rounded
+ *                once per matmul (q8a.h)
  *   attention    (token, kv head, up to 4 of its query heads): K and V rows are read once for the heads
  *                that share them; keys in blocks of 64: f32 scores and a per-block softmax-weighted sum of
  *                values, merged across blocks in double (flash-attention style, no scratch)
@@ -292,6 +293,7 @@ typedef struct {
     int tile_nr, tile_nt;
     int qtile_nt; /* tokens per qtile call */
     int64_t tok_tile; /* tokens whose activations stay in cache while a chunk's rows pass over them */
+    int whole;        /* the kernel takes the whole token tile and all of a chunk's rows in one call */
 } matmul_ctx;
 
 #define QROW_BLOCK (128 << 10)
@@ -313,9 +315,8 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
          * in cache (16 or 8 repacked rows at a time), so it gets all the chunk's rows and prepares the
          * tokens once per chunk (flash-next Q8_0 prefill on 2 threads: the tokens' group terms were 3.4 %
          * of the time when prepared for every 48 rows). */
-        int64_t rb = c->qtile_nt >= c->tok_tile
-                         ? r1 - r0
-                         : QW_MAX(c->tile_nr, QROW_BLOCK / (int64_t)c->row_bytes / c->tile_nr * c->tile_nr);
+        int64_t rb = c->whole ? r1 - r0
+                              : QW_MAX(c->tile_nr, QROW_BLOCK / (int64_t)c->row_bytes / c->tile_nr * c->tile_nr);
         for (int64_t t0 = 0; t0 < c->n_tok; t0 += c->tok_tile) {
             int64_t t1 = QW_MIN(c->n_tok, t0 + c->tok_tile);
             for (int64_t r = r0; r < r1; r += rb) {
@@ -367,10 +368,8 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
      * 80-token tiles packed each row block 4 times, 46 % of the time on an Intel Xeon). Up to 8 MiB of
      * activations per call (a session's default step of 512 tokens stays whole for rows of up to 13,107
      * elements), so a longer step does not stream them from memory for every block of rows. */
-    if (c->qtile && c->qtile_nt >= n_tok) {
-        int64_t cap = QW_MAX(16, (8 << 20) / (tok_bytes + 1) / 16 * 16);
-        c->tok_tile = QW_MIN(n_tok, cap);
-    }
+    c->whole = c->qtile && c->qtile_nt >= n_tok;
+    if (c->whole) c->tok_tile = QW_MIN(n_tok, QW_MAX(16, (8 << 20) / (tok_bytes + 1) / 16 * 16));
     if (c->tok_tile < c->tile_nt) c->tok_tile = c->tile_nt;
 }
 
