@@ -519,8 +519,11 @@ QW_INLINE void ksb_row(qw_type T, int PF, int NT, float *y, int64_t ldy, const u
             else
                 _mm_prefetch((const char *)blk + PREFETCH + o, _MM_HINT_T0);
         }
-        head_t hd = {{0}, {0}};
-        if (!is_ksb8(T)) head(T, blk, &hd);
+        head_t hd;
+        if (is_ksb8(T))
+            hd.A[0] = 0.0f; /* unpack's A of a block's group, unused here: the 8 d's come below */
+        else
+            head(T, blk, &hd);
         __m256i wv[8];
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {

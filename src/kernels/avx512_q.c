@@ -537,8 +537,8 @@ QW_INLINE void pair_step(qw_type T, int PF, int NR, int NT, tile_acc *ta, const 
         }
 }
 
-/* An NR x NT tile of a type other than Q4_K, Q5_K, Q6_K (those take ksb_tile; unpack's K-quant cases serve
- * rp_pack) (compile-time sizes once inlined) against prepared activations: token t's act_pair of
+/* An NR x NT tile of the types and rows that do not take ksb_tile (ksb_rows; unpack's K-quant and IQ4_XS cases
+ * serve rp_pack) (compile-time sizes once inlined) against prepared activations: token t's act_pair of
  * pair step g / 2 at pre[t * ldp + g / 2]. The pairs of groups run in a loop without the odd last group,
  * which comes after it (a branch on it inside the loop halved one-row Q8_0 decode on the Zen 4 VM in some
  * builds). */
