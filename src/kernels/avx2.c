@@ -19,9 +19,11 @@
 #endif
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/expd.h"
 #include "kernels/qtiles.h"
 
 #define LANES 8
@@ -180,6 +182,65 @@ static void scale_axpy(float *y, float s, float a, const float *x, int n) {
     }
 }
 
+/* e^x of 4 doubles (expd.h) */
+QW_INLINE __m256d expd4(__m256d x) {
+    static const double c[QW_EXPD_N_COEF] = QW_EXPD_COEFS;
+    x = _mm256_min_pd(_mm256_max_pd(x, _mm256_set1_pd(QW_EXPD_LO)), _mm256_set1_pd(QW_EXPD_HI));
+    __m256d n = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(QW_EXPD_INV_LN2)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(QW_EXPD_LN2_HI), x);
+    r = _mm256_fnmadd_pd(n, _mm256_set1_pd(QW_EXPD_LN2_LO), r);
+    __m256d p = _mm256_set1_pd(c[0]);
+    for (int i = 1; i < QW_EXPD_N_COEF; i++) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c[i]));
+    /* 2^n built from its exponent bits: n is an integer in [-150, 128] */
+    __m128i e = _mm_add_epi32(_mm256_cvtpd_epi32(n), _mm_set1_epi32(1023));
+    return _mm256_mul_pd(p, _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_cvtepi32_epi64(e), 52)));
+}
+
+/* e^-x of 8 floats, each rounded once to f32 (-x where x is NaN, as qw_expd) */
+QW_INLINE __m256 exp_neg8(__m256 x) {
+    __m256 nx = _mm256_xor_ps(x, _mm256_set1_ps(-0.0f));
+    __m128 lo = _mm256_cvtpd_ps(expd4(_mm256_cvtps_pd(_mm256_castps256_ps128(nx))));
+    __m128 hi = _mm256_cvtpd_ps(expd4(_mm256_cvtps_pd(_mm256_extractf128_ps(nx, 1))));
+    return _mm256_blendv_ps(_mm256_set_m128(hi, lo), nx, _mm256_cmp_ps(nx, nx, _CMP_UNORD_Q));
+}
+
+/* x[i] = num(x[i]) / (1 + e^-x[i]): num is 1 (sigmoid) or x (silu); the tail through masked loads */
+QW_INLINE void gate8(float *x, int64_t n, int silu) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += LANES) {
+        __m256i m = lane_mask(n - i >= LANES ? LANES : (int)(n - i));
+        __m256 v = _mm256_maskload_ps(x + i, m);
+        __m256 d = _mm256_add_ps(one, exp_neg8(v));
+        _mm256_maskstore_ps(x + i, m, _mm256_div_ps(silu ? v : one, d));
+    }
+}
+static void sigmoid(float *x, int64_t n) { gate8(x, n, 0); }
+static void silu(float *x, int64_t n) { gate8(x, n, 1); }
+
+static void rms_norm_row(float *y, const float *x, const float *w, int dim, float eps, int zc) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (int i = 0; i < dim; i += LANES) {
+        __m256 v = _mm256_maskload_ps(x + i, lane_mask(dim - i >= LANES ? LANES : dim - i));
+        __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        s0 = _mm256_fmadd_pd(lo, lo, s0); /* (double)x * x is exact: one rounding per addition, as ref.c */
+        s1 = _mm256_fmadd_pd(hi, hi, s1);
+    }
+    __m256d s = _mm256_add_pd(s0, s1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    double ss = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    __m256 inv = _mm256_set1_ps((float)(1.0 / sqrt(ss / dim + eps)));
+    for (int i = 0; i < dim; i += LANES) {
+        __m256i m = lane_mask(dim - i >= LANES ? LANES : dim - i);
+        __m256 v = _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv);
+        if (w) {
+            __m256 sw = _mm256_maskload_ps(w + i, m);
+            v = _mm256_mul_ps(v, zc ? _mm256_add_ps(_mm256_set1_ps(1.0f), sw) : sw);
+        }
+        _mm256_maskstore_ps(y + i, m, v);
+    }
+}
+
 /* The avx2 table with the integer tiles of build v (avx2_q.c) */
 #define AVX2_TABLE(v)                                                                                              \
     {                                                                                                              \
@@ -187,7 +248,8 @@ static void scale_axpy(float *y, float s, float a, const float *x, int n) {
         .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,                   \
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)}, .qtile_nt = 1 << 16, .decay_acc = decay_acc,                   \
-        .rank1_acc = rank1_acc, .scale_axpy = scale_axpy,                                                          \
+        .rank1_acc = rank1_acc, .scale_axpy = scale_axpy, .sigmoid = sigmoid, .silu = silu,                        \
+        .rms_norm_row = rms_norm_row,                                                                              \
     }
 
 const qw_cpu_kernels qw_kernels_avx2 = AVX2_TABLE(avx2);

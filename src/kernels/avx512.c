@@ -17,9 +17,11 @@
 #endif
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/expd.h"
 #include "kernels/qtiles.h"
 
 #define LANES 16
@@ -153,6 +155,64 @@ static void scale_axpy(float *y, float s, float a, const float *x, int n) {
     }
 }
 
+/* e^x of 8 doubles (expd.h) */
+QW_INLINE __m512d expd8(__m512d x) {
+    static const double c[QW_EXPD_N_COEF] = QW_EXPD_COEFS;
+    x = _mm512_min_pd(_mm512_max_pd(x, _mm512_set1_pd(QW_EXPD_LO)), _mm512_set1_pd(QW_EXPD_HI));
+    __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(QW_EXPD_INV_LN2)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(QW_EXPD_LN2_HI), x);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(QW_EXPD_LN2_LO), r);
+    __m512d p = _mm512_set1_pd(c[0]);
+    for (int i = 1; i < QW_EXPD_N_COEF; i++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
+    return _mm512_scalef_pd(p, n); /* p * 2^n; n is an integer in [-150, 128] */
+}
+
+/* e^-x of 16 floats, each rounded once to f32 (-x where x is NaN, as qw_expd) */
+QW_INLINE __m512 exp_neg16(__m512 x) {
+    __m512 nx = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+    __m256 lo = _mm512_cvtpd_ps(expd8(_mm512_cvtps_pd(_mm512_castps512_ps256(nx))));
+    __m256 hi = _mm512_cvtpd_ps(expd8(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(nx), 1)))));
+    __m512 e = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+    return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(nx, nx, _CMP_UNORD_Q), nx);
+}
+
+/* x[i] = num(x[i]) / (1 + e^-x[i]): num is 1 (sigmoid) or x (silu) */
+QW_INLINE void gate16(float *x, int64_t n, int silu) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += LANES) {
+        __mmask16 m = n - i >= LANES ? 0xFFFF : tail_mask((int)(n - i));
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 d = _mm512_add_ps(one, exp_neg16(v));
+        _mm512_mask_storeu_ps(x + i, m, _mm512_div_ps(silu ? v : one, d));
+    }
+}
+static void sigmoid(float *x, int64_t n) { gate16(x, n, 0); }
+static void silu(float *x, int64_t n) { gate16(x, n, 1); }
+
+static void rms_norm_row(float *y, const float *x, const float *w, int dim, float eps, int zc) {
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int i = 0; i < dim; i += LANES) {
+        __mmask16 m = dim - i >= LANES ? 0xFFFF : tail_mask(dim - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        s0 = _mm512_fmadd_pd(lo, lo, s0); /* (double)x * x is exact: one rounding per addition, as ref.c */
+        s1 = _mm512_fmadd_pd(hi, hi, s1);
+    }
+    double ss = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    __m512 inv = _mm512_set1_ps((float)(1.0 / sqrt(ss / dim + eps)));
+    for (int i = 0; i < dim; i += LANES) {
+        __mmask16 m = dim - i >= LANES ? 0xFFFF : tail_mask(dim - i);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv);
+        if (w) {
+            __m512 s = _mm512_maskz_loadu_ps(m, w + i);
+            v = _mm512_mul_ps(v, zc ? _mm512_add_ps(_mm512_set1_ps(1.0f), s) : s);
+        }
+        _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+
 /* The avx512 table with the integer tiles of build v (avx512_q.c) */
 #define AVX512_TABLE(table_name, v)                                                                              \
     {                                                                                                              \
@@ -160,7 +220,8 @@ static void scale_axpy(float *y, float s, float a, const float *x, int n) {
         .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,                   \
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)}, .qtile_nt = 1 << 16, .q8a_quantize = qw_avx512_q8a_quantize,  \
-        .decay_acc = decay_acc, .rank1_acc = rank1_acc, .scale_axpy = scale_axpy,                                  \
+        .decay_acc = decay_acc, .rank1_acc = rank1_acc, .scale_axpy = scale_axpy, .sigmoid = sigmoid,              \
+        .silu = silu, .rms_norm_row = rms_norm_row,                                                                \
     }
 
 const qw_cpu_kernels qw_kernels_avx512 = AVX512_TABLE("avx512", avx512);

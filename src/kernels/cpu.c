@@ -373,6 +373,18 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
     if (c->tok_tile < c->tile_nt) c->tok_tile = c->tile_nt;
 }
 
+/* Rows per chunk of a one-token matmul. The threads stream their rows from memory and finish each chunk at
+ * times that differ by up to a chunk's time, which the last one to finish makes the others wait: with 4
+ * chunks per thread the lm_head's chunk (2 MiB or more) left the pool's threads spinning for 6.7 % of
+ * flash-next Q4_K's decode on 2 threads of the Zen 4 VM, 5.2 % with chunks of at most a sixteenth of a
+ * thread's rows. Not below 256 KiB of weights, where a chunk's start (its activations prepared, the
+ * prefetch stream begun) would start to count. */
+static int64_t decode_chunk(const cpu_backend *b, const matmul_ctx *c) {
+    int64_t n = c->rows, per16 = (n + 16 * b->n_threads - 1) / (16 * b->n_threads);
+    int64_t min_rows = c->row_bytes ? (256 << 10) / (int64_t)c->row_bytes : per16;
+    return QW_MIN(chunk_for(b, n, c->tile_nr), (QW_MAX(per16, min_rows) + c->tile_nr - 1) / c->tile_nr * c->tile_nr);
+}
+
 /* The calling thread's scratch for 8-bit activations: grown, never shrunk, so decoding allocates nothing
  * once the largest matmul has run. (Per thread: a model's table may be used by several threads at once.) */
 static _Thread_local qw_q8a *q8a_buf;
@@ -421,7 +433,8 @@ static void cpu_matmul(const qw_ops *ops, float *y, const qw_tensor *w, const fl
         matmul_rows(&c, 0, c.rows);
         return;
     }
-    qw_pool_parallel_for(b->pool, c.rows, chunk_for(b, c.rows, c.tile_nr), matmul_rows, &c);
+    qw_pool_parallel_for(b->pool, c.rows, n_tok == 1 ? decode_chunk(b, &c) : chunk_for(b, c.rows, c.tile_nr),
+                         matmul_rows, &c);
 }
 
 /* Several matmuls as one index space of rows (job j owns rows start[j] .. start[j+1]), so small matmuls
@@ -638,10 +651,11 @@ static void cpu_delta_rule(const qw_ops *ops, float *o, float *state, const floa
     qw_pool_parallel_for(b->pool, hv, 1, dr_heads, &c);
 }
 
-/* ---- ops split into ranges, each range done by the reference code */
+/* ---- ops split into ranges, each range done by the table's kernel or the reference code */
 
 typedef struct {
     const qw_ops *ref;
+    const qw_cpu_kernels *ks; /* its sigmoid, silu and rms_norm_row where it has them (else ref's) */
     float *y;
     const float *x, *a, *w;
     int dim, k, dil, n_head, head_stride, n_rot;
@@ -651,13 +665,17 @@ typedef struct {
 
 static void rms_rows(void *arg, int64_t r0, int64_t r1) {
     const range_ctx *c = arg;
+    if (c->ks && c->ks->rms_norm_row) {
+        for (int64_t r = r0; r < r1; r++) c->ks->rms_norm_row(c->y + r * c->dim, c->x + r * c->dim, c->w, c->dim, c->eps, c->zc);
+        return;
+    }
     c->ref->rms_norm(c->ref, c->y + r0 * c->dim, c->x + r0 * c->dim, c->w, (int)(r1 - r0), c->dim, c->eps, c->zc);
 }
 
 static void cpu_rms_norm(const qw_ops *ops, float *y, const float *x, const float *w, int n_rows, int dim, float eps,
                          int zc) {
     const cpu_backend *b = backend_of(ops);
-    range_ctx c = {.ref = qw_ops_ref(), .y = y, .x = x, .w = w, .dim = dim, .eps = eps, .zc = zc};
+    range_ctx c = {.ref = qw_ops_ref(), .ks = b->k, .y = y, .x = x, .w = w, .dim = dim, .eps = eps, .zc = zc};
     if (b->n_threads == 1 || (int64_t)n_rows * dim < PAR_MIN_WORK) {
         rms_rows(&c, 0, n_rows);
         return;
@@ -718,11 +736,17 @@ static void cpu_conv1d_dw(const qw_ops *ops, float *y, const float *x, const flo
 /* element-wise ops: ranges of at least 4096 elements */
 static void silu_range(void *arg, int64_t i0, int64_t i1) {
     const range_ctx *c = arg;
-    c->ref->silu(c->ref, c->y + i0, i1 - i0);
+    if (c->ks && c->ks->silu)
+        c->ks->silu(c->y + i0, i1 - i0);
+    else
+        c->ref->silu(c->ref, c->y + i0, i1 - i0);
 }
 static void sigmoid_range(void *arg, int64_t i0, int64_t i1) {
     const range_ctx *c = arg;
-    c->ref->sigmoid(c->ref, c->y + i0, i1 - i0);
+    if (c->ks && c->ks->sigmoid)
+        c->ks->sigmoid(c->y + i0, i1 - i0);
+    else
+        c->ref->sigmoid(c->ref, c->y + i0, i1 - i0);
 }
 static void mul_range(void *arg, int64_t i0, int64_t i1) {
     const range_ctx *c = arg;
@@ -742,11 +766,11 @@ static void elementwise(const cpu_backend *b, qw_pool_fn fn, range_ctx *c, int64
 }
 
 static void cpu_silu(const qw_ops *ops, float *x, int64_t n) {
-    range_ctx c = {.ref = qw_ops_ref(), .y = x};
+    range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = x};
     elementwise(backend_of(ops), silu_range, &c, n);
 }
 static void cpu_sigmoid(const qw_ops *ops, float *x, int64_t n) {
-    range_ctx c = {.ref = qw_ops_ref(), .y = x};
+    range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = x};
     elementwise(backend_of(ops), sigmoid_range, &c, n);
 }
 static void cpu_mul(const qw_ops *ops, float *y, const float *a, const float *b, int64_t n) {

@@ -55,6 +55,15 @@ typedef struct {
     void (*rank1_acc)(float *S, const float *u, float k, float *acc, float q, int n);
     /* y[i] = y[i] * s + a * x[i], i < n (attention's running weighted sum of values) */
     void (*scale_axpy)(float *y, float s, float a, const float *x, int n);
+    /* x[i] = sigmoid(x[i]) = 1 / (1 + e^-x[i]) and x[i] = silu(x[i]) = x[i] / (1 + e^-x[i]), i < n: the
+     * reference's f32 steps around an e^x of expd.h (the one ref.c uses, so the reference's bits). NULL:
+     * the reference (ref.c). */
+    void (*sigmoid)(float *x, int64_t n);
+    void (*silu)(float *x, int64_t n);
+    /* One row of ops.h's rms_norm: the squares summed in double as the reference does, in another order
+     * (lanes, then a fixed tree), so 1 / rms rounds to the reference's float but for a sum within about
+     * dim * 2^-53 of a rounding boundary. NULL: the reference. */
+    void (*rms_norm_row)(float *y, const float *x, const float *w, int dim, float eps, int zero_centred);
 } qw_cpu_kernels;
 
 /* The variants compiled for this architecture and supported by this CPU, best first; NULL-terminated. */

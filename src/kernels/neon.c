@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/expd.h"
 #include "kernels/qtiles.h"
 #include "tensor/quant.h"
 
@@ -191,13 +192,71 @@ static void scale_axpy(float *y, float s, float a, const float *x, int n) {
     for (; i < n; i++) y[i] = fmaf(a, x[i], y[i] * s);
 }
 
+/* e^x of 2 doubles (expd.h) */
+QW_INLINE float64x2_t expd2(float64x2_t x) {
+    static const double c[QW_EXPD_N_COEF] = QW_EXPD_COEFS;
+    x = vminq_f64(vmaxq_f64(x, vdupq_n_f64(QW_EXPD_LO)), vdupq_n_f64(QW_EXPD_HI));
+    float64x2_t n = vrndnq_f64(vmulq_n_f64(x, QW_EXPD_INV_LN2));
+    float64x2_t r = vfmsq_f64(x, n, vdupq_n_f64(QW_EXPD_LN2_HI));
+    r = vfmsq_f64(r, n, vdupq_n_f64(QW_EXPD_LN2_LO));
+    float64x2_t p = vdupq_n_f64(c[0]);
+    for (int i = 1; i < QW_EXPD_N_COEF; i++) p = vfmaq_f64(vdupq_n_f64(c[i]), p, r);
+    /* 2^n built from its exponent bits: n is an integer in [-150, 128] */
+    int64x2_t e = vshlq_n_s64(vaddq_s64(vcvtq_s64_f64(n), vdupq_n_s64(1023)), 52);
+    return vmulq_f64(p, vreinterpretq_f64_s64(e));
+}
+
+/* e^-x of 4 floats, each rounded once to f32 (-x where x is NaN, as qw_expd) */
+QW_INLINE float32x4_t exp_neg4(float32x4_t x) {
+    float32x4_t nx = vnegq_f32(x);
+    float32x4_t e = vcvt_high_f32_f64(vcvt_f32_f64(expd2(vcvt_f64_f32(vget_low_f32(nx)))), expd2(vcvt_high_f64_f32(nx)));
+    return vbslq_f32(vceqq_f32(nx, nx), e, nx);
+}
+
+/* x[i] = num(x[i]) / (1 + e^-x[i]): num is 1 (sigmoid) or x (silu); the tail through a padded copy */
+QW_INLINE void gate4(float *x, int64_t n, int silu) {
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    for (int64_t i = 0; i < n; i += 4) {
+        float pad[4] = {0};
+        int full = n - i >= 4;
+        float *p = full ? x + i : pad;
+        if (!full) memcpy(pad, x + i, (size_t)(n - i) * 4);
+        float32x4_t v = vld1q_f32(p);
+        vst1q_f32(p, vdivq_f32(silu ? v : one, vaddq_f32(one, exp_neg4(v))));
+        if (!full) memcpy(x + i, pad, (size_t)(n - i) * 4);
+    }
+}
+static void sigmoid(float *x, int64_t n) { gate4(x, n, 0); }
+static void silu(float *x, int64_t n) { gate4(x, n, 1); }
+
+static void rms_norm_row(float *y, const float *x, const float *w, int dim, float eps, int zc) {
+    float64x2_t s0 = vdupq_n_f64(0), s1 = vdupq_n_f64(0);
+    int i = 0;
+    for (; i + 4 <= dim; i += 4) { /* (double)x * x is exact: one rounding per addition, as ref.c */
+        float32x4_t v = vld1q_f32(x + i);
+        float64x2_t lo = vcvt_f64_f32(vget_low_f32(v)), hi = vcvt_high_f64_f32(v);
+        s0 = vfmaq_f64(s0, lo, lo);
+        s1 = vfmaq_f64(s1, hi, hi);
+    }
+    double ss = vaddvq_f64(vaddq_f64(s0, s1));
+    for (; i < dim; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / dim + eps));
+    for (i = 0; i + 4 <= dim; i += 4) {
+        float32x4_t v = vmulq_n_f32(vld1q_f32(x + i), inv);
+        if (w) v = vmulq_f32(v, zc ? vaddq_f32(vdupq_n_f32(1.0f), vld1q_f32(w + i)) : vld1q_f32(w + i));
+        vst1q_f32(y + i, v);
+    }
+    for (; i < dim; i++) y[i] = x[i] * inv * (w ? (zc ? 1.0f + w[i] : w[i]) : 1.0f);
+}
+
 #define NEON_TABLE(v)                                                                                              \
     {                                                                                                              \
         .name = "neon", .simd = QW_SIMD_NEON, .lanes = LANES, .tile_nr = 4, .tile_nt = 2,                                                \
         .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,                   \
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)},                                                               \
-        .decay_acc = decay_acc, .rank1_acc = rank1_acc, .scale_axpy = scale_axpy,                                  \
+        .decay_acc = decay_acc, .rank1_acc = rank1_acc, .scale_axpy = scale_axpy, .sigmoid = sigmoid,              \
+        .silu = silu, .rms_norm_row = rms_norm_row,                                                                \
     }
 
 const qw_cpu_kernels qw_kernels_neon = NEON_TABLE(neon);

@@ -1,11 +1,14 @@
 /*
  * ref.c - the scalar reference of every op in ops.h: plain loops, double accumulation, no tricks.
- * It is the oracle the SIMD and CUDA kernels are tested against, and the CPU fallback.
+ * It is the oracle the SIMD and CUDA kernels are tested against, and the CPU fallback. Sigmoid and silu
+ * take e^x from expd.h (within one ulp of libm's expf, the same bits on every platform) so that the vector
+ * kernels, which compute it the same way, give the same bits.
  */
 #include <math.h>
 #include <string.h>
 
 #include "core/common.h"
+#include "kernels/expd.h"
 #include "kernels/ops.h"
 #include "tensor/quant.h"
 
@@ -119,11 +122,11 @@ static void ref_conv1d_dw(QW_OPS_SELF float *y, const float *x, const float *w, 
 }
 
 static void ref_silu(QW_OPS_SELF float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + qw_expd(-x[i]));
 }
 
 static void ref_sigmoid(QW_OPS_SELF float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = 1.0f / (1.0f + expf(-x[i]));
+    for (int64_t i = 0; i < n; i++) x[i] = 1.0f / (1.0f + qw_expd(-x[i]));
 }
 
 static void ref_mul(QW_OPS_SELF float *y, const float *a, const float *b, int64_t n) {
