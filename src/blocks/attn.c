@@ -32,22 +32,19 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
     int64_t nq = (int64_t)nh * hd, nk = (int64_t)nkv * hd;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
 
-    float *q = qw_arena_f32(f->ar, (size_t)T * nq), *gate = NULL;
+    float *q = qw_arena_f32(f->ar, (size_t)T * nq), *gate = NULL, *qg = NULL;
+    /* new K and V go straight into the cache rows pos0 .. pos0+T-1; the three projections of x as one batch */
+    float *k = ls->k + (int64_t)f->pos0 * nk, *v = ls->v + (int64_t)f->pos0 * nk;
+    if (w->gated) qg = qw_arena_f32(f->ar, (size_t)T * nq * 2);
+    qw_matmul_job proj[3] = {{w->gated ? qg : q, w->wq, x, T}, {k, w->wk, x, T}, {v, w->wv, x, T}};
+    ops->matmul_batch(ops, proj, 3);
     if (w->gated) {
-        float *qg = qw_arena_f32(f->ar, (size_t)T * nq * 2);
-        ops->matmul(ops, qg, w->wq, x, T);
         gate = qw_arena_f32(f->ar, (size_t)T * nq);
         for (int64_t r = 0; r < (int64_t)T * nh; r++) {
             memcpy(q + r * hd, qg + r * 2 * hd, (size_t)hd * sizeof(float));
             memcpy(gate + r * hd, qg + r * 2 * hd + hd, (size_t)hd * sizeof(float));
         }
-    } else {
-        ops->matmul(ops, q, w->wq, x, T);
     }
-    /* new K and V go straight into the cache rows pos0 .. pos0+T-1 */
-    float *k = ls->k + (int64_t)f->pos0 * nk, *v = ls->v + (int64_t)f->pos0 * nk;
-    ops->matmul(ops, k, w->wk, x, T);
-    ops->matmul(ops, v, w->wv, x, T);
     if (w->rope_interleaved) {
         float *tmp = qw_arena_f32(f->ar, (size_t)hd);
         deinterleave_heads(q, (int64_t)T * nh, hd, tmp);

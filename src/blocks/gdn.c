@@ -34,8 +34,8 @@ static void deinterleave(const qw_fwd *f, const qw_gdn_w *w, const float *x, flo
     int64_t gw = 2 * dk + 2 * (int64_t)r * dv; /* one key head's group in qkvz */
     float *m = qw_arena_f32(f->ar, (size_t)T * (ch + vd));
     float *mba = qw_arena_f32(f->ar, (size_t)T * 2 * hp->gdn_hv);
-    f->ops->matmul(f->ops, m, w->qkvz, x, T);
-    f->ops->matmul(f->ops, mba, w->ba, x, T);
+    qw_matmul_job proj[2] = {{m, w->qkvz, x, T}, {mba, w->ba, x, T}};
+    f->ops->matmul_batch(f->ops, proj, 2);
     for (int t = 0; t < T; t++) {
         const float *src = m + t * (ch + vd);
         float *dst = qkv + t * ch;
@@ -84,10 +84,8 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     if (w->qkvz) {
         deinterleave(f, w, x, qkv, z, b, a);
     } else {
-        ops->matmul(ops, qkv, w->qkv, x, T);
-        ops->matmul(ops, z, w->z, x, T);
-        ops->matmul(ops, b, w->b, x, T);
-        ops->matmul(ops, a, w->a, x, T);
+        qw_matmul_job proj[4] = {{qkv, w->qkv, x, T}, {z, w->z, x, T}, {b, w->b, x, T}, {a, w->a, x, T}};
+        ops->matmul_batch(ops, proj, 4);
     }
     float *c = qw_arena_f32(f->ar, (size_t)T * ch);
     ops->conv1d_dw(ops, c, xc, w->conv, T, (int)ch, K, 1);

@@ -20,7 +20,8 @@ void qw_hc_forward(const qw_fwd *f, const qw_hc_w *w, const float *X, float *a, 
     float *xn = qw_arena_f32(f->ar, (size_t)T * CH);
     qw_norm_grouped(ops, xn, X, w->norm, T, C, H, hp->norm_eps, 1);
     float *u = qw_arena_f32(f->ar, (size_t)T * r), *m = qw_arena_f32(f->ar, (size_t)T * CH);
-    ops->matmul(ops, u, w->down, xn, T);
+    qw_matmul_job proj[2] = {{u, w->down, xn, T}, {inj, w->inject, xn, T}}; /* both read xn: one batch */
+    ops->matmul_batch(ops, proj, inj ? 2 : 1);
     for (int64_t i = 0; i < (int64_t)T * r; i++) u[i] /= (float)C;
     ops->silu(ops, u, (int64_t)T * r);
     ops->matmul(ops, m, w->up, u, T);
@@ -33,7 +34,6 @@ void qw_hc_forward(const qw_fwd *f, const qw_hc_w *w, const float *X, float *a, 
             a[(int64_t)t * H + i] = s / (float)C;
         }
     if (inj) {
-        ops->matmul(ops, inj, w->inject, xn, T);
         for (int64_t i = 0; i < (int64_t)T * C; i++) inj[i] /= (float)C;
         ops->sigmoid(ops, inj, (int64_t)T * C);
         for (int64_t i = 0; i < (int64_t)T * C; i++) inj[i] *= 2.0f;

@@ -19,8 +19,8 @@ void qw_ffn_forward(const qw_fwd *f, const qw_ffn_w *w, const float *x, float *y
     int64_t I = w->gate.shape[0];
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
     float *g = qw_arena_f32(f->ar, (size_t)n * I), *u = qw_arena_f32(f->ar, (size_t)n * I);
-    ops->matmul(ops, g, &w->gate, x, n);
-    ops->matmul(ops, u, &w->up, x, n);
+    qw_matmul_job proj[2] = {{g, &w->gate, x, n}, {u, &w->up, x, n}};
+    ops->matmul_batch(ops, proj, 2);
     ops->silu(ops, g, (int64_t)n * I);
     ops->mul(ops, g, g, u, (int64_t)n * I);
     ops->matmul(ops, y, &w->down, g, n);

@@ -100,9 +100,9 @@ void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
 
     float *K = qw_arena_f32(f->ar, (size_t)T * CH), *V = qw_arena_f32(f->ar, (size_t)T * H);
     float *Q = qw_arena_f32(f->ar, (size_t)T * CH);
-    ops->matmul(ops, K, w->key_proj, e, T);
+    qw_matmul_job proj[2] = {{K, w->key_proj, e, T}, {V, w->value_proj, e, T}};
+    ops->matmul_batch(ops, proj, 2);
     qw_norm_grouped(ops, K, K, w->norm_key, T, C, H, hp->norm_eps, 1);
-    ops->matmul(ops, V, w->value_proj, e, T);
     qw_norm_grouped(ops, Q, X, w->norm_query, T, C, H, hp->norm_eps, 1);
 
     /* G rows go after the remembered normalised history so the conv sees one contiguous sequence */

@@ -373,16 +373,16 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
     if (c->tok_tile < c->tile_nt) c->tok_tile = c->tile_nt;
 }
 
-/* Rows per chunk of a one-token matmul. The threads stream their rows from memory and finish each chunk at
+/* Rows per chunk of a one-token matmul (or batch of them: row_bytes is their mean). The threads stream their rows from memory and finish each chunk at
  * times that differ by up to a chunk's time, which the last one to finish makes the others wait: with 4
  * chunks per thread the lm_head's chunk (2 MiB or more) left the pool's threads spinning for 6.7 % of
  * flash-next Q4_K's decode on 2 threads of the Zen 4 VM, 5.2 % with chunks of at most a sixteenth of a
  * thread's rows. Not below 256 KiB of weights, where a chunk's start (its activations prepared, the
  * prefetch stream begun) would start to count. */
-static int64_t decode_chunk(const cpu_backend *b, const matmul_ctx *c) {
-    int64_t n = c->rows, per16 = (n + 16 * b->n_threads - 1) / (16 * b->n_threads);
-    int64_t min_rows = c->row_bytes ? (256 << 10) / (int64_t)c->row_bytes : per16;
-    return QW_MIN(chunk_for(b, n, c->tile_nr), (QW_MAX(per16, min_rows) + c->tile_nr - 1) / c->tile_nr * c->tile_nr);
+static int64_t decode_chunk(const cpu_backend *b, int64_t n, size_t row_bytes, int align) {
+    int64_t per16 = (n + 16 * b->n_threads - 1) / (16 * b->n_threads);
+    int64_t min_rows = row_bytes ? (256 << 10) / (int64_t)row_bytes : per16;
+    return QW_MIN(chunk_for(b, n, align), (QW_MAX(per16, min_rows) + align - 1) / align * align);
 }
 
 /* The calling thread's scratch for 8-bit activations: grown, never shrunk, so decoding allocates nothing
@@ -433,7 +433,7 @@ static void cpu_matmul(const qw_ops *ops, float *y, const qw_tensor *w, const fl
         matmul_rows(&c, 0, c.rows);
         return;
     }
-    qw_pool_parallel_for(b->pool, c.rows, n_tok == 1 ? decode_chunk(b, &c) : chunk_for(b, c.rows, c.tile_nr),
+    qw_pool_parallel_for(b->pool, c.rows, n_tok == 1 ? decode_chunk(b, c.rows, c.row_bytes, c.tile_nr) : chunk_for(b, c.rows, c.tile_nr),
                          matmul_rows, &c);
 }
 
@@ -461,13 +461,16 @@ static void cpu_matmul_batch(const qw_ops *ops, const qw_matmul_job *jobs, int n
         batch_ctx bc;
         bc.n = QW_MIN(BATCH_MAX_JOBS, n_jobs - j0);
         bc.start[0] = 0;
-        int64_t work = 0, n_q8a = 0;
+        int64_t work = 0, n_q8a = 0, bytes = 0;
+        int one_tok = 1;
         for (int j = 0; j < bc.n; j++) {
             const qw_matmul_job *jb = &jobs[j0 + j];
             matmul_setup(b, &bc.mc[j], jb->y, jb->w, jb->x, jb->n_tok);
             bc.start[j + 1] = bc.start[j] + bc.mc[j].rows;
             work += bc.mc[j].rows * bc.mc[j].cols * jb->n_tok;
             n_q8a += q8a_blocks(&bc.mc[j]);
+            bytes += bc.mc[j].rows * (int64_t)bc.mc[j].row_bytes;
+            one_tok &= jb->n_tok == 1;
         }
         /* jobs reading the same activations (an expert's gate and up) share one rounded copy */
         qw_q8a *xq = q8a_scratch(n_q8a);
@@ -486,7 +489,10 @@ static void cpu_matmul_batch(const qw_ops *ops, const qw_matmul_job *jobs, int n
         if (b->n_threads == 1 || work < PAR_MIN_WORK)
             batch_rows(&bc, 0, total);
         else
-            qw_pool_parallel_for(b->pool, total, chunk_for(b, total, b->k->tile_nr), batch_rows, &bc);
+            qw_pool_parallel_for(b->pool, total,
+                                 one_tok ? decode_chunk(b, total, (size_t)(bytes / total), b->k->tile_nr)
+                                         : chunk_for(b, total, b->k->tile_nr),
+                                 batch_rows, &bc);
     }
 }
 
