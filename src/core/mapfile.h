@@ -19,6 +19,12 @@ void qw_mapfile_close(qw_mapfile *mf);
  * was copied elsewhere); a later read faults them back in from the file. Advice only: nothing can fail. */
 void qw_mapfile_release(const void *p, size_t n);
 
+/* Ask the kernel to back [p, p + n) with 2 MiB pages (transparent huge pages; for a file mapping, where the
+ * filesystem keeps large folios in the page cache): decode streams every weight once per token, and with
+ * 4 KiB pages a page-table walk every 4 KiB was a sizeable part of it. Advice only: nothing can fail, and
+ * where the kernel cannot do it nothing changes. */
+void qw_advise_huge(void *p, size_t n);
+
 /* Read a whole (small) file into a NUL-terminated heap buffer; *len gets its length. */
 qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen);
 

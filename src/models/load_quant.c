@@ -68,7 +68,9 @@ qwenc_status qw_model_quantize_at_load(qwenc_model *m, char *err, size_t errlen)
         offset[i + 1] = offset[i] + ((bytes + 63) & ~(size_t)63);
         c->n_bytes += bytes;
     }
-    c->data = aligned_alloc(64, offset[n] ? offset[n] : 64);
+    size_t cap = (offset[n] + (2u << 20) - 1) / (2u << 20) * (2u << 20); /* whole 2 MiB pages (qw_advise_huge) */
+    c->data = aligned_alloc(2u << 20, cap ? cap : 2u << 20);
+    if (c->data) qw_advise_huge(c->data, cap);
     if (!c->data) {
         st = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: cannot allocate %.1f MiB for the weights quantized to %s",
                     m->path, (double)offset[n] / 1048576.0, c->type);
