@@ -65,6 +65,18 @@ void qw_advise_huge(void *p, size_t n) {
 #endif
 }
 
+void qw_advise_sparse(const void *p, size_t n) {
+#ifdef MADV_NOHUGEPAGE
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || !p) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_NOHUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
     *out = NULL;
     FILE *f = fopen(path, "rb");

@@ -25,6 +25,11 @@ void qw_mapfile_release(const void *p, size_t n);
  * where the kernel cannot do it nothing changes. */
 void qw_advise_huge(void *p, size_t n);
 
+/* The opposite for tensors read a few rows at a time (the token embedding, the PLE table): 4 KiB pages, so
+ * a row looked up reads 4 KiB from the file rather than 2 MiB, and so does the page it stays resident in
+ * (a model larger than memory keeps paging these). Only the whole pages inside [p, p + n) change. */
+void qw_advise_sparse(const void *p, size_t n);
+
 /* Read a whole (small) file into a NUL-terminated heap buffer; *len gets its length. */
 qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen);
 

@@ -25,6 +25,18 @@ void qw_model_forward(const qw_fwd *f, float *hidden) { arch_impl[f->hp->arch].f
 
 static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
+/* The tensors read a few rows per token (the token embedding unless it is also the lm_head, the PLE
+ * n-gram tables) keep 4 KiB pages, which the rest of the mapping does not (core/mapfile.h). */
+static void advise_sparse(const qwenc_model *m) {
+    const qw_tensor *e = m->tok_embd;
+    if (e && e != m->output) qw_advise_sparse(e->data, qw_type_row_size(e->type, qw_tensor_nelem(e)));
+    for (int il = 0; m->layers && il < m->hp.n_layer; il++)
+        for (int c = 0; m->layers[il].ple && c < m->layers[il].ple->n_chunks; c++) {
+            const qw_tensor *t = &m->layers[il].ple->chunks[c];
+            qw_advise_sparse(t->data, qw_type_row_size(t->type, qw_tensor_nelem(t)));
+        }
+}
+
 qwenc_model_params qwenc_model_default_params(void) {
     qwenc_model_params p = {.n_threads = 0, .kernels = NULL, .quant = NULL, .progress = NULL, .progress_user = NULL};
     return p;
@@ -60,6 +72,7 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
             qwenc_model_free(m);
             return st;
         }
+        advise_sparse(m);
         *out = m;
         return QWENC_OK;
     }
@@ -107,6 +120,7 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
             return st;
         }
     }
+    advise_sparse(m);
     *out = m;
     return QWENC_OK;
 }
