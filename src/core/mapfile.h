@@ -24,6 +24,7 @@ void qw_mapfile_release(const void *p, size_t n);
  * 4 KiB pages a page-table walk every 4 KiB was a sizeable part of it. Advice only: nothing can fail, and
  * where the kernel cannot do it nothing changes. */
 void qw_advise_huge(void *p, size_t n);
+#define QW_HUGE_PAGE_BYTES ((size_t)2 << 20) /* the page size qw_advise_huge asks for (x86-64, AArch64 4K) */
 
 /* The opposite for tensors read a few rows at a time (the token embedding, the PLE table): 4 KiB pages, so
  * a row looked up reads 4 KiB from the file rather than 2 MiB, and so does the page it stays resident in

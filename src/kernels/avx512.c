@@ -172,8 +172,10 @@ QW_INLINE __m512d expd8(__m512d x) {
 QW_INLINE __m512 exp_neg16(__m512 x) {
     __m512 nx = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
     __m256 lo = _mm512_cvtpd_ps(expd8(_mm512_cvtps_pd(_mm512_castps512_ps256(nx))));
-    __m256 hi = _mm512_cvtpd_ps(expd8(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(nx), 1)))));
-    __m512 e = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+    __m256 nx_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(nx), 1));
+    __m256 hi = _mm512_cvtpd_ps(expd8(_mm512_cvtps_pd(nx_hi)));
+    __m512d lh = _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1);
+    __m512 e = _mm512_castpd_ps(lh);
     return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(nx, nx, _CMP_UNORD_Q), nx);
 }
 

@@ -373,12 +373,13 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
     if (c->tok_tile < c->tile_nt) c->tok_tile = c->tile_nt;
 }
 
-/* Rows per chunk of a one-token matmul (or batch of them: row_bytes is their mean). The threads stream their rows from memory and finish each chunk at
- * times that differ by up to a chunk's time, which the last one to finish makes the others wait: with 4
- * chunks per thread the lm_head's chunk (2 MiB or more) left the pool's threads spinning for 6.7 % of
- * flash-next Q4_K's decode on 2 threads of the Zen 4 VM, 5.2 % with chunks of at most a sixteenth of a
- * thread's rows. Not below 256 KiB of weights, where a chunk's start (its activations prepared, the
- * prefetch stream begun) would start to count. */
+/* Rows per chunk of a one-token matmul (or batch of them: row_bytes is their mean). The threads stream their rows
+ * from memory and finish each chunk at times that differ by up to a chunk's time, which the last one to finish makes
+ * the others wait: with 4 chunks per thread the lm_head's chunk (2 MiB or more) left the pool's threads spinning for
+ * 6.7 % of flash-next Q4_K's decode on 2 threads of the Zen 4 VM, 5.2 % with chunks of at most a sixteenth of a
+ * thread's rows. Not below 256 KiB of weights, where a chunk's start (its activations prepared, the prefetch stream
+ * begun) would start to count.
+ */
 static int64_t decode_chunk(const cpu_backend *b, int64_t n, size_t row_bytes, int align) {
     int64_t per16 = (n + 16 * b->n_threads - 1) / (16 * b->n_threads);
     int64_t min_rows = row_bytes ? (256 << 10) / (int64_t)row_bytes : per16;
@@ -433,8 +434,8 @@ static void cpu_matmul(const qw_ops *ops, float *y, const qw_tensor *w, const fl
         matmul_rows(&c, 0, c.rows);
         return;
     }
-    qw_pool_parallel_for(b->pool, c.rows, n_tok == 1 ? decode_chunk(b, c.rows, c.row_bytes, c.tile_nr) : chunk_for(b, c.rows, c.tile_nr),
-                         matmul_rows, &c);
+    int64_t chunk = n_tok == 1 ? decode_chunk(b, c.rows, c.row_bytes, c.tile_nr) : chunk_for(b, c.rows, c.tile_nr);
+    qw_pool_parallel_for(b->pool, c.rows, chunk, matmul_rows, &c);
 }
 
 /* Several matmuls as one index space of rows (job j owns rows start[j] .. start[j+1]), so small matmuls
@@ -672,7 +673,8 @@ typedef struct {
 static void rms_rows(void *arg, int64_t r0, int64_t r1) {
     const range_ctx *c = arg;
     if (c->ks && c->ks->rms_norm_row) {
-        for (int64_t r = r0; r < r1; r++) c->ks->rms_norm_row(c->y + r * c->dim, c->x + r * c->dim, c->w, c->dim, c->eps, c->zc);
+        for (int64_t r = r0; r < r1; r++)
+            c->ks->rms_norm_row(c->y + r * c->dim, c->x + r * c->dim, c->w, c->dim, c->eps, c->zc);
         return;
     }
     c->ref->rms_norm(c->ref, c->y + r0 * c->dim, c->x + r0 * c->dim, c->w, (int)(r1 - r0), c->dim, c->eps, c->zc);

@@ -68,8 +68,8 @@ qwenc_status qw_model_quantize_at_load(qwenc_model *m, char *err, size_t errlen)
         offset[i + 1] = offset[i] + ((bytes + 63) & ~(size_t)63);
         c->n_bytes += bytes;
     }
-    size_t cap = (offset[n] + (2u << 20) - 1) / (2u << 20) * (2u << 20); /* whole 2 MiB pages (qw_advise_huge) */
-    c->data = aligned_alloc(2u << 20, cap ? cap : 2u << 20);
+    size_t cap = (offset[n] + QW_HUGE_PAGE_BYTES - 1) / QW_HUGE_PAGE_BYTES * QW_HUGE_PAGE_BYTES; /* whole pages */
+    c->data = aligned_alloc(QW_HUGE_PAGE_BYTES, cap ? cap : QW_HUGE_PAGE_BYTES);
     if (c->data) qw_advise_huge(c->data, cap);
     if (!c->data) {
         st = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: cannot allocate %.1f MiB for the weights quantized to %s",
