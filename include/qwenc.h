@@ -156,6 +156,33 @@ int qwenc_session_n_ctx(const qwenc_session *session);
 qwenc_status qwenc_session_forward(qwenc_session *session, const int32_t *tokens, int n_tokens,
                                    float *logits, int logits_all, char *err, size_t errlen);
 
+/* ---- profiling (qwenc bench --profile) ----
+ * Where a session's forward steps spend their time, op by op: each op of the model's op table timed as the
+ * forward waits for it (its threads included), matmuls counted per weight tensor. The logits are unchanged;
+ * the timing costs two clock reads per op. */
+typedef struct {
+    const char *name; /* the op ("attention", "delta_rule", ...), "matmul TYPE NAME" per weight tensor with
+                       * layer and expert numbers folded to '#' ("matmul q8_0 blk.#.ffn_down_exps.weight"), or
+                       * "between ops (the model's own code)": the steps' wall time less the ops'. Valid until
+                       * the next qwenc_session_profile call. */
+    int64_t calls;    /* per step for "between ops" */
+    double seconds;   /* a matmul_batch's time is shared among its jobs by their bytes */
+    int64_t bytes;    /* bytes of weights the matmuls read (a tensor once per call); 0 for the other ops */
+} qwenc_profile_entry;
+
+typedef struct {
+    double seconds;       /* wall time of the forward steps */
+    int64_t tokens, steps;
+} qwenc_profile_totals;
+
+/* on != 0: time the session's forward steps from now on, the counts at zero (again if already on); 0: stop
+ * and drop the counts. Fails only for lack of memory. */
+qwenc_status qwenc_session_profile(qwenc_session *session, int on, char *err, size_t errlen);
+/* Copies up to max entries, slowest first, and the totals; returns the number of entries there are (0 when
+ * the session is not profiling). */
+int qwenc_session_profile_read(const qwenc_session *session, qwenc_profile_entry *out, int max,
+                               qwenc_profile_totals *totals);
+
 /* ---- sampling ----
  * Order of the steps (as transformers' logits processors): repetition penalty, frequency and presence
  * penalties, temperature, top-k, top-p, min-p, then a draw from the remaining distribution.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of `qwenc bench` as a user runs it: on a tiny fixture, --json gives one object with the
 # speeds, peak memory and the decode bound, all positive, and the settings echoed back; the table form
-# names both tests; bad options fail with a message. No timing is asserted.
+# names both tests; --profile accounts for every step, token and lm_head read; bad options fail with a
+# message. No timing is asserted.
 source "$(dirname "$0")/lib_cli.sh"
 
 M=tests/fixtures/qwen4_exp
@@ -43,6 +44,39 @@ if out=$($QWENC bench -m $M -p 0 -n 4 -r 1 --kernels ref --json 2>&1); then
         *) bad "bench -p 0 --kernels ref: $out";; esac
 else
     bad "bench -p 0 --kernels ref failed: $out"
+fi
+
+# --profile: per test, the ops and weight tensors of the timed runs (tokens = n * reps), "between ops" once per
+# step, the lm_head read once per step; in the table form, one profile table per test
+if $QWENC bench -m $M -p 16 -n 8 -r 2 -t 2 --json --profile >"$tmp/prof.json" 2>"$tmp/err"; then
+    python3 - "$tmp/prof.json" >"$tmp/check" <<'PY'
+import json, sys
+j = json.loads(open(sys.argv[1]).read())
+p = j.get("profile", {})
+for test, tokens, steps in (("pp", 32, 2), ("tg", 16, 16)):
+    t = p.get(test, {})
+    ops = {o["name"]: o for o in t.get("ops", [])}
+    print(("ok " if t.get("tokens") == tokens and t.get("steps") == steps else "bad ") + f"{test} totals {t.get('tokens')} {t.get('steps')}")
+    b = ops.get("between ops (the model's own code)", {})
+    print(("ok " if b.get("calls") == steps else "bad ") + f"{test} between ops {b}")
+    lm = [o for n, o in ops.items() if n.startswith("matmul ") and n.endswith("lm_head.weight")]
+    print(("ok " if len(lm) == 1 and lm[0]["calls"] == steps and lm[0]["bytes"] > 0 else "bad ") + f"{test} lm_head {lm}")
+    total = sum(o["seconds"] for o in ops.values())
+    print(("ok " if abs(total - t.get("seconds", -1)) <= 1e-6 * t.get("seconds", 1) + 1e-9 else "bad ") + f"{test} seconds add up")
+PY
+    while read -r status what; do
+        if [ "$status" = ok ]; then ok; else bad "bench --profile --json: $what"; fi
+    done <"$tmp/check"
+    [ -s "$tmp/check" ] || bad "bench --profile --json: no output checked"
+else
+    bad "bench --profile --json failed: $(cat "$tmp/err")"
+fi
+if out=$($QWENC bench -m $M -p 8 -n 4 -r 1 -t 1 --profile 2>&1); then
+    for want in "profile of pp8: 8 tokens in 1 step," "profile of tg4: 4 tokens in 4 steps" "delta_rule" "lm_head.weight"; do
+        case "$out" in *"$want"*) ok ;; *) bad "bench --profile table lacks '$want'";; esac
+    done
+else
+    bad "bench --profile failed: $out"
 fi
 
 # bad input: a message and exit 1

@@ -89,6 +89,98 @@ static void test_fixture(const char *dir) {
     qwenc_model_free(m);
 }
 
+/* Forward n tokens (prefill of the first half in one call, then one at a time); the logits of every call
+ * concatenated into out [calls][V]. Returns the number of calls. */
+static int profiled_run(qwenc_model *m, const int32_t *ids, int n, float *out) {
+    char err[256];
+    qwenc_session *s = NULL;
+    qwenc_session_params sp = qwenc_session_default_params();
+    sp.n_ctx = n;
+    if (qwenc_session_init(m, &sp, &s, err, sizeof(err))) return 0;
+    int calls = 0, V = qwenc_model_n_vocab(m);
+    for (int i = 0; i < n; calls++) {
+        int T = i == 0 ? n / 2 : 1;
+        if (qwenc_session_forward(s, ids + i, T, out + (size_t)calls * V, 0, err, sizeof(err))) break;
+        i += T;
+    }
+    qwenc_session_free(s);
+    return calls;
+}
+
+/*
+ * qwenc_session_profile on the qwen4_exp fixture: profiling leaves every logit's bits as they are; the totals
+ * count the tokens and steps fed; every entry was called, the entries' times add up to the steps' wall time
+ * (what the ops do not take is "between ops"), the hybrid's ops (attention, delta_rule) appear, and the
+ * lm_head's matmul is counted once per step with the same bytes each time; turned off, nothing is reported.
+ */
+static void test_profile(const char *root) {
+    char dir[1100], err[1024];
+    snprintf(dir, sizeof(dir), "%s/qwen4_exp", root);
+    qwenc_model *m = NULL;
+    if (qwenc_model_load(dir, &m, err, sizeof(err))) {
+        CHECK(0, "profile: load %s: %s", dir, err);
+        return;
+    }
+    int n = 12, V = qwenc_model_n_vocab(m);
+    int32_t ids[12];
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919 + 11) % V);
+    float *a = calloc((size_t)n * V, sizeof(float)), *b = calloc((size_t)n * V, sizeof(float));
+    qwenc_session *s = NULL;
+    qwenc_session_params sp = qwenc_session_default_params();
+    sp.n_ctx = n;
+    if (!a || !b || qwenc_session_init(m, &sp, &s, err, sizeof(err))) {
+        CHECK(0, "profile: setup");
+        goto done;
+    }
+    int calls = profiled_run(m, ids, n, a), steps = 0;
+    CHECK(calls == 1 + n - n / 2, "profile: %d calls", calls);
+    CHECK(qwenc_session_profile(s, 1, err, sizeof(err)) == QWENC_OK, "profile: on: %s", err);
+    for (int i = 0; i < n; steps++) {
+        int T = i == 0 ? n / 2 : 1;
+        CHECK(qwenc_session_forward(s, ids + i, T, b + (size_t)steps * V, 0, err, sizeof(err)) == QWENC_OK,
+              "profile: forward: %s", err);
+        i += T;
+    }
+    CHECK(!memcmp(a, b, sizeof(float) * (size_t)calls * V), "profile: profiling changed the logits");
+    qwenc_profile_entry e[256];
+    qwenc_profile_totals tot;
+    int ne = qwenc_session_profile_read(s, e, 256, &tot);
+    CHECK(ne > 10 && ne <= 256, "profile: %d entries", ne);
+    CHECK(tot.tokens == n && tot.steps == steps, "profile: totals %lld tokens, %lld steps (want %d, %d)",
+          (long long)tot.tokens, (long long)tot.steps, n, steps);
+    double sum = 0;
+    int attention = 0, delta = 0, lm_head = 0, sorted = 1;
+    for (int i = 0; i < ne && i < 256; i++) {
+        CHECK(e[i].calls > 0 && e[i].seconds >= 0, "profile: %s: %lld calls, %g s", e[i].name, (long long)e[i].calls,
+              e[i].seconds);
+        sum += e[i].seconds;
+        if (i && e[i].seconds > e[i - 1].seconds) sorted = 0;
+        attention |= !strcmp(e[i].name, "attention");
+        delta |= !strcmp(e[i].name, "delta_rule");
+        if (strstr(e[i].name, "lm_head.weight")) {
+            lm_head++;
+            CHECK(!strncmp(e[i].name, "matmul ", 7) && e[i].calls == steps && e[i].bytes > 0 &&
+                      e[i].bytes % ((int64_t)steps * V) == 0,
+                  "profile: %s: %lld calls, %lld bytes", e[i].name, (long long)e[i].calls, (long long)e[i].bytes);
+        } else if (strncmp(e[i].name, "matmul ", 7)) {
+            CHECK(e[i].bytes == 0, "profile: %s reads %lld bytes of weights", e[i].name, (long long)e[i].bytes);
+        }
+    }
+    CHECK(sorted, "profile: entries not slowest first");
+    CHECK(attention && delta && lm_head == 1, "profile: attention %d, delta_rule %d, lm_head %d", attention, delta,
+          lm_head);
+    CHECK(fabs(sum - tot.seconds) <= 1e-9 + 1e-6 * tot.seconds, "profile: entries add up to %.9f s, steps took %.9f s",
+          sum, tot.seconds);
+    CHECK(qwenc_session_profile(s, 0, err, sizeof(err)) == QWENC_OK &&
+              qwenc_session_profile_read(s, e, 256, &tot) == 0 && tot.steps == 0,
+          "profile: still reported after off");
+done:
+    qwenc_session_free(s);
+    free(a);
+    free(b);
+    qwenc_model_free(m);
+}
+
 static void test_fixtures(const char *root) {
     char *names[64];
     int n = test_list_fixtures(root, 1, names, 64);
@@ -123,5 +215,6 @@ int main(int argc, char **argv) {
     }
     const char *root = argc > 1 ? argv[1] : "tests/fixtures";
     test_fixtures(root);
+    test_profile(root);
     return test_summary();
 }

@@ -7,6 +7,10 @@
  * Each is run once untimed (page faults, thread start-up), then REPS times: mean and sample standard
  * deviation of tokens per second. Token ids are drawn from a fixed seed.
  *
+ * --profile times every op of the timed runs (qwenc_session_profile; its clock reads cost a few microseconds
+ * per token) and prints, per test, where a token's time went: per op and per weight tensor, with the bytes of
+ * weights each matmul read and the rate it read them at.
+ *
  * Peak RSS is the process's VmHWM, read before the bandwidth buffer below exists. The decode bound is
  * (weight bytes one decoded token reads, qwenc_model_weight_bytes) / (read bandwidth), the bandwidth
  * measured here: the largest of 5 timed passes, each with 1, 2 and 4 streams per thread, of THREADS
@@ -29,9 +33,18 @@
 #define BW_BYTES ((size_t)1 << 30)
 #define BW_PASSES 5
 
+#define PROF_ROWS 256
+
+typedef struct {
+    qwenc_profile_entry e[PROF_ROWS]; /* names copied (owned) */
+    int n;
+    qwenc_profile_totals tot;
+} bench_prof;
+
 typedef struct {
     double mean, sd;
     int ran;
+    bench_prof *prof; /* --profile: the timed runs' ops */
 } bench_stat;
 
 static void stat_of(const double *v, int n, bench_stat *s) {
@@ -172,19 +185,84 @@ static double run_once(qwenc_session *s, const int32_t *ids, int n, int gen, flo
     return cli_now_s() - t0;
 }
 
-static int bench_test(qwenc_session *s, const int32_t *ids, int n, int gen, int reps, float *logits, bench_stat *st) {
+static void prof_free(bench_prof *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n; i++) free((char *)p->e[i].name);
+    free(p);
+}
+
+/* The session's profile, names copied; NULL if out of memory. */
+static bench_prof *prof_take(const qwenc_session *s) {
+    bench_prof *p = calloc(1, sizeof(*p));
+    if (!p) return NULL;
+    int n = qwenc_session_profile_read(s, p->e, PROF_ROWS, &p->tot);
+    p->n = n < PROF_ROWS ? n : PROF_ROWS;
+    for (int i = 0; i < p->n; i++) {
+        p->e[i].name = strdup(p->e[i].name);
+        if (!p->e[i].name) {
+            p->n = i;
+            prof_free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+static int bench_test(qwenc_session *s, const int32_t *ids, int n, int gen, int reps, int profile, float *logits,
+                      bench_stat *st) {
     char err[1024];
     int failed = 0;
     double *tps = calloc((size_t)reps, sizeof(double));
     if (!tps) return 0;
     run_once(s, ids, gen && n > 4 ? 4 : n, gen, logits, err, sizeof(err), &failed); /* warm-up */
+    if (profile && !failed && qwenc_session_profile(s, 1, err, sizeof(err))) failed = 1;
     for (int r = 0; r < reps && !failed; r++) tps[r] = n / run_once(s, ids, n, gen, logits, err, sizeof(err), &failed);
+    if (profile && !failed && !(st->prof = prof_take(s))) {
+        snprintf(err, sizeof(err), "out of memory for the profile");
+        failed = 1;
+    }
+    qwenc_session_profile(s, 0, NULL, 0);
     if (failed)
         fprintf(stderr, "qwenc: bench: %s\n", err);
     else
         stat_of(tps, reps, st);
     free(tps);
     return !failed;
+}
+
+/* Where a token's time went: one row per op or weight tensor, slowest first. */
+static void print_prof(const char *test, const bench_prof *p) {
+    double tok = p->tot.tokens > 0 ? (double)p->tot.tokens : 1;
+    printf("\nprofile of %s: %lld tokens in %lld step%s, %.3f ms per token\n", test, (long long)p->tot.tokens,
+           (long long)p->tot.steps, p->tot.steps == 1 ? "" : "s", 1e3 * p->tot.seconds / tok);
+    printf("%10s %6s %10s %10s %7s  %s\n", "ms/token", "%", "calls/tok", "MiB/tok", "GB/s", "op");
+    for (int i = 0; i < p->n; i++) {
+        const qwenc_profile_entry *e = &p->e[i];
+        printf("%10.4f %6.2f %10.2f", 1e3 * e->seconds / tok, p->tot.seconds > 0 ? 100 * e->seconds / p->tot.seconds : 0,
+               (double)e->calls / tok);
+        if (e->bytes > 0)
+            printf(" %10.2f %7.2f", (double)e->bytes / tok / 1048576.0, e->seconds > 0 ? e->bytes / e->seconds / 1e9 : 0);
+        else
+            printf(" %10s %7s", "", "");
+        printf("  %s\n", e->name);
+    }
+}
+
+static cJSON *prof_json(const bench_prof *p) {
+    cJSON *j = cJSON_CreateObject(), *ops = cJSON_CreateArray();
+    cJSON_AddNumberToObject(j, "seconds", p->tot.seconds);
+    cJSON_AddNumberToObject(j, "tokens", (double)p->tot.tokens);
+    cJSON_AddNumberToObject(j, "steps", (double)p->tot.steps);
+    for (int i = 0; i < p->n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", p->e[i].name);
+        cJSON_AddNumberToObject(e, "calls", (double)p->e[i].calls);
+        cJSON_AddNumberToObject(e, "seconds", p->e[i].seconds);
+        cJSON_AddNumberToObject(e, "bytes", (double)p->e[i].bytes);
+        cJSON_AddItemToArray(ops, e);
+    }
+    cJSON_AddItemToObject(j, "ops", ops);
+    return j;
 }
 
 static void print_table(const cli_opts *o, qwenc_model *m, int p, int n, const bench_stat *pp, const bench_stat *tg,
@@ -222,6 +300,12 @@ static void print_table(const cli_opts *o, qwenc_model *m, int p, int n, const b
     } else {
         printf("read bandwidth  not measured (no memory for the %zu MiB buffer)\n", BW_BYTES >> 20);
     }
+    for (int k = 0; k < 2; k++) {
+        const bench_stat *s = k ? tg : pp;
+        if (!s->prof) continue;
+        snprintf(test, sizeof(test), "%s%d", k ? "tg" : "pp", k ? n : p);
+        print_prof(test, s->prof);
+    }
 }
 
 static void print_json(const cli_opts *o, qwenc_model *m, int p, int n, int reps, const bench_stat *pp,
@@ -258,6 +342,12 @@ static void print_json(const cli_opts *o, qwenc_model *m, int p, int n, int reps
         cJSON_AddNumberToObject(j, "tg_fraction_of_bound", tg->mean / bound);
     else
         cJSON_AddNullToObject(j, "tg_fraction_of_bound");
+    if (pp->prof || tg->prof) {
+        cJSON *pr = cJSON_CreateObject();
+        if (pp->prof) cJSON_AddItemToObject(pr, "pp", prof_json(pp->prof));
+        if (tg->prof) cJSON_AddItemToObject(pr, "tg", prof_json(tg->prof));
+        cJSON_AddItemToObject(j, "profile", pr);
+    }
     char *s = cJSON_PrintUnformatted(j);
     if (s) printf("%s\n", s);
     free(s);
@@ -296,8 +386,8 @@ int cmd_bench(cli_opts *o) {
     }
     uint64_t seed = 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < len; i++) ids[i] = (int32_t)(rng_next(&seed) % (uint64_t)V);
-    if (p > 0 && !bench_test(s, ids, p, 0, reps, logits, &pp)) goto done;
-    if (n > 0 && !bench_test(s, ids, n, 1, reps, logits, &tg)) goto done;
+    if (p > 0 && !bench_test(s, ids, p, 0, reps, o->profile, logits, &pp)) goto done;
+    if (n > 0 && !bench_test(s, ids, n, 1, reps, o->profile, logits, &tg)) goto done;
     int64_t rss = peak_rss(), total = 0, per_tok = 0;
     qwenc_model_weight_bytes(m, &total, &per_tok);
     double bw = read_bandwidth(qwenc_model_n_threads(m));
@@ -308,6 +398,8 @@ int cmd_bench(cli_opts *o) {
         print_table(o, m, p, n, &pp, &tg, total, per_tok, rss, bw, bound);
     rc = 0;
 done:
+    prof_free(pp.prof);
+    prof_free(tg.prof);
     qwenc_session_free(s);
     free(logits);
     free(ids);

@@ -16,6 +16,7 @@ typedef struct {
     int n_stop;
     int batch, ctx, n_predict, chat, no_think, add_gen, no_parse_special, show_special, seed_set;
     int threads, reps, json;  /* -t (0: one per core), -r (bench; 0: unset), --json (bench) */
+    int profile;              /* --profile (bench): time every op of the timed runs */
     const char *kernels;      /* --kernels (NULL: the best for this CPU) */
     int f32_act;              /* --f32-act: quantized weights meet f32 activations */
     const char *quant;        /* --quant TYPE: quantize the weights at load (NULL: the file's types) */

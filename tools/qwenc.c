@@ -10,7 +10,7 @@
  *   qwenc chat-template -m DIR --request F.json [--add-generation-prompt] [--no-think]
  *   qwenc quantize   -m DIR|FILE.gguf -t TYPE -o OUT.gguf
  *   qwenc synth      --preset NAME [--arch A] [--layers N] [--experts E] [--ngram-base B] -t TYPE -o OUT.gguf
- *   qwenc bench      -m DIR [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]
+ *   qwenc bench      -m DIR [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json] [--profile]
  * Every command that loads a model takes -t/--threads N, --kernels NAME, --quant TYPE and --f32-act.
  *
  * Flags follow llama.cpp's names where it has them. Errors go to stderr with exit status 1.
@@ -80,6 +80,7 @@ static void usage(FILE *f) {
             "bench (llama-bench-like: prompt processing and generation speed, the decode bandwidth bound):\n"
             "  -p N  prompt tokens (default 512, 0 = skip)    -n N  generated tokens (default 128, 0 = skip)\n"
             "  -r N  repetitions (default 5)                  --json  one JSON object instead of the table\n"
+            "  --profile  also time every op of the timed runs: a table per test of where a token's time goes\n"
             "\n"
             "quantize:\n"
             "  -t, --type TYPE        F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K (= Q4_K_M), Q4_K_S,\n"
@@ -137,6 +138,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         if (!strcmp(a, "--no-parse-special")) { o->no_parse_special = 1; continue; }
         if (!strcmp(a, "--show-special")) { o->show_special = 1; continue; }
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--profile")) { o->profile = 1; continue; }
         if (!strcmp(a, "--f32-act")) { o->f32_act = 1; continue; }
         if (a[0] != '-' || !strcmp(a, "-")) {
             if (o->positional) {

@@ -140,6 +140,7 @@ struct qwenc_session {
     float *state_mem;        /* one allocation behind every state buffer */
     size_t state_floats;
     qw_arena arena;          /* per-call scratch */
+    struct qw_prof *prof;    /* qwenc_session_profile's timing table, or NULL */
 };
 
 /* What a forward call hands to the blocks. */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "blocks/blocks.h"
+#include "runtime/profile.h"
 
 qwenc_session_params qwenc_session_default_params(void) {
     qwenc_session_params p = {.n_ctx = 0, .n_batch = 512};
@@ -79,6 +80,7 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
 void qwenc_session_free(qwenc_session *s) {
     if (!s) return;
     qw_arena_free(&s->arena);
+    qw_prof_free(s->prof);
     free(s->state_mem);
     free(s->ls);
     free(s);
@@ -97,16 +99,18 @@ int qwenc_session_n_ctx(const qwenc_session *s) { return s->n_ctx; }
 /* One step of at most n_batch tokens. logits: [T][V] rows to fill from row `first_logit` on. */
 static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *logits, int first_logit) {
     const qwenc_model *m = s->model;
+    double t0 = s->prof ? qw_prof_now() : 0;
     const qw_hparams *hp = &m->hp;
     qw_arena_reset(&s->arena);
     float *cs = qw_arena_f32(&s->arena, (size_t)T * hp->n_rot);
     qw_rope_cs(m->rope_inv_freq, hp->n_rot, s->n_past, T, cs);
-    qw_fwd f = {.m = m, .hp = hp, .ops = m->ops, .s = s, .ar = &s->arena, .n_tok = T, .pos0 = s->n_past,
+    const qw_ops *ops = s->prof ? qw_prof_ops(s->prof) : m->ops;
+    qw_fwd f = {.m = m, .hp = hp, .ops = ops, .s = s, .ar = &s->arena, .n_tok = T, .pos0 = s->n_past,
                 .tokens = tokens, .rope_cs = cs};
     float *hidden = qw_arena_f32(&s->arena, (size_t)T * hp->n_embd);
     qw_model_forward(&f, hidden);
     if (logits && first_logit < T)
-        m->ops->matmul(m->ops, logits, m->output, hidden + (int64_t)first_logit * hp->n_embd, T - first_logit);
+        ops->matmul(ops, logits, m->output, hidden + (int64_t)first_logit * hp->n_embd, T - first_logit);
 
     /* the PLE hash history: the last ngram_n-1 ids */
     int keep = hp->ngram_n > 1 ? hp->ngram_n - 1 : 0;
@@ -119,6 +123,7 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
         memcpy(s->ple_last, all + n - keep, (size_t)keep * sizeof(int32_t));
     }
     s->n_past += T;
+    if (s->prof) qw_prof_step(s->prof, T, qw_prof_now() - t0);
 }
 
 qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int n_tokens, float *logits,
@@ -142,4 +147,27 @@ qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int 
             forward_step(s, tokens + i, T, last ? logits : NULL, T - 1);
     }
     return QWENC_OK;
+}
+
+qwenc_status qwenc_session_profile(qwenc_session *s, int on, char *err, size_t errlen) {
+    if (!on) {
+        qw_prof_free(s->prof);
+        s->prof = NULL;
+        return QWENC_OK;
+    }
+    if (s->prof) {
+        qw_prof_reset(s->prof);
+        return QWENC_OK;
+    }
+    s->prof = qw_prof_new(s->model->ops);
+    return s->prof ? QWENC_OK : qw_err(err, errlen, QWENC_ERR_NOMEM, "session: cannot allocate the profile");
+}
+
+int qwenc_session_profile_read(const qwenc_session *s, qwenc_profile_entry *out, int max,
+                               qwenc_profile_totals *totals) {
+    if (!s->prof) {
+        if (totals) *totals = (qwenc_profile_totals){0};
+        return 0;
+    }
+    return qw_prof_read(s->prof, out, max, totals);
 }
