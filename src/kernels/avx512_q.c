@@ -453,9 +453,8 @@ QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
  * Decode reads one weight row after another, and asks for its bytes ROW_PREFETCH ahead of where it reads
  * (rows follow one another, so this runs into the next rows; a prefetch never faults, past the end of the
  * weights too). What pays differs by vendor, so each tile comes in two builds (PF):
- *   PF_AMD    (the avx512 table on AMD and others) K-quant rows non-temporal, the pair kernels none. One
- *             Zen 4 core from DRAM: Q4_K 16.3 -> 18.5 GB/s, Q6_K 20 -> 23.5 (T0: 17.6, 21); a prefetch in
- *             the pair kernels made one-row Q8_0 slower (24.5 -> 10-17 GB/s, 1-4 KiB ahead).
+ *   PF_AMD    (the avx512 table on AMD and others) non-temporal. One Zen 4 core from DRAM: Q4_K 16.3 ->
+ *             18.5 GB/s, Q6_K 20 -> 23.5 (T0: 17.6, 21); the pair kernels' one-token rows: see step_1tok.
  *   PF_INTEL  (the avx512 table on Intel, and amx) every row T0. An Intel Xeon (Sapphire Rapids, a VM):
  *             one core Q8_0 7.7 -> 12.5 GB/s, Q4_K 7.8 -> 13.9, Q6_K 6.9 -> 10.6 (against non-temporal 4 KiB
  *             ahead for the K-quants); 8 threads Q8_0 40 -> 77, Q4_K 41 -> 77 (its read probe: 80). 1 and
@@ -561,9 +560,51 @@ QW_INLINE void qtile_nxm(qw_type T, int PF, int NR, int NT, float *y, int64_t ld
  * terms. */
 static act_pair *pre_scratch(int64_t n) { return qw_qtile_scratch(0, (size_t)n * sizeof(act_pair)); }
 
-/* One token against nr rows (any nr): its act_pairs once, then each row alone from start to end. (q4tok
- * with one token does the same; run through it, this loop compiled to a layout that read Q8_0 at 13 GB/s
- * instead of 24 on one Zen 4 core, hence its own function.) */
+/*
+ * One token (decode) against the pair kernels' types: the token's activations are prepared once per call
+ * and every row of the call reads them back, so they must stay in L1 beside the weight stream. They are
+ * kept compact, per pair step its 64 bytes and, in act_scal, d and d * s of its two groups (72 bytes where
+ * act_pair has 256): vpdpbusd's start, -type_offset * (lane sums), is recomputed per row and step (one more
+ * vpdpbusd, the same integers). On AMD the row is also prefetched non-temporally ROW_PREFETCH ahead, so its
+ * lines do not push the activations out of L1. One Zen 4 core, Q8_0, 16 Mi weights, median of 5: 2048 /
+ * 4096 / 8192 / 16384 elements per row 20.0 / 18.7 / 9.1 / 8.2 GB/s with act_pair and no prefetch, 21.3 /
+ * 21.3 / 20.1 / 14.1 so; 2 threads 34 / 30 / 17 / 16 -> 33 / 33 / 31 / 27.
+ */
+typedef struct {
+    float d[2], ds[2]; /* group g's and g+1's d, and d * s (Q4_1 / Q5_1); 0 for a missing g+1 */
+} act_scal;
+
+QW_INLINE void act_prep1(qw_type T, const qw_q8a *x, int64_t g, int two, __m512i *a, act_scal *sc) {
+    act_pair ap;
+    act_prep(T, x, g, two, &ap);
+    *a = ap.a;
+    sc->d[0] = x[g].d;
+    sc->d[1] = two ? x[g + 1].d : 0.0f;
+    sc->ds[0] = type_has_min(T) ? ap.ds[0] : 0.0f;
+    sc->ds[1] = type_has_min(T) ? ap.ds[1] : 0.0f;
+}
+
+/* Groups g and g+1 (only g when !two) of one row against one token: pair_step's integers and f32 steps for
+ * NR = NT = 1, so its bits. */
+QW_INLINE void step_1tok(qw_type T, int PF, __m512 *acc, float *accB, const void *w, const __m512i *a,
+                         const act_scal *sc, int64_t g, int two) {
+    __m512i wv, av = a[g / 2], s0 = _mm512_setzero_si512();
+    __m512 A;
+    float B[2], kc[16];
+    const char *pf = (const char *)w + g * group_bytes(T) + ROW_PREFETCH;
+    if (PF == PF_INTEL)
+        _mm_prefetch(pf, _MM_HINT_T0);
+    else
+        _mm_prefetch(pf, _MM_HINT_NTA);
+    unpack(T, (const uint8_t *)w, g, two, &wv, &A, B, kc);
+    if (type_offset(T)) s0 = _mm512_sub_epi32(s0, _mm512_dpbusd_epi32(s0, _mm512_set1_epi8((char)type_offset(T)), av));
+    if (type_has_min(T)) *accB += B[0] * sc[g / 2].ds[0] + B[1] * sc[g / 2].ds[1];
+    __m512i sum = _mm512_dpbusd_epi32(s0, wv, av);
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(A, pair_at(sc[g / 2].d)), *acc);
+}
+
+/* One token against nr rows (any nr): its activations once, then each row alone from start to end, the pairs
+ * in a loop and the odd last group after it (as qtile_nxm). */
 QW_INLINE void qrows_1tok(qw_type T, int PF, float *y, const void *w, size_t ws, const qw_q8a *x, int nr, int64_t n) {
     if (ksb_rows(T, n)) {
         act_sb *pre = qw_qtile_scratch(0, (size_t)(n / QW_QK_K) * sizeof(act_sb));
@@ -571,10 +612,18 @@ QW_INLINE void qrows_1tok(qw_type T, int PF, float *y, const void *w, size_t ws,
         for (int r = 0; r < nr; r++) ksb_tile(T, PF, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
         return;
     }
-    int64_t ng = n / 32;
-    act_pair *pre = pre_scratch((ng + 1) / 2);
-    for (int64_t g = 0; g < ng; g += 2) act_prep(T, x, g, g + 1 < ng, &pre[g / 2]);
-    for (int r = 0; r < nr; r++) qtile_nxm(T, PF, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
+    int64_t ng = n / 32, np = (ng + 1) / 2;
+    __m512i *a = qw_qtile_scratch(0, (size_t)np * (sizeof(__m512i) + sizeof(act_scal)));
+    act_scal *sc = (act_scal *)(a + np);
+    for (int64_t g = 0; g < ng; g += 2) act_prep1(T, x, g, g + 1 < ng, &a[g / 2], &sc[g / 2]);
+    for (int r = 0; r < nr; r++) {
+        const char *wr = (const char *)w + (size_t)r * ws;
+        __m512 acc = _mm512_setzero_ps();
+        float accB = 0;
+        for (int64_t g = 0; g + 1 < ng; g += 2) step_1tok(T, PF, &acc, &accB, wr, a, sc, g, 1);
+        if (ng % 2) step_1tok(T, PF, &acc, &accB, wr, a, sc, ng - 1, 0);
+        y[r] = hsum(acc) + accB;
+    }
 }
 
 /*
