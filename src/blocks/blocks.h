@@ -51,6 +51,8 @@ void qw_hc_inject(const qw_fwd *f, float *X, const float *inj, const float *y);
 
 /* PLE: X [n_tok][C*H] += PLE(X, token ids) of PLE layer il. */
 void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X);
+/* PLE: ask for the n-gram table rows the step will read (their pages start loading; nothing waits). */
+void qw_ple_prefetch(const qw_fwd *f, const qw_ple_w *w);
 /* PLE constants: hash multipliers, per-head primes and offsets, padded rows (spec 3.3a). */
 void qw_ple_constants(const qw_hparams *hp, int li, uint64_t *mult, int64_t *prime, int64_t *offset,
                       int64_t *n_rows);

@@ -71,10 +71,15 @@ void qw_advise_huge(void *p, size_t n) {
 void qw_advise_sparse(const void *p, size_t n) {
 #ifdef MADV_NOHUGEPAGE
     advise_inner(p, n, MADV_NOHUGEPAGE);
-#else
-    (void)p;
-    (void)n;
 #endif
+    advise_inner(p, n, MADV_RANDOM);
+}
+
+void qw_advise_willneed(const void *p, size_t n) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || !p || !n) return;
+    uintptr_t a = (uintptr_t)p & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + n + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    madvise((void *)a, e - a, MADV_WILLNEED);
 }
 
 qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {

@@ -26,10 +26,15 @@ void qw_mapfile_release(const void *p, size_t n);
 void qw_advise_huge(void *p, size_t n);
 #define QW_HUGE_PAGE_BYTES ((size_t)2 << 20) /* the page size qw_advise_huge asks for (x86-64, AArch64 4K) */
 
-/* The opposite for tensors read a few rows at a time (the token embedding, the PLE table): 4 KiB pages, so
- * a row looked up reads 4 KiB from the file rather than 2 MiB, and so does the page it stays resident in
- * (a model larger than memory keeps paging these). Only the whole pages inside [p, p + n) change. */
+/* The opposite for tensors read a few rows at a time (the token embedding, the PLE table): 4 KiB pages and
+ * no readahead (MADV_RANDOM), so a row looked up reads 4 KiB from the file rather than 2 MiB or the 128 KiB
+ * around it, and so does the page it stays resident in (a model larger than memory keeps paging these).
+ * Only the whole pages inside [p, p + n) change. */
 void qw_advise_sparse(const void *p, size_t n);
+
+/* Start reading the pages that hold [p, p + n) of a file mapping into the page cache and return without
+ * waiting (MADV_WILLNEED), so a read of them soon after finds them there or on their way. Advice only. */
+void qw_advise_willneed(const void *p, size_t n);
 
 /* Read a whole (small) file into a NUL-terminated heap buffer; *len gets its length. */
 qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen);

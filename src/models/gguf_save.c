@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "blocks/blocks.h"
+#include "core/mapfile.h"
 #include "models/gguf_map.h"
 #include "tensor/quant.h"
 #include "text/tok_gguf.h"
@@ -708,6 +709,14 @@ void qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, void *dst
 
 /* ---------------------------------------------------------------- the file */
 
+/* The source bytes of a batch, asked for before it is read: the token embedding and the PLE table are mapped
+ * without readahead (MADV_RANDOM, for decode's lookups), and would otherwise be read from the file a 4 KiB
+ * page fault at a time. */
+static void willneed(const void *data, size_t bytes, void *user) {
+    (void)user;
+    qw_advise_willneed(data, bytes);
+}
+
 qwenc_status qwenc_model_save_gguf(const qwenc_model *m, const char *path, const qwenc_gguf_params *params, char *err,
                                    size_t errlen) {
     return qw_model_save_gguf_gen(m, path, params, NULL, NULL, err, errlen);
@@ -754,6 +763,7 @@ qwenc_status qw_model_save_gguf_gen(const qwenc_model *m, const char *path, cons
         }
         for (int64_t r0 = 0; r0 < rows && !st; r0 += per) {
             int64_t n = QW_MIN(per, rows - r0);
+            qw_gguf_plan_sources(pl, i, r0, n, willneed, NULL);
             qw_gguf_plan_rows(pl, i, r0, n, out);
             st = qw_gguf_writer_write(w, out, (size_t)n * row_bytes, err, errlen);
             done += (uint64_t)n * row_bytes;

@@ -145,6 +145,8 @@ void qw_qwen4exp_forward(const qw_fwd *f, float *hidden) {
     float *X = qw_arena_f32(f->ar, (size_t)T * CH);
     float *a = qw_arena_f32(f->ar, (size_t)T * H), *y = qw_arena_f32(f->ar, (size_t)T * H);
     float *inj = qw_arena_f32(f->ar, (size_t)T * C);
+    for (int il = 0; il < hp->n_layer; il++)
+        if (m->layers[il].ple) qw_ple_prefetch(f, m->layers[il].ple);
     f->ops->get_rows(f->ops, a, m->tok_embd, f->tokens, T);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < C; c++) memcpy(X + t * CH + (int64_t)c * H, a + (int64_t)t * H, (size_t)H * sizeof(float));
