@@ -455,7 +455,10 @@ QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
  * weights too). What pays differs by vendor, so each tile comes in two builds (PF):
  *   PF_AMD    (the avx512 table on AMD and others) non-temporal. One Zen 4 core from DRAM: Q4_K 16.3 ->
  *             18.5 GB/s, Q6_K 20 -> 23.5 (T0: 17.6, 21); the pair kernels' one-token rows: see step_1tok.
- *   PF_INTEL  (the avx512 table on Intel, and amx) every row T0. An Intel Xeon (Sapphire Rapids, a VM):
+ *   PF_INTEL  (the avx512 table on Intel, and amx) every row T0, one-token rows also T1 twice as far ahead
+ *             (step_1tok; K-quants, median of 3, rows of 2048 / 8192: one core Q4_K 12.8 / 12.0 -> 15.0 /
+ *             15.1 GB/s, Q6_K 9.9 / 10.5 -> 14.6 / 11.9; 8 threads Q6_K 72 / 69 -> 84 / 72, Q4_K 89 / 108 ->
+ *             98 / 103). Before that, T0 alone: an Intel Xeon (Sapphire Rapids, a VM):
  *             one core Q8_0 7.7 -> 12.5 GB/s, Q4_K 7.8 -> 13.9, Q6_K 6.9 -> 10.6 (against non-temporal 4 KiB
  *             ahead for the K-quants); 8 threads Q8_0 40 -> 77, Q4_K 41 -> 77 (its read probe: 80). 1 and
  *             2 KiB ahead gave less (Q8_0 8.5, 12.0 on one core), non-temporal Q8_0 6.2.
@@ -480,10 +483,12 @@ QW_INLINE void ksb_tile(qw_type T, int PF, int NR, int NT, float *y, int64_t ldy
         if (NR == 1) /* one row: its stream ahead of where it is read */
             for (size_t o = 0; o < bs; o += 64) {
                 const char *p = (const char *)w + sb * bs + ROW_PREFETCH + o;
-                if (PF == PF_INTEL)
+                if (PF == PF_INTEL) { /* and to L2 twice as far ahead, as step_1tok */
                     _mm_prefetch(p, _MM_HINT_T0);
-                else
+                    _mm_prefetch(p + ROW_PREFETCH, _MM_HINT_T1);
+                } else {
                     _mm_prefetch(p, _MM_HINT_NTA);
+                }
             }
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) ksb_unpack(T, (const uint8_t *)w + (size_t)r * ws + sb * bs, wv[r], &S[r], &kc[r]);
@@ -569,6 +574,11 @@ static act_pair *pre_scratch(int64_t n) { return qw_qtile_scratch(0, (size_t)n *
  * lines do not push the activations out of L1. One Zen 4 core, Q8_0, 16 Mi weights, median of 5: 2048 /
  * 4096 / 8192 / 16384 elements per row 20.0 / 18.7 / 9.1 / 8.2 GB/s with act_pair and no prefetch, 21.3 /
  * 21.3 / 20.1 / 14.1 so; 2 threads 34 / 30 / 17 / 16 -> 33 / 33 / 31 / 27.
+ * On Intel the row is asked for twice: to L1 ROW_PREFETCH ahead and to L2 twice that, so more of its lines
+ * are in flight than L1's fill buffers hold. Xeon (Sapphire Rapids VM), Q8_0, 48 Mi weights, median of 3,
+ * rows of 2048 / 8192 elements: one core 10.3 / 11.4 GB/s with the L1 request alone, 13.5 / 14.2 with
+ * both; 2 threads 23.9 / 22.7 -> 23.3 / 28.1; 8 threads 85 / 82 -> 94 / 91 (L1 2 KiB ahead or 8 KiB,
+ * L2 4, 12 or 16 KiB ahead, or L2 alone did no better).
  */
 typedef struct {
     float d[2], ds[2]; /* group g's and g+1's d, and d * s (Q4_1 / Q5_1); 0 for a missing g+1 */
@@ -591,11 +601,13 @@ QW_INLINE void step_1tok(qw_type T, int PF, __m512 *acc, float *accB, const void
     __m512i wv, av = a[g / 2], s0 = _mm512_setzero_si512();
     __m512 A;
     float B[2], kc[16];
-    const char *pf = (const char *)w + g * group_bytes(T) + ROW_PREFETCH;
-    if (PF == PF_INTEL)
-        _mm_prefetch(pf, _MM_HINT_T0);
-    else
-        _mm_prefetch(pf, _MM_HINT_NTA);
+    const char *pf = (const char *)w + g * group_bytes(T);
+    if (PF == PF_INTEL) {
+        _mm_prefetch(pf + ROW_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch(pf + 2 * ROW_PREFETCH, _MM_HINT_T1);
+    } else {
+        _mm_prefetch(pf + ROW_PREFETCH, _MM_HINT_NTA);
+    }
     unpack(T, (const uint8_t *)w, g, two, &wv, &A, B, kc);
     if (type_offset(T)) s0 = _mm512_sub_epi32(s0, _mm512_dpbusd_epi32(s0, _mm512_set1_epi8((char)type_offset(T)), av));
     if (type_has_min(T)) *accB += B[0] * sc[g / 2].ds[0] + B[1] * sc[g / 2].ds[1];
