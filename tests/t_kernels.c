@@ -505,6 +505,21 @@ static void test_range_ops(const qw_ops *o3) {
             CHECK(!memcmp(a, b, (size_t)T * dim * 4), "conv1d_dw %dx%d", T, dim);
             free(cw);
         }
+        if (si == 0) /* decode's shapes: a token or a few over many channels (split by channel blocks), a partial
+                      * last block, dilations 1 and 3 */
+            for (int ci = 0; ci < 4; ci++) {
+                int T = ci % 2 ? 3 : 1, ch = ci < 2 ? 8200 : 12288, dil = ci < 2 ? 1 : 3;
+                int64_t nx = (int64_t)(T + 3 * dil) * ch;
+                float *cx = rand_vec(nx, 2.0f), *cw = rand_vec((int64_t)ch * 4, 1.0f);
+                float *ca = malloc((size_t)T * ch * 4), *cb = malloc((size_t)T * ch * 4);
+                R->conv1d_dw(R, ca, cx, cw, T, ch, 4, dil);
+                o3->conv1d_dw(o3, cb, cx, cw, T, ch, 4, dil);
+                CHECK(!memcmp(ca, cb, (size_t)T * ch * 4), "conv1d_dw %dx%d dilation %d", T, ch, dil);
+                free(cx);
+                free(cw);
+                free(ca);
+                free(cb);
+            }
         memcpy(a, x, (size_t)n * 4);
         memcpy(b, x, (size_t)n * 4);
         R->silu(R, a, n);

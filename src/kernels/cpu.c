@@ -16,9 +16,10 @@
  *                values, merged across blocks in double (flash-attention style, no scratch)
  *   delta_rule   value heads (each head's state is touched by one thread, its tokens in order); from
  *                QW_DELTA_CHUNK_MIN_TOK tokens on, the chunked form of delta_chunk.c
- *   rms_norm, l2_norm, rope, conv1d_dw, silu, sigmoid, mul, axpy
+ *   rms_norm, l2_norm, rope, silu, sigmoid, mul, axpy
  *                rows / tokens / element ranges when large, each range by the scalar reference code
- *                itself (so these are bit-identical to ref.c)
+ *                itself or by the kernel table's vector form of it (so these are bit-identical to ref.c)
+ *   conv1d_dw    (token, block of 256 channels), ref.c's sums in a vectorisable order, the same bits
  *   get_rows     the reference (a few rows per token)
  * Weight types without a kernel (quantized types handled only by qw_ref_dot_row) fall back to the
  * reference dot per row, inside the same parallel loop.
@@ -724,21 +725,38 @@ static void cpu_rope(const qw_ops *ops, float *x, int n_tok, int row_stride, int
     qw_pool_parallel_for(b->pool, n_tok, chunk_for(b, n_tok, 1), rope_toks, &c);
 }
 
-static void conv_toks(void *arg, int64_t t0, int64_t t1) {
+/* conv1d_dw in units of (token, block of CONV_BLOCK channels), so one decoded token spreads over the threads
+ * too: each channel's sum is ref.c's, j = 0 .. k-1 in double from 0 (each product of two floats is exact in
+ * double), written channel-inner so the compiler can vectorise it; the bits are the reference's. */
+#define CONV_BLOCK 256
+
+static void conv_units(void *arg, int64_t u0, int64_t u1) {
     const range_ctx *c = arg;
-    /* token t reads input rows t + j*dil: shifting both by t0 rows gives the same sums */
-    c->ref->conv1d_dw(c->ref, c->y + t0 * c->dim, c->x + t0 * c->dim, c->w, (int)(t1 - t0), c->dim, c->k, c->dil);
+    int64_t nb = (c->dim + CONV_BLOCK - 1) / CONV_BLOCK;
+    double acc[CONV_BLOCK];
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t t = u / nb, c0 = u % nb * CONV_BLOCK, n = QW_MIN((int64_t)CONV_BLOCK, c->dim - c0);
+        const float *w = c->w + c0 * c->k;
+        for (int64_t i = 0; i < n; i++) acc[i] = 0;
+        for (int j = 0; j < c->k; j++) {
+            const float *x = c->x + (t + (int64_t)j * c->dil) * c->dim + c0;
+            for (int64_t i = 0; i < n; i++) acc[i] += (double)w[i * c->k + j] * x[i];
+        }
+        float *y = c->y + t * c->dim + c0;
+        for (int64_t i = 0; i < n; i++) y[i] = (float)acc[i];
+    }
 }
 
 static void cpu_conv1d_dw(const qw_ops *ops, float *y, const float *x, const float *w, int n_tok, int ch, int k,
                           int dil) {
     const cpu_backend *b = backend_of(ops);
-    range_ctx c = {.ref = qw_ops_ref(), .y = y, .x = x, .w = w, .dim = ch, .k = k, .dil = dil};
+    range_ctx c = {.y = y, .x = x, .w = w, .dim = ch, .k = k, .dil = dil};
+    int64_t units = (int64_t)n_tok * ((ch + CONV_BLOCK - 1) / CONV_BLOCK);
     if (b->n_threads == 1 || (int64_t)n_tok * ch * k < PAR_MIN_WORK) {
-        conv_toks(&c, 0, n_tok);
+        conv_units(&c, 0, units);
         return;
     }
-    qw_pool_parallel_for(b->pool, n_tok, chunk_for(b, n_tok, 1), conv_toks, &c);
+    qw_pool_parallel_for(b->pool, units, chunk_for(b, units, 1), conv_units, &c);
 }
 
 /* element-wise ops: ranges of at least 4096 elements */
