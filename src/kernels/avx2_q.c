@@ -56,15 +56,18 @@
 #define QW_INLINE static inline __attribute__((always_inline))
 /* Bytes ahead in each weight row that a tile asks the cache for: without it one thread decoding from DRAM
  * ran about 10% slower (every type alike, on the AMD Zen 4 VM); from L2 it makes no difference. Every tile
- * comes in two builds (PF, as in avx512_q.c). On AMD the K-quant super-block rows (ksb_row) ask 4 KiB
- * ahead, non-temporally (one Zen 4 core from DRAM: Q4_K 14.7 -> 17.5 GB/s, Q6_K 16.4 -> 18.6), the other
- * tiles PREFETCH ahead to L1. On Intel, where a non-temporal prefetch halved avx512_q.c's decode, a row read
+ * comes in two builds (PF, as in avx512_q.c). On AMD a row read alone asks 4 KiB ahead, non-temporally:
+ * the K-quant super-block rows (ksb_row; one Zen 4 core from DRAM: Q4_K 14.7 -> 17.5 GB/s, Q6_K 16.4 ->
+ * 18.6) and the one-token rows of the other types (against 512 bytes ahead to L1, Q8_0, medians of 5: rows
+ * of 2048 and 8192 the same within the VM's noise, one core 22.9 / 23.6 -> 26.1 / 23.2 GB/s; long rows
+ * faster, 16384 one core 13.0 -> 15.3, 2 threads 23.4 -> 28.4, 14336 on 2 threads 24.4 -> 29.5: the stream
+ * no longer pushes a long row's activations out of L1); the other tiles ask PREFETCH ahead to L1. On Intel, where a non-temporal prefetch halved avx512_q.c's decode, a row read
  * alone (decode) asks ROW_PREFETCH_INTEL ahead to L1 and the 4-row tiles PREFETCH ahead. One core of the
  * Sapphire Rapids VM from DRAM, 512 -> 4096 bytes ahead: Q8_0 7.2-8.2 -> 12.0 GB/s, Q4_K 7.4-7.8 -> 12.1,
  * Q6_K 7.0-7.4 -> 9.9-11.5, Q4_0 6.7-7.0 -> 10.8-12.1; 8 threads, Q8_0 44-49 -> 65-68, Q4_K 40-44 -> 55-79
  * (2048 bytes: between the two). */
 #define PREFETCH 512
-#define KSB_PREFETCH_AMD 4096
+#define ROW_PREFETCH_AMD 4096
 #define ROW_PREFETCH_INTEL 4096
 enum { PF_AMD, PF_INTEL };
 
@@ -240,7 +243,10 @@ QW_INLINE void qtile_nxm(qw_type T, int PF, int NR, int NT, float *y, int64_t ld
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             blk[r] = (const uint8_t *)w + (size_t)r * ws + (size_t)ib * bb;
-            for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk[r] + ahead + o, _MM_HINT_T0);
+            if (PF == PF_AMD && NR == 1)
+                for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk[r] + ROW_PREFETCH_AMD + o, _MM_HINT_NTA);
+            else
+                for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk[r] + ahead + o, _MM_HINT_T0);
             head(T, blk[r], &hd[r]);
         }
 #pragma GCC unroll 8
@@ -521,7 +527,7 @@ QW_INLINE void ksb_row(qw_type T, int PF, int NT, float *y, int64_t ldy, const u
         const uint8_t *blk = w + (size_t)sb * bb;
         for (size_t o = 0; o < bb; o += 64) {
             if (PF == PF_AMD)
-                _mm_prefetch((const char *)blk + KSB_PREFETCH_AMD + o, _MM_HINT_NTA);
+                _mm_prefetch((const char *)blk + ROW_PREFETCH_AMD + o, _MM_HINT_NTA);
             else
                 _mm_prefetch((const char *)blk + ROW_PREFETCH_INTEL + o, _MM_HINT_T0);
         }
