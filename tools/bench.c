@@ -13,7 +13,8 @@
  *
  * Peak RSS is the process's VmHWM, read before the bandwidth buffer below exists. The decode bound is
  * (weight bytes one decoded token reads, qwenc_model_weight_bytes) / (read bandwidth), the bandwidth
- * measured here: the largest of 5 timed passes, each with 1, 2 and 4 streams per thread, of THREADS
+ * measured here: the largest of 5 timed passes, each with 1, 2 and 4 streams per thread and with one stream
+ * asking for its bytes ahead as the decode kernels do, of THREADS
  * threads summing a 1 GiB buffer of 64-bit integers (each thread its slice), larger than the last-level
  * caches this is meant for (a model whose weights fit in that cache can beat the bound).
  */
@@ -80,39 +81,50 @@ typedef struct {
     const bw_vec *p;
     size_t n;    /* vectors */
     int streams; /* the slice read as this many interleaved sequential streams */
+    int pf;      /* software prefetch (bw_sum_streams) */
     uint64_t sum;
 } bw_part;
 
-static inline __attribute__((always_inline)) uint64_t bw_sum_streams(const bw_vec *p, size_t n, int streams) {
+/* pf: 0 none; 1 each 64 bytes asked for 4 KiB ahead non-temporally; 2 4 KiB ahead to L1 and 8 KiB ahead to
+ * L2 (what the decode kernels do on AMD and on Intel) */
+static inline __attribute__((always_inline)) uint64_t bw_sum_streams(const bw_vec *p, size_t n, int streams, int pf) {
     size_t per = n / (size_t)streams / 2 * 2;
     bw_vec s[4] = {{0}};
-    for (size_t i = 0; i < per; i += 2)
+    for (size_t i = 0; i < per; i += 2) {
+        if (pf == 1) __builtin_prefetch((const char *)(p + i) + 4096, 0, 0);
+        if (pf == 2) {
+            __builtin_prefetch((const char *)(p + i) + 4096, 0, 3);
+            __builtin_prefetch((const char *)(p + i) + 8192, 0, 2);
+        }
         for (int k = 0; k < streams; k++) s[k] += p[k * per + i] + p[k * per + i + 1];
+    }
     bw_vec t = s[0] + s[1] + s[2] + s[3];
     return t[0] + t[1] + t[2] + t[3];
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) static uint64_t bw_sum_avx2(const bw_vec *p, size_t n, int streams) {
-    return bw_sum_streams(p, n, streams);
+__attribute__((target("avx2"))) static uint64_t bw_sum_avx2(const bw_vec *p, size_t n, int streams, int pf) {
+    return bw_sum_streams(p, n, streams, pf);
 }
 #endif
 
 /*
  * The sum of a thread's slice, read as 1, 2 or 4 interleaved sequential streams: which reaches the most
  * depends on the CPU's prefetchers (on an Intel Xeon VM 4 streams per core read about twice as fast as one;
- * on an AMD Zen 4 VM one stream did best), so read_bandwidth tries all three. Loads are 256 bits wide
+ * on an AMD Zen 4 VM one stream did best), so read_bandwidth tries all three, and one stream with the decode
+ * kernels' software prefetch (on the Zen 4 VM, 2 threads: 34-37 GB/s before it was tried, 35-38 with it;
+ * the lm_head's matmul read up to 43 in a decode step). Loads are 256 bits wide
  * where the CPU has AVX2 (128-bit loads left a Zen 4 core at 60 % of what it reads with 256-bit ones).
  */
 static void *bw_sum(void *arg) {
     bw_part *b = arg;
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2")) {
-        b->sum = bw_sum_avx2(b->p, b->n, b->streams);
+        b->sum = bw_sum_avx2(b->p, b->n, b->streams, b->pf);
         return NULL;
     }
 #endif
-    b->sum = bw_sum_streams(b->p, b->n, b->streams);
+    b->sum = bw_sum_streams(b->p, b->n, b->streams, b->pf);
     return NULL;
 }
 
@@ -132,13 +144,15 @@ static double read_bandwidth(int n_threads) {
     pthread_t *th = calloc((size_t)n_threads, sizeof(pthread_t));
     double best = 0;
     volatile uint64_t sink = 0;
-    for (int streams = 1; streams <= 4; streams *= 2)
-        for (int pass = 0; parts && th && pass < BW_PASSES; pass++) {
+    static const int patterns[][2] = {{1, 0}, {2, 0}, {4, 0}, {1, 1}, {1, 2}}; /* streams, prefetch */
+    for (size_t pi = 0; pi < sizeof(patterns) / sizeof(patterns[0]); pi++)
+        for (int pass = 0, streams = patterns[pi][0]; parts && th && pass < BW_PASSES; pass++) {
             size_t per = n / (size_t)n_threads;
             for (int t = 0; t < n_threads; t++) {
                 parts[t].p = buf + (size_t)t * per;
                 parts[t].n = t == n_threads - 1 ? n - (size_t)t * per : per;
                 parts[t].streams = streams;
+                parts[t].pf = patterns[pi][1];
             }
             double t0 = cli_now_s();
             int started = 1;
@@ -292,7 +306,7 @@ static void print_table(const cli_opts *o, qwenc_model *m, int p, int n, const b
            per_tok / 1048576.0);
     if (bw > 0) {
         printf("read bandwidth  %.2f GB/s (%d thread%s summing a %zu MiB buffer, best of %d passes each as 1, 2\n"
-               "                and 4 streams per thread)\n", bw / 1e9,
+               "                and 4 streams per thread and one stream with the decode kernels' prefetch)\n", bw / 1e9,
                qwenc_model_n_threads(m), qwenc_model_n_threads(m) == 1 ? "" : "s", BW_BYTES >> 20, BW_PASSES);
         printf("decode bound    %.2f tok/s", bound);
         if (tg->ran) printf("; tg%d reaches %.1f %% of it", n, 100.0 * tg->mean / bound);
