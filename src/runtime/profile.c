@@ -2,9 +2,9 @@
  * profile.c - the timing op table of profile.h.
  *
  * Entries 0 .. N_NAMED-1 are the ops other than matmul, in ops.h's order; matmul entries follow, one per
- * label (type + folded name), found through a small open-addressing map from the tensor's address (the
- * model's tensors do not move), so a call costs a hash probe, not a string compare. Labels past PROF_MAX
- * share one "matmul (other)" entry.
+ * label (type + folded name), found through an open-addressing map from the tensor's name string and type
+ * (the model's names do not move, and the views of one tensor, e.g. its experts, share its name), so a
+ * call costs a hash probe, not a string compare. Labels past PROF_MAX share one "matmul (other)" entry.
  */
 #define _GNU_SOURCE
 #include "runtime/profile.h"
@@ -15,7 +15,9 @@
 #include <time.h>
 
 #define PROF_MAX 256
-#define PROF_MAP 1024 /* power of two, > PROF_MAX * 2: tensors seen (several may share a label) */
+/* power of two: the (name, type) pairs seen, several to a label (a layer's, or with a checkpoint that stores
+ * every expert apart, an expert's: flash-next has 94 x 512 x 3 of them) */
+#define PROF_MAP (1 << 18)
 #define LABEL_LEN 96
 
 enum {
@@ -49,8 +51,10 @@ struct qw_prof {
     const qw_ops *inner;
     prof_entry e[PROF_MAX];
     int n;
-    const qw_tensor *map_key[PROF_MAP];
+    const char *map_name[PROF_MAP];
+    int8_t map_type[PROF_MAP];
     int16_t map_val[PROF_MAP];
+    int map_used;
     double ops_s, wall_s; /* every op's time, every step's */
     int64_t tokens, steps;
 };
@@ -87,10 +91,12 @@ static void label_of(const qw_tensor *w, char *out) {
 
 /* The entry of a weight tensor's matmuls. */
 static int entry_of(qw_prof *p, const qw_tensor *w) {
-    size_t h = ((uintptr_t)w >> 4) * 0x9E3779B97F4A7C15ull >> 54 & (PROF_MAP - 1);
+    static const char unnamed[] = "(unnamed)";
+    const char *name = w->name ? w->name : unnamed;
+    size_t h = (((uintptr_t)name >> 3) ^ (uintptr_t)w->type) * 0x9E3779B97F4A7C15ull >> 40 & (PROF_MAP - 1);
     for (;; h = (h + 1) & (PROF_MAP - 1)) {
-        if (p->map_key[h] == w) return p->map_val[h];
-        if (!p->map_key[h]) break;
+        if (p->map_name[h] == name && p->map_type[h] == (int8_t)w->type) return p->map_val[h];
+        if (!p->map_name[h]) break;
     }
     char label[LABEL_LEN];
     label_of(w, label);
@@ -103,11 +109,11 @@ static int entry_of(qw_prof *p, const qw_tensor *w) {
             i = E_MM_OTHER;
         }
     }
-    int used = 0;
-    for (size_t k = 0; k < PROF_MAP; k++) used += p->map_key[k] != NULL;
-    if (used < PROF_MAP / 2) { /* beyond that, unmapped tensors take the slow path each time */
-        p->map_key[h] = w;
+    if (p->map_used < PROF_MAP / 2) { /* beyond that, names not mapped take this slow path each time */
+        p->map_name[h] = name;
+        p->map_type[h] = (int8_t)w->type;
         p->map_val[h] = (int16_t)i;
+        p->map_used++;
     }
     return i;
 }
@@ -213,7 +219,8 @@ const qw_ops *qw_prof_ops(qw_prof *p) { return &p->ops; }
 
 void qw_prof_reset(qw_prof *p) {
     memset(p->e, 0, sizeof(p->e));
-    memset(p->map_key, 0, sizeof(p->map_key));
+    memset(p->map_name, 0, sizeof(p->map_name));
+    p->map_used = 0;
     for (int i = 0; i < N_NAMED; i++) snprintf(p->e[i].name, LABEL_LEN, "%s", named[i]);
     p->n = N_NAMED;
     p->ops_s = p->wall_s = 0;
