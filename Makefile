@@ -1,8 +1,10 @@
 # qwenc - see README.md.   make | make test | make asan | make clean
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-# flags every build needs, kept apart from CFLAGS so `make CFLAGS=...` cannot drop them
-QW_CFLAGS := -std=c11 -Wall -Wextra -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc
+# flags every build needs, kept apart from CFLAGS so `make CFLAGS=...` cannot drop them; -ffp-contract=off:
+# a * b + c is two roundings in every compiler (GCC's default for -std=c11, not clang's), so the reference
+# and the vector kernels that repeat its steps (kernels/cpu.h) round alike on CPUs with fused multiply-add
+QW_CFLAGS := -std=c11 -Wall -Wextra -ffp-contract=off -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc
 LDLIBS  += -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
 CLI_LDLIBS := -ledit
 BUILD   ?= build

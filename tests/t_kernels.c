@@ -441,6 +441,50 @@ static void test_expd(void) {
 
 /* A table's sigmoid and silu against the reference's, bit for bit, over gate_inputs and every length of
  * tail (nothing past n touched). */
+/* The table's axpy and mul against the reference, bit for bit: on values whose product and sum both round
+ * (a fused multiply-add would give other bits on most of them), infinities, NaN, subnormals and zeros of
+ * both signs, and every length up to 40 with the element past the end left alone. */
+static void test_axpy_mul(const qw_cpu_kernels *k) {
+    if (!k->axpy || !k->mul) return;
+    const qw_ops *R = qw_ops_ref();
+    enum { N = 4099 };
+    float *x = rand_vec(N, 3.0f), *y0 = rand_vec(N, 7.0f), *a = malloc(N * 4), *b = malloc(N * 4);
+    static const float edge[] = {INFINITY, -INFINITY, NAN, 1e-40f, -1e-40f, 0.0f, -0.0f, 3e38f, -3e38f, 1e-30f};
+    for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++) {
+        x[7 * i] = edge[i];
+        y0[11 * i + 3] = edge[(i + 3) % 10];
+    }
+    const float scales[] = {0.3f, -1.7f, 1e-20f, 3e20f};
+    int fused = 0;
+    for (int si = 0; si < 4; si++) {
+        memcpy(a, y0, N * 4);
+        memcpy(b, y0, N * 4);
+        R->axpy(R, a, x, scales[si], N);
+        k->axpy(b, x, scales[si], N);
+        CHECK(!memcmp(a, b, N * 4), "%s axpy (s = %g) differs from the reference", k->name, scales[si]);
+        for (int i = 0; i < N; i++) fused += a[i] != fmaf(x[i], scales[si], y0[i]) && a[i] == a[i];
+    }
+    CHECK(fused > 100, "%s axpy: only %d results would differ with a fused multiply-add (weak inputs)", k->name, fused);
+    R->mul(R, a, x, y0, N);
+    k->mul(b, x, y0, N);
+    CHECK(!memcmp(a, b, N * 4), "%s mul differs from the reference", k->name);
+    for (int n = 1; n <= 40; n++) {
+        memcpy(a, y0, (size_t)(n + 1) * 4);
+        memcpy(b, y0, (size_t)(n + 1) * 4);
+        R->axpy(R, a, x, 0.7f, n);
+        k->axpy(b, x, 0.7f, n);
+        CHECK(!memcmp(a, b, (size_t)n * 4) && !memcmp(b + n, y0 + n, 4), "%s axpy tail %d", k->name, n);
+        memcpy(b, y0, (size_t)(n + 1) * 4);
+        R->mul(R, a, x, y0, n);
+        k->mul(b, x, y0, n);
+        CHECK(!memcmp(a, b, (size_t)n * 4) && !memcmp(b + n, y0 + n, 4), "%s mul tail %d", k->name, n);
+    }
+    free(x);
+    free(y0);
+    free(a);
+    free(b);
+}
+
 static void test_gates(const qw_cpu_kernels *k) {
     if (!k->sigmoid || !k->silu) return;
     const qw_ops *R = qw_ops_ref();
@@ -782,6 +826,7 @@ static void test_ops(void) {
         test_delta_chunk(o1, o3, *ks);
         test_range_ops(o3);
         test_gates(*ks);
+        test_axpy_mul(*ks);
         qw_ops_cpu_free(o1);
         qw_ops_cpu_free(o3);
     }

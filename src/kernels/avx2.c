@@ -218,6 +218,22 @@ QW_INLINE void gate8(float *x, int64_t n, int silu) {
 static void sigmoid(float *x, int64_t n) { gate8(x, n, 0); }
 static void silu(float *x, int64_t n) { gate8(x, n, 1); }
 
+static void axpy(float *y, const float *a, float s, int64_t n) {
+    const __m256 vs = _mm256_set1_ps(s);
+    for (int64_t i = 0; i < n; i += LANES) {
+        __m256i m = lane_mask(n - i >= LANES ? LANES : (int)(n - i));
+        __m256 p = _mm256_mul_ps(_mm256_maskload_ps(a + i, m), vs);
+        _mm256_maskstore_ps(y + i, m, _mm256_add_ps(_mm256_maskload_ps(y + i, m), p));
+    }
+}
+
+static void mul(float *y, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i += LANES) {
+        __m256i m = lane_mask(n - i >= LANES ? LANES : (int)(n - i));
+        _mm256_maskstore_ps(y + i, m, _mm256_mul_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m)));
+    }
+}
+
 static void rms_norm_row(float *y, const float *x, const float *w, int dim, float eps, int zc) {
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     for (int i = 0; i < dim; i += LANES) {
@@ -249,7 +265,7 @@ static void rms_norm_row(float *y, const float *x, const float *w, int dim, floa
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)}, .qtile_nt = 1 << 16, .decay_acc = decay_acc,                   \
         .rank1_acc = rank1_acc, .scale_axpy = scale_axpy, .sigmoid = sigmoid, .silu = silu,                        \
-        .rms_norm_row = rms_norm_row,                                                                              \
+        .rms_norm_row = rms_norm_row, .axpy = axpy, .mul = mul,                                                    \
     }
 
 const qw_cpu_kernels qw_kernels_avx2 = AVX2_TABLE(avx2);

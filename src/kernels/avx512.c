@@ -192,6 +192,22 @@ QW_INLINE void gate16(float *x, int64_t n, int silu) {
 static void sigmoid(float *x, int64_t n) { gate16(x, n, 0); }
 static void silu(float *x, int64_t n) { gate16(x, n, 1); }
 
+static void axpy(float *y, const float *a, float s, int64_t n) {
+    const __m512 vs = _mm512_set1_ps(s);
+    for (int64_t i = 0; i < n; i += LANES) {
+        __mmask16 m = n - i >= LANES ? 0xFFFF : tail_mask((int)(n - i));
+        __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + i), vs);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), p));
+    }
+}
+
+static void mul(float *y, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i += LANES) {
+        __mmask16 m = n - i >= LANES ? 0xFFFF : tail_mask((int)(n - i));
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+    }
+}
+
 static void rms_norm_row(float *y, const float *x, const float *w, int dim, float eps, int zc) {
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     for (int i = 0; i < dim; i += LANES) {
@@ -223,7 +239,7 @@ static void rms_norm_row(float *y, const float *x, const float *w, int dim, floa
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)}, .qtile_nt = 1 << 16, .q8a_quantize = qw_avx512_q8a_quantize,  \
         .decay_acc = decay_acc, .rank1_acc = rank1_acc, .scale_axpy = scale_axpy, .sigmoid = sigmoid,              \
-        .silu = silu, .rms_norm_row = rms_norm_row,                                                                \
+        .silu = silu, .rms_norm_row = rms_norm_row, .axpy = axpy, .mul = mul,                                      \
     }
 
 const qw_cpu_kernels qw_kernels_avx512 = AVX512_TABLE("avx512", avx512);

@@ -663,7 +663,7 @@ static void cpu_delta_rule(const qw_ops *ops, float *o, float *state, const floa
 
 typedef struct {
     const qw_ops *ref;
-    const qw_cpu_kernels *ks; /* its sigmoid, silu and rms_norm_row where it has them (else ref's) */
+    const qw_cpu_kernels *ks; /* its sigmoid, silu, rms_norm_row, axpy and mul where it has them (else ref's) */
     float *y;
     const float *x, *a, *w;
     int dim, k, dil, n_head, head_stride, n_rot;
@@ -776,11 +776,17 @@ static void sigmoid_range(void *arg, int64_t i0, int64_t i1) {
 }
 static void mul_range(void *arg, int64_t i0, int64_t i1) {
     const range_ctx *c = arg;
-    c->ref->mul(c->ref, c->y + i0, c->a + i0, c->x + i0, i1 - i0);
+    if (c->ks && c->ks->mul)
+        c->ks->mul(c->y + i0, c->a + i0, c->x + i0, i1 - i0);
+    else
+        c->ref->mul(c->ref, c->y + i0, c->a + i0, c->x + i0, i1 - i0);
 }
 static void axpy_range(void *arg, int64_t i0, int64_t i1) {
     const range_ctx *c = arg;
-    c->ref->axpy(c->ref, c->y + i0, c->a + i0, c->s, i1 - i0);
+    if (c->ks && c->ks->axpy)
+        c->ks->axpy(c->y + i0, c->a + i0, c->s, i1 - i0);
+    else
+        c->ref->axpy(c->ref, c->y + i0, c->a + i0, c->s, i1 - i0);
 }
 
 static void elementwise(const cpu_backend *b, qw_pool_fn fn, range_ctx *c, int64_t n) {
@@ -800,11 +806,11 @@ static void cpu_sigmoid(const qw_ops *ops, float *x, int64_t n) {
     elementwise(backend_of(ops), sigmoid_range, &c, n);
 }
 static void cpu_mul(const qw_ops *ops, float *y, const float *a, const float *b, int64_t n) {
-    range_ctx c = {.ref = qw_ops_ref(), .y = y, .a = a, .x = b};
+    range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = y, .a = a, .x = b};
     elementwise(backend_of(ops), mul_range, &c, n);
 }
 static void cpu_axpy(const qw_ops *ops, float *y, const float *a, float s, int64_t n) {
-    range_ctx c = {.ref = qw_ops_ref(), .y = y, .a = a, .s = s};
+    range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = y, .a = a, .s = s};
     elementwise(backend_of(ops), axpy_range, &c, n);
 }
 

@@ -60,6 +60,11 @@ typedef struct {
      * the reference (ref.c). */
     void (*sigmoid)(float *x, int64_t n);
     void (*silu)(float *x, int64_t n);
+    /* y[i] += a[i] * s and y[i] = a[i] * b[i], i < n: ops.h's axpy and mul, each product and sum rounded as
+     * the reference rounds them (no fused multiply-add: the build passes -ffp-contract=off), so its bits. NULL:
+     * the reference. */
+    void (*axpy)(float *y, const float *a, float s, int64_t n);
+    void (*mul)(float *y, const float *a, const float *b, int64_t n);
     /* One row of ops.h's rms_norm: the squares summed in double as the reference does, in another order
      * (lanes, then a fixed tree), so 1 / rms rounds to the reference's float but for a sum within about
      * dim * 2^-53 of a rounding boundary. NULL: the reference. */

@@ -229,6 +229,18 @@ QW_INLINE void gate4(float *x, int64_t n, int silu) {
 static void sigmoid(float *x, int64_t n) { gate4(x, n, 0); }
 static void silu(float *x, int64_t n) { gate4(x, n, 1); }
 
+static void axpy(float *y, const float *a, float s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vaddq_f32(vld1q_f32(y + i), vmulq_n_f32(vld1q_f32(a + i), s)));
+    for (; i < n; i++) y[i] += a[i] * s; /* not fused: the build passes -ffp-contract=off */
+}
+
+static void mul(float *y, const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vmulq_f32(vld1q_f32(a + i), vld1q_f32(b + i)));
+    for (; i < n; i++) y[i] = a[i] * b[i];
+}
+
 static void rms_norm_row(float *y, const float *x, const float *w, int dim, float eps, int zc) {
     float64x2_t s0 = vdupq_n_f64(0), s1 = vdupq_n_f64(0);
     int i = 0;
@@ -256,7 +268,7 @@ static void rms_norm_row(float *y, const float *x, const float *w, int dim, floa
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)},                                                               \
         .decay_acc = decay_acc, .rank1_acc = rank1_acc, .scale_axpy = scale_axpy, .sigmoid = sigmoid,              \
-        .silu = silu, .rms_norm_row = rms_norm_row,                                                                \
+        .silu = silu, .rms_norm_row = rms_norm_row, .axpy = axpy, .mul = mul,                                      \
     }
 
 const qw_cpu_kernels qw_kernels_neon = NEON_TABLE(neon);
