@@ -61,8 +61,9 @@
  * 18.6) and the one-token rows of the other types (against 512 bytes ahead to L1, Q8_0, medians of 5: rows
  * of 2048 and 8192 the same within the VM's noise, one core 22.9 / 23.6 -> 26.1 / 23.2 GB/s; long rows
  * faster, 16384 one core 13.0 -> 15.3, 2 threads 23.4 -> 28.4, 14336 on 2 threads 24.4 -> 29.5: the stream
- * no longer pushes a long row's activations out of L1); the other tiles ask PREFETCH ahead to L1. On Intel, where a non-temporal prefetch halved avx512_q.c's decode, a row read
- * alone (decode) asks ROW_PREFETCH_INTEL ahead to L1 and the 4-row tiles PREFETCH ahead. One core of the
+ * no longer pushes a long row's activations out of L1); the other tiles ask PREFETCH ahead to L1. On Intel,
+ * where a non-temporal prefetch halved avx512_q.c's decode, a row read alone (decode) asks ROW_PREFETCH_INTEL
+ * ahead to L1 and the 4-row tiles PREFETCH ahead. One core of the
  * Sapphire Rapids VM from DRAM, 512 -> 4096 bytes ahead: Q8_0 7.2-8.2 -> 12.0 GB/s, Q4_K 7.4-7.8 -> 12.1,
  * Q6_K 7.0-7.4 -> 9.9-11.5, Q4_0 6.7-7.0 -> 10.8-12.1; 8 threads, Q8_0 44-49 -> 65-68, Q4_K 40-44 -> 55-79
  * (2048 bytes: between the two). */

@@ -642,7 +642,7 @@ qw_tensor qw_gguf_plan_tensor(const qw_gguf_plan *pl, int i) {
     return d;
 }
 
-void qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int64_t r0, int64_t n,
+void qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int64_t r0, int64_t n, int before,
                           void (*fn)(const void *data, size_t bytes, void *user), void *user) {
     const out_tensor *t = &pl->p.t[i];
     int64_t rows = 1;
@@ -652,8 +652,8 @@ void qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int64_t r0, int64_t n,
         if (!pc->data) continue;
         size_t row_bytes = qw_type_row_size(pc->type, qw_tensor_row_len(pc));
         int64_t a = 0, b = pc->shape[0]; /* rows of the piece read */
-        if (t->row_map) { /* any output row may read any source row: the whole pieces, once all rows are done */
-            if (r0 + n < rows) return;
+        if (t->row_map) { /* any output row may read any source row: the whole pieces, once */
+            if (before ? r0 > 0 : r0 + n < rows) return;
         } else {
             a = QW_MAX(r0, t->piece_row0[k]) - t->piece_row0[k];
             b = QW_MIN(r0 + n, t->piece_row0[k + 1]) - t->piece_row0[k];
@@ -763,7 +763,7 @@ qwenc_status qw_model_save_gguf_gen(const qwenc_model *m, const char *path, cons
         }
         for (int64_t r0 = 0; r0 < rows && !st; r0 += per) {
             int64_t n = QW_MIN(per, rows - r0);
-            qw_gguf_plan_sources(pl, i, r0, n, willneed, NULL);
+            qw_gguf_plan_sources(pl, i, r0, n, 1, willneed, NULL);
             qw_gguf_plan_rows(pl, i, r0, n, out);
             st = qw_gguf_writer_write(w, out, (size_t)n * row_bytes, err, errlen);
             done += (uint64_t)n * row_bytes;

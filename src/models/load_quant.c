@@ -88,12 +88,12 @@ qwenc_status qw_model_quantize_at_load(qwenc_model *m, char *err, size_t errlen)
         for (int64_t r0 = 0; r0 < rows && !st; r0 += per) {
             int64_t k = QW_MIN(per, rows - r0);
             qw_gguf_plan_rows(pl, i, r0, k, c->data + offset[i] + (size_t)r0 * row_bytes);
-            qw_gguf_plan_sources(pl, i, r0, k, release, m);
+            qw_gguf_plan_sources(pl, i, r0, k, 0, release, m);
             done += (uint64_t)k * row_bytes;
             if (mp->progress && mp->progress(t->name, qw_type_name(t->type), i, n, done, total, mp->progress_user))
                 st = qw_err(err, errlen, QWENC_ERR_ARG, "%s: loading cancelled while quantizing to %s", m->path, c->type);
         }
-        qw_gguf_plan_sources(pl, i, 0, rows, release, m); /* the pages batch boundaries split */
+        qw_gguf_plan_sources(pl, i, 0, rows, 0, release, m); /* the pages batch boundaries split */
     }
 done:
     free(offset);

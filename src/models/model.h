@@ -191,9 +191,10 @@ uint64_t qw_gguf_plan_bytes(const qw_gguf_plan *pl);
 /* Tensor i as the file holds it: GGUF name (valid while pl lives), type, shape in PyTorch order; data NULL. */
 qw_tensor qw_gguf_plan_tensor(const qw_gguf_plan *pl, int i);
 /* The bytes of the loaded model's views that rows [r0, r0+n) of tensor i read: fn(data, bytes, user) for each
- * piece's whole rows in that range (a tensor with a row map: every piece whole, once r0 + n reaches its last row;
- * nothing for a vector made at load). */
-void qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int64_t r0, int64_t n,
+ * piece's whole rows in that range (nothing for a vector made at load). A tensor with a row map may read any
+ * piece for any row: every piece whole, once, with the first batch (r0 = 0) when `before` (the bytes about to
+ * be read), else with the batch that reaches its last row (the bytes done with). */
+void qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int64_t r0, int64_t n, int before,
                           void (*fn)(const void *data, size_t bytes, void *user), void *user);
 /* Rows per conversion batch of tensor i (the f32 scratch of a batch is bounded, ~64 MiB). */
 int64_t qw_gguf_plan_batch_rows(const qw_gguf_plan *pl, int i);

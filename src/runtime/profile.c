@@ -74,10 +74,9 @@ static void add(qw_prof *p, int i, double s, int64_t bytes) {
     p->ops_s += s;
 }
 
-/* "blk.12.ffn_down_exps.weight" -> "q8_0 blk.#.ffn_down_exps.weight" */
-static void label_of(const qw_tensor *w, char *out) {
-    int o = snprintf(out, LABEL_LEN, "matmul %s ", qw_type_name(w->type));
-    const char *s = w->name ? w->name : "(unnamed)";
+/* q8_0, "blk.12.ffn_down_exps.weight" -> "matmul q8_0 blk.#.ffn_down_exps.weight" */
+static void label_of(qw_type type, const char *s, char *out) {
+    int o = snprintf(out, LABEL_LEN, "matmul %s ", qw_type_name(type));
     for (; *s && o < LABEL_LEN - 1; s++) {
         if (isdigit((unsigned char)*s)) {
             out[o++] = '#';
@@ -99,7 +98,7 @@ static int entry_of(qw_prof *p, const qw_tensor *w) {
         if (!p->map_name[h]) break;
     }
     char label[LABEL_LEN];
-    label_of(w, label);
+    label_of(w->type, name, label);
     int i = N_NAMED;
     while (i < p->n && strcmp(p->e[i].name, label)) i++;
     if (i == p->n) {

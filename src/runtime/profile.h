@@ -4,7 +4,7 @@
  * A profiler is an op table (ops.h) that wraps the model's: each op is timed on the calling thread (the wall
  * time the forward waits for it, threads included) and forwarded unchanged, so the logits are the same bits.
  * Matmuls are counted per weight tensor, labelled by type and name with layer and expert numbers folded
- * ("q8_0 blk.#.ffn_down_exps.weight"), with the bytes of weights they read; a matmul_batch's time is shared
+ * ("matmul q8_0 blk.#.ffn_down_exps.weight"), with the bytes of weights they read; a matmul_batch's time is shared
  * among its jobs by those bytes. What the forward spends between ops (its own loops, copies) is the step's
  * wall time less the ops'. Overhead: two clock reads per op, a few microseconds per token.
  */
