@@ -286,10 +286,10 @@ static void test_qtile_many(const qw_cpu_kernels *k, qw_type type) {
 }
 
 /* Two tables that must give the same bits: the amx table's tile products and the avx512 repacked path, the
- * two avx512 builds and the two avx2 builds (decode's prefetch for AMD or Intel). 37 rows (two blocks of 16 and a
- * partial one) against 1, 4, 16, 21 and 50 tokens (every path: decode, 4 x 4 tiles, whole blocks of 16 and
- * padded tails), on rows of 1 to 72 groups (an odd count leaves the last step alone; Q6_K takes
- * sub-groups). */
+ * two avx512 builds and the two avx2 builds (decode's prefetch for AMD or Intel), the two neon builds (sdot
+ * or smull integer dots). 37 rows (two blocks of 16 and a partial one) against 1, 4, 16, 21 and 50 tokens
+ * (every path: decode, 4 x 4 tiles, whole blocks of 16 and padded tails), on rows of 1 to 72 groups (an odd
+ * count leaves the last step alone; Q6_K takes sub-groups). */
 static void test_same_bits(const qw_cpu_kernels *ka, const char *na, const qw_cpu_kernels *kb, const char *nb,
                            qw_type type) {
     static const int64_t lens[] = {32, 96, 256, 2304};
@@ -415,6 +415,15 @@ int main(void) {
         printf("amx: tile products of %d quantized types give the avx512 bits\n", N_Q8A_TYPES);
     } else {
         printf("amx: not on this CPU (its tile products are checked where it is)\n");
+    }
+#endif
+#if defined(__aarch64__)
+    if (qw_cpu_kernels_find("neon") == &qw_kernels_neon_dotprod) { /* the smull build runs on any AArch64 CPU */
+        for (int i = 0; i < N_Q8A_TYPES; i++)
+            test_same_bits(&qw_kernels_neon_dotprod, "neon (sdot)", &qw_kernels_neon, "neon (smull)", q8a_types[i]);
+        printf("neon: the sdot and smull builds of %d quantized types give the same bits\n", N_Q8A_TYPES);
+    } else {
+        printf("neon: no dot-product instructions on this CPU (the sdot build is checked where they are)\n");
     }
 #endif
     printf("(%d kernel variants with quantized types on this CPU)\n", n_variants);

@@ -30,9 +30,9 @@ typedef void (*qw_tile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride
  * may be any number of rows and nt up to the table's qtile_nt: the kernel prepares the tokens once per
  * call and passes over the rows in its own tiles (a decode step hands each thread its whole chunk at
  * once). An output depends only on its row and token, except that a kernel may add up the f32 terms in
- * another order for calls of many tokens (avx512, avx2: 16 or more, through repacked rows), within the same
- * bound; calls of fewer tokens give the bits of the one-token call. Thread counts never change a bit:
- * how many tokens a call gets depends on the matmul alone. */
+ * another order for calls of many tokens (avx512, avx2, neon: 16 or more, through repacked rows), within
+ * the same bound; calls of fewer tokens give the bits of the one-token call. Thread counts never change a
+ * bit: how many tokens a call gets depends on the matmul alone. */
 typedef void (*qw_qtile_fn)(float *y, int64_t ldy, const void *w, size_t w_stride, const qw_q8a *x, int64_t ldx,
                             int nr, int nt, int64_t n);
 

@@ -263,7 +263,7 @@ static void rms_norm_row(float *y, const float *x, const float *w, int dim, floa
 
 #define NEON_TABLE(v)                                                                                              \
     {                                                                                                              \
-        .name = "neon", .simd = QW_SIMD_NEON, .lanes = LANES, .tile_nr = 4, .tile_nt = 2,                                                \
+        .name = "neon", .simd = QW_SIMD_NEON, .lanes = LANES, .tile_nr = 4, .tile_nt = 2, .qtile_nt = 1 << 16,     \
         .tile = {[QW_TYPE_F32] = tile_f32, [QW_TYPE_BF16] = tile_bf16, [QW_TYPE_F16] = tile_f16,                   \
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)},                                                               \

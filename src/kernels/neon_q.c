@@ -9,9 +9,16 @@
  * integer dots are signed x signed, so no sign trick is needed. Lane l of a group's int32x4 sum covers
  * elements 4l .. 4l+3 of each half of 16, at most 8 * 128 * 127 (Q6_K: 4.2e6) in magnitude: exact in
  * f32. Then acc += isum * (A * d_act) per lane (vfmaq), the B terms beside it in a scalar, and the fixed
- * tree (l0 + l2) + (l1 + l3). The result depends only on the row and the token, never on the tile shape
- * or the thread count. Error against the reference: |tile - qw_q8a_dot_ref| <= (n/32 + 16) * 2^-24 *
- * qw_q8a_dot_abs (tests/t_qkernels.c).
+ * tree (l0 + l2) + (l1 + l3).
+ *
+ * Three paths (qtile_any): below 16 tokens, the K-quants and IQ4_XS a 256-element super-block per step
+ * (ksb_tile: its scales decoded once, one FMA per four groups) and the other types a group per step in
+ * 4 x 2 tiles; from 16 tokens on, 8-row blocks repacked once per call (rp_matmul: lane = row, one lane-indexed
+ * dot per 4 elements of 4 rows, one FMA per group for 4 rows), whose f32 additions run in another order.
+ * Within a path an output depends only on its row and token, never on the tile shape or the thread count.
+ * Error against the reference, every path: |tile - qw_q8a_dot_ref| <= (n/32 + 16) * 2^-24 * qw_q8a_dot_abs
+ * (tests/t_qkernels.c). These paths mirror avx512_q.c's; their speed has not been measured on Arm hardware
+ * (tests/arm_check.sh checks their results under emulation).
  *
  * Two builds of every tile, from one template that takes the 16-byte integer dot as a parameter:
  *   qw_neondot_*  sdot (vdotq_s32), Armv8.2 dot product: these functions alone are compiled for
@@ -241,11 +248,349 @@ QW_INLINE void qtile_nxm(idot_fn idot, qw_type T, int NR, int NT, float *y, int6
         for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum(acc[r][t]) + accB[r][t];
 }
 
-/* Any nr <= 4, nt <= 4 from the shapes 4x2, 4x1, 1x2, 1x1, tokens two at a time (each output is computed
- * the same way in all of them). */
-QW_INLINE void qtile_any(idot_fn idot, qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
+/*
+ * Q4_K, Q5_K, Q6_K and IQ4_XS take a whole 256-element super-block per step (ksb_tile): its scales decoded
+ * once (ksb_scales: lane j of S[h] is group 4h + j's A, of M[h] its B), each group's integer partial as in
+ * qtile_nxm (Q6_K's two sub-block scales applied in integers), and every four groups' partials folded by
+ * three pairwise adds into one vector whose lane j is group j's whole integer sum (|sum| < 2^24: exact in
+ * f32; Q6_K's at most 32 * 128 * 32 * 127). Then one FMA per four groups: acc += sum * (A * d_act) lane by
+ * lane, and for the types with mins accm += B * (d * s)_act; the result is the fixed tree of acc + accm.
+ * The per-group step above spends an f16 conversion, a scale extraction and an FMA on every 32 weights.
+ */
+QW_INLINE int is_ksb(qw_type t) {
+    return t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K || t == QW_TYPE_Q6_K || t == QW_TYPE_IQ4_XS;
+}
+
+/* one token's side of a super-block: its eight groups' d and d * s */
+typedef struct {
+    float D[8], DS[8];
+} act_sb;
+
+QW_INLINE void act_prep_sb(const qw_q8a *x, int64_t sb, act_sb *ap) {
+    for (int j = 0; j < 8; j++) {
+        const qw_q8a *xa = x + 8 * sb + j;
+        ap->D[j] = xa->d;
+        ap->DS[j] = xa->d * (float)xa->s;
+    }
+}
+
+/* u8 lanes 0-7 of v (the scales of groups 0-7) as two f32 vectors, times f */
+QW_INLINE void u8x8_scaled(uint8x8_t v, float f, float32x4_t out[2]) {
+    uint16x8_t w = vmovl_u8(v);
+    out[0] = vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(w))), f);
+    out[1] = vmulq_n_f32(vcvtq_f32_u32(vmovl_high_u16(w)), f);
+}
+
+/*
+ * The scales of super-block b, lane j of S[h] / M[h] for group 4h + j: the A and B of unpack (each an f16
+ * times an integer of at most 8 bits, exact in f32), except Q6_K, whose S is d alone (its integer scales
+ * come with the weights). Q4_K / Q5_K's 12 bytes as dwords u0 u1 u2: sc0-3 = u0 & 0x3F, sc4-7 = (u2 & 0x0F)
+ * | (u0 >> 2 & 0x30), m0-3 = u1 & 0x3F, m4-7 = (u2 >> 4 & 0x0F) | (u1 >> 2 & 0x30), byte by byte
+ * (qw_k4_scale_min).
+ */
+QW_INLINE void ksb_scales(qw_type T, const uint8_t *b, float32x4_t S[2], float32x4_t M[2]) {
+    switch (T) {
+    case QW_TYPE_Q4_K:
+    case QW_TYPE_Q5_K: {
+        uint32_t u0 = qw_rd32(b + 4), u1 = qw_rd32(b + 8), u2 = qw_rd32(b + 12);
+        uint64_t sc = (uint64_t)((u2 & 0x0F0F0F0Fu) | (u0 >> 2 & 0x30303030u)) << 32 | (u0 & 0x3F3F3F3Fu);
+        uint64_t mn = (uint64_t)((u2 >> 4 & 0x0F0F0F0Fu) | (u1 >> 2 & 0x30303030u)) << 32 | (u1 & 0x3F3F3F3Fu);
+        u8x8_scaled(vcreate_u8(sc), f16(b), S);
+        u8x8_scaled(vcreate_u8(mn), -f16(b + 2), M);
+        return;
+    }
+    case QW_TYPE_Q6_K:
+        S[0] = S[1] = vdupq_n_f32(f16(b + offsetof(qw_block_q6_K, d)));
+        return;
+    case QW_TYPE_IQ4_XS: {
+        float d = f16(b), ls[8];
+        uint16_t sh = qw_rd16(b + offsetof(qw_block_iq4_xs, scales_h));
+        for (int j = 0; j < 8; j++)
+            ls[j] = d * (float)((((b[offsetof(qw_block_iq4_xs, scales_l) + j / 2] >> 4 * (j % 2)) & 0xF) |
+                                 ((sh >> 2 * j) & 3) << 4) - 32);
+        S[0] = vld1q_f32(ls);
+        S[1] = vld1q_f32(ls + 4);
+        return;
+    }
+    default:
+        __builtin_unreachable();
+    }
+}
+
+/* Group j of super-block b as 32 signed bytes (unpack's), and Q6_K's two sub-block scales */
+QW_INLINE void ksb_group(qw_type T, const uint8_t *b, int j, int8x16_t w[2], int32_t sc[2]) {
+    switch (T) {
+    case QW_TYPE_Q4_K:
+    case QW_TYPE_Q5_K: {
+        const uint8_t *qh = b + 4 + QW_K_SCALE_SIZE, *qs = T == QW_TYPE_Q4_K ? qh : qh + QW_QK_K / 8;
+        uint8x16_t q0 = vld1q_u8(qs + 32 * (j / 2)), q1 = vld1q_u8(qs + 32 * (j / 2) + 16);
+        q0 = j % 2 ? hi_nib(q0) : lo_nib(q0);
+        q1 = j % 2 ? hi_nib(q1) : lo_nib(q1);
+        if (T == QW_TYPE_Q5_K) { /* bit j of qh[i] to bit 4 */
+            int8x16_t up = vdupq_n_s8((int8_t)(4 - j));
+            uint8x16_t h = vdupq_n_u8(0x10);
+            q0 = vorrq_u8(q0, vandq_u8(vshlq_u8(vld1q_u8(qh), up), h));
+            q1 = vorrq_u8(q1, vandq_u8(vshlq_u8(vld1q_u8(qh + 16), up), h));
+        }
+        w[0] = s8(q0);
+        w[1] = s8(q1);
+        return;
+    }
+    case QW_TYPE_Q6_K:
+    case QW_TYPE_IQ4_XS: {
+        float A, B;
+        unpack(T, b, j, w, &A, &B, sc); /* its A is S's (and not used here) */
+        return;
+    }
+    default:
+        __builtin_unreachable();
+    }
+}
+
+/* One row (its bytes at w) against NT tokens (compile-time): token t's activations at x + t * ldx and its
+ * act_sbs at pre + t * ldp. */
+QW_INLINE void ksb_tile(idot_fn idot, qw_type T, int NT, float *y, int64_t ldy, const uint8_t *w, const qw_q8a *x,
+                        int64_t ldx, const act_sb *pre, int64_t ldp, int64_t n) {
+    const int32x4_t zero = vdupq_n_s32(0);
+    float32x4_t acc[4], accm[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = accm[t] = vdupq_n_f32(0.0f);
+    for (int64_t sb = 0; sb < n / QW_QK_K; sb++) {
+        const uint8_t *b = w + sb * qw_block_bytes(T);
+        float32x4_t S[2], M[2];
+        ksb_scales(T, b, S, M);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            int32x4_t P[4][4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                int8x16_t wv[2];
+                int32_t sc[2] = {0, 0};
+                ksb_group(T, b, 4 * h + k, wv, sc);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    const qw_q8a *xa = x + t * ldx + 8 * sb + 4 * h + k;
+                    int8x16_t a0 = vld1q_s8(xa->q), a1 = vld1q_s8(xa->q + 16);
+                    if (T == QW_TYPE_Q6_K)
+                        P[t][k] = vmlaq_n_s32(vmulq_n_s32(idot(zero, wv[0], a0), sc[0]), idot(zero, wv[1], a1), sc[1]);
+                    else
+                        P[t][k] = idot(idot(zero, wv[0], a0), wv[1], a1);
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const act_sb *ap = pre + t * ldp + sb;
+                int32x4_t G = vpaddq_s32(vpaddq_s32(P[t][0], P[t][1]), vpaddq_s32(P[t][2], P[t][3]));
+                acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(G), vmulq_f32(S[h], vld1q_f32(ap->D + 4 * h)));
+                if (type_has_min(T)) accm[t] = vfmaq_f32(accm[t], M[h], vld1q_f32(ap->DS + 4 * h));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) y[t * ldy] = hsum(type_has_min(T) ? vaddq_f32(acc[t], accm[t]) : acc[t]);
+}
+
+/* nr rows against nt tokens (any): the tokens' act_sbs once, then each row against four tokens at a time */
+QW_INLINE void ksb_rows(idot_fn idot, qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
+                        int64_t ldx, int nr, int nt, int64_t n) {
+    int64_t nsb = n / QW_QK_K;
+    act_sb *pre = qw_qtile_scratch(0, (size_t)nt * (size_t)nsb * sizeof(act_sb));
+    for (int t = 0; t < nt; t++)
+        for (int64_t sb = 0; sb < nsb; sb++) act_prep_sb(x + t * ldx, sb, &pre[t * nsb + sb]);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;
+        int t = 0;
+        for (; t + 4 <= nt; t += 4)
+            ksb_tile(idot, T, 4, y + t * ldy + r, ldy, wr, x + t * ldx, ldx, pre + t * nsb, nsb, n);
+        for (; t < nt; t++) ksb_tile(idot, T, 1, y + t * ldy + r, ldy, wr, x + t * ldx, ldx, pre + t * nsb, nsb, n);
+    }
+}
+
+/*
+ * Sixteen tokens or more: blocks of 8 rows unpacked once per call (rp_pack) into, for each group of 32, its
+ * bytes as [chunk of 4][row][4 bytes] (two 16-byte vectors per chunk, rows 0-3 and 4-7), the rows' A and B
+ * and (Q6_K) their two sub-block scales; every token then passes over the block: per group, one lane-indexed
+ * integer dot per chunk and vector of rows against the token's 4 bytes of that chunk, so a lane holds a
+ * row's exact group sum (unpack's integers; Q6_K's halves times their scales, as above); then acc +=
+ * sum * (A * d) and, with mins, acc += B * (d * s), one FMA for four rows instead of one per 4 elements.
+ * An output depends only on its row and token (rows past nr are zeros, never stored); its f32 additions
+ * run in another order than the paths above, within the same bound. The lane dot comes in the two builds
+ * of the integer dot: sdot by lane, or the smull dot against the chunk's 4 bytes broadcast (the same lane
+ * sums, so the same bits).
+ */
+#define RP_ROWS 8
+#define RP_MIN_TOKENS 16
+
+/* acc[l] += sum_{i < 4} w[4l + i] * a[4 lane + i] (lane a constant once inlined) */
+typedef int32x4_t (*ldot_fn)(int32x4_t acc, int8x16_t w, int8x16_t a, int lane);
+
+QW_INLINE int8x16_t lane_bcast(int8x16_t a, int lane) {
+    int32x4_t v = vreinterpretq_s32_s8(a);
+    switch (lane & 3) {
+    case 0: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 0));
+    case 1: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 1));
+    case 2: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 2));
+    default: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 3));
+    }
+}
+
+QW_INLINE int32x4_t ldot_smull(int32x4_t acc, int8x16_t w, int8x16_t a, int lane) {
+    return idot_smull(acc, w, lane_bcast(a, lane));
+}
+
+#if HAVE_SDOT
+TARGET_DOTPROD QW_INLINE int32x4_t ldot_sdot(int32x4_t acc, int8x16_t w, int8x16_t a, int lane) {
+    switch (lane & 3) {
+    case 0: return vdotq_laneq_s32(acc, w, a, 0);
+    case 1: return vdotq_laneq_s32(acc, w, a, 1);
+    case 2: return vdotq_laneq_s32(acc, w, a, 2);
+    default: return vdotq_laneq_s32(acc, w, a, 3);
+    }
+}
+#else
+#define ldot_sdot ldot_smull
+#endif
+
+/* rows r < nr (<= 8) of w into wq [ng][8 chunks][8 rows][4 bytes], A and B [ng][8], SC [ng][2][8] (Q6_K);
+ * rows past nr zero */
+QW_INLINE void rp_pack(qw_type T, const void *w, size_t ws, int nr, int64_t ng, int8_t *wq, float *A, float *B,
+                       int32_t *SC) {
+    for (int64_t g = 0; g < ng; g++)
+        for (int r = 0; r < RP_ROWS; r++) {
+            int8x16_t v[2] = {vdupq_n_s8(0), vdupq_n_s8(0)};
+            float a = 0, b = 0;
+            int32_t sc[2] = {0, 0};
+            if (r < nr) unpack(T, (const uint8_t *)w + (size_t)r * ws, g, v, &a, &b, sc);
+            int8_t bytes[32];
+            vst1q_s8(bytes, v[0]);
+            vst1q_s8(bytes + 16, v[1]);
+            for (int c = 0; c < 8; c++) memcpy(wq + g * 256 + c * 32 + r * 4, bytes + 4 * c, 4);
+            A[g * RP_ROWS + r] = a;
+            B[g * RP_ROWS + r] = b;
+            SC[(g * 2) * RP_ROWS + r] = sc[0];
+            SC[(g * 2 + 1) * RP_ROWS + r] = sc[1];
+        }
+}
+
+/* Chunks c0 .. c0+3 of group g into is[t][v] for NT tokens */
+QW_INLINE void rp_chunks(ldot_fn ldot, int NT, int c0, int32x4_t is[4][2], const int8_t *wg, int8x16_t a[4][2]) {
+#pragma GCC unroll 4
+    for (int c = c0; c < c0 + 4; c++) {
+        int8x16_t w0 = vld1q_s8(wg + c * 32), w1 = vld1q_s8(wg + c * 32 + 16);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            is[t][0] = ldot(is[t][0], w0, a[t][c / 4], c % 4);
+            is[t][1] = ldot(is[t][1], w1, a[t][c / 4], c % 4);
+        }
+    }
+}
+
+/* NT tokens (compile-time) against a packed block: y[t * ldy + r] for r < nr; dsm: the tokens' d * s per group
+ * (types with mins, stride ng) */
+QW_INLINE void rp_tokens(ldot_fn ldot, qw_type T, int NT, float *y, int64_t ldy, int nr, const int8_t *wq,
+                         const float *A, const float *B, const int32_t *SC, const qw_q8a *x, int64_t ldx,
+                         const float *dsm, int64_t ng) {
+    float32x4_t acc[4][2];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
+    for (int64_t g = 0; g < ng; g++) {
+        const int8_t *wg = wq + g * 256;
+        int8x16_t a[4][2];
+        float d[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const qw_q8a *xa = x + t * ldx + g;
+            a[t][0] = vld1q_s8(xa->q);
+            a[t][1] = vld1q_s8(xa->q + 16);
+            d[t] = xa->d;
+        }
+        int32x4_t is[4][2];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) is[t][0] = is[t][1] = vdupq_n_s32(0);
+        rp_chunks(ldot, NT, 0, is, wg, a);
+        if (T == QW_TYPE_Q6_K) { /* the first half times its scales, then the second half's with its own */
+            int32x4_t hs[4][2];
+#pragma GCC unroll 2
+            for (int v = 0; v < 2; v++) {
+                int32x4_t s0 = vld1q_s32(SC + (g * 2) * RP_ROWS + 4 * v);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    is[t][v] = vmulq_s32(is[t][v], s0);
+                    hs[t][v] = vdupq_n_s32(0);
+                }
+            }
+            rp_chunks(ldot, NT, 4, hs, wg, a);
+#pragma GCC unroll 2
+            for (int v = 0; v < 2; v++) {
+                int32x4_t s1 = vld1q_s32(SC + (g * 2 + 1) * RP_ROWS + 4 * v);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) is[t][v] = vmlaq_s32(is[t][v], hs[t][v], s1);
+            }
+        } else {
+            rp_chunks(ldot, NT, 4, is, wg, a);
+        }
+#pragma GCC unroll 2
+        for (int v = 0; v < 2; v++) {
+            float32x4_t Av = vld1q_f32(A + g * RP_ROWS + 4 * v);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++)
+                acc[t][v] = vfmaq_f32(acc[t][v], vcvtq_f32_s32(is[t][v]), vmulq_n_f32(Av, d[t]));
+            if (type_has_min(T)) {
+                float32x4_t Bv = vld1q_f32(B + g * RP_ROWS + 4 * v);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) acc[t][v] = vfmaq_n_f32(acc[t][v], Bv, dsm[t * ng + g]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        float out[RP_ROWS];
+        vst1q_f32(out, acc[t][0]);
+        vst1q_f32(out + 4, acc[t][1]);
+        memcpy(y + t * ldy, out, (size_t)nr * sizeof(float));
+    }
+}
+
+/* nr rows (any) x nt tokens (any) through packed blocks of 8 rows */
+QW_INLINE void rp_matmul(ldot_fn ldot, qw_type T, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x,
                          int64_t ldx, int nr, int nt, int64_t n) {
-    for (int r0 = 0; r0 < nr; r0 += 4) { /* any nr (cpu.h): 4-row tiles, then the rest a row at a time */
+    const int64_t ng = n / 32;
+    float *dsm = NULL;
+    if (type_has_min(T)) {
+        dsm = qw_qtile_scratch(2, (size_t)nt * (size_t)ng * sizeof(float));
+        qw_q8a_group_terms(x, ldx, nt, ng, 1, 0, NULL, dsm);
+    }
+    size_t wq_bytes = (size_t)ng * 256;
+    int8_t *wq = qw_qtile_scratch(1, wq_bytes + (size_t)ng * RP_ROWS * 4 * sizeof(float));
+    float *A = (float *)(wq + wq_bytes), *B = A + ng * RP_ROWS;
+    int32_t *SC = (int32_t *)(B + ng * RP_ROWS);
+    for (int r = 0; r < nr; r += RP_ROWS) {
+        int nb = nr - r < RP_ROWS ? nr - r : RP_ROWS;
+        rp_pack(T, (const char *)w + (size_t)r * ws, ws, nb, ng, wq, A, B, SC);
+        int t = 0;
+        for (; t + 4 <= nt; t += 4)
+            rp_tokens(ldot, T, 4, y + t * ldy + r, ldy, nb, wq, A, B, SC, x + t * ldx, ldx, dsm ? dsm + t * ng : NULL,
+                      ng);
+        for (; t < nt; t++)
+            rp_tokens(ldot, T, 1, y + t * ldy + r, ldy, nb, wq, A, B, SC, x + t * ldx, ldx, dsm ? dsm + t * ng : NULL,
+                      ng);
+    }
+}
+
+/* Any nr and nt (the tables' qtile_nt): RP_MIN_TOKENS tokens or more through the packed blocks; fewer, the
+ * K-quants and IQ4_XS a super-block per step (a row against four tokens, then one), the other types a group
+ * per step in 4 x 2, 4 x 1, 1 x 2 and 1 x 1 tiles (each output is computed the same way in all of them). */
+QW_INLINE void qtile_any(idot_fn idot, ldot_fn ldot, qw_type T, float *y, int64_t ldy, const void *w, size_t ws,
+                         const qw_q8a *x, int64_t ldx, int nr, int nt, int64_t n) {
+    if (nt >= RP_MIN_TOKENS) {
+        rp_matmul(ldot, T, y, ldy, w, ws, x, ldx, nr, nt, n);
+        return;
+    }
+    if (is_ksb(T)) {
+        ksb_rows(idot, T, y, ldy, w, ws, x, ldx, nr, nt, n);
+        return;
+    }
+    for (int r0 = 0; r0 < nr; r0 += 4) { /* 4-row tiles, then the rest a row at a time */
         int nr4 = nr - r0 < 4 ? nr - r0 : 4;
         const char *w4 = (const char *)w + (size_t)r0 * ws;
         for (int t = 0; t < nt; t += 2) {
@@ -265,8 +610,10 @@ QW_INLINE void qtile_any(idot_fn idot, qw_type T, float *y, int64_t ldy, const v
 }
 
 #define QTILE(v, T, name)                                                                                          \
-    QW_QTILE_PROTO(neon, T, name) { qtile_any(idot_smull, T, y, ldy, w, ws, x, ldx, nr, nt, n); }                 \
-    TARGET_DOTPROD QW_QTILE_PROTO(neondot, T, name) { qtile_any(idot_sdot, T, y, ldy, w, ws, x, ldx, nr, nt, n); }
+    QW_QTILE_PROTO(neon, T, name) { qtile_any(idot_smull, ldot_smull, T, y, ldy, w, ws, x, ldx, nr, nt, n); }     \
+    TARGET_DOTPROD QW_QTILE_PROTO(neondot, T, name) {                                                              \
+        qtile_any(idot_sdot, ldot_sdot, T, y, ldy, w, ws, x, ldx, nr, nt, n);                                      \
+    }
 QW_QTILE_LIST(QTILE, -)
 
 #endif /* __aarch64__ */
