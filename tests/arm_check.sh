@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The AArch64 kernels (neon.c, neon_q.c) checked from an x86 machine: cross-build the kernel tests into
+# The AArch64 kernels (neon.c, neon_q.c) checked from an x86 machine: cross-build the kernel tests and the
+# model fixtures' tests (the whole forward, GGUF and load-time quantization through those kernels) into
 # build-arm/ and run them under qemu-user on two emulated CPUs, one with the dot-product instructions
 # (-cpu max: the neon variant takes its sdot integer tiles) and one without (-cpu cortex-a53: the smull
 # tiles), so both paths of neon_q.c and the scalar variant run against the reference. Not part of
 # `make test` (emulation is slow). Without the cross tools it says what to install and exits 0, skipped.
-# Usage: bash tests/arm_check.sh [t_qkernels] [t_kernels]   (default: both)
+# Usage: bash tests/arm_check.sh [TEST ...]   (default: t_qkernels t_kernels t_model t_gguf_models t_load_quant)
 set -u
 cd "$(dirname "$0")/.."
 
@@ -17,7 +18,7 @@ SYSROOT=/
 [ -e /lib/ld-linux-aarch64.so.1 ] || SYSROOT=/usr/aarch64-linux-gnu
 QEMU=$(command -v qemu-aarch64 || command -v qemu-aarch64-static || true)
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(t_qkernels t_kernels)
+[ ${#tests[@]} -gt 0 ] || tests=(t_qkernels t_kernels t_model t_gguf_models t_load_quant)
 
 missing=""
 command -v "$CC" >/dev/null || missing="$missing gcc-aarch64-linux-gnu"
