@@ -759,7 +759,7 @@ static void cpu_conv1d_dw(const qw_ops *ops, float *y, const float *x, const flo
     qw_pool_parallel_for(b->pool, units, chunk_for(b, units, 1), conv_units, &c);
 }
 
-/* element-wise ops: ranges of at least 4096 elements */
+/* element-wise ops */
 static void silu_range(void *arg, int64_t i0, int64_t i1) {
     const range_ctx *c = arg;
     if (c->ks && c->ks->silu)
@@ -789,29 +789,38 @@ static void axpy_range(void *arg, int64_t i0, int64_t i1) {
         c->ref->axpy(c->ref, c->y + i0, c->a + i0, c->s, i1 - i0);
 }
 
-static void elementwise(const cpu_backend *b, qw_pool_fn fn, range_ctx *c, int64_t n) {
-    if (b->n_threads == 1 || n < PAR_MIN_WORK) {
+/* an element-wise op over n elements, split over the threads from min_work elements on, in ranges of a multiple
+ * of `align` */
+static void elementwise(const cpu_backend *b, qw_pool_fn fn, range_ctx *c, int64_t n, int64_t min_work,
+                        int64_t align) {
+    if (b->n_threads == 1 || n < min_work) {
         fn(c, 0, n);
         return;
     }
-    qw_pool_parallel_for(b->pool, n, chunk_for(b, n, 4096), fn, c);
+    qw_pool_parallel_for(b->pool, n, chunk_for(b, n, align), fn, c);
 }
+
+/* sigmoid and silu cost an e^x per element (expd.h), some twenty times a multiply-add: split from 4096
+ * elements on, in ranges of 1024 (decode's gates of 2048-8192 elements ran on the calling thread while the
+ * others waited) */
+#define EXP_MIN_WORK 4096
+#define EXP_ALIGN 1024
 
 static void cpu_silu(const qw_ops *ops, float *x, int64_t n) {
     range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = x};
-    elementwise(backend_of(ops), silu_range, &c, n);
+    elementwise(backend_of(ops), silu_range, &c, n, EXP_MIN_WORK, EXP_ALIGN);
 }
 static void cpu_sigmoid(const qw_ops *ops, float *x, int64_t n) {
     range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = x};
-    elementwise(backend_of(ops), sigmoid_range, &c, n);
+    elementwise(backend_of(ops), sigmoid_range, &c, n, EXP_MIN_WORK, EXP_ALIGN);
 }
 static void cpu_mul(const qw_ops *ops, float *y, const float *a, const float *b, int64_t n) {
     range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = y, .a = a, .x = b};
-    elementwise(backend_of(ops), mul_range, &c, n);
+    elementwise(backend_of(ops), mul_range, &c, n, PAR_MIN_WORK, 4096);
 }
 static void cpu_axpy(const qw_ops *ops, float *y, const float *a, float s, int64_t n) {
     range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = y, .a = a, .s = s};
-    elementwise(backend_of(ops), axpy_range, &c, n);
+    elementwise(backend_of(ops), axpy_range, &c, n, PAR_MIN_WORK, 4096);
 }
 
 static void cpu_get_rows(const qw_ops *ops, float *y, const qw_tensor *w, const int32_t *ids, int n) {
