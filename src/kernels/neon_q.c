@@ -83,6 +83,12 @@ QW_INLINE uint8x16_t bit4_of(uint32_t bits16) {
 
 QW_INLINE int8x16_t s8(uint8x16_t v) { return vreinterpretq_s8_u8(v); }
 
+/* the 32 activation bytes of a block as two int8x16 (elements 0-15, 16-31) */
+QW_INLINE void act_bytes(const qw_q8a *xa, int8x16_t a[2]) {
+    a[0] = vld1q_s8(xa->q);
+    a[1] = vld1q_s8(xa->q + 16);
+}
+
 QW_INLINE int type_has_min(qw_type t) {
     return t == QW_TYPE_Q4_1 || t == QW_TYPE_Q5_1 || t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K;
 }
@@ -221,8 +227,7 @@ QW_INLINE void qtile_nxm(idot_fn idot, qw_type T, int NR, int NT, float *y, int6
 #pragma GCC unroll 2
         for (int t = 0; t < NT; t++) {
             const qw_q8a *xa = x + t * ldx + g;
-            a[t][0] = vld1q_s8(xa->q);
-            a[t][1] = vld1q_s8(xa->q + 16);
+            act_bytes(xa, a[t]);
             d[t] = xa->d;
             ds[t] = xa->d * (float)xa->s;
         }
@@ -369,12 +374,13 @@ QW_INLINE void ksb_tile(idot_fn idot, qw_type T, int NT, float *y, int64_t ldy, 
                 ksb_group(T, b, 4 * h + k, wv, sc);
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) {
-                    const qw_q8a *xa = x + t * ldx + 8 * sb + 4 * h + k;
-                    int8x16_t a0 = vld1q_s8(xa->q), a1 = vld1q_s8(xa->q + 16);
+                    int8x16_t a[2];
+                    act_bytes(x + t * ldx + 8 * sb + 4 * h + k, a);
                     if (T == QW_TYPE_Q6_K)
-                        P[t][k] = vmlaq_n_s32(vmulq_n_s32(idot(zero, wv[0], a0), sc[0]), idot(zero, wv[1], a1), sc[1]);
+                        P[t][k] =
+                            vmlaq_n_s32(vmulq_n_s32(idot(zero, wv[0], a[0]), sc[0]), idot(zero, wv[1], a[1]), sc[1]);
                     else
-                        P[t][k] = idot(idot(zero, wv[0], a0), wv[1], a1);
+                        P[t][k] = idot(idot(zero, wv[0], a[0]), wv[1], a[1]);
                 }
             }
 #pragma GCC unroll 4
@@ -499,10 +505,8 @@ QW_INLINE void rp_tokens(ldot_fn ldot, qw_type T, int NT, float *y, int64_t ldy,
         float d[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
-            const qw_q8a *xa = x + t * ldx + g;
-            a[t][0] = vld1q_s8(xa->q);
-            a[t][1] = vld1q_s8(xa->q + 16);
-            d[t] = xa->d;
+            act_bytes(x + t * ldx + g, a[t]);
+            d[t] = x[t * ldx + g].d;
         }
         int32x4_t is[4][2];
 #pragma GCC unroll 4
