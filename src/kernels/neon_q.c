@@ -210,6 +210,16 @@ QW_INLINE float hsum(float32x4_t v) {
     return vget_lane_f32(h, 0) + vget_lane_f32(h, 1);
 }
 
+/* A group's integer sum against a token's activation bytes, lane l over elements 4l .. 4l+3 of each half (Q6_K:
+ * the halves times their sub-block scales) */
+QW_INLINE int32x4_t group_isum(idot_fn idot, qw_type T, const int8x16_t wv[2], const int8x16_t a[2],
+                               const int32_t sc[2]) {
+    const int32x4_t zero = vdupq_n_s32(0);
+    if (T == QW_TYPE_Q6_K)
+        return vmlaq_n_s32(vmulq_n_s32(idot(zero, wv[0], a[0]), sc[0]), idot(zero, wv[1], a[1]), sc[1]);
+    return idot(idot(zero, wv[0], a[0]), wv[1], a[1]);
+}
+
 /* An NR x NT tile (compile-time sizes and integer dot once inlined). */
 QW_INLINE void qtile_nxm(idot_fn idot, qw_type T, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
                          const qw_q8a *x, int64_t ldx, int64_t n) {
@@ -220,7 +230,6 @@ QW_INLINE void qtile_nxm(idot_fn idot, qw_type T, int NR, int NT, float *y, int6
             acc[r][t] = vdupq_n_f32(0.0f);
             accB[r][t] = 0;
         }
-    const int32x4_t zero = vdupq_n_s32(0);
     for (int64_t g = 0; g < n / 32; g++) {
         int8x16_t a[2][2];
         float d[2], ds[2];
@@ -239,11 +248,7 @@ QW_INLINE void qtile_nxm(idot_fn idot, qw_type T, int NR, int NT, float *y, int6
             unpack(T, (const uint8_t *)w + (size_t)r * ws, g, wv, &A, &B, sc);
 #pragma GCC unroll 2
             for (int t = 0; t < NT; t++) {
-                int32x4_t is;
-                if (T == QW_TYPE_Q6_K)
-                    is = vmlaq_n_s32(vmulq_n_s32(idot(zero, wv[0], a[t][0]), sc[0]), idot(zero, wv[1], a[t][1]), sc[1]);
-                else
-                    is = idot(idot(zero, wv[0], a[t][0]), wv[1], a[t][1]);
+                int32x4_t is = group_isum(idot, T, wv, a[t], sc);
                 acc[r][t] = vfmaq_n_f32(acc[r][t], vcvtq_f32_s32(is), A * d[t]);
                 if (type_has_min(T)) accB[r][t] += B * ds[t];
             }
@@ -322,41 +327,10 @@ QW_INLINE void ksb_scales(qw_type T, const uint8_t *b, float32x4_t S[2], float32
     }
 }
 
-/* Group j of super-block b as 32 signed bytes (unpack's), and Q6_K's two sub-block scales */
-QW_INLINE void ksb_group(qw_type T, const uint8_t *b, int j, int8x16_t w[2], int32_t sc[2]) {
-    switch (T) {
-    case QW_TYPE_Q4_K:
-    case QW_TYPE_Q5_K: {
-        const uint8_t *qh = b + 4 + QW_K_SCALE_SIZE, *qs = T == QW_TYPE_Q4_K ? qh : qh + QW_QK_K / 8;
-        uint8x16_t q0 = vld1q_u8(qs + 32 * (j / 2)), q1 = vld1q_u8(qs + 32 * (j / 2) + 16);
-        q0 = j % 2 ? hi_nib(q0) : lo_nib(q0);
-        q1 = j % 2 ? hi_nib(q1) : lo_nib(q1);
-        if (T == QW_TYPE_Q5_K) { /* bit j of qh[i] to bit 4 */
-            int8x16_t up = vdupq_n_s8((int8_t)(4 - j));
-            uint8x16_t h = vdupq_n_u8(0x10);
-            q0 = vorrq_u8(q0, vandq_u8(vshlq_u8(vld1q_u8(qh), up), h));
-            q1 = vorrq_u8(q1, vandq_u8(vshlq_u8(vld1q_u8(qh + 16), up), h));
-        }
-        w[0] = s8(q0);
-        w[1] = s8(q1);
-        return;
-    }
-    case QW_TYPE_Q6_K:
-    case QW_TYPE_IQ4_XS: {
-        float A, B;
-        unpack(T, b, j, w, &A, &B, sc); /* its A is S's (and not used here) */
-        return;
-    }
-    default:
-        __builtin_unreachable();
-    }
-}
-
 /* One row (its bytes at w) against NT tokens (compile-time): token t's activations at x + t * ldx and its
  * act_sbs at pre + t * ldp. */
 QW_INLINE void ksb_tile(idot_fn idot, qw_type T, int NT, float *y, int64_t ldy, const uint8_t *w, const qw_q8a *x,
                         int64_t ldx, const act_sb *pre, int64_t ldp, int64_t n) {
-    const int32x4_t zero = vdupq_n_s32(0);
     float32x4_t acc[4], accm[4];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) acc[t] = accm[t] = vdupq_n_f32(0.0f);
@@ -371,16 +345,13 @@ QW_INLINE void ksb_tile(idot_fn idot, qw_type T, int NT, float *y, int64_t ldy, 
             for (int k = 0; k < 4; k++) {
                 int8x16_t wv[2];
                 int32_t sc[2] = {0, 0};
-                ksb_group(T, b, 4 * h + k, wv, sc);
+                float A, B; /* the group's scale and min: S's and M's lane (unused here) */
+                unpack(T, b, 4 * h + k, wv, &A, &B, sc);
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) {
                     int8x16_t a[2];
                     act_bytes(x + t * ldx + 8 * sb + 4 * h + k, a);
-                    if (T == QW_TYPE_Q6_K)
-                        P[t][k] =
-                            vmlaq_n_s32(vmulq_n_s32(idot(zero, wv[0], a[0]), sc[0]), idot(zero, wv[1], a[1]), sc[1]);
-                    else
-                        P[t][k] = idot(idot(zero, wv[0], a[0]), wv[1], a[1]);
+                    P[t][k] = group_isum(idot, T, wv, a, sc);
                 }
             }
 #pragma GCC unroll 4
