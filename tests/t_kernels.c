@@ -439,8 +439,6 @@ static void test_expd(void) {
     free(x);
 }
 
-/* A table's sigmoid and silu against the reference's, bit for bit, over gate_inputs and every length of
- * tail (nothing past n touched). */
 /* The table's axpy and mul against the reference, bit for bit: on values whose product and sum both round
  * (a fused multiply-add would give other bits on most of them), infinities, NaN, subnormals and zeros of
  * both signs, and every length up to 40 with the element past the end left alone. */
@@ -485,6 +483,8 @@ static void test_axpy_mul(const qw_cpu_kernels *k) {
     free(b);
 }
 
+/* A table's sigmoid and silu against the reference's, bit for bit, over gate_inputs and every length of
+ * tail (nothing past n touched). */
 static void test_gates(const qw_cpu_kernels *k) {
     if (!k->sigmoid || !k->silu) return;
     const qw_ops *R = qw_ops_ref();

@@ -244,10 +244,12 @@ QW_INLINE void qtile_nxm(qw_type T, int PF, int NR, int NT, float *y, int64_t ld
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             blk[r] = (const uint8_t *)w + (size_t)r * ws + (size_t)ib * bb;
-            if (PF == PF_AMD && NR == 1)
-                for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk[r] + ROW_PREFETCH_AMD + o, _MM_HINT_NTA);
-            else
-                for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk[r] + ahead + o, _MM_HINT_T0);
+            for (size_t o = 0; o < bb; o += 64) {
+                if (PF == PF_AMD && NR == 1)
+                    _mm_prefetch((const char *)blk[r] + ROW_PREFETCH_AMD + o, _MM_HINT_NTA);
+                else
+                    _mm_prefetch((const char *)blk[r] + ahead + o, _MM_HINT_T0);
+            }
             head(T, blk[r], &hd[r]);
         }
 #pragma GCC unroll 8

@@ -204,7 +204,8 @@ static void axpy(float *y, const float *a, float s, int64_t n) {
 static void mul(float *y, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i += LANES) {
         __mmask16 m = n - i >= LANES ? 0xFFFF : tail_mask((int)(n - i));
-        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+        __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
+        _mm512_mask_storeu_ps(y + i, m, p);
     }
 }
 
