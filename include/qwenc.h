@@ -112,7 +112,9 @@ qwenc_gguf_params qwenc_gguf_default_params(void);
 const char *qwenc_gguf_types(void);
 /* Write the model as the GGUF llama.cpp's converter (+ llama-quantize) would write: its architecture,
  * metadata, tensor names, transformations and tensor types; streamed tensor by tensor. The model may have
- * been loaded from a checkpoint directory or from another GGUF (not the file being written). */
+ * been loaded from a checkpoint directory or from another GGUF (not the file being written). The file is
+ * written as PATH.tmp.PID.N beside path and renamed to path once complete: path never holds a partial file,
+ * and on error or cancel the temporary file is removed (so does qwenc_synth_gguf). */
 qwenc_status qwenc_model_save_gguf(const qwenc_model *model, const char *path, const qwenc_gguf_params *params,
                                    char *err, size_t errlen);
 
