@@ -443,7 +443,8 @@ int cmd_chat(cli_opts *o) {
     int reserve = gp.n_predict >= 0 ? gp.n_predict : n_ctx / 4; /* room --context-shift leaves for a reply */
     cli_signals(CLI_SIG_KEEP);
     size_t len = 0;
-    for (char *line; (line = read_line(tty, &len)); free(line)) {
+    /* a signal after the last reply was accounted for is a Ctrl-C at the prompt */
+    for (char *line; !cli_stop_signal && (line = read_line(tty, &len)); free(line)) {
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) {
             free(line);
             break;
