@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -502,9 +503,13 @@ static int take_positionals(cli_opts *o) {
     int max = o->cmd->bit & (C_TOKENIZE | C_DETOKENIZE) ? 1 : o->cmd->bit == C_QUANTIZE ? 3 : 0;
     if (o->n_pos > max || (o->cmd->bit == C_QUANTIZE && o->n_pos == 2)) {
         const char *extra = o->pos[max && o->n_pos != 2 ? max : 0];
+        struct stat st;
         if (max == 0)
-            fprintf(stderr, "qwenc: %s takes no argument \"%s\" (quote text that holds spaces: -p \"...\"; see "
-                            "qwenc %s --help)\n", c, extra, c);
+            fprintf(stderr, "qwenc: %s takes no argument \"%s\" (%s; see qwenc %s --help)\n", c, extra,
+                    stat(extra, &st) == 0 && !o->model ? "a model is given as -m PATH"
+                    : o->cmd->bit == C_RUN         ? "the prompt is -p \"TEXT\", quoted if it holds spaces"
+                                                   : "options start with -",
+                    c);
         else if (o->cmd->bit == C_QUANTIZE)
             fprintf(stderr, "qwenc: quantize takes TYPE, or MODEL OUT.gguf TYPE, as arguments; got %d (see qwenc "
                             "quantize --help)\n", o->n_pos);

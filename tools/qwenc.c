@@ -197,6 +197,12 @@ int cmd_logits(cli_opts *o) {
     int n = 0;
     int32_t *ids = parse_ids(o->tokens, "--tokens", &n);
     if (!ids) return 1;
+    if (o->ctx && n > o->ctx) {
+        fprintf(stderr, "qwenc: logits: %d tokens exceed the session context of %d tokens (-c %d): raise -c, or "
+                        "leave it out (the default is the number of tokens)\n", n, o->ctx, o->ctx);
+        free(ids);
+        return 1;
+    }
     qwenc_model *m = cli_load_model(o);
     if (!m) return free(ids), 1;
     int rc = 1;
@@ -257,7 +263,7 @@ int cmd_tokenize(cli_opts *o) {
         text = strdup(o->positional);
         len = strlen(text);
     } else {
-        fprintf(stderr, "qwenc: tokenize: give TEXT or --file F\n");
+        fprintf(stderr, "qwenc: tokenize: give TEXT or -f FILE\n");
         return 1;
     }
     qwenc_tokenizer *t = cli_load_tokenizer(o);
