@@ -84,6 +84,16 @@ wait $pid; rc=$?
 n1=$(sed -n '1s/.*generated \([0-9]*\) tokens.*/\1/p' <(grep '^\[fed' "$tmp/err"))
 [ -n "$n1" ] && [ "$n1" -gt 0 ] && [ "$n1" -lt 16000 ] && ok || bad "the first reply ran $n1 tokens"
 
+# SIGTERM stops the reply and ends the chat (exit 143)
+exec 7<>"$tmp/in"
+$QWENC chat -m $M -n -1 -c 16384 --temp 0 <"$tmp/in" >"$tmp/out" 2>"$tmp/err" & pid=$!
+echo "Tell me about the king." >&7
+if wait_for bigger "$tmp/out" 0; then kill -TERM $pid; fi
+wait_for gone $pid || kill -9 $pid
+wait $pid; rc=$?
+exec 7>&-
+[ $rc -eq 143 ] && grep -q "stop: terminated (SIGTERM)\]" "$tmp/err" && ok || bad "chat SIGTERM: rc $rc, $(cat "$tmp/err")"
+
 # run: Ctrl-C stops the generation, prints the statistics and exits 130
 $QWENC run -m $M -p "And the LORD" -n -1 -c 16384 --temp 0 >"$tmp/out" 2>"$tmp/err" & pid=$!
 if wait_for bigger "$tmp/out" 40; then kill -INT $pid; fi

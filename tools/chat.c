@@ -15,11 +15,13 @@
  * convolution states cannot drop their oldest tokens, so sliding re-renders the system message and the
  * latest turns that fit (leaving -n tokens, or a quarter of the context, for the reply), resets the session
  * and feeds them again. Ctrl-C stops a reply and keeps what was said; at the prompt it quits, as Ctrl-D does.
+ * SIGTERM stops the reply and quits.
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <editline/readline.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -506,8 +508,8 @@ int cmd_chat(cli_opts *o) {
         add_message(c.messages, "assistant", reply.buf ? reply.buf : "");
         free(reply.buf);
         c.unfed = r.unfed;
-        int interrupted = cli_stop_signal != 0;
-        cli_stop_signal = 0;
+        int interrupted = cli_stop_signal;
+        if (cli_stop_signal != SIGTERM) cli_stop_signal = 0; /* SIGTERM ends the chat once the reply stops */
         if (r.reason == QWENC_STOP_CONTEXT)
             fprintf(stderr, "(context full at %d tokens: the reply was cut; %s)\n", n_ctx,
                     o->context_shift ? "the next turn drops the oldest turns"
@@ -515,12 +517,15 @@ int cmd_chat(cli_opts *o) {
                                        "oldest turns");
         fprintf(stderr, "[fed %d tokens, generated %d tokens at %.1f tok/s, %d in context; stop: %s]\n", r.n_prompt,
                 r.n_gen, r.gen_s > 0 ? r.n_gen / r.gen_s : 0.0, qwenc_session_n_past(e.session),
-                interrupted ? "interrupted (Ctrl-C)" : qwenc_stop_reason_str(r.reason));
+                interrupted == SIGTERM ? "terminated (SIGTERM)"
+                : interrupted          ? "interrupted (Ctrl-C)"
+                                       : qwenc_stop_reason_str(r.reason));
     }
-    if (cli_stop_signal) fprintf(stderr, "\n(interrupted at the prompt: bye)\n");
+    int sig = cli_stop_signal;
+    if (sig == SIGINT) fprintf(stderr, "\n(interrupted at the prompt: bye)\n");
     cli_signals(CLI_SIG_DEFAULT);
     cJSON_Delete(c.messages);
     free(system);
     engine_free(&e);
-    return 0;
+    return sig == SIGTERM ? 128 + SIGTERM : 0;
 }

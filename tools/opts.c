@@ -169,7 +169,8 @@ static const opt_def options[] = {
     /* loading and threads */
     {O_THREADS, "-t|--threads", C_LOAD & ~C_BENCH, "N", "CPU threads (default 0: one per core)"},
     {O_THREADS_LIST, "-t|--threads", C_BENCH, "N[,N...]", "CPU threads; every test runs at each (default 0: one per core)"},
-    {O_THREADS, "-t|--threads", C_WRITE, "N", "quantizing threads (default 0: one per core)"},
+    {O_THREADS, "-t|--threads", C_WRITE, "N",
+     "quantizing threads (default 0: one per core); -t TYPE, the old\nspelling of --type TYPE, still works"},
     {O_KERNELS, "--kernels", C_LOAD, "NAME",
      "CPU kernels: auto (default: the best for this CPU), amx, avx512,\navx2, neon, scalar, ref (the scalar reference, one thread)"},
     {O_QUANT, "--quant", C_LOAD, "TYPE",
