@@ -354,7 +354,8 @@ static void print_table(const bench_run *b) {
         const bench_row *r = &b->rows[i];
         if (!r->st.prof) continue;
         test_name(r, test, sizeof(test));
-        if (b->n_cfg > 1) snprintf(test + strlen(test), sizeof(test) - strlen(test), " at %d threads", b->cfg[r->cfg].threads);
+        size_t k = strlen(test);
+        if (b->n_cfg > 1) snprintf(test + k, sizeof(test) - k, " at %d threads", b->cfg[r->cfg].threads);
         print_prof(test, r->st.prof);
     }
 }

@@ -81,7 +81,11 @@ static char *utf8_clean(const char *s, size_t len) {
     if (!out) return NULL;
     for (size_t i = 0; i < len;) {
         unsigned char b = (unsigned char)s[i];
-        int need = b < 0x80 ? 0 : b >= 0xC2 && b <= 0xDF ? 1 : b >= 0xE0 && b <= 0xEF ? 2 : b >= 0xF0 && b <= 0xF4 ? 3 : -1;
+        int need = b < 0x80                ? 0
+                   : b >= 0xC2 && b <= 0xDF ? 1
+                   : b >= 0xE0 && b <= 0xEF ? 2
+                   : b >= 0xF0 && b <= 0xF4 ? 3
+                                            : -1; /* continuation bytes and C0, C1, F5..FF cannot lead */
         if (need == 0) {
             *w++ = (char)b;
             i++;
@@ -368,7 +372,8 @@ static int32_t *turn_tokens(chat_state *c, const char *msg, int *n, int *restart
         const char *t = qwenc_tokenizer_token_text(e->tok, c->unfed);
         int is_eos = 0;
         for (int i = 0; i < e->n_eos; i++) is_eos |= e->eos[i] == c->unfed;
-        if (is_eos && t && *t && !strncmp(text, t, strlen(t))) memmove(text, text + strlen(t), strlen(text + strlen(t)) + 1);
+        size_t lt = t ? strlen(t) : 0;
+        if (is_eos && lt && !strncmp(text, t, lt)) memmove(text, text + lt, strlen(text + lt) + 1);
         feed_unfed = 1;
     }
     int k = 0;
@@ -494,7 +499,8 @@ int cmd_chat(cli_opts *o) {
         text_buf reply = {0};
         qwenc_gen_result r;
         char err[1024];
-        qwenc_status st = qwenc_generate(e.session, e.tok, e.sampler, ids, n, &gp, on_text, &reply, &r, err, sizeof(err));
+        qwenc_status st =
+            qwenc_generate(e.session, e.tok, e.sampler, ids, n, &gp, on_text, &reply, &r, err, sizeof(err));
         free(ids);
         printf("\n");
         fflush(stdout);

@@ -103,7 +103,8 @@ static const opt_def options[] = {
     {O_FILE, "-f|--file", C_RUN, "FILE", "read the prompt from FILE (-: standard input)"},
     {O_NPREDICT, "-n|--n-predict|--predict", C_RUN, "N",
      "tokens to generate (default 256; -1: until the context is full; 0: none,\nthe prompt is only processed)"},
-    {O_NPREDICT, "-n|--n-predict|--predict", C_CHAT, "N", "most tokens per reply (default -1: until the end of the turn)"},
+    {O_NPREDICT, "-n|--n-predict|--predict", C_CHAT, "N",
+     "most tokens per reply (default -1: until the end of the turn)"},
     {O_CHAT, "--chat", C_RUN, NULL, "wrap the prompt in the model's chat template, as a user message"},
     {O_SYSTEM, "-sys|--system-prompt|--system", C_GEN, "TEXT", "system message (run: implies --chat)"},
     {O_NOTHINK, "--no-think", C_GEN | C_TEMPLATE, NULL,
@@ -128,9 +129,11 @@ static const opt_def options[] = {
     /* sampling */
     {O_TEMP, "--temp|--temperature", C_GEN, "T", "temperature, >= 0; 0: greedy (default 0.8)"},
     {O_TOPK, "--top-k", C_GEN, "K", "keep the K most likely tokens, >= 0; 0: off (default 40)"},
-    {O_TOPP, "--top-p", C_GEN, "P", "keep the most likely tokens up to probability P, in (0, 1]; 1: off\n(default 0.95)"},
+    {O_TOPP, "--top-p", C_GEN, "P",
+     "keep the most likely tokens up to probability P, in (0, 1]; 1: off\n(default 0.95)"},
     {O_MINP, "--min-p", C_GEN, "P", "drop tokens below P x the top probability, in [0, 1]; 0: off (default 0.05)"},
-    {O_REPPEN, "--repeat-penalty", C_GEN, "P", "penalty of tokens seen in the last --repeat-last-n, > 0; 1: off\n(default 1)"},
+    {O_REPPEN, "--repeat-penalty", C_GEN, "P",
+     "penalty of tokens seen in the last --repeat-last-n, > 0; 1: off\n(default 1)"},
     {O_REPLASTN, "--repeat-last-n", C_GEN, "N", "tokens the repeat penalty looks back at; -1: all (default 64)"},
     {O_PRESPEN, "--presence-penalty", C_GEN, "P", "in [-2, 2]; 0: off (default 0)"},
     {O_FREQPEN, "--frequency-penalty", C_GEN, "P", "in [-2, 2]; 0: off (default 0)"},
@@ -168,13 +171,16 @@ static const opt_def options[] = {
     {O_SEED, "-s|--seed", C_SYNTH, "N", "seed of the random weights (default 42)"},
     /* loading and threads */
     {O_THREADS, "-t|--threads", C_LOAD & ~C_BENCH, "N", "CPU threads (default 0: one per core)"},
-    {O_THREADS_LIST, "-t|--threads", C_BENCH, "N[,N...]", "CPU threads; every test runs at each (default 0: one per core)"},
+    {O_THREADS_LIST, "-t|--threads", C_BENCH, "N[,N...]",
+     "CPU threads; every test runs at each (default 0: one per core)"},
     {O_THREADS, "-t|--threads", C_WRITE, "N",
      "quantizing threads (default 0: one per core); -t TYPE, the old\nspelling of --type TYPE, still works"},
     {O_KERNELS, "--kernels", C_LOAD, "NAME",
-     "CPU kernels: auto (default: the best for this CPU), amx, avx512,\navx2, neon, scalar, ref (the scalar reference, one thread)"},
+     "CPU kernels: auto (default: the best for this CPU), amx, avx512,\n"
+     "avx2, neon, scalar, ref (the scalar reference, one thread)"},
     {O_QUANT, "--quant", C_LOAD, "TYPE",
-     "quantize the weights at load as `quantize --type TYPE` would (the same\nbytes, held in memory; a .gguf is requantized)"},
+     "quantize the weights at load as `quantize --type TYPE` would (the same\n"
+     "bytes, held in memory; a .gguf is requantized)"},
     {O_F32ACT, "--f32-act", C_LOAD & ~C_INFO, NULL,
      "quantized weights meet f32 activations (exact, slower; default:\n"
      "activations rounded to 8 bits per block of 32 for integer dot\nproducts, as llama.cpp)"},
@@ -314,7 +320,10 @@ static int parse_list(const char *s, const char *opt, int min, int *v, int *n) {
 }
 
 static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 int cli_unescape(char *s, const char *opt) {
