@@ -40,6 +40,11 @@ typedef enum {
 typedef struct qwenc_model qwenc_model;
 typedef struct qwenc_session qwenc_session;
 
+/* The version of this header, "MAJOR.MINOR.PATCH"; qwenc_version() gives the library's (the same when the
+ * library was built with this header). */
+#define QWENC_VERSION "0.1.0"
+const char *qwenc_version(void);
+
 /* A short name of a status, e.g. "format error". */
 const char *qwenc_status_str(qwenc_status st);
 
@@ -107,7 +112,9 @@ qwenc_gguf_params qwenc_gguf_default_params(void);
 const char *qwenc_gguf_types(void);
 /* Write the model as the GGUF llama.cpp's converter (+ llama-quantize) would write: its architecture,
  * metadata, tensor names, transformations and tensor types; streamed tensor by tensor. The model may have
- * been loaded from a checkpoint directory or from another GGUF (not the file being written). */
+ * been loaded from a checkpoint directory or from another GGUF (not the file being written). The file is
+ * written as PATH.tmp.PID.N beside path and renamed to path once complete: path never holds a partial file,
+ * and on error or cancel the temporary file is removed (so does qwenc_synth_gguf). */
 qwenc_status qwenc_model_save_gguf(const qwenc_model *model, const char *path, const qwenc_gguf_params *params,
                                    char *err, size_t errlen);
 
@@ -225,7 +232,8 @@ typedef enum {
 const char *qwenc_stop_reason_str(qwenc_stop_reason r);
 
 typedef struct {
-    int n_predict;              /* most tokens to generate; -1: until the context is full */
+    int n_predict;              /* most tokens to generate; -1: until the context is full; 0: none (the prompt
+                                 * is fed, nothing is sampled) */
     const int32_t *eos;         /* stop ids (e.g. from qwenc_tokenizer_eos) */
     int n_eos;
     const char *const *stop;    /* stop strings: generation ends before the first occurrence */

@@ -1,6 +1,7 @@
 /*
  * generate.c - the generation loop: feed the prompt, then sample, stream text and feed each token until
- * an end-of-sequence id, a stop string, the token limit or a full context.
+ * an end-of-sequence id, a stop string, the token limit or a full context. The limit is checked before each
+ * token is sampled, so n_predict 0 feeds the prompt and samples nothing.
  *
  * Text goes out through the tokenizer's streaming decoder (whole UTF-8 characters only). Stop strings
  * are matched on the decoded text: text that could still be the beginning of a stop string is held back
@@ -103,7 +104,8 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
     res->n_prompt = n_prompt;
     res->prompt_s = now_s() - t0;
     t0 = now_s();
-    while (!st) {
+    if (!st && gp->n_predict == 0) res->reason = QWENC_STOP_LIMIT; /* the prompt only: nothing is sampled */
+    while (!st && res->reason == QWENC_STOP_NONE) {
         int32_t t = qwenc_sampler_sample(smp, logits);
         qwenc_sampler_accept(smp, t);
         res->unfed = t;
