@@ -7,7 +7,7 @@ EX=$BUILD/examples/simple
 for p in "And it came to pass" "In the beginning"; do
     "$EX" models/tiny-flash "$p" 40 >"$tmp/ex.txt" 2>"$tmp/ex.err"
     rc=$?
-    $QWENC run -m models/tiny-flash -p "$p" -n 40 --temp 0 >"$tmp/run.txt" 2>/dev/null
+    $QWENC run -m models/tiny-flash -p "$p" -n 40 --temp 0 --no-display-prompt >"$tmp/run.txt" 2>/dev/null
     if [ $rc -eq 0 ] && [ -s "$tmp/ex.txt" ] && cmp -s "$tmp/ex.txt" "$tmp/run.txt"; then ok
     else bad "example on \"$p\" (exit $rc): '$(head -c 200 "$tmp/ex.txt")' vs run: '$(head -c 200 "$tmp/run.txt")'"; fi
     grep -q "40 generated" "$tmp/ex.err" && ok || bad "example stats: $(cat "$tmp/ex.err")"
