@@ -43,7 +43,7 @@ const char *qw_arch_name(qw_arch a) { return a < QW_ARCH_COUNT ? arch_names[a] :
  *                                                                                                     2^24, 65536
  *   PLE              n-grams of 3 (the hash keeps at most 8 ids: qw_ple_w.mult, session.ple_last),
  *                    8 heads per n-gram, 2560 = 16 heads x 160 dims, vocabulary base 2e7 (a table of
- *                    320,001,536 rows), divisor 128, conv kernel 4         8, 64, 65536, 2^32, 2^20, 64
+ *                    320,001,536 rows), divisor 128, conv kernel 4         8, 64, 65536, 2^31, 2^20, 64
  * With these bounds every width the forward computes in int (q rows 2 * heads * head_dim, the DeltaNet conv
  * channels, streams x hidden) fits, as the static asserts below check.
  */
@@ -91,7 +91,7 @@ static const qw_hp_limit limits[QW_HP_COUNT] = {
     [QW_HP_PLE_CONV] = {"ple_conv_kernel_size", "ple.conv_kernel", 1, 64},
     [QW_HP_NGRAM_N] = {"ngram_size", "ple.ngram_size", 2, 8},
     [QW_HP_NGRAM_HPN] = {"heads_per_ngram", "ple.heads_per_ngram", 1, 64},
-    [QW_HP_NGRAM_BASE] = {"ngram_vocab_size_base", NULL, 2, (int64_t)1 << 32},
+    [QW_HP_NGRAM_BASE] = {"ngram_vocab_size_base", NULL, 2, (int64_t)1 << 31},
     [QW_HP_NGRAM_DIV] = {"make_ngram_vocab_size_divisible_by", NULL, 1, 1 << 20},
     [QW_HP_SEED] = {"seed", NULL, 0, (int64_t)1 << 53},
 };
@@ -100,9 +100,11 @@ _Static_assert((int64_t)(HP_IDX_MAX + 1) * HP_IDX_MAX <= INT32_MAX, "indexer row
 _Static_assert((int64_t)3 * HP_GDN_MAX * HP_GDN_MAX <= INT32_MAX, "DeltaNet conv channels fit in int");
 _Static_assert((int64_t)HP_HC_MAX * HP_EMBD_MAX <= INT32_MAX, "streams x hidden fit in int");
 
-/* PLE: the hash tables of all PLE layers together (one prime each, found by trial division at load, every
- * layer's after those of the layers before it). Flash-Next: 1 layer x 16. */
-#define HP_PLE_TABLES_MAX 1024
+/* PLE: the primes found at load for the hash tables (blocks/ple.c qw_ple_constants): layer li's heads take the
+ * primes after those of the li layers before it, each layer counting them again, so L layers of nh heads
+ * search nh * L * (L + 1) / 2 primes, a few microseconds each. Flash-Next: 16 (1 layer of 16 heads); 48 PLE
+ * layers of 16 heads would be 18816. */
+#define HP_PLE_PRIMES_MAX 65536
 
 const qw_hp_limit *qw_hp_limit_of(qw_hp_field f) { return (unsigned)f < QW_HP_COUNT ? &limits[f] : NULL; }
 
@@ -119,13 +121,12 @@ qwenc_status qw_hp_check(double v, int64_t lo, int64_t hi, const char *path, con
 }
 
 qwenc_status qw_hparams_check(const qw_hparams *hp, const char *path, int gguf, char *err, size_t errlen) {
-    if (hp->n_ple > 0 && (int64_t)hp->n_ple * hp->ngram_heads > HP_PLE_TABLES_MAX)
+    int64_t primes = (int64_t)hp->ngram_heads * hp->n_ple * (hp->n_ple + 1) / 2;
+    if (hp->n_ple > 0 && !gguf && primes > HP_PLE_PRIMES_MAX)
         return qw_err(err, errlen, QWENC_ERR_FORMAT,
-                      "%s: %d PLE layers (%s) of %d n-gram heads each (%s) make %lld hash tables, expected at most "
-                      "%d",
-                      path, hp->n_ple, gguf ? "ple.layers" : "ple_layer_ids", hp->ngram_heads,
-                      gguf ? "ple.ngram_size, ple.heads_per_ngram" : "(ngram_size - 1) x heads_per_ngram",
-                      (long long)hp->n_ple * hp->ngram_heads, HP_PLE_TABLES_MAX);
+                      "%s: %d PLE layers (ple_layer_ids) of %d n-gram heads ((ngram_size - 1) x heads_per_ngram) "
+                      "need %lld primes for their hash tables, expected at most %d",
+                      path, hp->n_ple, hp->ngram_heads, (long long)primes, HP_PLE_PRIMES_MAX);
     return QWENC_OK;
 }
 
@@ -288,9 +289,12 @@ static void read_rope(cfg_reader *r, qw_hparams *hp) {
         hp->rope_low_freq = (float)cfg_num_in(r, rp, "low_freq_factor", 1.0, 0, HP_ROPE_MAX, 1);
         hp->rope_high_freq = (float)cfg_num_in(r, rp, "high_freq_factor", 4.0, 0, HP_ROPE_MAX, 1);
         const qw_hp_limit *oc = &limits[QW_HP_ROPE_ORIG_CTX];
-        double orig = cfg_num_in(r, rp, oc->config, 8192, (double)oc->lo, (double)oc->hi, 0);
-        if (orig != floor(orig)) cfg_fail(r, QWENC_ERR_FORMAT, oc->config, "expected an integer");
-        hp->rope_orig_ctx = (int)orig;
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(rp, oc->config);
+        double orig = 8192;
+        if (it && !cJSON_IsNull(it) && !cJSON_IsNumber(it)) cfg_fail(r, QWENC_ERR_FORMAT, oc->config, "expected an integer");
+        if (cJSON_IsNumber(it)) orig = it->valuedouble;
+        cfg_range(r, oc->config, orig, oc->lo, oc->hi, NULL);
+        hp->rope_orig_ctx = r->st ? 8192 : (int)orig;
         if (!r->st && hp->rope_high_freq <= hp->rope_low_freq)
             cfg_fail(r, QWENC_ERR_FORMAT, "rope_parameters",
                      "llama3 scaling needs low_freq_factor < high_freq_factor");

@@ -104,9 +104,9 @@ const qw_hp_limit *qw_hp_limit_of(qw_hp_field f);
  * for config.json, "metadata key 'qwen4exp.ple.heads_per_ngram'" for a GGUF. */
 qwenc_status qw_hp_check(double v, int64_t lo, int64_t hi, const char *path, const char *name, const char *note,
                          char *err, size_t errlen);
-/* The checks across fields of a filled qw_hparams that the per-field bounds leave open (totals of the PLE
- * hash); gguf: name the fields as a GGUF's metadata does. Called by both readers before anything is derived
- * from the totals. */
+/* The checks across fields of a filled qw_hparams that the per-field bounds leave open (the primes of the PLE
+ * hash tables, which a GGUF gives rather than asks for); gguf: the fields as a GGUF's metadata names them.
+ * Called by both readers before anything is derived from the totals. */
 qwenc_status qw_hparams_check(const qw_hparams *hp, const char *path, int gguf, char *err, size_t errlen);
 
 /* Parse config.json of directory dir (the path is used in messages). */

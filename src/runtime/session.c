@@ -132,9 +132,8 @@ static qwenc_status reserve_scratch(qwenc_session *s, int n_tok, int pos0, char 
     uint64_t need = step_scratch(s->model, n_tok, pos0);
     if (need > SIZE_MAX || qw_arena_reserve(&s->arena, (size_t)need) != 0)
         return qw_err(err, errlen, QWENC_ERR_NOMEM,
-                      "session: out of memory allocating %llu bytes (%.1f MiB) of scratch for a step of %d tokens at "
-                      "position %d",
-                      (unsigned long long)need, (double)need / 1048576.0, n_tok, pos0);
+                      "session: out of memory allocating %llu bytes of scratch for a step of %d tokens at position %d",
+                      (unsigned long long)need, n_tok, pos0);
     return QWENC_OK;
 }
 
