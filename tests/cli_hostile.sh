@@ -63,7 +63,7 @@ qwen4exp.ple.heads_per_ngram|u32|2147483647|2147483647, expected 1..64
 qwen4exp.attention.indexer.head_count|u32|2147483647|2147483647, expected 1..1024
 qwen4exp.block_count|u32|1000000000|1000000000, expected 1..1024
 qwen4exp.context_length|u32|0|0, expected 1..1073741824
-qwen4exp.expert_count|u64|18446744073709551615|1.84467440737096e+19, expected 0..4096
+qwen4exp.expert_count|u64|18446744073709551615|1.84467440737096e+19, expected 1..4096
 EOF
 else
     bad "quantize F32: $(cat "$tmp/err")"

@@ -348,7 +348,7 @@ static void test_gguf_bounds(const char *base) {
         {"qwen4exp.attention.key_length", "u32", 4096, "'qwen4exp.attention.key_length' is 4096, expected 1..512"},
         {"qwen4exp.ssm.conv_kernel", "u32", 4000000000.0, "'qwen4exp.ssm.conv_kernel' is 4000000000, expected 1..64"},
         {"qwen4exp.ssm.inner_size", "u32", 6 * 2048, "'qwen4exp.ssm.inner_size' is 12288, expected 6..6144"},
-        {"qwen4exp.expert_count", "u32", 100000, "'qwen4exp.expert_count' is 100000, expected 0..4096"},
+        {"qwen4exp.expert_count", "u32", 100000, "'qwen4exp.expert_count' is 100000, expected 1..4096"},
         {"qwen4exp.expert_used_count", "u32", 9, "'qwen4exp.expert_used_count' is 9, expected 1..8"},
         {"qwen4exp.hyper_connection.count", "u32", 1, "'qwen4exp.hyper_connection.count' is 1, expected 2..64"},
         {"qwen4exp.attention.indexer.head_count", "u32", 2147483647,

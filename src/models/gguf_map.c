@@ -312,7 +312,8 @@ static void read_layer_kinds(meta_reader *r, qw_hparams *hp) {
 }
 
 static void read_moe(meta_reader *r, qw_hparams *hp) {
-    hp->n_expert = (int)mr_hp(r, QW_HP_EXPERT, 0, 1);
+    const qw_hp_limit *e = qw_hp_limit_of(QW_HP_EXPERT);
+    hp->n_expert = (int)mr_int_in(r, e->gguf, 0, 1, 1, e->hi); /* (a config.json may say 0: dense qwen3_next) */
     hp->n_expert_used = (int)mr_hp(r, QW_HP_EXPERT_USED, 0, 1);
     hp->n_ff_exp = (int)mr_hp(r, QW_HP_FF_EXP, 0, 1);
     hp->n_ff_shexp = (int)mr_hp(r, QW_HP_FF_SHEXP, 0, 1);
@@ -320,8 +321,6 @@ static void read_moe(meta_reader *r, qw_hparams *hp) {
     hp->norm_topk_prob = hp->arch == QW_ARCH_QWEN35_MOE ? 1 : (int)mr_int_in(r, "expert_weights_norm", 1, 0, 0, 1);
     if (r->st) return;
     char key[128];
-    const qw_hp_limit *e = qw_hp_limit_of(QW_HP_EXPERT);
-    mr_range(r, qw_gguf_key(key, sizeof(key), r->arch, e->gguf), hp->n_expert, 1, e->hi, NULL);
     mr_range(r, qw_gguf_key(key, sizeof(key), r->arch, qw_hp_limit_of(QW_HP_EXPERT_USED)->gguf), hp->n_expert_used, 1,
              hp->n_expert, "1..expert_count");
 }
