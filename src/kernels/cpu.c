@@ -405,20 +405,12 @@ static int64_t decode_chunk(const cpu_backend *b, int64_t n, size_t row_bytes, i
     return QW_MIN(chunk_for(b, n, align), (QW_MAX(per16, min_rows) + align - 1) / align * align);
 }
 
-/* The calling thread's scratch for 8-bit activations: grown, never shrunk, so decoding allocates nothing
- * once the largest matmul has run. (Per thread: a model's table may be used by several threads at once.) */
-static _Thread_local qw_q8a *q8a_buf;
-static _Thread_local int64_t q8a_cap;
-
+/* The calling thread's scratch for 8-bit activations (slot 3 of the kernels' scratch): grown, never shrunk, so
+ * decoding allocates nothing once the largest matmul has run, and freed when the thread ends. (Per thread: a
+ * model's table may be used by several threads at once.) NULL when out of memory. */
 static qw_q8a *q8a_scratch(int64_t n_blocks) {
-    if (n_blocks > q8a_cap) {
-        free(q8a_buf);
-        q8a_cap = 0;
-        q8a_buf = qw_malloc((size_t)(n_blocks + n_blocks / 4), sizeof(qw_q8a));
-        if (!q8a_buf) return scratch_failed();
-        q8a_cap = n_blocks + n_blocks / 4;
-    }
-    return q8a_buf;
+    if (n_blocks <= 0) return NULL;
+    return qw_qtile_scratch(3, (size_t)n_blocks * sizeof(qw_q8a));
 }
 
 /* Blocks of 8-bit activations a matmul needs (0 when it takes f32 activations). */
