@@ -141,6 +141,7 @@ struct qwenc_session {
     size_t state_floats;
     qw_arena arena;          /* per-call scratch */
     struct qw_prof *prof;    /* qwenc_session_profile's timing table, or NULL */
+    int lost;                /* a step failed half-way (out of memory): the state is unusable until a reset */
 };
 
 /* What a forward call hands to the blocks. */
@@ -181,7 +182,8 @@ qwenc_status qw_model_save_gguf_gen(const qwenc_model *m, const char *path, cons
  * converted into memory by --quant (models/load_quant.c). Not thread-safe: one user at a time. */
 typedef struct qw_gguf_plan qw_gguf_plan;
 /* The plan for `type` (a name of qwenc_gguf_types), converting on n_threads threads (0: one per core); gen
- * supplies the rows of tensors without data (NULL when all have data). QWENC_ERR_ARG for an unknown type. */
+ * supplies the rows of tensors without data (NULL when all have data). QWENC_ERR_ARG for an unknown type,
+ * QWENC_ERR_NOMEM when out of memory. */
 qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_threads, qw_row_gen gen, void *gen_user,
                               qw_gguf_plan **out, char *err, size_t errlen);
 void qw_gguf_plan_free(qw_gguf_plan *pl);
@@ -198,8 +200,9 @@ void qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int64_t r0, int64_t n, 
                           void (*fn)(const void *data, size_t bytes, void *user), void *user);
 /* Rows per conversion batch of tensor i (the f32 scratch of a batch is bounded, ~64 MiB). */
 int64_t qw_gguf_plan_batch_rows(const qw_gguf_plan *pl, int i);
-/* Rows [r0, r0+n) of tensor i converted to f32, reordered and quantized into dst (n rows of its type). */
-void qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, void *dst);
+/* Rows [r0, r0+n) of tensor i converted to f32, reordered and quantized into dst (n rows of its type). Fails only
+ * for lack of memory for the conversion's scratch (QWENC_ERR_NOMEM). */
+qwenc_status qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, void *dst, char *err, size_t errlen);
 
 /* ---- quantizing at load (qwenc_model_params.quant; models/load_quant.c, gguf_bind.c) ---- */
 /* Replace the bound weights of m by the tensors of the plan for m->params.quant, converted into one owned
@@ -241,8 +244,11 @@ void qw_bind_mlp(qw_binder *b, int il, qw_ffn_w *w, int64_t n_ff);
 /* Full / gated / QSA attention and Gated DeltaNet weights of layer il. */
 void qw_bind_attn(qw_binder *b, int il, qw_attn_w *w, int qk_norm, int gated, int qsa);
 void qw_bind_gdn(qw_binder *b, int il, qw_gdn_w *w);
-/* Zeroed buffers freed with the model. */
+/* Zeroed buffers freed with the model; NULL when out of memory. */
 void *qw_model_own(qwenc_model *m, size_t bytes);
 float *qw_model_own_f32(qwenc_model *m, int64_t n);
+/* The same for a binder: NULL and b->st set (QWENC_ERR_NOMEM naming the model and `what`) on failure, or NULL
+ * at once after an earlier error. */
+void *qw_bind_own(qw_binder *b, size_t bytes, const char *what);
 
 #endif
