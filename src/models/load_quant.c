@@ -2,7 +2,7 @@
  * load_quant.c - quantizing at load (qwenc_model_params.quant, `qwenc ... --quant TYPE`).
  *
  * The bound model (a checkpoint directory, or a .gguf, which is then requantized) is converted into the tensors
- * `qwenc quantize -t TYPE` would write: gguf_save.c's plan, with llama.cpp's tensor names, the converter's
+ * `qwenc quantize --type TYPE` would write: gguf_save.c's plan, with llama.cpp's tensor names, the converter's
  * transformations, llama-quantize's per-tensor types and qwenc's Q8_0 floor for the fragile tensors
  * (gguf_map.h), and the reference quantizers of tensor/quant.h. The tensors are held in one owned buffer
  * (qw_converted) and the model is bound again from them exactly as from that file (gguf_bind.c). So a model

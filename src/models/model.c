@@ -218,7 +218,7 @@ void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
                 m->ws.n_files == 1 ? "" : "s", m->ws.n_entries, m->prefix);
     if (m->gguf_note[0]) fprintf(f, "note         %s\n", m->gguf_note);
     if (m->conv)
-        fprintf(f, "quantized    at load to %s (the tensors of qwenc quantize -t %s): %d tensors, %.1f MiB\n",
+        fprintf(f, "quantized    at load to %s (the tensors of qwenc quantize --type %s): %d tensors, %.1f MiB\n",
                 m->conv->type, m->conv->type, m->conv->n_tensors, (double)m->conv->n_bytes / 1048576.0);
     fprintf(f, "vocab        %d   hidden %d   layers %d   context %d\n", hp->n_vocab, hp->n_embd, hp->n_layer,
             hp->n_ctx_train);

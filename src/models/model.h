@@ -87,7 +87,7 @@ typedef struct {
     qw_ple_w *ple;            /* qwen4_exp PLE layers, else NULL */
 } qw_layer;
 
-/* Weights converted at load (--quant): the tensors `qwenc quantize -t type` would write, under their GGUF
+/* Weights converted at load (--quant): the tensors `qwenc quantize --type TYPE` would write, under their GGUF
  * names, their data in one owned buffer. The model's views point into it; the source stays mapped (for
  * qwenc info's listing) but its pages are released as each tensor is converted. */
 typedef struct {
