@@ -12,14 +12,7 @@
 #include <string.h>
 
 #include "core/mapfile.h"
-
-static const char *arch_names[QW_ARCH_COUNT] = {
-    [QW_ARCH_LLAMA] = "llama",           [QW_ARCH_QWEN3] = "qwen3",
-    [QW_ARCH_QWEN35] = "qwen3_5",        [QW_ARCH_QWEN35_MOE] = "qwen3_5_moe",
-    [QW_ARCH_QWEN3_NEXT] = "qwen3_next", [QW_ARCH_QWEN4EXP] = "qwen4_exp",
-};
-
-const char *qw_arch_name(qw_arch a) { return a < QW_ARCH_COUNT ? arch_names[a] : "?"; }
+#include "models/arch.h"
 
 /* ---------------------------------------------------------------- bounds of the hyper-parameters */
 
@@ -242,25 +235,6 @@ static int cfg_first_id(cfg_reader *r, const char *key) {
     return (int)it->valuedouble;
 }
 
-static int arch_from_model_type(const char *mt, qw_arch *a) {
-    static const struct {
-        const char *name;
-        qw_arch arch;
-    } map[] = {
-        {"llama", QW_ARCH_LLAMA},           {"qwen3", QW_ARCH_QWEN3},
-        {"qwen3_5", QW_ARCH_QWEN35},        {"qwen3_5_text", QW_ARCH_QWEN35},
-        {"qwen3_5_moe", QW_ARCH_QWEN35_MOE}, {"qwen3_5_moe_text", QW_ARCH_QWEN35_MOE},
-        {"qwen3_next", QW_ARCH_QWEN3_NEXT}, {"qwen4_exp", QW_ARCH_QWEN4EXP},
-        {"qwen4_exp_text", QW_ARCH_QWEN4EXP},
-    };
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-        if (strcmp(mt, map[i].name) == 0) {
-            *a = map[i].arch;
-            return 1;
-        }
-    return 0;
-}
-
 /* Ratios and bases of the RoPE parameters: finite and positive (the largest released: theta 1e7, llama3 factor
  * 8, linear factors up to 32). */
 #define HP_ROPE_MAX 1e18
@@ -312,7 +286,8 @@ static void read_rope(cfg_reader *r, qw_hparams *hp) {
 static void read_layer_types(cfg_reader *r, qw_hparams *hp) {
     const cJSON *lt = cfg_item(r, "layer_types");
     int interval = (int)cfg_hp(r, QW_HP_ATTN_INTERVAL, 4, 0);
-    qw_layer_kind attn = hp->arch == QW_ARCH_QWEN4EXP ? QW_LAYER_QSA : QW_LAYER_ATTN;
+    int qsa = qw_arch_has(hp->arch, QW_AF_QSA);
+    qw_layer_kind attn = qsa ? QW_LAYER_QSA : QW_LAYER_ATTN;
     if (lt) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != hp->n_layer) {
             char msg[96];
@@ -328,7 +303,7 @@ static void read_layer_types(cfg_reader *r, qw_hparams *hp) {
             }
             if (strcmp(s->valuestring, "linear_attention") == 0) {
                 hp->layer_kind[l] = QW_LAYER_GDN;
-            } else if (hp->arch == QW_ARCH_QWEN4EXP || strcmp(s->valuestring, "full_attention") == 0) {
+            } else if (qsa || strcmp(s->valuestring, "full_attention") == 0) {
                 /* qwen4_exp: every non-linear entry is QSA (names differ across upstream revisions) */
                 hp->layer_kind[l] = attn;
             } else {
@@ -350,7 +325,7 @@ static void read_moe(cfg_reader *r, qw_hparams *hp) {
     hp->n_expert_used = (int)cfg_hp(r, QW_HP_EXPERT_USED, 0, 1);
     hp->n_ff_exp = (int)cfg_hp(r, QW_HP_FF_EXP, 0, 1);
     hp->n_ff_shexp = (int)cfg_hp(r, QW_HP_FF_SHEXP, 0, 1);
-    hp->norm_topk_prob = hp->arch == QW_ARCH_QWEN35_MOE ? 1 : cfg_bool(r, "norm_topk_prob", 1);
+    hp->norm_topk_prob = qw_arch_has(hp->arch, QW_AF_TOPK_NORM) ? 1 : cfg_bool(r, "norm_topk_prob", 1);
     if (!r->st && hp->n_expert > 0)
         cfg_range(r, limits[QW_HP_EXPERT_USED].config, hp->n_expert_used, 1, hp->n_expert, "1..num_experts");
 }
@@ -365,11 +340,14 @@ static void read_gdn(cfg_reader *r, qw_hparams *hp) {
         cfg_fail(r, QWENC_ERR_FORMAT, "linear_num_value_heads", "must be a multiple of linear_num_key_heads");
 }
 
-/* qwen4_exp: hyper-connections, PLE, QSA indexer, output gate, and the 5.17 validation rules. */
-static void read_qwen4exp(cfg_reader *r, qw_hparams *hp) {
+/* QW_AF_HC: hyper-connections (qwen4_exp, with the 5.17 validation rules here and below). */
+static void read_hc(cfg_reader *r, qw_hparams *hp) {
     hp->hc_count = (int)cfg_hp(r, QW_HP_HC_COUNT, 4, 0);
     hp->hc_lowrank = (int)cfg_hp(r, QW_HP_HC_LOWRANK, 320, 0);
+}
 
+/* QW_AF_GATE_ACT: the DeltaNet output gate. */
+static void read_gate(cfg_reader *r, qw_hparams *hp) {
     const cJSON *og = cfg_item(r, "output_gate_type");
     const cJSON *act = cfg_item(r, "hidden_act");
     const char *gate = cJSON_IsString(og) ? og->valuestring : cJSON_IsString(act) ? act->valuestring : "silu";
@@ -377,7 +355,10 @@ static void read_qwen4exp(cfg_reader *r, qw_hparams *hp) {
         hp->gdn_gate_sigmoid = 1;
     else if (strcmp(gate, "silu") != 0)
         cfg_fail(r, QWENC_ERR_UNSUPPORTED, "output_gate_type", "must be \"sigmoid\" or \"silu\"");
+}
 
+/* QW_AF_QSA: the QSA indexer. */
+static void read_qsa(cfg_reader *r, qw_hparams *hp) {
     int has_qsa = 0;
     for (int l = 0; l < hp->n_layer; l++) has_qsa |= hp->layer_kind[l] == QW_LAYER_QSA;
     if (has_qsa) {
@@ -395,8 +376,11 @@ static void read_qwen4exp(cfg_reader *r, qw_hparams *hp) {
         else if (hp->n_rot > hp->idx_head_dim)
             cfg_fail(r, QWENC_ERR_FORMAT, "indexer_head_dim", "must be at least the rotary dimension");
     }
-    if (r->st) return;
+}
 
+/* QW_AF_PLE: the PLE layers and the n-gram hash parameters. */
+static void read_ple(cfg_reader *r, qw_hparams *hp) {
+    if (r->st) return;
     const cJSON *ids = cfg_item(r, "ple_layer_ids");
     if (ids && !cJSON_IsArray(ids)) cfg_fail(r, QWENC_ERR_FORMAT, "ple_layer_ids", "expected a list");
     int n = ids && cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : 0;
@@ -481,12 +465,10 @@ qwenc_status qw_hparams_parse(qw_hparams *hp, const char *txt, const char *path,
     if (!cJSON_IsString(mt) && r.text) mt = cJSON_GetObjectItemCaseSensitive(r.text, "model_type");
     if (!cJSON_IsString(mt)) {
         cfg_fail(&r, QWENC_ERR_FORMAT, "model_type", "missing");
-    } else if (!arch_from_model_type(mt->valuestring, &hp->arch)) {
-        char msg[200];
-        snprintf(msg, sizeof(msg),
-                 "unknown model_type \"%.40s\" (supported: qwen4_exp, qwen4_exp_text, qwen3_5, qwen3_5_text, "
-                 "qwen3_5_moe, qwen3_5_moe_text, qwen3_next, qwen3, llama)",
-                 mt->valuestring);
+    } else if (!qw_arch_from_model_type(mt->valuestring, &hp->arch)) {
+        char msg[300], names[200];
+        snprintf(msg, sizeof(msg), "unknown model_type \"%.40s\" (supported: %s)", mt->valuestring,
+                 qw_arch_list(names, sizeof(names), 0));
         cfg_fail(&r, QWENC_ERR_UNSUPPORTED, "model_type", msg);
     } else {
         snprintf(hp->model_type, sizeof(hp->model_type), "%s", mt->valuestring);
@@ -507,11 +489,10 @@ qwenc_status qw_hparams_parse(qw_hparams *hp, const char *txt, const char *path,
     hp->head_dim = (int)cfg_hp(&r, QW_HP_HEAD_DIM, hp->n_embd / hp->n_head, 0);
     hp->norm_eps = (float)cfg_num(&r, "rms_norm_eps", 1e-6, 0, 1, 0);
     hp->n_ctx_train = (int)cfg_hp(&r, QW_HP_CTX, 4096, 0);
-    hp->tie_embd = cfg_bool(&r, "tie_word_embeddings", hp->arch == QW_ARCH_QWEN35 ? 0 : 0);
+    hp->tie_embd = cfg_bool(&r, "tie_word_embeddings", 0);
     hp->eos_id = cfg_first_id(&r, "eos_token_id");
     hp->bos_id = cfg_first_id(&r, "bos_token_id");
-    hp->n_ff = (int)cfg_hp(&r, QW_HP_FF, 0, hp->arch == QW_ARCH_LLAMA || hp->arch == QW_ARCH_QWEN3 ||
-                                               hp->arch == QW_ARCH_QWEN35);
+    hp->n_ff = (int)cfg_hp(&r, QW_HP_FF, 0, qw_arch_has(hp->arch, QW_AF_MLP));
     if (r.st) goto done;
     read_rope(&r, hp);
     if (!r.st && (hp->n_rot <= 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim))
@@ -524,37 +505,29 @@ qwenc_status qw_hparams_parse(qw_hparams *hp, const char *txt, const char *path,
         r.st = qw_err_nomem(err, errlen, path, (size_t)hp->n_layer, sizeof(qw_layer_kind) + 1);
         goto done;
     }
-    switch (hp->arch) {
-    case QW_ARCH_LLAMA:
-    case QW_ARCH_QWEN3:
-        hp->attn_bias = cfg_bool(&r, "attention_bias", 0);
-        hp->mlp_bias = cfg_bool(&r, "mlp_bias", 0);
-        if (hp->arch == QW_ARCH_QWEN3 && cfg_bool(&r, "use_sliding_window", 0))
-            cfg_fail(&r, QWENC_ERR_UNSUPPORTED, "use_sliding_window", "sliding-window attention is not supported");
-        if (hp->n_ff <= 0) cfg_fail(&r, QWENC_ERR_FORMAT, "intermediate_size", "must be positive");
-        break;
-    case QW_ARCH_QWEN35:
+    unsigned af = qw_arch_get(hp->arch)->flags;
+    int bias = cfg_bool(&r, "attention_bias", 0) | cfg_bool(&r, "mlp_bias", 0);
+    if (!r.st && bias)
+        r.st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: attention_bias / mlp_bias are not supported", path);
+    if (cfg_bool(&r, "use_sliding_window", 0))
+        cfg_fail(&r, QWENC_ERR_UNSUPPORTED, "use_sliding_window", "sliding-window attention is not supported");
+    if (af & QW_AF_GDN) {
         read_gdn(&r, hp);
         read_layer_types(&r, hp);
-        if (hp->n_ff <= 0) cfg_fail(&r, QWENC_ERR_FORMAT, "intermediate_size", "must be positive");
-        break;
-    case QW_ARCH_QWEN35_MOE:
-        read_gdn(&r, hp);
-        read_layer_types(&r, hp);
+    }
+    if ((af & QW_AF_MLP) && hp->n_ff <= 0) cfg_fail(&r, QWENC_ERR_FORMAT, "intermediate_size", "must be positive");
+    if (af & QW_AF_MOE) {
         read_moe(&r, hp);
         if (!r.st && hp->n_expert <= 0) cfg_fail(&r, QWENC_ERR_FORMAT, "num_experts", "must be positive");
         memset(hp->layer_moe, 1, (size_t)hp->n_layer);
-        break;
-    case QW_ARCH_QWEN3_NEXT: {
-        read_gdn(&r, hp);
-        read_layer_types(&r, hp);
+    }
+    if (af & QW_AF_MOE_STEP) {
         read_moe(&r, hp);
         int step = (int)cfg_hp(&r, QW_HP_SPARSE_STEP, 1, 0);
         const cJSON *only = cfg_item(&r, "mlp_only_layers");
         if (only && !cJSON_IsArray(only)) cfg_fail(&r, QWENC_ERR_FORMAT, "mlp_only_layers", "expected a list");
-        if (r.st) break;
         int any_dense = 0;
-        for (int l = 0; l < hp->n_layer; l++) {
+        for (int l = 0; l < hp->n_layer && !r.st; l++) {
             int dense = hp->n_expert == 0 || (l + 1) % step != 0;
             for (const cJSON *it = only ? only->child : NULL; it; it = it->next)
                 dense |= cJSON_IsNumber(it) && it->valuedouble == (double)l;
@@ -563,19 +536,11 @@ qwenc_status qw_hparams_parse(qw_hparams *hp, const char *txt, const char *path,
         }
         if (any_dense && hp->n_ff <= 0)
             cfg_fail(&r, QWENC_ERR_FORMAT, "intermediate_size", "dense MLP layers need a positive intermediate_size");
-        break;
     }
-    case QW_ARCH_QWEN4EXP:
-        read_gdn(&r, hp);
-        read_layer_types(&r, hp);
-        read_moe(&r, hp);
-        if (!r.st && hp->n_expert <= 0) cfg_fail(&r, QWENC_ERR_FORMAT, "num_experts", "must be positive");
-        memset(hp->layer_moe, 1, (size_t)hp->n_layer);
-        if (!r.st) read_qwen4exp(&r, hp);
-        break;
-    default:
-        break;
-    }
+    if (!r.st && (af & QW_AF_HC)) read_hc(&r, hp);
+    if (!r.st && (af & QW_AF_GATE_ACT)) read_gate(&r, hp);
+    if (!r.st && (af & QW_AF_QSA)) read_qsa(&r, hp);
+    if (af & QW_AF_PLE) read_ple(&r, hp);
     if (!r.st) r.st = qw_hparams_check(hp, path, 0, err, errlen);
 done:
     st = r.st;

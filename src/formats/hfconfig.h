@@ -10,6 +10,8 @@
 
 #include "core/common.h"
 
+/* The architectures: each has a registry entry (models/arch.c) with its names and properties, which code asks
+ * for (qw_arch_has) rather than comparing architectures. */
 typedef enum {
     QW_ARCH_LLAMA = 0,
     QW_ARCH_QWEN3,
@@ -38,8 +40,6 @@ typedef struct {
     float norm_eps;
     int tie_embd;
     int n_ctx_train;
-    int attn_bias;       /* llama: q/k/v/o biases */
-    int mlp_bias;        /* llama */
 
     /* rope */
     qw_rope_type rope_type;
@@ -114,6 +114,7 @@ qwenc_status qw_hparams_load(qw_hparams *hp, const char *dir, char *err, size_t 
 /* The same from the text of a config.json (path names it in messages). */
 qwenc_status qw_hparams_parse(qw_hparams *hp, const char *json, const char *path, char *err, size_t errlen);
 void qw_hparams_free(qw_hparams *hp);
+/* transformers' name of an architecture (its registry entry, models/arch.c). */
 const char *qw_arch_name(qw_arch a);
 
 #endif

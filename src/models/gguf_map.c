@@ -22,94 +22,94 @@
 #include <math.h>
 #include <string.h>
 
-static const char *const arch_names[QW_ARCH_COUNT] = {
-    [QW_ARCH_LLAMA] = "llama",         [QW_ARCH_QWEN3] = "qwen3",           [QW_ARCH_QWEN35] = "qwen35",
-    [QW_ARCH_QWEN35_MOE] = "qwen35moe", [QW_ARCH_QWEN3_NEXT] = "qwen3next", [QW_ARCH_QWEN4EXP] = "qwen4exp",
-};
-
-const char *qw_gguf_arch_name(qw_arch a) { return a < QW_ARCH_COUNT ? arch_names[a] : "?"; }
-
-int qw_gguf_arch_parse(const char *name, qw_arch *a) {
-    for (int i = 0; i < QW_ARCH_COUNT; i++)
-        if (strcmp(name, arch_names[i]) == 0) {
-            *a = (qw_arch)i;
-            return 1;
-        }
-    return 0;
-}
+const char *qw_gguf_arch_name(qw_arch a) { return (unsigned)a < QW_ARCH_COUNT ? qw_arch_get(a)->gguf : "?"; }
 
 const char *qw_gguf_key(char *buf, size_t n, qw_arch a, const char *suffix) {
     snprintf(buf, n, "%s.%s", qw_gguf_arch_name(a), suffix);
     return buf;
 }
 
+/* The roles: GGUF name, per layer, checkpoint name, transformation, fragile, the converter's transformation in
+ * words. */
 #define ZC "+1 folded in (zero-centred archs); F32"
+#define VH "tiled head order"
 static const qw_gt_info gt_info[QW_GT_COUNT] = {
-    [QW_GT_TOKEN_EMBD] = {"token_embd.weight", 0, "model.embed_tokens.weight", "", 0},
-    [QW_GT_OUTPUT] = {"output.weight", 0, "lm_head.weight", "absent when tied to the embedding", 0},
-    [QW_GT_OUTPUT_NORM] = {"output_norm.weight", 0, "model.norm.weight", ZC, 1},
-    [QW_GT_ROPE_FREQS] = {"rope_freqs.weight", 0, "(llama3 rope_parameters)", "generated: divisor of each frequency; F32", 1},
-    [QW_GT_HC_HEAD_NORM] = {"output_hc_norm.weight", 0, "model.hyper_connection_mixer.hc_norm.weight", ZC, 1},
-    [QW_GT_HC_HEAD_DOWN] = {"output_hc_down.weight", 0, "model.hyper_connection_mixer.input_mix_weight_down.weight", "", 0},
-    [QW_GT_HC_HEAD_UP] = {"output_hc_up.weight", 0, "model.hyper_connection_mixer.input_mix_weight_up.weight", "", 0},
-    [QW_GT_PLE_TABLE] = {"per_layer_token_embd.weight", 0, "ple.ple_embedding.ngram_embedding.shard_{i}.weight",
-                         "shards concatenated in index order (one PLE layer only)", 0},
-    [QW_GT_ATTN_NORM] = {"attn_norm.weight", 1, "input_layernorm.weight", ZC, 1},
-    [QW_GT_FFN_NORM] = {"ffn_norm.weight", 1, "post_attention_layernorm.weight", "llama, qwen3; F32", 1},
-    [QW_GT_POST_ATTN_NORM] = {"post_attention_norm.weight", 1, "post_attention_layernorm.weight", ZC, 1},
-    [QW_GT_ATTN_Q] = {"attn_q.weight", 1, "self_attn.q_proj.weight",
-                      "llama: rows of each head permuted for interleaved RoPE; qwen35/4exp: [q_h | gate_h] per head", 0},
-    [QW_GT_ATTN_K] = {"attn_k.weight", 1, "self_attn.k_proj.weight", "llama: rows of each head permuted", 0},
-    [QW_GT_ATTN_V] = {"attn_v.weight", 1, "self_attn.v_proj.weight", "", 0},
-    [QW_GT_ATTN_OUT] = {"attn_output.weight", 1, "self_attn.o_proj.weight", "", 0},
-    [QW_GT_ATTN_Q_NORM] = {"attn_q_norm.weight", 1, "self_attn.q_norm.weight", ZC, 1},
-    [QW_GT_ATTN_K_NORM] = {"attn_k_norm.weight", 1, "self_attn.k_norm.weight", ZC, 1},
-    [QW_GT_INDEXER_Q] = {"indexer.q_proj.weight", 1, "self_attn.indexer.index_qk_proj.weight",
-                         "rows [0, n_idx_head*ihd): the queries", 0},
-    [QW_GT_INDEXER_K] = {"indexer.k_proj.weight", 1, "self_attn.indexer.index_qk_proj.weight",
-                         "the last ihd rows: the key", 0},
-    [QW_GT_INDEXER_Q_NORM] = {"indexer.q_norm.weight", 1, "self_attn.indexer.q_layernorm.weight", ZC, 1},
-    [QW_GT_INDEXER_K_NORM] = {"indexer.k_norm.weight", 1, "self_attn.indexer.k_layernorm.weight", ZC, 1},
-    [QW_GT_SSM_QKV] = {"attn_qkv.weight", 1, "linear_attn.in_proj_qkv.weight",
-                       "value rows in tiled head order; qwen3next: q, k, v rows of in_proj_qkvz", 0},
-    [QW_GT_SSM_GATE] = {"attn_gate.weight", 1, "linear_attn.in_proj_z.weight",
-                        "rows in tiled head order; qwen3next: z rows of in_proj_qkvz", 0},
-    [QW_GT_SSM_BETA] = {"ssm_beta.weight", 1, "linear_attn.in_proj_b.weight", "rows in tiled head order", 1},
-    [QW_GT_SSM_ALPHA] = {"ssm_alpha.weight", 1, "linear_attn.in_proj_a.weight", "rows in tiled head order", 1},
-    [QW_GT_SSM_BA] = {"ssm_ba.weight", 1, "linear_attn.in_proj_ba.weight", "qwen3next: copied (grouped by key head)", 1},
-    [QW_GT_SSM_CONV] = {"ssm_conv1d.weight", 1, "linear_attn.conv1d.weight",
-                        "[ch, 1, K] squeezed to [ch, K]; value channels in tiled head order; F32", 1},
-    [QW_GT_SSM_DT] = {"ssm_dt.bias", 1, "linear_attn.dt_bias", "tiled head order; F32", 1},
-    [QW_GT_SSM_A] = {"ssm_a", 1, "linear_attn.A_log", "stored as -exp(A_log); tiled head order; F32", 1},
-    [QW_GT_SSM_NORM] = {"ssm_norm.weight", 1, "linear_attn.norm.weight", "plain weight (no +1); F32", 1},
-    [QW_GT_SSM_OUT] = {"ssm_out.weight", 1, "linear_attn.out_proj.weight", "columns in tiled head order", 0},
-    [QW_GT_FFN_GATE] = {"ffn_gate.weight", 1, "mlp.gate_proj.weight", "", 0},
-    [QW_GT_FFN_UP] = {"ffn_up.weight", 1, "mlp.up_proj.weight", "", 0},
-    [QW_GT_FFN_DOWN] = {"ffn_down.weight", 1, "mlp.down_proj.weight", "", 0},
-    [QW_GT_FFN_GATE_INP] = {"ffn_gate_inp.weight", 1, "mlp.gate.weight", "router; F32", 1},
-    [QW_GT_FFN_GATE_EXPS] = {"ffn_gate_exps.weight", 1, "mlp.experts.{e}.gate_proj.weight",
-                             "stacked to [E, I, H] (or the first half of fused gate_up_proj)", 0},
-    [QW_GT_FFN_UP_EXPS] = {"ffn_up_exps.weight", 1, "mlp.experts.{e}.up_proj.weight",
-                           "stacked to [E, I, H] (or the second half of gate_up_proj)", 0},
-    [QW_GT_FFN_DOWN_EXPS] = {"ffn_down_exps.weight", 1, "mlp.experts.{e}.down_proj.weight", "stacked to [E, H, I]", 0},
-    [QW_GT_FFN_GATE_SHEXP] = {"ffn_gate_shexp.weight", 1, "mlp.shared_expert.gate_proj.weight", "", 0},
-    [QW_GT_FFN_UP_SHEXP] = {"ffn_up_shexp.weight", 1, "mlp.shared_expert.up_proj.weight", "", 0},
-    [QW_GT_FFN_DOWN_SHEXP] = {"ffn_down_shexp.weight", 1, "mlp.shared_expert.down_proj.weight", "", 0},
-    [QW_GT_FFN_GATE_INP_SHEXP] = {"ffn_gate_inp_shexp.weight", 1, "mlp.shared_expert_gate.weight", "[1, H]; F32", 1},
-    [QW_GT_HC_ATTN_NORM] = {"hc_attn_norm.weight", 1, "attn_hyper_connection.hc_norm.weight", ZC, 1},
-    [QW_GT_HC_ATTN_DOWN] = {"hc_attn_down.weight", 1, "attn_hyper_connection.input_mix_weight_down.weight", "", 0},
-    [QW_GT_HC_ATTN_UP] = {"hc_attn_up.weight", 1, "attn_hyper_connection.input_mix_weight_up.weight", "", 0},
-    [QW_GT_HC_ATTN_INJECT] = {"hc_attn_inject.weight", 1, "attn_hyper_connection.block_inject_weight.weight", "", 1},
-    [QW_GT_HC_FFN_NORM] = {"hc_ffn_norm.weight", 1, "mlp_hyper_connection.hc_norm.weight", ZC, 1},
-    [QW_GT_HC_FFN_DOWN] = {"hc_ffn_down.weight", 1, "mlp_hyper_connection.input_mix_weight_down.weight", "", 0},
-    [QW_GT_HC_FFN_UP] = {"hc_ffn_up.weight", 1, "mlp_hyper_connection.input_mix_weight_up.weight", "", 0},
-    [QW_GT_HC_FFN_INJECT] = {"hc_ffn_inject.weight", 1, "mlp_hyper_connection.block_inject_weight.weight", "", 1},
-    [QW_GT_PLE_KEY] = {"ple_key.weight", 1, "ple.key_proj.weight", "", 0},
-    [QW_GT_PLE_VALUE] = {"ple_value.weight", 1, "ple.value_proj.weight", "", 0},
-    [QW_GT_PLE_NORM_KEY] = {"ple_norm_key.weight", 1, "ple.norm_key.weight", ZC, 1},
-    [QW_GT_PLE_NORM_QUERY] = {"ple_norm_query.weight", 1, "ple.norm_query.weight", ZC, 1},
-    [QW_GT_PLE_NORM_CONV] = {"ple_norm_conv.weight", 1, "ple.norm_conv.weight", ZC, 1},
-    [QW_GT_PLE_CONV] = {"ple_conv1d.weight", 1, "ple.conv1d.weight", "[C*H, 1, k] squeezed to [C*H, k]", 1},
+    [QW_GT_TOKEN_EMBD] = {"token_embd.weight", 0, "~embed_tokens.weight", 0, 0, ""},
+    [QW_GT_OUTPUT] = {"output.weight", 0, "lm_head.weight", 0, 0, "absent when tied to the embedding"},
+    [QW_GT_OUTPUT_NORM] = {"output_norm.weight", 0, "~norm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_ROPE_FREQS] = {"rope_freqs.weight", 0, NULL, 0, 1,
+                          "generated from llama3 rope_parameters: the divisor of each frequency; F32"},
+    [QW_GT_HC_HEAD_NORM] = {"output_hc_norm.weight", 0, "~hyper_connection_mixer.hc_norm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_HC_HEAD_DOWN] = {"output_hc_down.weight", 0, "~hyper_connection_mixer.input_mix_weight_down.weight", 0, 0,
+                            ""},
+    [QW_GT_HC_HEAD_UP] = {"output_hc_up.weight", 0, "~hyper_connection_mixer.input_mix_weight_up.weight", 0, 0, ""},
+    [QW_GT_PLE_TABLE] = {"per_layer_token_embd.weight", 0, NULL, 0, 0,
+                         "ple.ple_embedding.ngram_embedding.weight or its shards shard_{i}, concatenated in index "
+                         "order (the first PLE layer; blk.<il>.ple_token_embd.weight for the others)"},
+    [QW_GT_ATTN_NORM] = {"attn_norm.weight", 1, "input_layernorm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_FFN_NORM] = {"ffn_norm.weight", 1, "post_attention_layernorm.weight", QW_XF_NORM, 1, "llama, qwen3; F32"},
+    [QW_GT_POST_ATTN_NORM] = {"post_attention_norm.weight", 1, "post_attention_layernorm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_ATTN_Q] = {"attn_q.weight", 1, "self_attn.q_proj.weight", QW_XF_ROPE, 0,
+                      "llama: rows of each head permuted for interleaved RoPE; qwen35/4exp: [q_h | gate_h] per head"},
+    [QW_GT_ATTN_K] = {"attn_k.weight", 1, "self_attn.k_proj.weight", QW_XF_ROPE, 0,
+                      "llama: rows of each head permuted"},
+    [QW_GT_ATTN_V] = {"attn_v.weight", 1, "self_attn.v_proj.weight", 0, 0, ""},
+    [QW_GT_ATTN_OUT] = {"attn_output.weight", 1, "self_attn.o_proj.weight", 0, 0, ""},
+    [QW_GT_ATTN_Q_NORM] = {"attn_q_norm.weight", 1, "self_attn.q_norm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_ATTN_K_NORM] = {"attn_k_norm.weight", 1, "self_attn.k_norm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_INDEXER_Q] = {"indexer.q_proj.weight", 1, NULL, 0, 0,
+                         "self_attn.indexer.index_qk_proj.weight rows [0, n_idx_head*ihd): the queries"},
+    [QW_GT_INDEXER_K] = {"indexer.k_proj.weight", 1, NULL, 0, 0,
+                         "self_attn.indexer.index_qk_proj.weight, the last ihd rows: the key"},
+    [QW_GT_INDEXER_Q_NORM] = {"indexer.q_norm.weight", 1, "self_attn.indexer.q_layernorm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_INDEXER_K_NORM] = {"indexer.k_norm.weight", 1, "self_attn.indexer.k_layernorm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_SSM_QKV] = {"attn_qkv.weight", 1, "linear_attn.in_proj_qkv.weight", QW_XF_VROWS, 0,
+                       "value rows in " VH "; qwen3next: q, k, v rows of in_proj_qkvz"},
+    [QW_GT_SSM_GATE] = {"attn_gate.weight", 1, "linear_attn.in_proj_z.weight", QW_XF_VROWS, 0,
+                        "rows in " VH "; qwen3next: z rows of in_proj_qkvz"},
+    [QW_GT_SSM_BETA] = {"ssm_beta.weight", 1, "linear_attn.in_proj_b.weight", QW_XF_VHEADS, 1, "rows in " VH},
+    [QW_GT_SSM_ALPHA] = {"ssm_alpha.weight", 1, "linear_attn.in_proj_a.weight", QW_XF_VHEADS, 1, "rows in " VH},
+    [QW_GT_SSM_BA] = {"ssm_ba.weight", 1, "linear_attn.in_proj_ba.weight", 0, 1,
+                      "qwen3next: copied (grouped by key head)"},
+    [QW_GT_SSM_CONV] = {"ssm_conv1d.weight", 1, "linear_attn.conv1d.weight", QW_XF_VROWS, 1,
+                        "[ch, 1, K] squeezed to [ch, K]; value channels in " VH "; F32"},
+    [QW_GT_SSM_DT] = {"ssm_dt.bias", 1, "linear_attn.dt_bias", QW_XF_VHEADS, 1, VH "; F32"},
+    [QW_GT_SSM_A] = {"ssm_a", 1, "linear_attn.A_log", QW_XF_NEG_EXP | QW_XF_VHEADS, 1,
+                     "stored as -exp(A_log); " VH "; F32"},
+    [QW_GT_SSM_NORM] = {"ssm_norm.weight", 1, "linear_attn.norm.weight", 0, 1, "plain weight (no +1); F32"},
+    [QW_GT_SSM_OUT] = {"ssm_out.weight", 1, "linear_attn.out_proj.weight", QW_XF_VCOLS, 0, "columns in " VH},
+    [QW_GT_FFN_GATE] = {"ffn_gate.weight", 1, "mlp.gate_proj.weight", 0, 0, ""},
+    [QW_GT_FFN_UP] = {"ffn_up.weight", 1, "mlp.up_proj.weight", 0, 0, ""},
+    [QW_GT_FFN_DOWN] = {"ffn_down.weight", 1, "mlp.down_proj.weight", 0, 0, ""},
+    [QW_GT_FFN_GATE_INP] = {"ffn_gate_inp.weight", 1, "mlp.gate.weight", 0, 1, "router; F32"},
+    [QW_GT_FFN_GATE_EXPS] = {"ffn_gate_exps.weight", 1, NULL, 0, 0,
+                             "mlp.experts.{e}.gate_proj.weight stacked to [E, I, H], or the first half of each "
+                             "expert's rows of mlp.experts.gate_up_proj"},
+    [QW_GT_FFN_UP_EXPS] = {"ffn_up_exps.weight", 1, NULL, 0, 0,
+                           "mlp.experts.{e}.up_proj.weight stacked to [E, I, H], or the second half of "
+                           "mlp.experts.gate_up_proj"},
+    [QW_GT_FFN_DOWN_EXPS] = {"ffn_down_exps.weight", 1, NULL, 0, 0,
+                             "mlp.experts.{e}.down_proj.weight stacked to [E, H, I], or mlp.experts.down_proj"},
+    [QW_GT_FFN_GATE_SHEXP] = {"ffn_gate_shexp.weight", 1, "mlp.shared_expert.gate_proj.weight", 0, 0, ""},
+    [QW_GT_FFN_UP_SHEXP] = {"ffn_up_shexp.weight", 1, "mlp.shared_expert.up_proj.weight", 0, 0, ""},
+    [QW_GT_FFN_DOWN_SHEXP] = {"ffn_down_shexp.weight", 1, "mlp.shared_expert.down_proj.weight", 0, 0, ""},
+    [QW_GT_FFN_GATE_INP_SHEXP] = {"ffn_gate_inp_shexp.weight", 1, "mlp.shared_expert_gate.weight", 0, 1, "[1, H]; F32"},
+    [QW_GT_HC_ATTN_NORM] = {"hc_attn_norm.weight", 1, "attn_hyper_connection.hc_norm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_HC_ATTN_DOWN] = {"hc_attn_down.weight", 1, "attn_hyper_connection.input_mix_weight_down.weight", 0, 0,
+                            ""},
+    [QW_GT_HC_ATTN_UP] = {"hc_attn_up.weight", 1, "attn_hyper_connection.input_mix_weight_up.weight", 0, 0, ""},
+    [QW_GT_HC_ATTN_INJECT] = {"hc_attn_inject.weight", 1, "attn_hyper_connection.block_inject_weight.weight", 0, 1,
+                              ""},
+    [QW_GT_HC_FFN_NORM] = {"hc_ffn_norm.weight", 1, "mlp_hyper_connection.hc_norm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_HC_FFN_DOWN] = {"hc_ffn_down.weight", 1, "mlp_hyper_connection.input_mix_weight_down.weight", 0, 0, ""},
+    [QW_GT_HC_FFN_UP] = {"hc_ffn_up.weight", 1, "mlp_hyper_connection.input_mix_weight_up.weight", 0, 0, ""},
+    [QW_GT_HC_FFN_INJECT] = {"hc_ffn_inject.weight", 1, "mlp_hyper_connection.block_inject_weight.weight", 0, 1, ""},
+    [QW_GT_PLE_KEY] = {"ple_key.weight", 1, "ple.key_proj.weight", 0, 0, ""},
+    [QW_GT_PLE_VALUE] = {"ple_value.weight", 1, "ple.value_proj.weight", 0, 0, ""},
+    [QW_GT_PLE_NORM_KEY] = {"ple_norm_key.weight", 1, "ple.norm_key.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_PLE_NORM_QUERY] = {"ple_norm_query.weight", 1, "ple.norm_query.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_PLE_NORM_CONV] = {"ple_norm_conv.weight", 1, "ple.norm_conv.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_PLE_CONV] = {"ple_conv1d.weight", 1, "ple.conv1d.weight", 0, 1, "[C*H, 1, k] squeezed to [C*H, k]"},
 };
 
 const qw_gt_info *qw_gt_info_of(qw_gt t) {
@@ -126,13 +126,10 @@ const char *qw_gt_name(char *buf, size_t n, qw_gt t, int il) {
     return buf;
 }
 
-int qw_gguf_norm_plus_one(qw_arch a) {
-    return a == QW_ARCH_QWEN35 || a == QW_ARCH_QWEN35_MOE || a == QW_ARCH_QWEN3_NEXT || a == QW_ARCH_QWEN4EXP;
-}
-
-int qw_gguf_v_tiled(const qw_hparams *hp) {
-    return (hp->arch == QW_ARCH_QWEN35 || hp->arch == QW_ARCH_QWEN35_MOE || hp->arch == QW_ARCH_QWEN4EXP) &&
-           hp->gdn_hv != hp->gdn_hk;
+const char *qw_gguf_ple_table_name(char *buf, size_t n, int li, int il) {
+    if (li == 0) return qw_gt_name(buf, n, QW_GT_PLE_TABLE, il);
+    snprintf(buf, n, "blk.%d.ple_token_embd.weight", il);
+    return buf;
 }
 
 /* ------------------------------------------------------------------ hyper-parameters */
@@ -294,7 +291,7 @@ static void read_gdn(meta_reader *r, qw_hparams *hp) {
 }
 
 static void read_layer_kinds(meta_reader *r, qw_hparams *hp) {
-    qw_layer_kind attn = hp->arch == QW_ARCH_QWEN4EXP ? QW_LAYER_QSA : QW_LAYER_ATTN;
+    qw_layer_kind attn = qw_arch_has(hp->arch, QW_AF_QSA) ? QW_LAYER_QSA : QW_LAYER_ATTN;
     char key[128];
     const qw_gguf_kv *rec = mr_find(r, "attention.recurrent_layers", key, sizeof(key));
     if (rec) {
@@ -318,22 +315,32 @@ static void read_moe(meta_reader *r, qw_hparams *hp) {
     hp->n_ff_exp = (int)mr_hp(r, QW_HP_FF_EXP, 0, 1);
     hp->n_ff_shexp = (int)mr_hp(r, QW_HP_FF_SHEXP, 0, 1);
     /* llama.cpp always renormalises the top-k weights of these architectures */
-    hp->norm_topk_prob = hp->arch == QW_ARCH_QWEN35_MOE ? 1 : (int)mr_int_in(r, "expert_weights_norm", 1, 0, 0, 1);
+    hp->norm_topk_prob =
+        qw_arch_has(hp->arch, QW_AF_TOPK_NORM) ? 1 : (int)mr_int_in(r, "expert_weights_norm", 1, 0, 0, 1);
     if (r->st) return;
     char key[128];
     mr_range(r, qw_gguf_key(key, sizeof(key), r->arch, qw_hp_limit_of(QW_HP_EXPERT_USED)->gguf), hp->n_expert_used, 1,
              hp->n_expert, "1..expert_count");
 }
 
-static void read_qwen4exp(meta_reader *r, qw_hparams *hp, char *note, size_t notelen) {
+/* QW_AF_HC */
+static void read_hc(meta_reader *r, qw_hparams *hp) {
     hp->hc_count = (int)mr_hp(r, QW_HP_HC_COUNT, 0, 1);
     hp->hc_lowrank = (int)mr_hp(r, QW_HP_HC_LOWRANK, 0, 1);
+}
+
+/* QW_AF_GATE_ACT: qwenc's ssm.gate_activation */
+static void read_gate(meta_reader *r, qw_hparams *hp) {
     char key[128];
     const qw_gguf_kv *gate = mr_find(r, "ssm.gate_activation", key, sizeof(key));
     hp->gdn_gate_sigmoid = 1; /* llama.cpp's qwen4exp always gates with sigmoid */
     if (gate && gate->type == QW_GGUF_STRING && strcmp(gate->str, "silu") == 0) hp->gdn_gate_sigmoid = 0;
-    if (r->st) return;
+}
 
+/* QW_AF_QSA: the indexer and the compress ratio */
+static void read_qsa(meta_reader *r, qw_hparams *hp, char *note, size_t notelen) {
+    if (r->st) return;
+    char key[128];
     int has_qsa = 0;
     for (int l = 0; l < hp->n_layer; l++) has_qsa |= hp->layer_kind[l] == QW_LAYER_QSA;
     if (has_qsa) {
@@ -374,7 +381,11 @@ static void read_qwen4exp(meta_reader *r, qw_hparams *hp, char *note, size_t not
                     "attention.indexer.top_k must be a multiple of the compress ratio and attention.indexer.key_length "
                     "at least rope.dimension_count");
     }
+}
 
+/* QW_AF_PLE: the PLE layers and their geometry (the hash constants are read with the tables, gguf_bind.c) */
+static void read_ple(meta_reader *r, qw_hparams *hp) {
+    char key[128];
     const qw_gguf_kv *ple = mr_find(r, "ple.layers", key, sizeof(key));
     if (!ple || r->st) return;
     if (ple->type != QW_GGUF_ARRAY || ple->arr_type == QW_GGUF_STRING || ple->arr_type == QW_GGUF_ARRAY ||
@@ -431,11 +442,11 @@ qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *
     const char *an = NULL;
     qwenc_status st = qw_gguf_get_str(g, "general.architecture", &an, err, errlen);
     if (st) return st;
-    if (!qw_gguf_arch_parse(an, &hp->arch))
-        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
-                      "%s: general.architecture \"%.40s\" is not one qwenc runs (llama, qwen3, qwen35, qwen35moe, "
-                      "qwen3next, qwen4exp)",
-                      path, an);
+    if (!qw_arch_from_gguf(an, &hp->arch)) {
+        char names[160];
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: general.architecture \"%.40s\" is not one qwenc runs (%s)",
+                      path, an, qw_arch_list(names, sizeof(names), 1));
+    }
     snprintf(hp->model_type, sizeof(hp->model_type), "%s", an);
     meta_reader r = {.g = g, .arch = hp->arch, .path = path, .err = err, .errlen = errlen};
 
@@ -507,8 +518,7 @@ qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *
     hp->tie_embd = qw_gguf_find(g, "output.weight") == NULL;
     hp->eos_id = opt_token_id(&r, "tokenizer.ggml.eos_token_id");
     hp->bos_id = opt_token_id(&r, "tokenizer.ggml.bos_token_id");
-    hp->n_ff = (int)mr_hp(&r, QW_HP_FF, 0,
-                          hp->arch == QW_ARCH_LLAMA || hp->arch == QW_ARCH_QWEN3 || hp->arch == QW_ARCH_QWEN35);
+    hp->n_ff = (int)mr_hp(&r, QW_HP_FF, 0, qw_arch_has(hp->arch, QW_AF_MLP));
     if (r.st) goto done;
 
     hp->layer_kind = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer_kind));
@@ -517,36 +527,27 @@ qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *
         r.st = qw_err_nomem(err, errlen, path, (size_t)hp->n_layer, sizeof(qw_layer_kind) + 1);
         goto done;
     }
-    switch (hp->arch) {
-    case QW_ARCH_LLAMA:
-    case QW_ARCH_QWEN3:
-        if (hp->n_ff <= 0) mr_fail(&r, QWENC_ERR_FORMAT, "feed_forward_length must be positive");
-        break;
-    case QW_ARCH_QWEN35:
+    unsigned af = qw_arch_get(hp->arch)->flags;
+    if (af & QW_AF_GDN) {
         read_gdn(&r, hp);
         read_layer_kinds(&r, hp);
-        if (!r.st && hp->n_ff <= 0) mr_fail(&r, QWENC_ERR_FORMAT, "feed_forward_length must be positive");
-        break;
-    case QW_ARCH_QWEN35_MOE:
-    case QW_ARCH_QWEN3_NEXT:
-    case QW_ARCH_QWEN4EXP:
-        read_gdn(&r, hp);
-        read_layer_kinds(&r, hp);
+    }
+    if ((af & QW_AF_MLP) && hp->n_ff <= 0) mr_fail(&r, QWENC_ERR_FORMAT, "feed_forward_length must be positive");
+    if (af & (QW_AF_MOE | QW_AF_MOE_STEP)) {
         read_moe(&r, hp);
-        if (r.st) break;
-        for (int l = 0; l < hp->n_layer; l++) {
+        for (int l = 0; l < hp->n_layer && !r.st; l++) {
             char name[64];
             snprintf(name, sizeof(name), "blk.%d.ffn_gate_inp.weight", l);
             /* qwen3next's dense (mlp_only) layers: qwenc writes ffn_{gate,up,down} for them */
-            hp->layer_moe[l] = hp->arch != QW_ARCH_QWEN3_NEXT || qw_gguf_find(g, name) != NULL;
+            hp->layer_moe[l] = !(af & QW_AF_MOE_STEP) || qw_gguf_find(g, name) != NULL;
             if (!hp->layer_moe[l] && hp->n_ff <= 0)
                 mr_fail(&r, QWENC_ERR_FORMAT, "a dense layer needs feed_forward_length");
         }
-        if (hp->arch == QW_ARCH_QWEN4EXP) read_qwen4exp(&r, hp, note, notelen);
-        break;
-    default:
-        break;
     }
+    if (af & QW_AF_HC) read_hc(&r, hp);
+    if (af & QW_AF_GATE_ACT) read_gate(&r, hp);
+    if (af & QW_AF_QSA) read_qsa(&r, hp, note, notelen);
+    if (af & QW_AF_PLE) read_ple(&r, hp);
     if (!r.st) r.st = qw_hparams_check(hp, path, 1, err, errlen);
 done:
     if (r.st) qw_hparams_free(hp);

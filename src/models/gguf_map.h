@@ -1,7 +1,8 @@
 /*
- * gguf_map.h - how qwenc's models sit in llama.cpp's GGUF files: architecture names, metadata keys, tensor
- * names, the transformations llama.cpp's converter applies, and the per-tensor type policy of
- * `qwenc quantize` (llama-quantize's choices plus qwenc's floor for fragile tensors).
+ * gguf_map.h - how qwenc's models sit in llama.cpp's GGUF files: metadata keys, the tensor roles (their GGUF and
+ * checkpoint names and the transformations llama.cpp's converter applies), and the per-tensor type policy of
+ * `qwenc quantize` (llama-quantize's choices plus qwenc's floor for fragile tensors). The architectures' own
+ * properties (names, layouts) are their registry entries (models/arch.h).
  *
  * Upstream definitions followed (node-llama-cpp 3.22.1's llama.cpp): convert_hf_to_gguf.py with
  * conversion/{base,llama,qwen,qwen4exp}.py, gguf-py/gguf/{constants,tensor_mapping,gguf_writer}.py for
@@ -11,17 +12,16 @@
  *
  * Layout conventions: qwenc's structs hold the Hugging Face layout unless a flag says otherwise
  * (qw_gdn_w.v_tiled, qw_attn_w.rope_interleaved); loading a GGUF binds views with those flags set, and
- * writing one applies the converter's transformation only where the source is in the HF layout.
+ * writing one applies the converter's transformation only where the source is in the HF layout (bind.h).
  */
 #ifndef QW_GGUF_MAP_H
 #define QW_GGUF_MAP_H
 
 #include "formats/gguf.h"
-#include "formats/hfconfig.h"
+#include "models/arch.h"
 
-/* llama.cpp's architecture name ("qwen4exp", "qwen35moe", ...) of a qwenc architecture, and back. */
+/* llama.cpp's architecture name ("qwen4exp", "qwen35moe", ...) of a qwenc architecture (models/arch.c). */
 const char *qw_gguf_arch_name(qw_arch a);
-int qw_gguf_arch_parse(const char *name, qw_arch *a); /* 1 if known */
 
 /* A metadata key of the architecture: "<arch>.<suffix>", e.g. qw_gguf_key(b, QW_ARCH_QWEN35, "ssm.conv_kernel"). */
 const char *qw_gguf_key(char *buf, size_t n, qw_arch a, const char *suffix);
@@ -89,27 +89,39 @@ typedef enum {
     QW_GT_COUNT
 } qw_gt;
 
+/* How a role's tensor differs between the bound model (the Hugging Face layout) and a GGUF (qw_gt_info.xf). */
+enum {
+    QW_XF_NORM = 1,    /* an RMSNorm weight w: 1 + w in the file of a QW_AF_NORM_PLUS_ONE architecture; F32 */
+    QW_XF_NEG_EXP = 2, /* A_log in a checkpoint; bound and in the file as -exp(A_log) */
+    QW_XF_ROPE = 4,    /* the rows of each head in interleaved RoPE order (QW_AF_ROPE_INTERLEAVED): HF row i of
+                        * a head of hd rows (rotate-half order) at row qw_gguf_rope_row(i, hd) */
+    QW_XF_VHEADS = 8,  /* one row per DeltaNet value head, in tiled order (QW_AF_V_TILED) */
+    QW_XF_VROWS = 16,  /* the last hv * dv rows are the value heads' (dv each), in tiled order */
+    QW_XF_VCOLS = 32,  /* columns, dv per value head, in tiled order */
+};
+
 typedef struct {
     const char *gguf; /* name after "blk.<il>." for layer roles, the whole name otherwise */
     int per_layer;
-    const char *hf;   /* the Hugging Face tensor(s) it comes from, after "model.layers.<il>." */
-    const char *how;  /* the converter's transformation ("" when it copies the tensor) */
+    const char *hf;   /* the checkpoint's tensor: after "<prefix>layers.<il>." for layer roles, else after the
+                       * prefix ("model." or "model.language_model.") where it starts with '~', else whole;
+                       * NULL where the role is not one tensor of the checkpoint (its io's function says) */
+    unsigned xf;      /* QW_XF_* */
     int fragile;      /* never stored below Q8_0 by qwenc quantize */
+    const char *how;  /* the converter's transformation, in words ("" when it copies the tensor) */
 } qw_gt_info;
 
 const qw_gt_info *qw_gt_info_of(qw_gt t);
 /* The GGUF name of role t at layer il (il ignored for model-wide roles), written into buf. */
 const char *qw_gt_name(char *buf, size_t n, qw_gt t, int il);
 
-/* 1 when the file stores zero-centred RMSNorm weights w as 1 + w (qwen35, qwen35moe, qwen3next, qwen4exp;
- * every norm but the DeltaNet gated norm). */
-int qw_gguf_norm_plus_one(qw_arch a);
-/* 1 when the converter stores the DeltaNet value heads in tiled order (qwen35, qwen35moe, qwen4exp with
- * more value heads than key heads): value head j = g*r + i of key head g (HF, grouped) sits at i*hk + g. */
-int qw_gguf_v_tiled(const qw_hparams *hp);
+/* The n-gram table of the li-th PLE layer (layer il): llama.cpp's per_layer_token_embd.weight for the first,
+ * qwenc's blk.<il>.ple_token_embd.weight for the others (llama.cpp reads one PLE layer). */
+const char *qw_gguf_ple_table_name(char *buf, size_t n, int li, int il);
+
+/* Value head j = g*r + i of key head g (HF, grouped) sits at i*hk + g in tiled order. */
 static inline int qw_gguf_vhead_tiled(int j, int hk, int r) { return (j % r) * hk + j / r; }
-/* llama: q_proj / k_proj rows are permuted per head for llama.cpp's interleaved RoPE; HF row i of a head
- * of hd rows (rotate-half order) is stored at row qw_gguf_rope_row(i, hd). */
+/* llama: HF row i of a head of hd rows is stored at row qw_gguf_rope_row(i, hd). */
 static inline int qw_gguf_rope_row(int i, int hd) { return i < hd / 2 ? 2 * i : 2 * (i - hd / 2) + 1; }
 
 /* ---- hyper-parameters from metadata (gguf_map.c) ---- */

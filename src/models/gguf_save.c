@@ -3,13 +3,15 @@
  * the block types) would write: the same architecture, metadata keys, tensor names, transformations and
  * tensor types (gguf_map.h), streamed one tensor at a time.
  *
- * The source is the bound model (model.h), so a checkpoint directory and a .gguf are written the same way.
- * Each output tensor is described by where its rows come from: views stacked along rows (experts, n-gram
- * table shards), an optional row map and column map (the converter's reorderings, applied only where the
- * source is in the Hugging Face layout: qw_gdn_w.v_tiled and qw_attn_w.rope_interleaved say when it is
- * not), or an f32 vector already transformed (norms + 1, -exp(A_log), squeezed convs). Rows are converted
- * to f32, reordered, and quantized by the reference quantizers of tensor/quant.h, on n_threads threads,
- * in batches of bounded size: memory use does not grow with the model.
+ * The source is the bound model (model.h), so a checkpoint directory and a .gguf are written the same way: the
+ * plan is the binder (bind.h) reading the model, the architecture's description of its tensors walked with an
+ * io that turns each slot into the tensor the file holds. Each output tensor is described by where its rows
+ * come from: views stacked along rows (experts, n-gram table shards), an optional row map and column map (the
+ * converter's reorderings of the role, gguf_map.h, applied only where the source is in the Hugging Face
+ * layout: qw_gdn_w.v_tiled and qw_attn_w.rope_interleaved say when it is not), or an f32 vector already
+ * transformed (norms + 1, -exp(A_log), squeezed convs). Rows are converted to f32, reordered, and quantized by
+ * the reference quantizers of tensor/quant.h on the plan's thread pool (core/pool.h), in batches of bounded
+ * size: memory use does not grow with the model.
  *
  * The plan with its tensor types (qw_gguf_plan, model.h) is also what loading with --quant converts into
  * memory (models/load_quant.c), so a model quantized at load holds the bytes this file would hold.
@@ -22,15 +24,14 @@
  * is allocated at some twenty places while it is built; a failure there unwinds with longjmp to
  * qw_gguf_plan_new, which frees the plan and returns QWENC_ERR_NOMEM. Nothing else is live across the jump.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "blocks/blocks.h"
 #include "core/mapfile.h"
-#include "models/gguf_map.h"
+#include "core/pool.h"
+#include "models/bind.h"
 #include "tensor/quant.h"
 #include "text/tok_gguf.h"
 
@@ -109,14 +110,6 @@ static void set_pieces(plan *p, out_tensor *t, const qw_tensor *const *src, int 
     t->src_type = st == QW_TYPE_F16 || st == QW_TYPE_BF16 ? st : QW_TYPE_F32;
 }
 
-/* A matrix [d0, d1] from one view. */
-static out_tensor *add_mat(plan *p, qw_gt role, int il, const qw_tensor *w) {
-    int64_t s[2] = {w->shape[0], qw_tensor_row_len(w)};
-    out_tensor *t = plan_add(p, role, il, 2, s);
-    set_pieces(p, t, &w, 1);
-    return t;
-}
-
 /* A stack of n views of [d0, d1] as one [n, d0, d1] tensor (experts). */
 static void add_stack(plan *p, qw_gt role, int il, const qw_tensor *const *w, int n) {
     int64_t s[3] = {n, w[0]->shape[0], qw_tensor_row_len(w[0])};
@@ -171,63 +164,72 @@ static int64_t *rope_rows(plan *p, int n_head, int hd) {
     return map;
 }
 
-/* ---------------------------------------------------------------- the plan of each architecture */
+/* ---------------------------------------------------------------- the plan: the binder reading the model */
 
-static void plan_ffn(plan *p, int il, const qw_ffn_w *w, qw_gt g, qw_gt u, qw_gt d) {
-    add_mat(p, g, il, &w->gate);
-    add_mat(p, u, il, &w->up);
-    add_mat(p, d, il, &w->down);
+/* The source is in the Hugging Face order and the file wants the converter's (bind.h: qw_bind_layout). */
+static int reorder(const qw_binder *b, qw_layout which) {
+    return qw_bind_file_layout(b, which) && !(b->layout & which);
 }
 
-static void plan_moe(plan *p, int il, const qw_moe_w *w) {
-    int E = p->m->hp.n_expert;
-    const qw_tensor **v = plan_alloc(p, (size_t)E * sizeof(qw_tensor *));
-    add_mat(p, QW_GT_FFN_GATE_INP, il, w->router);
-    for (int e = 0; e < E; e++) v[e] = &w->experts[e].gate;
-    add_stack(p, QW_GT_FFN_GATE_EXPS, il, v, E);
-    for (int e = 0; e < E; e++) v[e] = &w->experts[e].up;
-    add_stack(p, QW_GT_FFN_UP_EXPS, il, v, E);
-    for (int e = 0; e < E; e++) v[e] = &w->experts[e].down;
-    add_stack(p, QW_GT_FFN_DOWN_EXPS, il, v, E);
-    add_mat(p, QW_GT_FFN_GATE_INP_SHEXP, il, w->shared_gate);
-    plan_ffn(p, il, &w->shared, QW_GT_FFN_GATE_SHEXP, QW_GT_FFN_UP_SHEXP, QW_GT_FFN_DOWN_SHEXP);
-}
-
-static void plan_attn(plan *p, int il, const qw_attn_w *w) {
-    const qw_hparams *hp = &p->m->hp;
-    float one = qw_gguf_norm_plus_one(hp->arch) ? 1.0f : 0.0f;
-    out_tensor *q = add_mat(p, QW_GT_ATTN_Q, il, w->wq), *k = add_mat(p, QW_GT_ATTN_K, il, w->wk);
-    if (hp->arch == QW_ARCH_LLAMA && !w->rope_interleaved) {
-        q->row_map = rope_rows(p, hp->n_head, hp->head_dim);
-        k->row_map = rope_rows(p, hp->n_head_kv, hp->head_dim);
+/* The converter's reordering of a role's rows or columns (gguf_map.h, QW_XF_*), where the source needs it. */
+static void reorder_tensor(qw_binder *b, out_tensor *t, qw_gt role) {
+    plan *p = b->ctx;
+    const qw_hparams *hp = &b->m->hp;
+    unsigned xf = qw_gt_info_of(role)->xf;
+    int64_t rows = t->shape[0], dv = hp->gdn_dv;
+    if ((xf & QW_XF_ROPE) && reorder(b, QW_LAYOUT_ROPE)) t->row_map = rope_rows(p, (int)(rows / hp->head_dim), hp->head_dim);
+    if (!(xf & (QW_XF_VHEADS | QW_XF_VROWS | QW_XF_VCOLS)) || !reorder(b, QW_LAYOUT_VHEADS)) return;
+    if (xf & QW_XF_VCOLS) {
+        int *vs = vhead_src(p, hp);
+        t->col_map = plan_alloc(p, (size_t)hp->gdn_hv * dv * sizeof(int32_t));
+        for (int q = 0; q < hp->gdn_hv; q++)
+            for (int x = 0; x < dv; x++) t->col_map[q * dv + x] = vs[q] * (int)dv + x;
+        return;
     }
-    add_mat(p, QW_GT_ATTN_V, il, w->wv);
-    add_mat(p, QW_GT_ATTN_OUT, il, w->wo);
-    if (w->q_norm) add_vec(p, QW_GT_ATTN_Q_NORM, il, w->q_norm, hp->head_dim, 0, one);
-    if (w->k_norm) add_vec(p, QW_GT_ATTN_K_NORM, il, w->k_norm, hp->head_dim, 0, one);
-    if (w->idx_qk) {
-        int64_t ihd = hp->idx_head_dim, nqi = (int64_t)hp->idx_n_head * ihd, H = hp->n_embd;
-        qw_tensor *qk = plan_alloc(p, 2 * sizeof(qw_tensor));
-        qk[0] = qw_tensor_rows(w->idx_qk, 0, nqi, H);
-        qk[1] = qw_tensor_rows(w->idx_qk, nqi, ihd, H);
-        if (!w->idx_qk->data) { /* generated rows (synth): the key rows are their own tensor */
-            char *nm = plan_alloc(p, strlen(w->idx_qk->name) + 3);
-            sprintf(nm, "%s.k", w->idx_qk->name);
-            qk[1].data = NULL;
-            qk[1].name = nm;
-        }
-        add_mat(p, QW_GT_INDEXER_Q, il, &qk[0]);
-        add_mat(p, QW_GT_INDEXER_K, il, &qk[1]);
-        add_vec(p, QW_GT_INDEXER_Q_NORM, il, w->idx_q_norm, ihd, 0, 1.0f);
-        add_vec(p, QW_GT_INDEXER_K_NORM, il, w->idx_k_norm, ihd, 0, 1.0f);
-    }
+    int d = xf & QW_XF_VHEADS ? 1 : (int)dv; /* rows per value head, after rows - hv * d kept */
+    if (t->vec)
+        vhead_vec(p, t, hp, rows - (int64_t)hp->gdn_hv * d, d);
+    else
+        t->row_map = vhead_rows(p, hp, rows - (int64_t)hp->gdn_hv * d, d);
 }
 
-static void plan_gdn(plan *p, int il, const qw_gdn_w *w) {
-    const qw_hparams *hp = &p->m->hp;
+static void plan_mat(qw_binder *b, qw_gt role, int il, int64_t d0, int64_t d1, const qw_tensor **slot) {
+    QW_ASSERT(*slot && qw_tensor_nelem(*slot) == d0 * d1);
+    int64_t s[2] = {d0, d1};
+    out_tensor *t = plan_add(b->ctx, role, il, 2, s);
+    set_pieces(b->ctx, t, slot, 1);
+    reorder_tensor(b, t, role);
+}
+
+static void plan_vec(qw_binder *b, qw_gt role, int il, int64_t d0, int64_t d1, float **slot) {
+    QW_ASSERT(*slot);
+    int one = (qw_gt_info_of(role)->xf & QW_XF_NORM) && qw_arch_has(b->m->hp.arch, QW_AF_NORM_PLUS_ONE);
+    reorder_tensor(b, add_vec(b->ctx, role, il, *slot, d0, d1, one ? 1.0f : 0.0f), role);
+}
+
+/* Two pieces: the query rows and the key rows. */
+static void plan_indexer(qw_binder *b, int il, int64_t nq, int64_t nk, qw_attn_w *w) {
+    plan *p = b->ctx;
+    int64_t H = b->m->hp.n_embd;
+    qw_tensor *qk = plan_alloc(p, 2 * sizeof(qw_tensor));
+    qk[0] = qw_tensor_rows(w->idx_qk, 0, nq, H);
+    qk[1] = qw_tensor_rows(w->idx_qk, nq, nk, H);
+    if (!w->idx_qk->data) { /* generated rows (synth): the key rows are their own tensor */
+        char *nm = plan_alloc(p, strlen(w->idx_qk->name) + 3);
+        sprintf(nm, "%s.k", w->idx_qk->name);
+        qk[1].data = NULL;
+        qk[1].name = nm;
+    }
+    const qw_tensor *q = &qk[0], *k = &qk[1];
+    plan_mat(b, QW_GT_INDEXER_Q, il, nq, H, &q);
+    plan_mat(b, QW_GT_INDEXER_K, il, nk, H, &k);
+}
+
+static void plan_gdn_in(qw_binder *b, int il, qw_gdn_w *w) {
+    plan *p = b->ctx;
+    const qw_hparams *hp = &b->m->hp;
     int hk = hp->gdn_hk, hv = hp->gdn_hv, dk = hp->gdn_dk, dv = hp->gdn_dv, r = hv / hk;
-    int64_t kd = (int64_t)hk * dk, vd = (int64_t)hv * dv, ch = 2 * kd + vd;
-    int tile = qw_gguf_v_tiled(hp) && !w->v_tiled; /* HF order in, tiled order out */
+    int64_t H = hp->n_embd, kd = (int64_t)hk * dk, vd = (int64_t)hv * dv, ch = 2 * kd + vd;
     out_tensor *t;
     if (w->qkvz) {
         /* qwen3next fused, grouped per key head g: [q_g | k_g | v_g (r heads) | z_g (r heads)] */
@@ -243,7 +245,7 @@ static void plan_gdn(plan *p, int il, const qw_gdn_w *w) {
                 mz[g * r * dv + x] = g * gw + 2 * dk + (int64_t)r * dv + x;
             }
         }
-        int64_t sq[2] = {ch, hp->n_embd}, sz[2] = {vd, hp->n_embd};
+        int64_t sq[2] = {ch, H}, sz[2] = {vd, H};
         t = plan_add(p, QW_GT_SSM_QKV, il, 2, sq);
         set_pieces(p, t, &w->qkvz, 1);
         t->row_map = mq;
@@ -251,123 +253,81 @@ static void plan_gdn(plan *p, int il, const qw_gdn_w *w) {
         set_pieces(p, t, &w->qkvz, 1);
         t->row_map = mz;
     } else {
-        t = add_mat(p, QW_GT_SSM_QKV, il, w->qkv);
-        if (tile) t->row_map = vhead_rows(p, hp, 2 * kd, dv);
-        t = add_mat(p, QW_GT_SSM_GATE, il, w->z);
-        if (tile) t->row_map = vhead_rows(p, hp, 0, dv);
+        plan_mat(b, QW_GT_SSM_QKV, il, ch, H, &w->qkv);
+        plan_mat(b, QW_GT_SSM_GATE, il, vd, H, &w->z);
     }
-    if (hp->arch == QW_ARCH_QWEN3_NEXT) {
-        if (w->ba) {
-            add_mat(p, QW_GT_SSM_BA, il, w->ba);
-        } else {
-            /* [b_g (r) | a_g (r)] per key head from the separate b, a */
-            const qw_tensor *ba[2] = {w->b, w->a};
-            int64_t s[2] = {2 * (int64_t)hv, hp->n_embd};
-            t = plan_add(p, QW_GT_SSM_BA, il, 2, s);
-            set_pieces(p, t, ba, 2);
-            t->row_map = plan_alloc(p, (size_t)(2 * hv) * sizeof(int64_t));
-            for (int g = 0; g < hk; g++)
-                for (int i = 0; i < r; i++) {
-                    t->row_map[g * 2 * r + i] = g * r + i;
-                    t->row_map[g * 2 * r + r + i] = hv + g * r + i;
-                }
-        }
+    if (!qw_arch_has(hp->arch, QW_AF_SSM_BA)) {
+        plan_mat(b, QW_GT_SSM_BETA, il, hv, H, &w->b);
+        plan_mat(b, QW_GT_SSM_ALPHA, il, hv, H, &w->a);
+    } else if (w->ba) {
+        plan_mat(b, QW_GT_SSM_BA, il, 2 * (int64_t)hv, H, &w->ba);
     } else {
-        t = add_mat(p, QW_GT_SSM_BETA, il, w->b);
-        if (tile) t->row_map = vhead_rows(p, hp, 0, 1);
-        t = add_mat(p, QW_GT_SSM_ALPHA, il, w->a);
-        if (tile) t->row_map = vhead_rows(p, hp, 0, 1);
-    }
-    t = add_vec(p, QW_GT_SSM_CONV, il, w->conv, ch, hp->gdn_conv_k, 0);
-    if (tile) vhead_vec(p, t, hp, 2 * kd, dv);
-    t = add_vec(p, QW_GT_SSM_DT, il, w->dt_bias, hv, 0, 0);
-    if (tile) vhead_vec(p, t, hp, 0, 1);
-    t = add_vec(p, QW_GT_SSM_A, il, w->neg_exp_a, hv, 0, 0);
-    if (tile) vhead_vec(p, t, hp, 0, 1);
-    add_vec(p, QW_GT_SSM_NORM, il, w->norm, dv, 0, 0);
-    t = add_mat(p, QW_GT_SSM_OUT, il, w->out);
-    if (tile) {
-        int *vs = vhead_src(p, hp);
-        t->col_map = plan_alloc(p, (size_t)vd * sizeof(int32_t));
-        for (int q = 0; q < hv; q++)
-            for (int x = 0; x < dv; x++) t->col_map[q * dv + x] = vs[q] * dv + x;
+        /* [b_g (r) | a_g (r)] per key head from the separate b, a */
+        const qw_tensor *ba[2] = {w->b, w->a};
+        int64_t s[2] = {2 * (int64_t)hv, H};
+        t = plan_add(p, QW_GT_SSM_BA, il, 2, s);
+        set_pieces(p, t, ba, 2);
+        t->row_map = plan_alloc(p, (size_t)(2 * hv) * sizeof(int64_t));
+        for (int g = 0; g < hk; g++)
+            for (int i = 0; i < r; i++) {
+                t->row_map[g * 2 * r + i] = g * r + i;
+                t->row_map[g * 2 * r + r + i] = hv + g * r + i;
+            }
     }
 }
 
-static void plan_hc(plan *p, int il, const qw_hc_w *w, qw_gt norm, qw_gt down, qw_gt up, qw_gt inject) {
-    const qw_hparams *hp = &p->m->hp;
-    add_vec(p, norm, il, w->norm, (int64_t)hp->hc_count * hp->n_embd, 0, 1.0f);
-    add_mat(p, down, il, w->down);
-    add_mat(p, up, il, w->up);
-    if (w->inject) add_mat(p, inject, il, w->inject);
+/* Each of gate, up, down: the experts' views stacked [E, rows, cols]. */
+static void plan_experts(qw_binder *b, int il, qw_moe_w *w) {
+    plan *p = b->ctx;
+    int E = b->m->hp.n_expert;
+    const qw_tensor **v = plan_alloc(p, (size_t)E * sizeof(qw_tensor *));
+    for (int e = 0; e < E; e++) v[e] = &w->experts[e].gate;
+    add_stack(p, QW_GT_FFN_GATE_EXPS, il, v, E);
+    for (int e = 0; e < E; e++) v[e] = &w->experts[e].up;
+    add_stack(p, QW_GT_FFN_UP_EXPS, il, v, E);
+    for (int e = 0; e < E; e++) v[e] = &w->experts[e].down;
+    add_stack(p, QW_GT_FFN_DOWN_EXPS, il, v, E);
 }
 
-static void plan_ple(plan *p, int il, const qw_ple_w *w) {
-    const qw_hparams *hp = &p->m->hp;
-    int64_t CH = (int64_t)hp->hc_count * hp->n_embd;
-    add_mat(p, QW_GT_PLE_KEY, il, w->key_proj);
-    add_mat(p, QW_GT_PLE_VALUE, il, w->value_proj);
-    add_vec(p, QW_GT_PLE_NORM_KEY, il, w->norm_key, CH, 0, 1.0f);
-    add_vec(p, QW_GT_PLE_NORM_QUERY, il, w->norm_query, CH, 0, 1.0f);
-    add_vec(p, QW_GT_PLE_NORM_CONV, il, w->norm_conv, CH, 0, 1.0f);
-    add_vec(p, QW_GT_PLE_CONV, il, w->conv, CH, hp->ple_conv_k, 0);
-}
-
-/* The n-gram table of the li-th PLE layer (the first under llama.cpp's name, the others qwenc's). */
-static void plan_ple_table(plan *p, int il, const qw_ple_w *w) {
+/* The n-gram table of the li-th PLE layer: its pieces stacked (the hash constants are metadata). */
+static void plan_ple_table(qw_binder *b, int il, int li, qw_ple_w **slot) {
+    plan *p = b->ctx;
+    const qw_ple_w *w = *slot;
     const qw_tensor **v = plan_alloc(p, (size_t)w->n_chunks * sizeof(qw_tensor *));
     for (int i = 0; i < w->n_chunks; i++) v[i] = &w->chunks[i];
     int64_t s[2] = {w->n_rows, qw_tensor_row_len(&w->chunks[0])};
     out_tensor *t = plan_add(p, QW_GT_PLE_TABLE, il, 2, s);
-    if (w->li > 0) snprintf(t->name, sizeof(t->name), "blk.%d.ple_token_embd.weight", il);
+    qw_gguf_ple_table_name(t->name, sizeof(t->name), li, il);
     set_pieces(p, t, v, w->n_chunks);
 }
 
-static void plan_model(plan *p) {
-    const qwenc_model *m = p->m;
+/* llama3 scaling travels as rope_freqs: the divisor of each default frequency. */
+static void plan_rope(qw_binder *b) {
+    const qwenc_model *m = b->m;
     const qw_hparams *hp = &m->hp;
-    float one = qw_gguf_norm_plus_one(hp->arch) ? 1.0f : 0.0f;
-    add_mat(p, QW_GT_TOKEN_EMBD, 0, m->tok_embd);
-    for (int i = 0; i < hp->n_ple; i++) plan_ple_table(p, hp->ple_layers[i], m->layers[hp->ple_layers[i]].ple);
-    for (int il = 0; il < hp->n_layer; il++) {
-        const qw_layer *L = &m->layers[il];
-        if (hp->arch == QW_ARCH_QWEN4EXP) {
-            plan_hc(p, il, &L->hc_attn, QW_GT_HC_ATTN_NORM, QW_GT_HC_ATTN_DOWN, QW_GT_HC_ATTN_UP, QW_GT_HC_ATTN_INJECT);
-            plan_hc(p, il, &L->hc_mlp, QW_GT_HC_FFN_NORM, QW_GT_HC_FFN_DOWN, QW_GT_HC_FFN_UP, QW_GT_HC_FFN_INJECT);
-            if (L->ple) plan_ple(p, il, L->ple);
-        } else {
-            add_vec(p, QW_GT_ATTN_NORM, il, L->attn_norm, hp->n_embd, 0, one);
-            add_vec(p, hp->arch <= QW_ARCH_QWEN3 ? QW_GT_FFN_NORM : QW_GT_POST_ATTN_NORM, il, L->ffn_norm, hp->n_embd,
-                    0, one);
-        }
-        if (L->kind == QW_LAYER_GDN)
-            plan_gdn(p, il, &L->gdn);
-        else
-            plan_attn(p, il, &L->attn);
-        if (L->moe)
-            plan_moe(p, il, &L->moe_w);
-        else
-            plan_ffn(p, il, &L->mlp, QW_GT_FFN_GATE, QW_GT_FFN_UP, QW_GT_FFN_DOWN);
+    if (!qw_arch_has(hp->arch, QW_AF_ROPE_FREQS)) return;
+    qw_hparams plain = *hp;
+    plain.rope_type = QW_ROPE_DEFAULT;
+    int half = hp->n_rot / 2, scaled = 0;
+    float *f = plan_alloc(b->ctx, (size_t)half * sizeof(float));
+    qw_rope_inv_freq(&plain, f);
+    for (int k = 0; k < half; k++) {
+        f[k] /= m->rope_inv_freq[k];
+        scaled |= f[k] != 1.0f;
     }
-    if (hp->arch == QW_ARCH_QWEN4EXP)
-        plan_hc(p, 0, &m->hc_final, QW_GT_HC_HEAD_NORM, QW_GT_HC_HEAD_DOWN, QW_GT_HC_HEAD_UP, QW_GT_COUNT);
-    else
-        add_vec(p, QW_GT_OUTPUT_NORM, 0, m->out_norm, hp->n_embd, 0, one);
-    if (m->output != m->tok_embd) add_mat(p, QW_GT_OUTPUT, 0, m->output);
-    if (hp->arch == QW_ARCH_LLAMA) {
-        /* llama3 scaling travels as rope_freqs: the divisor of each default frequency */
-        qw_hparams plain = *hp;
-        plain.rope_type = QW_ROPE_DEFAULT;
-        int half = hp->n_rot / 2, scaled = 0;
-        float *f = plan_alloc(p, (size_t)half * sizeof(float));
-        qw_rope_inv_freq(&plain, f);
-        for (int k = 0; k < half; k++) {
-            f[k] /= m->rope_inv_freq[k];
-            scaled |= f[k] != 1.0f;
-        }
-        if (scaled && hp->rope_type != QW_ROPE_LINEAR) add_vec(p, QW_GT_ROPE_FREQS, 0, f, half, 0, 0);
-    }
+    if (scaled && hp->rope_type != QW_ROPE_LINEAR) add_vec(b->ctx, QW_GT_ROPE_FREQS, -1, f, half, 0, 0);
 }
+
+static const qw_bind_io plan_io = {
+    .reads = 1,
+    .mat = plan_mat,
+    .vec = plan_vec,
+    .indexer = plan_indexer,
+    .gdn_in = plan_gdn_in,
+    .experts = plan_experts,
+    .ple_table = plan_ple_table,
+    .rope = plan_rope,
+};
 
 /* The converter forces these to F32 (conversion/base.py prepare_tensors). */
 static int converter_f32(const out_tensor *t) {
@@ -432,7 +392,7 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
         qw_gguf_writer_set_str(w, qw_gguf_key(k, sizeof(k), a, "rope.scaling.type"), "linear");
         qw_gguf_writer_set_f32(w, qw_gguf_key(k, sizeof(k), a, "rope.scaling.factor"), hp->rope_factor);
     }
-    if (a == QW_ARCH_QWEN35 || a == QW_ARCH_QWEN35_MOE || a == QW_ARCH_QWEN4EXP) {
+    if (qw_arch_has(a, QW_AF_MROPE)) {
         /* interleaved MRoPE sections (_Qwen35MRopeMixin's default [11, 11, 10, 0]); text positions make any
          * split plain RoPE, but ggml asserts the sections fit the rotary dims, so a smaller rotary dim (the
          * tiny fixtures) gets a proportional split */
@@ -453,7 +413,7 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
     }
     put_u32(w, a, "attention.key_length", hp->head_dim);
     put_u32(w, a, "attention.value_length", hp->head_dim);
-    if (a == QW_ARCH_LLAMA) {
+    if (qw_arch_has(a, QW_AF_VOCAB_KEY)) {
         put_u32(w, a, "vocab_size", hp->n_vocab);
         put_u32(w, a, "rope.dimension_count", hp->n_rot);
     }
@@ -462,7 +422,7 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
         put_u32(w, a, "expert_shared_feed_forward_length", hp->n_ff_shexp);
         if (!hp->norm_topk_prob) qw_gguf_writer_set_bool(w, qw_gguf_key(k, sizeof(k), a, "expert_weights_norm"), 0);
     }
-    if (a >= QW_ARCH_QWEN35) {
+    if (qw_arch_has(a, QW_AF_GDN)) {
         put_u32(w, a, "ssm.conv_kernel", hp->gdn_conv_k);
         put_u32(w, a, "ssm.state_size", hp->gdn_dk);
         put_u32(w, a, "ssm.group_count", hp->gdn_hk);
@@ -480,63 +440,64 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
         put_u32(w, a, "full_attention_interval", 4);
         put_u32(w, a, "rope.dimension_count", hp->n_rot);
     }
-    if (a == QW_ARCH_QWEN4EXP) {
+    if (qw_arch_has(a, QW_AF_HC)) {
         put_u32(w, a, "hyper_connection.count", hp->hc_count);
         put_u32(w, a, "hyper_connection.low_rank", hp->hc_lowrank);
-        if (!hp->gdn_gate_sigmoid) qw_gguf_writer_set_str(w, qw_gguf_key(k, sizeof(k), a, "ssm.gate_activation"), "silu");
-        if (hp->idx_n_head > 0) {
-            put_u32(w, a, "attention.indexer.head_count", hp->idx_n_head);
-            put_u32(w, a, "attention.indexer.key_length", hp->idx_head_dim);
-            put_u32(w, a, "attention.indexer.top_k", hp->idx_budget);
-            int32_t *cr = qw_calloc((size_t)hp->n_layer, sizeof(int32_t));
-            if (!cr) {
-                meta_oom(w, "attention.compress_ratios", (size_t)hp->n_layer * sizeof(int32_t));
-                return;
-            }
-            for (int l = 0; l < hp->n_layer; l++) cr[l] = hp->layer_kind[l] == QW_LAYER_QSA ? hp->idx_ratio : 0;
-            qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "attention.compress_ratios"), QW_GGUF_I32, cr,
-                                   (uint64_t)hp->n_layer);
-            free(cr);
+    }
+    if (qw_arch_has(a, QW_AF_GATE_ACT) && !hp->gdn_gate_sigmoid)
+        qw_gguf_writer_set_str(w, qw_gguf_key(k, sizeof(k), a, "ssm.gate_activation"), "silu");
+    if (qw_arch_has(a, QW_AF_QSA) && hp->idx_n_head > 0) {
+        put_u32(w, a, "attention.indexer.head_count", hp->idx_n_head);
+        put_u32(w, a, "attention.indexer.key_length", hp->idx_head_dim);
+        put_u32(w, a, "attention.indexer.top_k", hp->idx_budget);
+        int32_t *cr = qw_calloc((size_t)hp->n_layer, sizeof(int32_t));
+        if (!cr) {
+            meta_oom(w, "attention.compress_ratios", (size_t)hp->n_layer * sizeof(int32_t));
+            return;
         }
-        if (hp->n_ple > 0) {
-            int n = hp->ngram_n, nh = hp->ngram_heads, np = hp->n_ple;
-            int32_t *layers = qw_calloc((size_t)np, sizeof(int32_t));
-            uint64_t *mult = qw_calloc((size_t)np * n, sizeof(uint64_t));
-            uint64_t *off = qw_calloc((size_t)np * nh, sizeof(uint64_t)), *voc = qw_calloc((size_t)np * nh, sizeof(uint64_t));
-            if (!layers || !mult || !off || !voc) {
-                free(layers);
-                free(mult);
-                free(off);
-                free(voc);
-                meta_oom(w, "ple.layers, ple.layer_multipliers, ple.head_offsets, ple.head_vocab_sizes",
-                         (size_t)np * (4 + 8 * (size_t)(n + 2 * nh)));
-                return;
-            }
-            for (int i = 0; i < np; i++) {
-                const qw_ple_w *pw = m->layers[hp->ple_layers[i]].ple;
-                layers[i] = hp->ple_layers[i];
-                for (int j = 0; j < n; j++) mult[i * n + j] = pw->mult[j];
-                for (int h = 0; h < nh; h++) {
-                    off[i * nh + h] = (uint64_t)pw->offset[h];
-                    voc[i * nh + h] = (uint64_t)pw->prime[h];
-                }
-            }
-            qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.layers"), QW_GGUF_I32, layers, (uint64_t)np);
-            put_u32(w, a, "ple.ngram_size", n);
-            put_u32(w, a, "ple.heads_per_ngram", nh / (n - 1));
-            put_u32(w, a, "ple.conv_kernel", hp->ple_conv_k);
-            put_u32(w, a, "ple.eos_token_id", hp->eos_id);
-            put_u32(w, a, "embedding_length_per_layer_input", hp->ple_dim / nh);
-            qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.layer_multipliers"), QW_GGUF_U64, mult,
-                                   (uint64_t)np * n);
-            qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.head_offsets"), QW_GGUF_U64, off, (uint64_t)np * nh);
-            qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.head_vocab_sizes"), QW_GGUF_U64, voc,
-                                   (uint64_t)np * nh);
+        for (int l = 0; l < hp->n_layer; l++) cr[l] = hp->layer_kind[l] == QW_LAYER_QSA ? hp->idx_ratio : 0;
+        qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "attention.compress_ratios"), QW_GGUF_I32, cr,
+                               (uint64_t)hp->n_layer);
+        free(cr);
+    }
+    if (qw_arch_has(a, QW_AF_PLE) && hp->n_ple > 0) {
+        int n = hp->ngram_n, nh = hp->ngram_heads, np = hp->n_ple;
+        int32_t *layers = qw_calloc((size_t)np, sizeof(int32_t));
+        uint64_t *mult = qw_calloc((size_t)np * n, sizeof(uint64_t));
+        uint64_t *off = qw_calloc((size_t)np * nh, sizeof(uint64_t)), *voc = qw_calloc((size_t)np * nh, sizeof(uint64_t));
+        if (!layers || !mult || !off || !voc) {
             free(layers);
             free(mult);
             free(off);
             free(voc);
+            meta_oom(w, "ple.layers, ple.layer_multipliers, ple.head_offsets, ple.head_vocab_sizes",
+                     (size_t)np * (4 + 8 * (size_t)(n + 2 * nh)));
+            return;
         }
+        for (int i = 0; i < np; i++) {
+            const qw_ple_w *pw = m->layers[hp->ple_layers[i]].ple;
+            layers[i] = hp->ple_layers[i];
+            for (int j = 0; j < n; j++) mult[i * n + j] = pw->mult[j];
+            for (int h = 0; h < nh; h++) {
+                off[i * nh + h] = (uint64_t)pw->offset[h];
+                voc[i * nh + h] = (uint64_t)pw->prime[h];
+            }
+        }
+        qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.layers"), QW_GGUF_I32, layers, (uint64_t)np);
+        put_u32(w, a, "ple.ngram_size", n);
+        put_u32(w, a, "ple.heads_per_ngram", nh / (n - 1));
+        put_u32(w, a, "ple.conv_kernel", hp->ple_conv_k);
+        put_u32(w, a, "ple.eos_token_id", hp->eos_id);
+        put_u32(w, a, "embedding_length_per_layer_input", hp->ple_dim / nh);
+        qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.layer_multipliers"), QW_GGUF_U64, mult,
+                               (uint64_t)np * n);
+        qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.head_offsets"), QW_GGUF_U64, off, (uint64_t)np * nh);
+        qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.head_vocab_sizes"), QW_GGUF_U64, voc,
+                               (uint64_t)np * nh);
+        free(layers);
+        free(mult);
+        free(off);
+        free(voc);
     }
     /* a checkpoint directory's tokenizer.json is converted (text/tok_gguf.c; an error fails the file); without
      * one the file says "none": llama.cpp then runs on token ids only, with <arch>.vocab_size */
@@ -556,18 +517,10 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
 
 /* ---------------------------------------------------------------- streaming the data */
 
-typedef struct {
-    const out_tensor *t;
-    qw_row_gen gen; /* rows of pieces without data (qwenc synth) */
-    void *gen_user;
-    int64_t r0, n, cols;
-    float *f32, *tmp; /* [n * cols], [cols] */
-    uint8_t *dst;     /* the bytes of rows r0 .. r0+n */
-} job;
-
-/* Rows r0 .. r0+n of the output tensor as f32 (the source rows, reordered; generated for a piece without data). */
-static void fill_rows(const job *j, int64_t r0, int64_t n, int64_t cols, float *out, float *tmp) {
-    const out_tensor *t = j->t;
+/* Rows r0 .. r0+n of the output tensor as f32 (the source rows, reordered; generated by gen for a piece without
+ * data); tmp: a row of scratch. */
+static void fill_rows(const out_tensor *t, qw_row_gen gen, void *gen_user, int64_t r0, int64_t n, int64_t cols,
+                      float *out, float *tmp) {
     for (int64_t i = 0; i < n; i++) {
         int64_t r = r0 + i;
         float *o = out + i * cols;
@@ -585,8 +538,8 @@ static void fill_rows(const job *j, int64_t r0, int64_t n, int64_t cols, float *
         const qw_tensor *pc = &t->pieces[lo];
         int64_t local = src - t->piece_row0[lo];
         if (!pc->data) {
-            QW_ASSERT(j->gen && !t->col_map);
-            j->gen(pc, local, cols, o, j->gen_user);
+            QW_ASSERT(gen && !t->col_map);
+            gen(pc, local, cols, o, gen_user);
         } else if (t->col_map) {
             qw_tensor_to_f32(pc, local * cols, cols, tmp);
             for (int64_t c = 0; c < cols; c++) o[c] = tmp[t->col_map[c]];
@@ -594,13 +547,6 @@ static void fill_rows(const job *j, int64_t r0, int64_t n, int64_t cols, float *
             qw_tensor_to_f32(pc, local * cols, cols, o);
         }
     }
-}
-
-static void *run_job(void *arg) {
-    job *j = arg;
-    fill_rows(j, j->r0, j->n, j->cols, j->f32, j->tmp);
-    qw_quantize(j->t->type, j->f32, j->dst, j->n * j->cols);
-    return NULL;
 }
 
 qwenc_gguf_params qwenc_gguf_default_params(void) {
@@ -622,12 +568,33 @@ struct qw_gguf_plan {
     plan p;
     qw_gguf_policy pol;
     uint64_t total;           /* bytes of every tensor's data */
-    int nt;                   /* converting threads */
+    qw_pool *pool;            /* the converting threads (NULL: the caller's alone) */
+    int n_jobs;               /* pieces a batch is cut into, a few per thread */
     qw_row_gen gen;           /* rows of pieces without data (qwenc synth) */
     void *gen_user;
-    float *f32, *tmp;         /* scratch: [cap_f32] rows of a batch, [nt][cap_tmp] one row per thread */
+    float *f32, *tmp;         /* scratch: [cap_f32] rows of a batch, [n_jobs][cap_tmp] one row per job */
     size_t cap_f32, cap_tmp;
 };
+
+/* Rows [r0, r0+n) of a tensor, converted on the pool in pieces of `step` rows. */
+typedef struct {
+    const qw_gguf_plan *pl;
+    const out_tensor *t;
+    int64_t r0, n, cols, step;
+    size_t row_bytes;
+    uint8_t *dst; /* the bytes of rows r0 .. r0+n */
+} batch;
+
+static void run_jobs(void *ctx, int64_t j0, int64_t j1) {
+    const batch *bt = ctx;
+    const qw_gguf_plan *pl = bt->pl;
+    for (int64_t k = j0; k < j1; k++) {
+        int64_t a = k * bt->step, c = QW_MIN(bt->step, bt->n - a);
+        float *f32 = pl->f32 + a * bt->cols;
+        fill_rows(bt->t, pl->gen, pl->gen_user, bt->r0 + a, c, bt->cols, f32, pl->tmp + (size_t)k * pl->cap_tmp);
+        qw_quantize(bt->t->type, f32, bt->dst + (size_t)a * bt->row_bytes, c * bt->cols);
+    }
+}
 
 qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_threads, qw_row_gen gen, void *gen_user,
                               qw_gguf_plan **out, char *err, size_t errlen) {
@@ -639,8 +606,8 @@ qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_thre
         free(pl);
         return qw_err(err, errlen, QWENC_ERR_ARG, "unknown GGUF type \"%s\" (one of %s)", type, qw_gguf_policy_names());
     }
-    int nt = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    pl->nt = nt < 1 ? 1 : nt > 64 ? 64 : nt;
+    int nt = n_threads > 0 ? QW_MIN(n_threads, 64) : qw_cpu_count();
+    pl->n_jobs = nt > 1 ? 4 * nt : 1;
     pl->gen = gen;
     pl->gen_user = gen_user;
     plan *p = &pl->p;
@@ -650,7 +617,9 @@ qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_thre
         qw_gguf_plan_free(pl);
         return st;
     }
-    plan_model(p);
+    qw_binder b = {.m = (qwenc_model *)m, .io = &plan_io, .ctx = p}; /* reads m: nothing is written to it */
+    qwenc_status bst = qw_bind_model(&b);
+    QW_ASSERT(bst == QWENC_OK);
     qw_gguf_policy *pol = &pl->pol;
     pol->n_layer = hp->n_layer;
     pol->n_expert = hp->n_expert;
@@ -666,12 +635,14 @@ qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_thre
         for (int d = 0; d < t->n_dims; d++) ne *= t->shape[d];
         pl->total += qw_type_row_size(t->type, ne);
     }
+    if (nt > 1) pl->pool = qw_pool_new(nt); /* NULL: the caller converts alone */
     *out = pl;
     return QWENC_OK;
 }
 
 void qw_gguf_plan_free(qw_gguf_plan *pl) {
     if (!pl) return;
+    qw_pool_free(pl->pool);
     plan_free(&pl->p);
     free(pl->f32);
     free(pl->tmp);
@@ -731,30 +702,13 @@ qwenc_status qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, v
     if ((size_t)cols > pl->cap_tmp) {
         free(pl->tmp);
         pl->cap_tmp = 0;
-        pl->tmp = qw_calloc((size_t)cols * (size_t)pl->nt, sizeof(float));
-        if (!pl->tmp) return qw_err_nomem(err, errlen, t->name, (size_t)cols * (size_t)pl->nt, sizeof(float));
+        pl->tmp = qw_calloc((size_t)cols * (size_t)pl->n_jobs, sizeof(float));
+        if (!pl->tmp) return qw_err_nomem(err, errlen, t->name, (size_t)cols * (size_t)pl->n_jobs, sizeof(float));
         pl->cap_tmp = (size_t)cols;
     }
-    job jobs[64];
-    pthread_t th[64];
-    int nj = (int)QW_MIN((int64_t)pl->nt, n);
-    int64_t step = (n + nj - 1) / nj, at = 0;
-    int used = 0;
-    for (int k = 0; k < nj && at < n; k++, used++) {
-        int64_t c = QW_MIN(step, n - at);
-        jobs[k] = (job){.t = t, .gen = pl->gen, .gen_user = pl->gen_user, .r0 = r0 + at, .n = c, .cols = cols,
-                        .f32 = pl->f32 + at * cols, .tmp = pl->tmp + (size_t)k * pl->cap_tmp,
-                        .dst = (uint8_t *)dst + (size_t)at * row_bytes};
-        at += c;
-    }
-    int started[64] = {0};
-    for (int k = 1; k < used; k++) {
-        started[k] = pthread_create(&th[k], NULL, run_job, &jobs[k]) == 0;
-        if (!started[k]) run_job(&jobs[k]);
-    }
-    run_job(&jobs[0]);
-    for (int k = 1; k < used; k++)
-        if (started[k]) pthread_join(th[k], NULL);
+    batch bt = {.pl = pl, .t = t, .r0 = r0, .n = n, .cols = cols, .row_bytes = row_bytes, .dst = dst};
+    bt.step = (n + pl->n_jobs - 1) / pl->n_jobs;
+    qw_pool_parallel_for(pl->pool, (n + bt.step - 1) / bt.step, 1, run_jobs, &bt);
     return QWENC_OK;
 }
 

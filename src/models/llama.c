@@ -9,23 +9,24 @@
  *   hidden = RMSNorm(x; norm)
  */
 #include "blocks/blocks.h"
+#include "models/bind.h"
 
-qwenc_status qw_llama_bind(qwenc_model *m, char *err, size_t errlen) {
+/* llama: q/k rows permuted in a GGUF (interleaved RoPE), llama3 scaling as rope_freqs; qwen3: per-head q/k norms.
+ * FFN_NORM is llama.cpp's name of post_attention_layernorm for both. */
+void qw_llama_tensors(qw_binder *b) {
+    qwenc_model *m = b->m;
     const qw_hparams *hp = &m->hp;
-    qw_binder b = {.m = m, .err = err, .errlen = errlen};
-    if (hp->attn_bias || hp->mlp_bias)
-        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s/config.json: attention_bias / mlp_bias are not supported",
-                      m->path);
-    for (int il = 0; il < hp->n_layer && !b.st; il++) {
+    int qk_norm = qw_arch_has(hp->arch, QW_AF_QK_NORM);
+    qw_bind_embd(b);
+    for (int il = 0; il < hp->n_layer && !b->st; il++) {
         qw_layer *L = &m->layers[il];
-        L->kind = QW_LAYER_ATTN;
-        L->attn_norm = qw_bind_vec(&b, hp->n_embd, "~layers.%d.input_layernorm.weight", il);
-        L->ffn_norm = qw_bind_vec(&b, hp->n_embd, "~layers.%d.post_attention_layernorm.weight", il);
-        qw_bind_attn(&b, il, &L->attn, hp->arch == QW_ARCH_QWEN3, 0, 0);
-        qw_bind_mlp(&b, il, &L->mlp, hp->n_ff);
+        qw_bind_vec(b, QW_GT_ATTN_NORM, il, hp->n_embd, &L->attn_norm);
+        qw_bind_vec(b, QW_GT_FFN_NORM, il, hp->n_embd, &L->ffn_norm);
+        qw_bind_attn(b, il, &L->attn, qk_norm, 0, 0);
+        qw_bind_mlp(b, il, &L->mlp);
     }
-    m->out_norm = qw_bind_vec(&b, hp->n_embd, "~norm.weight");
-    return b.st;
+    qw_bind_vec(b, QW_GT_OUTPUT_NORM, -1, hp->n_embd, &m->out_norm);
+    qw_bind_output(b);
 }
 
 void qw_llama_forward(const qw_fwd *f, float *x) {

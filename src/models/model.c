@@ -1,7 +1,7 @@
 /*
- * model.c - load a checkpoint directory: config.json -> hyper-parameters, safetensors -> mapped
- * tensors, then the architecture's binder checks and binds every weight (see model.h). With
- * params.quant the bound weights are then converted at load (models/load_quant.c).
+ * model.c - the model's public entry points: load a checkpoint directory (models/hf_bind.c) or a GGUF
+ * (models/gguf_bind.c), both bound by the architecture's description of its tensors (models/bind.h); with
+ * params.quant the bound weights are then converted at load (models/load_quant.c). qwenc info's listing.
  */
 #include <string.h>
 
@@ -9,21 +9,7 @@
 #include "kernels/cpu.h"
 #include "models/gguf_map.h"
 
-static const struct {
-    qwenc_status (*bind)(qwenc_model *, char *, size_t);
-    void (*forward)(const qw_fwd *, float *);
-} arch_impl[QW_ARCH_COUNT] = {
-    [QW_ARCH_LLAMA] = {qw_llama_bind, qw_llama_forward},
-    [QW_ARCH_QWEN3] = {qw_llama_bind, qw_llama_forward},
-    [QW_ARCH_QWEN35] = {qw_qwen35_bind, qw_qwen35_forward},
-    [QW_ARCH_QWEN35_MOE] = {qw_qwen35_bind, qw_qwen35_forward},
-    [QW_ARCH_QWEN3_NEXT] = {qw_qwen35_bind, qw_qwen35_forward},
-    [QW_ARCH_QWEN4EXP] = {qw_qwen4exp_bind, qw_qwen4exp_forward},
-};
-
-void qw_model_forward(const qw_fwd *f, float *hidden) { arch_impl[f->hp->arch].forward(f, hidden); }
-
-static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+void qw_model_forward(const qw_fwd *f, float *hidden) { qw_arch_get(f->hp->arch)->forward(f, hidden); }
 
 /* The tensors read a few rows per token (the token embedding unless it is also the lm_head, the PLE
  * n-gram tables) keep 4 KiB pages, which the rest of the mapping does not (core/mapfile.h). */
@@ -70,64 +56,12 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
     }
     m->params.kernels = m->ops->name; /* the caller's string need not outlive the call */
     qw_ops_cpu_set_f32_activations(m->ops, mp.f32_activations);
-    if (qw_path_is_gguf(path)) { /* a .gguf file rather than a checkpoint directory: models/gguf_bind.c */
-        st = qw_gguf_model_load(m, path, err, errlen);
-        if (!st && mp.quant) st = qw_model_quantize_at_load(m, err, errlen);
-        if (st) {
-            qwenc_model_free(m);
-            return st;
-        }
-        advise_sparse(m);
-        *out = m;
-        return QWENC_OK;
-    }
-    st = qw_hparams_load(&m->hp, path, err, errlen);
-    if (!st) st = qw_weightset_open_dir(&m->ws, path, err, errlen);
+    /* a .gguf file (models/gguf_bind.c) or a checkpoint directory (models/hf_bind.c) */
+    st = qw_path_is_gguf(path) ? qw_gguf_model_load(m, path, err, errlen) : qw_hf_model_load(m, path, err, errlen);
+    if (!st && mp.quant) st = qw_model_quantize_at_load(m, err, errlen);
     if (st) {
         qwenc_model_free(m);
         return st;
-    }
-    const qw_hparams *hp = &m->hp;
-    m->prefix = qw_weightset_find(&m->ws, "model.language_model.embed_tokens.weight") ? "model.language_model."
-                                                                                       : "model.";
-    qw_binder b = {.m = m, .err = err, .errlen = errlen};
-    m->tok_embd = qw_bind_mat(&b, hp->n_vocab, hp->n_embd, "~embed_tokens.weight");
-    if (!b.st) {
-        if (hp->tie_embd && !qw_weightset_find(&m->ws, "lm_head.weight"))
-            m->output = m->tok_embd;
-        else
-            m->output = qw_bind_mat(&b, hp->n_vocab, hp->n_embd, "lm_head.weight");
-    }
-    st = b.st;
-    if (!st) {
-        m->layers = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer));
-        st = m->layers ? arch_impl[hp->arch].bind(m, err, errlen)
-                       : qw_err_nomem(err, errlen, path, (size_t)hp->n_layer, sizeof(qw_layer));
-    }
-    if (!st) {
-        m->rope_inv_freq = qw_model_own_f32(m, hp->n_rot / 2);
-        if (!m->rope_inv_freq) st = qw_err_nomem(err, errlen, path, (size_t)hp->n_rot / 2, sizeof(float));
-    }
-    if (st) {
-        qwenc_model_free(m);
-        return st;
-    }
-    qw_rope_inv_freq(hp, m->rope_inv_freq);
-    for (int i = 0; i < m->ws.n_entries; i++) {
-        const qw_tensor *t = &m->ws.entries[i].t;
-        if (starts_with(t->name, "mtp.")) {
-            m->n_mtp_tensors++;
-            m->n_mtp_params += qw_tensor_nelem(t);
-        } else if (starts_with(t->name, "model.visual.")) {
-            m->n_ignored_tensors++;
-        }
-    }
-    if (mp.quant) {
-        st = qw_model_quantize_at_load(m, err, errlen);
-        if (st) {
-            qwenc_model_free(m);
-            return st;
-        }
     }
     advise_sparse(m);
     *out = m;
@@ -227,24 +161,23 @@ void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
             hp->rope_type == QW_ROPE_LLAMA3   ? ", llama3 scaling"
             : hp->rope_type == QW_ROPE_LINEAR ? ", linear scaling"
                                               : "");
-    if (hp->arch >= QW_ARCH_QWEN35)
+    if (qw_arch_has(hp->arch, QW_AF_GDN))
         fprintf(f, "deltanet     %d key heads x %d, %d value heads x %d, conv %d, output gate %s\n", hp->gdn_hk,
                 hp->gdn_dk, hp->gdn_hv, hp->gdn_dv, hp->gdn_conv_k, hp->gdn_gate_sigmoid ? "sigmoid" : "silu");
     if (hp->n_expert)
         fprintf(f, "moe          %d experts, top %d, expert width %d, shared expert width %d%s\n", hp->n_expert,
                 hp->n_expert_used, hp->n_ff_exp, hp->n_ff_shexp, hp->norm_topk_prob ? ", renormalised" : "");
     if (hp->n_ff) fprintf(f, "mlp          width %d\n", hp->n_ff);
-    if (hp->arch == QW_ARCH_QWEN4EXP) {
+    if (qw_arch_has(hp->arch, QW_AF_HC))
         fprintf(f, "streams      %d hyper-connection streams, low rank %d\n", hp->hc_count, hp->hc_lowrank);
-        if (hp->idx_budget)
-            fprintf(f, "qsa          indexer %d heads x %d, budget %d tokens in blocks of %d (top %d blocks)\n",
-                    hp->idx_n_head, hp->idx_head_dim, hp->idx_budget, hp->idx_ratio, hp->idx_budget / hp->idx_ratio);
-        for (int i = 0; i < hp->n_ple; i++) {
-            const qw_ple_w *w = m->layers[hp->ple_layers[i]].ple;
-            fprintf(f, "ple          layer %d: %d-grams, %d heads x %d dims, %lld table rows in %d piece%s\n",
-                    hp->ple_layers[i], hp->ngram_n, hp->ngram_heads, hp->ple_dim / hp->ngram_heads,
-                    (long long)w->n_rows, w->n_chunks, w->n_chunks == 1 ? "" : "s");
-        }
+    if (hp->idx_budget)
+        fprintf(f, "qsa          indexer %d heads x %d, budget %d tokens in blocks of %d (top %d blocks)\n",
+                hp->idx_n_head, hp->idx_head_dim, hp->idx_budget, hp->idx_ratio, hp->idx_budget / hp->idx_ratio);
+    for (int i = 0; i < hp->n_ple; i++) {
+        const qw_ple_w *w = m->layers[hp->ple_layers[i]].ple;
+        fprintf(f, "ple          layer %d: %d-grams, %d heads x %d dims, %lld table rows in %d piece%s\n",
+                hp->ple_layers[i], hp->ngram_n, hp->ngram_heads, hp->ple_dim / hp->ngram_heads, (long long)w->n_rows,
+                w->n_chunks, w->n_chunks == 1 ? "" : "s");
     }
     fprintf(f, "layer plan   ");
     for (int l = 0; l < hp->n_layer; l++) {

@@ -12,9 +12,7 @@
 #include "kernels/ops.h"
 #include "tensor/tensor.h"
 #include "blocks/weights.h"
-
-/* One forward step's context (runtime/session.h). */
-typedef struct qw_fwd qw_fwd;
+#include "models/arch.h"
 
 /* Weights converted at load (--quant): the tensors `qwenc quantize --type TYPE` would write, under their GGUF
  * names, their data in one owned buffer. The model's views point into it; the source stays mapped (for
@@ -52,14 +50,19 @@ struct qwenc_model {
 };
 
 
-/* Per-architecture entry points (llama.c, qwen35.c, qwen4exp.c). */
-qwenc_status qw_llama_bind(qwenc_model *m, char *err, size_t errlen);
-qwenc_status qw_qwen35_bind(qwenc_model *m, char *err, size_t errlen);
-qwenc_status qw_qwen4exp_bind(qwenc_model *m, char *err, size_t errlen);
+/* Per architecture (llama.c: llama, qwen3; qwen35.c: qwen3_5, qwen3_5_moe, qwen3_next; qwen4exp.c: qwen4_exp):
+ * every tensor, as roles (models/bind.h), and the forward (models/arch.h, qw_arch_def). */
+void qw_llama_tensors(qw_binder *b);
+void qw_qwen35_tensors(qw_binder *b);
+void qw_qwen4exp_tensors(qw_binder *b);
 /* Run n_tok tokens through the layers; hidden [n_tok][n_embd] receives the final (pre lm_head) vectors. */
 void qw_llama_forward(const qw_fwd *f, float *hidden);
 void qw_qwen35_forward(const qw_fwd *f, float *hidden);
 void qw_qwen4exp_forward(const qw_fwd *f, float *hidden);
+
+/* ---- checkpoint directories (models/hf_bind.c) ---- */
+/* Hyper-parameters and every weight of a checkpoint directory (m->path, m->ops set; fills the rest). */
+qwenc_status qw_hf_model_load(qwenc_model *m, const char *path, char *err, size_t errlen);
 
 /* ---- GGUF files (models/gguf_bind.c, gguf_save.c) ---- */
 /* 1 when path names a file (read as GGUF) rather than a checkpoint directory. */
@@ -111,40 +114,7 @@ qwenc_status qw_gguf_bind_converted(qwenc_model *m, char *err, size_t errlen);
 /* Dispatch to the architecture's forward. */
 void qw_model_forward(const qw_fwd *f, float *hidden);
 
-/* ---- weight binding (models/bind.c): first error wins, later calls return NULL ---- */
-typedef struct {
-    qwenc_model *m;
-    char *err;
-    size_t errlen;
-    qwenc_status st;
-    char name[256];
-} qw_binder;
-
-/* Format a tensor name; a leading '~' is replaced by the model's prefix ("model." ...). */
-const char *qw_bind_name(qw_binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Whether a tensor of that (prefixed) name exists. */
-int qw_bind_has(qw_binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A float matrix of shape [d0, d1]. */
-const qw_tensor *qw_bind_mat(qw_binder *b, int64_t d0, int64_t d1, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-/* A float tensor of any rank with the given shape. */
-const qw_tensor *qw_bind_tensor(qw_binder *b, int n_dims, const int64_t *shape, const char *name);
-/* A 1-D float vector [n] (or [ch, 1, k] conv kernel when k > 0) copied to f32. */
-float *qw_bind_vec(qw_binder *b, int64_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-float *qw_bind_conv(qw_binder *b, int64_t ch, int64_t k, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-/* Routed experts, per-expert or fused, and the shared expert of layer il. */
-void qw_bind_moe(qw_binder *b, int il, qw_moe_w *w);
-/* Dense SwiGLU MLP at ~layers.{il}.mlp. */
-void qw_bind_mlp(qw_binder *b, int il, qw_ffn_w *w, int64_t n_ff);
-/* Full / gated / QSA attention and Gated DeltaNet weights of layer il. */
-void qw_bind_attn(qw_binder *b, int il, qw_attn_w *w, int qk_norm, int gated, int qsa);
-void qw_bind_gdn(qw_binder *b, int il, qw_gdn_w *w);
-/* Zeroed buffers freed with the model; NULL when out of memory. */
+/* Zeroed buffers freed with the model; NULL when out of memory (the binders' qw_bind_own, models/bind.h). */
 void *qw_model_own(qwenc_model *m, size_t bytes);
-float *qw_model_own_f32(qwenc_model *m, int64_t n);
-/* The same for a binder: NULL and b->st set (QWENC_ERR_NOMEM naming the model and `what`) on failure, or NULL
- * at once after an earlier error. */
-void *qw_bind_own(qw_binder *b, size_t bytes, const char *what);
 
 #endif

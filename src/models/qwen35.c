@@ -10,27 +10,29 @@
  *   hidden = ZRMS(x; norm)
  */
 #include "blocks/blocks.h"
+#include "models/bind.h"
 
-qwenc_status qw_qwen35_bind(qwenc_model *m, char *err, size_t errlen) {
+/* Every layer: the two norms (post_attention_layernorm is llama.cpp's post_attention_norm), the mixer, the FFN. */
+void qw_qwen35_tensors(qw_binder *b) {
+    qwenc_model *m = b->m;
     const qw_hparams *hp = &m->hp;
-    qw_binder b = {.m = m, .err = err, .errlen = errlen};
-    for (int il = 0; il < hp->n_layer && !b.st; il++) {
+    int qk_norm = qw_arch_has(hp->arch, QW_AF_QK_NORM);
+    qw_bind_embd(b);
+    for (int il = 0; il < hp->n_layer && !b->st; il++) {
         qw_layer *L = &m->layers[il];
-        L->kind = hp->layer_kind[il];
-        L->moe = hp->layer_moe[il];
-        L->attn_norm = qw_bind_vec(&b, hp->n_embd, "~layers.%d.input_layernorm.weight", il);
-        L->ffn_norm = qw_bind_vec(&b, hp->n_embd, "~layers.%d.post_attention_layernorm.weight", il);
+        qw_bind_vec(b, QW_GT_ATTN_NORM, il, hp->n_embd, &L->attn_norm);
+        qw_bind_vec(b, QW_GT_POST_ATTN_NORM, il, hp->n_embd, &L->ffn_norm);
         if (L->kind == QW_LAYER_GDN)
-            qw_bind_gdn(&b, il, &L->gdn);
+            qw_bind_gdn(b, il, &L->gdn);
         else
-            qw_bind_attn(&b, il, &L->attn, 1, 1, 0);
+            qw_bind_attn(b, il, &L->attn, qk_norm, 1, 0);
         if (L->moe)
-            qw_bind_moe(&b, il, &L->moe_w);
+            qw_bind_moe(b, il, &L->moe_w);
         else
-            qw_bind_mlp(&b, il, &L->mlp, hp->n_ff);
+            qw_bind_mlp(b, il, &L->mlp);
     }
-    m->out_norm = qw_bind_vec(&b, hp->n_embd, "~norm.weight");
-    return b.st;
+    qw_bind_vec(b, QW_GT_OUTPUT_NORM, -1, hp->n_embd, &m->out_norm);
+    qw_bind_output(b);
 }
 
 void qw_qwen35_forward(const qw_fwd *f, float *x) {
