@@ -4,12 +4,14 @@
  *
  * How: the preset and the overrides become the text of a Hugging Face config.json, parsed by the same code
  * as a checkpoint's (formats/hfconfig.c), so a synthetic model has exactly the hyper-parameters, layer plan
- * and PLE hash constants a checkpoint with that config would have. A qwenc_model is then laid out as the
- * binders would lay it out (models/bind.c, qwen4exp.c), except that every matrix is a tensor without data
- * (a name and a shape). gguf_save.c writes it like any model, asking gen_row() for the rows of those
- * tensors batch by batch: memory use is the save path's bounded batches plus the small f32 vectors.
+ * and PLE hash constants a checkpoint with that config would have. A qwenc_model is then laid out by the
+ * architecture's own description of its tensors (models/bind.h) with this file's io: every matrix is a tensor
+ * without data (a name and a shape), every vector is drawn. gguf_save.c writes it like any model, asking
+ * gen_row() for the rows of those tensors batch by batch: memory use is the save path's bounded batches plus
+ * the small f32 vectors.
  *
- * Values (deterministic from the seed, the tensor name and the row; independent of threads and batching):
+ * Values (deterministic from the seed, the tensor name and the row, or for the vectors the seed and their
+ * order; independent of threads and batching):
  * matrices N(0, 0.02) (a matrix-vector product then keeps the activation scale: 0.02 * sqrt(2048) ~ 0.9);
  * zero-centred norm weights N(0, 0.02) (the neutral value is 0: the file stores 1 + w), the DeltaNet gated
  * norm 1 + N(0, 0.02); convolutions N(0, 0.1); A_log = log U(1, 16) and dt_bias = softplus^-1(dt) with
@@ -24,8 +26,7 @@
 #include <string.h>
 
 #include "blocks/blocks.h"
-#include "models/gguf_map.h"
-#include "models/model.h"
+#include "models/bind.h"
 
 typedef struct {
     const char *name;      /* --preset */
@@ -94,35 +95,48 @@ static void gen_row(const qw_tensor *t, int64_t row, int64_t cols, float *out, v
     normals(&s, out, cols, 0.0f, 0.02f);
 }
 
-/* ---------------------------------------------------------------- the model laid out */
+/* ---------------------------------------------------------------- the model laid out: the binder's synth io */
+
+/* The name a matrix's rows are seeded by: blk.<il>.<name> for a layer's (the names of earlier versions, so a
+ * seed gives the same file; a role without one is seeded by its GGUF name). */
+static const char *const seed_names[QW_GT_COUNT] = {
+    [QW_GT_TOKEN_EMBD] = "token_embd", [QW_GT_OUTPUT] = "output",
+    [QW_GT_HC_HEAD_DOWN] = "output_hc.down", [QW_GT_HC_HEAD_UP] = "output_hc.up",
+    [QW_GT_ATTN_Q] = "q", [QW_GT_ATTN_K] = "k", [QW_GT_ATTN_V] = "v", [QW_GT_ATTN_OUT] = "o",
+    [QW_GT_SSM_QKV] = "qkv", [QW_GT_SSM_GATE] = "z", [QW_GT_SSM_BETA] = "b", [QW_GT_SSM_ALPHA] = "a",
+    [QW_GT_SSM_OUT] = "out", [QW_GT_FFN_GATE_INP] = "router", [QW_GT_FFN_GATE_SHEXP] = "shexp.gate",
+    [QW_GT_FFN_UP_SHEXP] = "shexp.up", [QW_GT_FFN_DOWN_SHEXP] = "shexp.down", [QW_GT_FFN_GATE_INP_SHEXP] = "shexp_gate",
+    [QW_GT_HC_ATTN_DOWN] = "hc_attn.down", [QW_GT_HC_ATTN_UP] = "hc_attn.up", [QW_GT_HC_ATTN_INJECT] = "hc_attn.inject",
+    [QW_GT_HC_FFN_DOWN] = "hc_ffn.down", [QW_GT_HC_FFN_UP] = "hc_ffn.up", [QW_GT_HC_FFN_INJECT] = "hc_ffn.inject",
+    [QW_GT_PLE_KEY] = "ple_key", [QW_GT_PLE_VALUE] = "ple_value",
+};
+
+/* A vector to fill once every tensor is laid out (fill_vectors). */
+typedef struct {
+    float *v;
+    int64_t n, k; /* [n] or a convolution [n / k][k] (k > 0) */
+    qw_gt role;
+    int il;
+} synth_vec;
 
 typedef struct {
-    qwenc_model *m;
     uint64_t s; /* the stream of the small f32 vectors */
-    qw_tensor none; /* what mat() gives after running out of memory (st set) */
-    qwenc_status st;
-    char *err;
-    size_t errlen;
+    synth_vec *vecs;
+    int n_vecs, cap_vecs;
 } synth;
 
-/* A buffer owned by the model; NULL and y->st set when out of memory (or after an earlier failure). */
-static void *own(synth *y, size_t bytes) {
-    if (y->st) return NULL;
-    void *p = qw_model_own(y->m, bytes);
-    if (!p) y->st = qw_err_nomem(y->err, y->errlen, y->m->path, bytes, 1);
-    return p;
-}
-
 /* A matrix [d0, d1] without data, named for the generator. */
-static const qw_tensor *mat(synth *y, int64_t d0, int64_t d1, const char *fmt, ...) {
+static const qw_tensor *mat_named(qw_binder *b, int64_t d0, int64_t d1, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static const qw_tensor *mat_named(qw_binder *b, int64_t d0, int64_t d1, const char *fmt, ...) {
     char name[96];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(name, sizeof(name), fmt, ap);
     va_end(ap);
-    qw_tensor *t = own(y, sizeof(qw_tensor));
-    char *nm = own(y, strlen(name) + 1);
-    if (y->st) return &y->none;
+    qw_tensor *t = qw_bind_own(b, sizeof(qw_tensor), "a synthetic tensor");
+    char *nm = qw_bind_own(b, strlen(name) + 1, "a synthetic tensor's name");
+    if (b->st) return NULL;
     memcpy(nm, name, strlen(name) + 1);
     t->name = nm;
     t->data = NULL;
@@ -133,142 +147,134 @@ static const qw_tensor *mat(synth *y, int64_t d0, int64_t d1, const char *fmt, .
     return t;
 }
 
-static float *vec(synth *y, int64_t n, float mean, float sigma) {
-    float *v = own(y, (size_t)n * sizeof(float));
-    if (v) normals(&y->s, v, n, mean, sigma);
-    return v;
+static void synth_mat(qw_binder *b, qw_gt role, int il, int64_t d0, int64_t d1, const qw_tensor **slot) {
+    char gguf[96];
+    const char *seed = seed_names[role] ? seed_names[role] : qw_gt_name(gguf, sizeof(gguf), role, il);
+    *slot = qw_gt_info_of(role)->per_layer && seed_names[role] ? mat_named(b, d0, d1, "blk.%d.%s", il, seed)
+                                                              : mat_named(b, d0, d1, "%s", seed);
 }
 
-static void lay_ffn(synth *y, qw_ffn_w *w, int64_t I, const char *base) {
-    int64_t H = y->m->hp.n_embd;
-    w->gate = *mat(y, I, H, "%s.gate", base);
-    w->up = *mat(y, I, H, "%s.up", base);
-    w->down = *mat(y, H, I, "%s.down", base);
-}
-
-static void lay_moe(synth *y, int il, qw_moe_w *w) {
-    const qw_hparams *hp = &y->m->hp;
-    char base[64];
-    w->router = mat(y, hp->n_expert, hp->n_embd, "blk.%d.router", il);
-    w->experts = own(y, (size_t)hp->n_expert * sizeof(qw_ffn_w));
-    if (!w->experts) return;
-    for (int e = 0; e < hp->n_expert; e++) {
-        snprintf(base, sizeof(base), "blk.%d.exp.%d", il, e);
-        lay_ffn(y, &w->experts[e], hp->n_ff_exp, base);
+static void synth_vec_add(qw_binder *b, qw_gt role, int il, int64_t d0, int64_t d1, float **slot) {
+    synth *y = b->ctx;
+    int64_t n = d0 * (d1 ? d1 : 1);
+    float *v = qw_bind_f32(b, n, "a synthetic vector");
+    if (!v) return;
+    if (y->n_vecs == y->cap_vecs) {
+        int cap = y->cap_vecs ? 2 * y->cap_vecs : 64;
+        synth_vec *nv = qw_realloc(y->vecs, (size_t)cap, sizeof(synth_vec));
+        if (!nv) {
+            qw_bind_fail(b, QWENC_ERR_NOMEM, "%s: out of memory for the list of synthetic vectors", b->m->path);
+            return;
+        }
+        y->vecs = nv;
+        y->cap_vecs = cap;
     }
-    snprintf(base, sizeof(base), "blk.%d.shexp", il);
-    lay_ffn(y, &w->shared, hp->n_ff_shexp, base);
-    w->shared_gate = mat(y, 1, hp->n_embd, "blk.%d.shexp_gate", il);
+    y->vecs[y->n_vecs++] = (synth_vec){.v = v, .n = n, .k = d1, .role = role, .il = il};
+    *slot = v;
 }
 
-static void lay_attn(synth *y, int il, qw_attn_w *w, int qsa) {
-    const qw_hparams *hp = &y->m->hp;
-    int64_t H = hp->n_embd, hd = hp->head_dim;
-    w->gated = 1;
-    w->wq = mat(y, hp->n_head * hd * 2, H, "blk.%d.q", il);
-    w->wk = mat(y, hp->n_head_kv * hd, H, "blk.%d.k", il);
-    w->wv = mat(y, hp->n_head_kv * hd, H, "blk.%d.v", il);
-    w->wo = mat(y, H, hp->n_head * hd, "blk.%d.o", il);
-    w->q_norm = vec(y, hd, 0.0f, 0.02f);
-    w->k_norm = vec(y, hd, 0.0f, 0.02f);
-    if (qsa) {
-        int64_t ihd = hp->idx_head_dim;
-        w->idx_qk = mat(y, (hp->idx_n_head + 1) * ihd, H, "blk.%d.indexer", il);
-        w->idx_q_norm = vec(y, ihd, 0.0f, 0.02f);
-        w->idx_k_norm = vec(y, ihd, 0.0f, 0.02f);
-    }
+static void synth_indexer(qw_binder *b, int il, int64_t nq, int64_t nk, qw_attn_w *w) {
+    w->idx_qk = mat_named(b, nq + nk, b->m->hp.n_embd, "blk.%d.indexer", il);
 }
 
-static void lay_gdn(synth *y, int il, qw_gdn_w *w) {
-    const qw_hparams *hp = &y->m->hp;
+static void synth_gdn_in(qw_binder *b, int il, qw_gdn_w *w) {
+    const qw_hparams *hp = &b->m->hp;
     int64_t H = hp->n_embd, kd = (int64_t)hp->gdn_hk * hp->gdn_dk, vd = (int64_t)hp->gdn_hv * hp->gdn_dv;
-    int hv = hp->gdn_hv;
-    w->v_tiled = 1; /* random either way: skip the converter's reordering */
-    w->qkv = mat(y, 2 * kd + vd, H, "blk.%d.qkv", il);
-    w->z = mat(y, vd, H, "blk.%d.z", il);
-    w->b = mat(y, hv, H, "blk.%d.b", il);
-    w->a = mat(y, hv, H, "blk.%d.a", il);
-    w->conv = vec(y, (2 * kd + vd) * hp->gdn_conv_k, 0.0f, 0.1f);
-    w->dt_bias = own(y, (size_t)hv * sizeof(float));
-    w->neg_exp_a = own(y, (size_t)hv * sizeof(float));
-    if (y->st) return;
-    for (int h = 0; h < hv; h++) {
-        double dt = exp(log(1e-3) + unif(&y->s) * (log(1e-1) - log(1e-3)));
-        w->dt_bias[h] = (float)(dt + log(-expm1(-dt))); /* softplus^-1(dt) */
-        w->neg_exp_a[h] = -(float)(1.0 + 15.0 * unif(&y->s)); /* -exp(A_log), A_log = log U(1, 16) */
+    synth_mat(b, QW_GT_SSM_QKV, il, 2 * kd + vd, H, &w->qkv);
+    synth_mat(b, QW_GT_SSM_GATE, il, vd, H, &w->z);
+    synth_mat(b, QW_GT_SSM_BETA, il, hp->gdn_hv, H, &w->b);
+    synth_mat(b, QW_GT_SSM_ALPHA, il, hp->gdn_hv, H, &w->a);
+}
+
+static void synth_experts(qw_binder *b, int il, qw_moe_w *w) {
+    const qw_hparams *hp = &b->m->hp;
+    int64_t H = hp->n_embd, I = hp->n_ff_exp;
+    w->experts = qw_bind_own(b, (size_t)hp->n_expert * sizeof(qw_ffn_w), "the experts' views");
+    for (int e = 0; e < hp->n_expert && !b->st; e++) {
+        const qw_tensor *g = mat_named(b, I, H, "blk.%d.exp.%d.gate", il, e);
+        const qw_tensor *u = mat_named(b, I, H, "blk.%d.exp.%d.up", il, e);
+        const qw_tensor *d = mat_named(b, H, I, "blk.%d.exp.%d.down", il, e);
+        if (b->st) return;
+        w->experts[e] = (qw_ffn_w){*g, *u, *d};
     }
-    w->norm = vec(y, hp->gdn_dv, 1.0f, 0.02f);
-    w->out = mat(y, H, vd, "blk.%d.out", il);
 }
 
-static void lay_hc(synth *y, qw_hc_w *w, const char *base, int inject) {
-    const qw_hparams *hp = &y->m->hp;
-    int64_t CH = (int64_t)hp->hc_count * hp->n_embd;
-    w->norm = vec(y, CH, 0.0f, 0.02f);
-    w->down = mat(y, hp->hc_lowrank, CH, "%s.down", base);
-    w->up = mat(y, CH, hp->hc_lowrank, "%s.up", base);
-    if (inject) w->inject = mat(y, hp->hc_count, CH, "%s.inject", base);
-}
-
-static qw_ple_w *lay_ple(synth *y, int il, int li) {
-    qwenc_model *m = y->m;
-    const qw_hparams *hp = &m->hp;
-    int64_t CH = (int64_t)hp->hc_count * hp->n_embd, P = hp->ple_dim, nh = hp->ngram_heads;
-    qw_ple_w *w = own(y, sizeof(qw_ple_w));
-    if (!w) return NULL;
+static void synth_ple_table(qw_binder *b, int il, int li, qw_ple_w **slot) {
+    const qw_hparams *hp = &b->m->hp;
+    int64_t nh = hp->ngram_heads;
+    qw_ple_w *w = *slot = qw_bind_own(b, sizeof(qw_ple_w), "the PLE layer");
+    if (!w) return;
     w->li = li;
-    w->prime = own(y, (size_t)nh * sizeof(int64_t));
-    w->offset = own(y, (size_t)nh * sizeof(int64_t));
-    if (y->st) return w;
+    w->prime = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table sizes");
+    w->offset = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table offsets");
+    if (b->st) return;
     qw_ple_constants(hp, li, w->mult, w->prime, w->offset, &w->n_rows);
-    w->key_proj = mat(y, CH, P, "blk.%d.ple_key", il);
-    w->value_proj = mat(y, hp->n_embd, P, "blk.%d.ple_value", il);
-    w->norm_key = vec(y, CH, 0.0f, 0.02f);
-    w->norm_query = vec(y, CH, 0.0f, 0.02f);
-    w->norm_conv = vec(y, CH, 0.0f, 0.02f);
-    w->conv = vec(y, CH * hp->ple_conv_k, 0.0f, 0.1f);
-    w->chunks = (qw_tensor *)mat(y, w->n_rows, P / nh, "blk.%d.ple_table", il);
+    w->chunks = (qw_tensor *)mat_named(b, w->n_rows, hp->ple_dim / nh, "blk.%d.ple_table", il);
     w->n_chunks = 1;
     w->chunk_rows = w->n_rows;
-    return w;
 }
 
-static void lay_model(synth *y) {
-    qwenc_model *m = y->m;
-    const qw_hparams *hp = &m->hp;
-    m->tok_embd = mat(y, hp->n_vocab, hp->n_embd, "token_embd");
-    m->output = mat(y, hp->n_vocab, hp->n_embd, "output");
-    m->layers = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer));
-    if (!m->layers) {
-        y->st = qw_err_nomem(y->err, y->errlen, m->path, (size_t)hp->n_layer, sizeof(qw_layer));
-        return;
-    }
-    char base[64];
-    for (int il = 0; il < hp->n_layer && !y->st; il++) {
-        qw_layer *L = &m->layers[il];
-        L->kind = hp->layer_kind[il];
-        L->moe = hp->layer_moe[il];
-        if (hp->arch == QW_ARCH_QWEN4EXP) {
-            snprintf(base, sizeof(base), "blk.%d.hc_attn", il);
-            lay_hc(y, &L->hc_attn, base, 1);
-            snprintf(base, sizeof(base), "blk.%d.hc_ffn", il);
-            lay_hc(y, &L->hc_mlp, base, 1);
-        } else {
-            L->attn_norm = vec(y, hp->n_embd, 0.0f, 0.02f);
-            L->ffn_norm = vec(y, hp->n_embd, 0.0f, 0.02f);
+static void synth_rope(qw_binder *b) {
+    const qw_hparams *hp = &b->m->hp;
+    b->m->rope_inv_freq = qw_bind_f32(b, hp->n_rot / 2, "the RoPE frequencies");
+    if (b->m->rope_inv_freq) qw_rope_inv_freq(hp, b->m->rope_inv_freq);
+}
+
+static int synth_has(qw_binder *b, qw_gt role, int il) {
+    (void)b, (void)role, (void)il;
+    return 0;
+}
+
+static const qw_bind_io synth_io = {
+    .file_layout = 1, /* random either way: no reordering when written */
+    .has = synth_has,
+    .mat = synth_mat,
+    .vec = synth_vec_add,
+    .indexer = synth_indexer,
+    .gdn_in = synth_gdn_in,
+    .experts = synth_experts,
+    .ple_table = synth_ple_table,
+    .rope = synth_rope,
+};
+
+static int is_ple(qw_gt role) {
+    return role == QW_GT_PLE_NORM_KEY || role == QW_GT_PLE_NORM_QUERY || role == QW_GT_PLE_NORM_CONV ||
+           role == QW_GT_PLE_CONV;
+}
+
+/* One vector's values (see the top of the file); dt_bias draws A_log's in turn with its own, head by head. */
+static void fill_vector(synth *y, const qwenc_model *m, synth_vec *e, synth_vec *a) {
+    if (e->role == QW_GT_SSM_DT) {
+        QW_ASSERT(a && a->n == e->n);
+        for (int64_t h = 0; h < e->n; h++) {
+            double dt = exp(log(1e-3) + unif(&y->s) * (log(1e-1) - log(1e-3)));
+            e->v[h] = (float)(dt + log(-expm1(-dt))); /* softplus^-1(dt) */
+            a->v[h] = -(float)(1.0 + 15.0 * unif(&y->s)); /* -exp(A_log), A_log = log U(1, 16) */
         }
-        if (L->kind == QW_LAYER_GDN)
-            lay_gdn(y, il, &L->gdn);
-        else
-            lay_attn(y, il, &L->attn, L->kind == QW_LAYER_QSA);
-        lay_moe(y, il, &L->moe_w);
-        for (int i = 0; i < hp->n_ple; i++)
-            if (hp->ple_layers[i] == il) L->ple = lay_ple(y, il, i);
+    } else if (e->k) {
+        normals(&y->s, e->v, e->n, 0.0f, 0.1f);
+    } else {
+        /* a zero-centred norm's neutral value is 0 (the file stores 1 + w); the others' 1 */
+        int zc = (qw_gt_info_of(e->role)->xf & QW_XF_NORM) && qw_arch_has(m->hp.arch, QW_AF_NORM_PLUS_ONE);
+        normals(&y->s, e->v, e->n, zc ? 0.0f : 1.0f, 0.02f);
     }
-    if (hp->arch == QW_ARCH_QWEN4EXP)
-        lay_hc(y, &m->hc_final, "output_hc", 0);
-    else
-        m->out_norm = vec(y, hp->n_embd, 0.0f, 0.02f);
+}
+
+/* Every vector, from one stream in the order earlier versions drew them (so a seed gives the same file): layer
+ * by layer (the model-wide ones last), a layer's PLE vectors after its others. */
+static void fill_vectors(synth *y, const qwenc_model *m) {
+    for (int i = 0, j; i < y->n_vecs; i = j) {
+        for (j = i; j < y->n_vecs && y->vecs[j].il == y->vecs[i].il; j++) {
+        }
+        for (int ple = 0; ple < 2; ple++)
+            for (int k = i; k < j; k++) {
+                synth_vec *e = &y->vecs[k], *a = NULL;
+                if (is_ple(e->role) != ple || e->role == QW_GT_SSM_A) continue;
+                for (int l = k + 1; e->role == QW_GT_SSM_DT && l < j && !a; l++)
+                    if (y->vecs[l].role == QW_GT_SSM_A) a = &y->vecs[l];
+                fill_vector(y, m, e, a);
+            }
+    }
 }
 
 /* ---------------------------------------------------------------- config.json of the geometry */
@@ -367,9 +373,11 @@ qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, co
     st = qw_hparams_parse(&m->hp, json, label, err, errlen);
     free(json);
     if (!st) {
-        synth y = {.m = m, .s = sp->seed * 0x2545F4914F6CDD1Dull + 1, .err = err, .errlen = errlen};
-        lay_model(&y);
-        st = y.st;
+        synth y = {.s = sp->seed * 0x2545F4914F6CDD1Dull + 1};
+        qw_binder b = {.m = m, .io = &synth_io, .ctx = &y, .err = err, .errlen = errlen};
+        st = qw_bind_model(&b);
+        if (!st) fill_vectors(&y, m);
+        free(y.vecs);
         gen_state g = {.seed = sp->seed};
         if (!st) st = qw_model_save_gguf_gen(m, path, gp, gen_row, &g, err, errlen);
     }
