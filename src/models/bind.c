@@ -33,7 +33,9 @@ void *qw_bind_own(qw_binder *b, size_t bytes, const char *what) {
     return p;
 }
 
-float *qw_bind_f32(qw_binder *b, int64_t n, const char *what) { return qw_bind_own(b, (size_t)n * sizeof(float), what); }
+float *qw_bind_f32(qw_binder *b, int64_t n, const char *what) {
+    return qw_bind_own(b, (size_t)n * sizeof(float), what);
+}
 
 void qw_bind_fail(qw_binder *b, qwenc_status st, const char *fmt, ...) {
     if (b->st) return;

@@ -117,7 +117,8 @@ static void gguf_vec(qw_binder *b, qw_gt role, int il, int64_t d0, int64_t d1, f
 }
 
 /* A new tensor made of rows of src (raw bytes, type kept): rows[i] for i < n. */
-static const qw_tensor *gather_rows(qw_binder *b, const qw_tensor *src, const int64_t *rows, int64_t n, const char *name) {
+static const qw_tensor *gather_rows(qw_binder *b, const qw_tensor *src, const int64_t *rows, int64_t n,
+                                   const char *name) {
     int64_t len = qw_tensor_row_len(src);
     size_t rs = qw_type_row_size(src->type, len);
     uint8_t *data = qw_bind_own(b, (size_t)n * rs, name);

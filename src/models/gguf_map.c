@@ -444,8 +444,9 @@ qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *
     if (st) return st;
     if (!qw_arch_from_gguf(an, &hp->arch)) {
         char names[160];
-        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: general.architecture \"%.40s\" is not one qwenc runs (%s)",
-                      path, an, qw_arch_list(names, sizeof(names), 1));
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                      "%s: general.architecture \"%.40s\" is not one qwenc runs (%s)", path, an,
+                      qw_arch_list(names, sizeof(names), 1));
     }
     snprintf(hp->model_type, sizeof(hp->model_type), "%s", an);
     meta_reader r = {.g = g, .arch = hp->arch, .path = path, .err = err, .errlen = errlen};

@@ -177,7 +177,8 @@ static void reorder_tensor(qw_binder *b, out_tensor *t, qw_gt role) {
     const qw_hparams *hp = &b->m->hp;
     unsigned xf = qw_gt_info_of(role)->xf;
     int64_t rows = t->shape[0], dv = hp->gdn_dv;
-    if ((xf & QW_XF_ROPE) && reorder(b, QW_LAYOUT_ROPE)) t->row_map = rope_rows(p, (int)(rows / hp->head_dim), hp->head_dim);
+    if ((xf & QW_XF_ROPE) && reorder(b, QW_LAYOUT_ROPE))
+        t->row_map = rope_rows(p, (int)(rows / hp->head_dim), hp->head_dim);
     if (!(xf & (QW_XF_VHEADS | QW_XF_VROWS | QW_XF_VCOLS)) || !reorder(b, QW_LAYOUT_VHEADS)) return;
     if (xf & QW_XF_VCOLS) {
         int *vs = vhead_src(p, hp);
@@ -464,7 +465,8 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
         int n = hp->ngram_n, nh = hp->ngram_heads, np = hp->n_ple;
         int32_t *layers = qw_calloc((size_t)np, sizeof(int32_t));
         uint64_t *mult = qw_calloc((size_t)np * n, sizeof(uint64_t));
-        uint64_t *off = qw_calloc((size_t)np * nh, sizeof(uint64_t)), *voc = qw_calloc((size_t)np * nh, sizeof(uint64_t));
+        uint64_t *off = qw_calloc((size_t)np * nh, sizeof(uint64_t));
+        uint64_t *voc = qw_calloc((size_t)np * nh, sizeof(uint64_t));
         if (!layers || !mult || !off || !voc) {
             free(layers);
             free(mult);
@@ -491,7 +493,8 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
         put_u32(w, a, "embedding_length_per_layer_input", hp->ple_dim / nh);
         qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.layer_multipliers"), QW_GGUF_U64, mult,
                                (uint64_t)np * n);
-        qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.head_offsets"), QW_GGUF_U64, off, (uint64_t)np * nh);
+        qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.head_offsets"), QW_GGUF_U64, off,
+                               (uint64_t)np * nh);
         qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "ple.head_vocab_sizes"), QW_GGUF_U64, voc,
                                (uint64_t)np * nh);
         free(layers);

@@ -69,7 +69,8 @@ static const qw_tensor *tensor(qw_binder *b, int n_dims, const int64_t *shape, c
         return NULL;
     }
     if (t->type != QW_TYPE_F32 && t->type != QW_TYPE_F16 && t->type != QW_TYPE_BF16) {
-        qw_bind_fail(b, QWENC_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; safetensors weights must be F32, F16 or BF16",
+        qw_bind_fail(b, QWENC_ERR_UNSUPPORTED,
+                     "%s: tensor '%s' has dtype %s; safetensors weights must be F32, F16 or BF16",
                      qw_weightset_file_of(&b->m->ws, t), name, qw_type_name(t->type));
         return NULL;
     }
@@ -101,7 +102,8 @@ static void hf_vec(qw_binder *b, qw_gt role, int il, int64_t d0, int64_t d1, flo
 }
 
 static void hf_indexer(qw_binder *b, int il, int64_t nq, int64_t nk, qw_attn_w *w) {
-    w->idx_qk = matrix(b, nq + nk, b->m->hp.n_embd, name_of(b, "~layers.%d.self_attn.indexer.index_qk_proj.weight", il));
+    const char *name = name_of(b, "~layers.%d.self_attn.indexer.index_qk_proj.weight", il);
+    w->idx_qk = matrix(b, nq + nk, b->m->hp.n_embd, name);
 }
 
 static void hf_gdn_in(qw_binder *b, int il, qw_gdn_w *w) {
@@ -138,7 +140,8 @@ static void hf_experts(qw_binder *b, int il, qw_moe_w *w) {
         return;
     }
     for (int64_t e = 0; e < E && !b->st; e++) {
-        const char *fmt[3] = {"~layers.%d.mlp.experts.%lld.gate_proj.weight", "~layers.%d.mlp.experts.%lld.up_proj.weight",
+        const char *fmt[3] = {"~layers.%d.mlp.experts.%lld.gate_proj.weight",
+                              "~layers.%d.mlp.experts.%lld.up_proj.weight",
                               "~layers.%d.mlp.experts.%lld.down_proj.weight"};
         qw_tensor *dst[3] = {&w->experts[e].gate, &w->experts[e].up, &w->experts[e].down};
         for (int k = 0; k < 3; k++) {
@@ -154,8 +157,8 @@ static void check_i64(qw_binder *b, const char *name, const int64_t *want, int n
     const qw_tensor *t = find(b, name);
     if (!t) return; /* the buffers are optional: qwenc derives them */
     if (t->type != QW_TYPE_I64 || t->n_dims != 1 || t->shape[0] != n) {
-        qw_bind_fail(b, QWENC_ERR_FORMAT, "%s: tensor '%s' should be I64 [%d]", qw_weightset_file_of(&b->m->ws, t), name,
-                     n);
+        qw_bind_fail(b, QWENC_ERR_FORMAT, "%s: tensor '%s' should be I64 [%d]", qw_weightset_file_of(&b->m->ws, t),
+                     name, n);
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -227,7 +230,8 @@ static void hf_ple_table(qw_binder *b, int il, int li, qw_ple_w **slot) {
         total += rows;
     }
     if (!b->st && total != w->n_rows)
-        qw_bind_fail(b, QWENC_ERR_FORMAT, "%s: the %d n-gram table shards of layer %d hold %lld rows; the config implies %lld",
+        qw_bind_fail(b, QWENC_ERR_FORMAT,
+                     "%s: the %d n-gram table shards of layer %d hold %lld rows; the config implies %lld",
                      b->m->path, n, il, (long long)total, (long long)w->n_rows);
 }
 
