@@ -35,6 +35,7 @@ typedef struct {
 
 struct qw_pool {
     int n_threads; /* workers + the caller */
+    int64_t spin_ns; /* how long an idle worker spins before it sleeps */
     pthread_t *threads;
     pthread_mutex_t job_lock; /* held while a job is published */
     pthread_mutex_t mu;       /* with cv: sleeping workers */
@@ -89,7 +90,7 @@ static void *worker_main(void *arg) {
             int64_t t0 = now_ns();
             for (int spins = 1; (g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen; spins++) {
                 cpu_relax();
-                if ((spins & 255) == 0 && now_ns() - t0 > QW_POOL_SPIN_NS) break;
+                if ((spins & 255) == 0 && now_ns() - t0 > p->spin_ns) break;
             }
         }
         if (g == seen) {
@@ -115,11 +116,14 @@ static void wake_all(qw_pool *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
-qw_pool *qw_pool_new(int n_threads) {
+qw_pool *qw_pool_new(int n_threads) { return qw_pool_new_spin(n_threads, QW_POOL_SPIN_NS); }
+
+qw_pool *qw_pool_new_spin(int n_threads, int64_t spin_ns) {
     if (n_threads <= 0) n_threads = qw_cpu_count();
     qw_pool *p = calloc(1, sizeof(*p));
     if (!p) return NULL;
     p->n_threads = n_threads;
+    p->spin_ns = spin_ns;
     pthread_mutex_init(&p->job_lock, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);

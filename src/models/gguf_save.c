@@ -638,7 +638,8 @@ qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_thre
         for (int d = 0; d < t->n_dims; d++) ne *= t->shape[d];
         pl->total += qw_type_row_size(t->type, ne);
     }
-    if (nt > 1) pl->pool = qw_pool_new(nt); /* NULL: the caller converts alone */
+    /* batches are milliseconds apart (the file is written between them): idle workers sleep at once */
+    if (nt > 1) pl->pool = qw_pool_new_spin(nt, 0); /* NULL: the caller converts alone */
     *out = pl;
     return QWENC_OK;
 }
