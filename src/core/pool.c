@@ -186,7 +186,7 @@ void qw_pool_parallel_for(qw_pool *p, int64_t n_items, int64_t chunk, qw_pool_fn
         /* a worker holding a chunk was descheduled: give it the core */
         if ((spins & 255) == 0) {
             if (!t0) t0 = now_ns();
-            else if (now_ns() - t0 > QW_POOL_SPIN_NS) sched_yield();
+            else if (now_ns() - t0 > p->spin_ns) sched_yield();
         }
     }
     atomic_store(&p->job, NULL);

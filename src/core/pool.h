@@ -25,8 +25,9 @@ typedef void (*qw_pool_fn)(void *ctx, int64_t i0, int64_t i1);
 /* A pool of n_threads threads counting the caller (0: one per CPU this process may run on).
  * Returns NULL if the threads cannot be created. */
 qw_pool *qw_pool_new(int n_threads);
-/* The same with workers that spin spin_ns after a job before they sleep (qw_pool_new: 5 ms, for a decode step's
- * jobs microseconds apart; 0 for jobs far apart, such as the GGUF writer's batches, so idle workers burn no CPU). */
+/* The same with workers that spin spin_ns after a job before they sleep, and a caller that spins as long for
+ * a descheduled worker's chunk before it yields its core (qw_pool_new: 5 ms, for a decode step's jobs
+ * microseconds apart; 0 for jobs far apart, such as the GGUF writer's batches, so waiting burns no CPU). */
 qw_pool *qw_pool_new_spin(int n_threads, int64_t spin_ns);
 void qw_pool_free(qw_pool *pool);
 /* Threads of a pool, the caller included (1 for a NULL pool). */

@@ -579,6 +579,9 @@ struct qw_gguf_plan {
     size_t cap_f32, cap_tmp;
 };
 
+/* Elements of a batch's smallest piece (a few tens of microseconds of conversion). */
+#define QW_PLAN_JOB_MIN 65536
+
 /* Rows [r0, r0+n) of a tensor, converted on the pool in pieces of `step` rows. */
 typedef struct {
     const qw_gguf_plan *pl;
@@ -711,7 +714,9 @@ qwenc_status qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, v
         pl->cap_tmp = (size_t)cols;
     }
     batch bt = {.pl = pl, .t = t, .r0 = r0, .n = n, .cols = cols, .row_bytes = row_bytes, .dst = dst};
-    bt.step = (n + pl->n_jobs - 1) / pl->n_jobs;
+    /* pieces of at least QW_PLAN_JOB_MIN elements: a small tensor is converted faster than a worker wakes */
+    int64_t n_jobs = QW_MAX((int64_t)1, QW_MIN((int64_t)pl->n_jobs, n * cols / QW_PLAN_JOB_MIN));
+    bt.step = (n + n_jobs - 1) / n_jobs;
     qw_pool_parallel_for(pl->pool, (n + bt.step - 1) / bt.step, 1, run_jobs, &bt);
     return QWENC_OK;
 }
