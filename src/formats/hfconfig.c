@@ -3,7 +3,8 @@
  *
  * Follows the configuration classes of transformers 5.17: LlamaConfig, Qwen3Config, Qwen3_5TextConfig,
  * Qwen3_5MoeTextConfig, Qwen3NextConfig and Qwen4ExpTextConfig (defaults, layer_types rules, the
- * validation of Qwen4ExpTextConfig.validate_architecture).
+ * validation of Qwen4ExpTextConfig.validate_architecture). Which fields a model_type reads follows from its
+ * architecture's registry properties (models/arch.h: QW_AF_GDN, QW_AF_MOE, ...).
  */
 #include "formats/hfconfig.h"
 

@@ -114,7 +114,5 @@ qwenc_status qw_hparams_load(qw_hparams *hp, const char *dir, char *err, size_t 
 /* The same from the text of a config.json (path names it in messages). */
 qwenc_status qw_hparams_parse(qw_hparams *hp, const char *json, const char *path, char *err, size_t errlen);
 void qw_hparams_free(qw_hparams *hp);
-/* transformers' name of an architecture (its registry entry, models/arch.c). */
-const char *qw_arch_name(qw_arch a);
 
 #endif

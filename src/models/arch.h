@@ -4,7 +4,8 @@
  * (models/bind.h), their forward, and the properties the readers, binders and writers ask about.
  *
  * Nothing outside the registry compares architectures: code asks for a property (qw_arch_has(a, QW_AF_GDN)),
- * so adding an architecture is its own file (tensors + forward), an enum value and one registry line.
+ * so adding an architecture is its own file (its tensors and its forward, declared in model.h), an enum value,
+ * one registry line and its fixtures.
  */
 #ifndef QW_ARCH_H
 #define QW_ARCH_H
@@ -51,6 +52,8 @@ typedef struct {
     unsigned flags;             /* QW_AF_* */
 } qw_arch_def;
 
+/* transformers' name of an architecture ("?" for none). */
+const char *qw_arch_name(qw_arch a);
 /* The registry entry of a (valid) architecture. */
 const qw_arch_def *qw_arch_get(qw_arch a);
 static inline int qw_arch_has(qw_arch a, unsigned flags) { return (qw_arch_get(a)->flags & flags) != 0; }

@@ -48,7 +48,8 @@ void qw_bind_fail(qw_binder *b, qwenc_status st, const char *fmt, ...) {
 
 /* ---------------------------------------------------------------- layouts */
 
-void qw_bind_set(qw_binder *b, int *field, int v) {
+/* *field = v, unless the io reads the model. */
+static void set_flag(qw_binder *b, int *field, int v) {
     if (!b->io->reads) *field = v;
 }
 
@@ -58,7 +59,8 @@ int qw_bind_file_layout(const qw_binder *b, qw_layout which) {
     return qw_arch_has(hp->arch, QW_AF_V_TILED) && hp->gdn_hv != hp->gdn_hk;
 }
 
-void qw_bind_layout(qw_binder *b, qw_layout which, int *flag) {
+/* A block's layout flag: 0 for a checkpoint, what the file needs for a GGUF; the plan reads it into b->layout. */
+static void layout(qw_binder *b, qw_layout which, int *flag) {
     if (b->io->reads)
         b->layout = *flag ? b->layout | which : b->layout & ~(unsigned)which;
     else
@@ -123,8 +125,8 @@ void qw_bind_moe(qw_binder *b, int il, qw_moe_w *w) {
 void qw_bind_attn(qw_binder *b, int il, qw_attn_w *w, int qk_norm, int gated, int qsa) {
     const qw_hparams *hp = &b->m->hp;
     int64_t H = hp->n_embd, hd = hp->head_dim, nq = hp->n_head * hd, nkv = hp->n_head_kv * hd;
-    qw_bind_set(b, &w->gated, gated);
-    qw_bind_layout(b, QW_LAYOUT_ROPE, &w->rope_interleaved);
+    set_flag(b, &w->gated, gated);
+    layout(b, QW_LAYOUT_ROPE, &w->rope_interleaved);
     /* gated attention doubles q_proj: per head [q_h | gate_h] */
     int64_t nqg = gated ? 2 * nq : nq;
     if (b->io->attn_qkv) {
@@ -150,7 +152,7 @@ void qw_bind_attn(qw_binder *b, int il, qw_attn_w *w, int qk_norm, int gated, in
 void qw_bind_gdn(qw_binder *b, int il, qw_gdn_w *w) {
     const qw_hparams *hp = &b->m->hp;
     int64_t H = hp->n_embd, kd = (int64_t)hp->gdn_hk * hp->gdn_dk, vd = (int64_t)hp->gdn_hv * hp->gdn_dv;
-    qw_bind_layout(b, QW_LAYOUT_VHEADS, &w->v_tiled);
+    layout(b, QW_LAYOUT_VHEADS, &w->v_tiled);
     if (!b->st) b->io->gdn_in(b, il, w);
     qw_bind_conv(b, QW_GT_SSM_CONV, il, 2 * kd + vd, hp->gdn_conv_k, &w->conv);
     qw_bind_vec(b, QW_GT_SSM_DT, il, hp->gdn_hv, &w->dt_bias);

@@ -52,7 +52,7 @@ struct qw_binder {
 struct qw_bind_io {
     int reads;       /* the plan: slots are read, never written */
     int file_layout; /* bound tensors are in the GGUF layout (qw_layout flags set as the file needs) */
-    /* Whether the source holds role's tensor at layer il (-1: model-wide). */
+    /* Whether the source holds role's tensor at layer il (-1: model-wide); not called on the plan. */
     int (*has)(qw_binder *b, qw_gt role, int il);
     /* A matrix [d0, d1] (PyTorch order). */
     void (*mat)(qw_binder *b, qw_gt role, int il, int64_t d0, int64_t d1, const qw_tensor **slot);
@@ -99,11 +99,9 @@ void qw_bind_ple_tables(qw_binder *b);
 void qw_bind_ple(qw_binder *b, int il, qw_ple_w *w);
 
 /* ---- for the ios ---- */
-/* *field = v, unless the io reads the model. */
-void qw_bind_set(qw_binder *b, int *field, int v);
-/* A block's layout flag: 0 for a checkpoint, what the file needs for a GGUF; the plan reads it into b->layout. */
-void qw_bind_layout(qw_binder *b, qw_layout which, int *flag);
-/* Whether a GGUF of b's architecture stores the layout `which` (the flag a GGUF's views get). */
+/* Whether a GGUF of b's architecture stores the layout `which` (the flag a GGUF's views get: the block helpers
+ * set a block's flag to it when the io has file_layout, to 0 for a checkpoint; the plan reads it into
+ * b->layout). */
 int qw_bind_file_layout(const qw_binder *b, qw_layout which);
 /* The first error: QWENC_ERR_FORMAT etc. with the message formatted. */
 void qw_bind_fail(qw_binder *b, qwenc_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -166,7 +166,7 @@ static int64_t *rope_rows(plan *p, int n_head, int hd) {
 
 /* ---------------------------------------------------------------- the plan: the binder reading the model */
 
-/* The source is in the Hugging Face order and the file wants the converter's (bind.h: qw_bind_layout). */
+/* The source is in the Hugging Face order and the file wants the converter's (bind.h: b->layout). */
 static int reorder(const qw_binder *b, qw_layout which) {
     return qw_bind_file_layout(b, which) && !(b->layout & which);
 }
