@@ -46,6 +46,20 @@ qwenc_status qwenc_model_load(const char *path, qwenc_model **out, char *err, si
     return qwenc_model_load_params(path, NULL, out, err, errlen);
 }
 
+/* The backend the parameters ask for: "auto" (NULL) and "cpu" are the CPU backend; "cpu-guard" is it in its
+ * guard mode (kernels/cpu.h). */
+static qwenc_status model_backend(qwenc_model *m, const qwenc_model_params *mp, char *err, size_t errlen) {
+    const char *name = mp->backend && strcmp(mp->backend, "auto") ? mp->backend : "cpu";
+    int guard = !strcmp(name, "cpu-guard");
+    if (strcmp(name, "cpu") && !guard)
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "unknown backend \"%s\" (auto, cpu, cpu-guard)", name);
+    qwenc_status st = qw_backend_cpu_new(mp->n_threads, mp->kernels, guard, &m->be, err, errlen);
+    if (st) return st;
+    m->backend_name = guard ? "cpu-guard" : "cpu";
+    qw_backend_cpu_set_f32_activations(m->be, mp->f32_activations);
+    return QWENC_OK;
+}
+
 qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params *params, qwenc_model **out,
                                      char *err, size_t errlen) {
     *out = NULL;
@@ -63,13 +77,13 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
         return qw_err_nomem(err, errlen, path, strlen(path) + 1, 1);
     }
     m->params = mp;
-    qwenc_status st = qw_ops_cpu_new(mp.n_threads, mp.kernels, &m->ops, err, errlen);
+    qwenc_status st = model_backend(m, &mp, err, errlen);
     if (st) {
         qwenc_model_free(m);
         return st;
     }
-    m->params.kernels = m->ops->name; /* the caller's string need not outlive the call */
-    qw_ops_cpu_set_f32_activations(m->ops, mp.f32_activations);
+    m->params.kernels = m->be->name; /* the caller's strings need not outlive the call */
+    m->params.backend = m->backend_name;
     if (qw_path_is_gguf(path)) { /* a .gguf file rather than a checkpoint directory: models/gguf_bind.c */
         st = qw_gguf_model_load(m, path, err, errlen);
         if (!st && mp.quant) st = qw_model_quantize_at_load(m, err, errlen);
@@ -144,7 +158,7 @@ void qwenc_model_free(qwenc_model *m) {
     if (m->gguf) qw_gguf_free(m->gguf);
     free(m->gguf);
     qw_hparams_free(&m->hp);
-    qw_ops_cpu_free(m->ops);
+    if (m->be) m->be->release(m->be);
     free(m->path);
     free(m);
 }
@@ -152,8 +166,9 @@ void qwenc_model_free(qwenc_model *m) {
 int qwenc_model_n_vocab(const qwenc_model *m) { return m->hp.n_vocab; }
 int qwenc_model_n_ctx_train(const qwenc_model *m) { return m->hp.n_ctx_train; }
 const char *qwenc_model_arch(const qwenc_model *m) { return qw_arch_name(m->hp.arch); }
-const char *qwenc_model_kernels(const qwenc_model *m) { return m->ops->name; }
-int qwenc_model_n_threads(const qwenc_model *m) { return qw_ops_cpu_n_threads(m->ops); }
+const char *qwenc_model_kernels(const qwenc_model *m) { return m->be->name; }
+const char *qwenc_model_backend(const qwenc_model *m) { return m->backend_name; }
+int qwenc_model_n_threads(const qwenc_model *m) { return qw_backend_cpu_n_threads(m->be); }
 
 /* ---- qwenc info: parameters per component, by tensor-name pattern ---- */
 

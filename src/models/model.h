@@ -34,7 +34,8 @@ struct qwenc_model {
     qw_hparams hp;
     qw_weightset ws;
     const char *prefix;        /* "model." or "model.language_model." */
-    const qw_ops *ops;
+    qw_backend *be;            /* where the weights are read and the forward runs (owned) */
+    const char *backend_name;  /* "cpu" or "cpu-guard" */
     const qw_tensor *tok_embd; /* [V, H] */
     const qw_tensor *output;   /* [V, H] lm_head (tok_embd when tied) */
     float *out_norm;           /* [H] final norm (not qwen4_exp) */
