@@ -34,8 +34,9 @@ check-deps:
 deps:
 	@bash tools/install-deps.sh build
 
-# The integer dot loops of the kernels start on a 64-byte boundary: where one happened to straddle one,
-# one-row Q8_0 decode on the AMD Zen 4 development VM read 12 GB/s instead of 24 (same code).
+# The integer dot loops of the kernels start on a 64-byte boundary: a hot loop that straddles one runs far
+# slower, and where a loop falls would otherwise move with unrelated code (docs/BENCH.md, CPU kernels: The
+# kernels' loops).
 $(BUILD)/src/kernels/%.o: QW_CFLAGS += -falign-loops=64
 
 $(BUILD)/%.o: %.c

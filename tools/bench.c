@@ -111,11 +111,10 @@ __attribute__((target("avx2"))) static uint64_t bw_sum_avx2(const bw_vec *p, siz
 
 /*
  * The sum of a thread's slice, read as 1, 2 or 4 interleaved sequential streams: which reaches the most
- * depends on the CPU's prefetchers (on an Intel Xeon VM 4 streams per core read about twice as fast as one;
- * on an AMD Zen 4 VM one stream did best), so read_bandwidth tries all three, and one stream with the decode
- * kernels' software prefetch (on the Zen 4 VM, 2 threads: 34-37 GB/s before it was tried, 35-38 with it;
- * the lm_head's matmul read up to 43 in a decode step). Loads are 256 bits wide
- * where the CPU has AVX2 (128-bit loads left a Zen 4 core at 60 % of what it reads with 256-bit ones).
+ * depends on the CPU's prefetchers (several streams per core on some CPUs, one on others), so read_bandwidth
+ * tries all three, and one stream with the decode kernels' software prefetch, which is how decode reads and
+ * can beat the plain streams. Loads are 256 bits wide where the CPU has AVX2: 128-bit loads leave a core well
+ * short of what it can read. The measurements: docs/BENCH.md, the read bandwidth of the decode bound.
  */
 static void *bw_sum(void *arg) {
     bw_part *b = arg;
@@ -133,8 +132,7 @@ static void *bw_sum(void *arg) {
 static double read_bandwidth(int n_threads) {
     size_t n = BW_BYTES / sizeof(bw_vec);
     /* in 2 MiB pages where the kernel gives them, as the weights' mapping asks for them (mapfile.c), so the
-     * bound is measured with the pages decode reads through (on the AMD Zen 4 VM this probe read about the
-     * same either way: 30-33 GB/s) */
+     * bound is measured with the pages decode reads through */
     bw_vec *buf = aligned_alloc((size_t)2 << 20, BW_BYTES);
     if (!buf) return 0;
 #ifdef MADV_HUGEPAGE

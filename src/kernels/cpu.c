@@ -349,8 +349,7 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
          * token tile pass over them in one qtile call: the kernel prepares those tokens once per call). A
          * table that takes the whole token tile in one call (avx512, amx, avx2) keeps its own blocks of rows
          * in cache (16 or 8 repacked rows at a time), so it gets all the chunk's rows and prepares the
-         * tokens once per chunk (flash-next Q8_0 prefill on 2 threads: the tokens' group terms were 3.4 %
-         * of the time when prepared for every 48 rows). */
+         * tokens once per chunk, not once per block of rows. */
         int64_t rb = c->whole ? r1 - r0
                               : QW_MAX(c->tile_nr, QROW_BLOCK / (int64_t)c->row_bytes / c->tile_nr * c->tile_nr);
         for (int64_t t0 = 0; t0 < c->n_tok; t0 += c->tok_tile) {
@@ -373,10 +372,10 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
     const char *wd = c->w->data;
     for (int64_t t0 = 0; t0 < c->n_tok; t0 += c->tok_tile) {
         int64_t t1 = QW_MIN(c->n_tok, t0 + c->tok_tile);
-        /* one token and a matrix that streams from memory: a row at a time, one sequential stream (the
-         * prefetcher note in avx512_q.c; bf16 decode on 2 threads of the Zen 4 VM: 27.6 -> 34.8 GB/s). Small
-         * matrices, read from cache, keep the 4-row tiles (tiny-flash decodes ~10 % faster with them). Every
-         * tile shape gives the same bits (cpu.h). */
+        /* one token and a matrix that streams from memory: a row at a time, one sequential stream, which the
+         * hardware prefetcher follows (avx512_q.c, qtile_any). Small matrices, read from cache, keep the
+         * 4-row tiles, faster there (docs/BENCH.md, CPU kernels: Decode (one token)). Every tile shape gives
+         * the same bits (cpu.h). */
         int step = c->n_tok == 1 && (int64_t)c->row_bytes * c->rows >= ROW_STREAM_MIN ? 1 : c->tile_nr;
         for (int64_t r = r0; r < r1; r += step) {
             int nr = (int)QW_MIN(step, r1 - r);
@@ -400,10 +399,10 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
     int64_t tok_bytes = c->qtile ? c->cols / QW_Q8A_BLOCK * (int64_t)sizeof(qw_q8a) : c->cols * 4;
     c->tok_tile = (256 << 10) / (tok_bytes + 1) / c->tile_nt * c->tile_nt;
     /* A kernel that takes every token in one call (avx512, amx, avx2) repacks each block of rows once per call
-     * and passes all the tokens over it: token tiles would repeat the packing (Q8_0, one core, 256 tokens:
-     * 80-token tiles packed each row block 4 times, 46 % of the time on an Intel Xeon). Up to 8 MiB of
-     * activations per call (a session's default step of 512 tokens stays whole for rows of up to 13,107
-     * elements), so a longer step does not stream them from memory for every block of rows. */
+     * and passes all the tokens over it: token tiles would repeat the packing once per tile (docs/BENCH.md,
+     * CPU kernels: Prefill, 16 tokens or more (AVX-512)). Up to 8 MiB of activations per call (a session's
+     * default step of 512 tokens stays whole for rows of up to 13,107 elements), so a longer step does not
+     * stream them from memory for every block of rows. */
     c->whole = c->qtile && c->qtile_nt >= n_tok;
     if (c->whole) c->tok_tile = QW_MIN(n_tok, QW_MAX(16, (8 << 20) / (tok_bytes + 1) / 16 * 16));
     if (c->tok_tile < c->tile_nt) c->tok_tile = c->tile_nt;
@@ -411,10 +410,9 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
 
 /* Rows per chunk of a one-token matmul (or batch of them: row_bytes is their mean). The threads stream their rows
  * from memory and finish each chunk at times that differ by up to a chunk's time, which the last one to finish makes
- * the others wait: with 4 chunks per thread the lm_head's chunk (2 MiB or more) left the pool's threads spinning for
- * 6.7 % of flash-next Q4_K's decode on 2 threads of the Zen 4 VM, 5.2 % with chunks of at most a sixteenth of a
- * thread's rows. Not below 256 KiB of weights, where a chunk's start (its activations prepared, the prefetch stream
- * begun) would start to count.
+ * the others wait, so the chunks are small: at most a sixteenth of a thread's rows (docs/BENCH.md, CPU kernels:
+ * Decode's chunks and element-wise ops). Not below 256 KiB of weights, where a chunk's start (its activations
+ * prepared, the prefetch stream begun) would start to count.
  */
 static int64_t decode_chunk(const cpu_backend *b, int64_t n, size_t row_bytes, int align) {
     int64_t per16 = (n + 16 * b->n_threads - 1) / (16 * b->n_threads);
@@ -836,8 +834,8 @@ static void elementwise(const cpu_backend *b, qw_pool_fn fn, range_ctx *c, int64
 }
 
 /* sigmoid and silu cost an e^x per element (expd.h), some twenty times a multiply-add: split from 4096
- * elements on, in ranges of 1024 (decode's gates of 2048-8192 elements ran on the calling thread while the
- * others waited) */
+ * elements on, in ranges of 1024, so decode's gates of 2048-8192 elements do not run on the calling thread
+ * while the others wait */
 #define EXP_MIN_WORK 4096
 #define EXP_ALIGN 1024
 
