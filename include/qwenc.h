@@ -67,7 +67,8 @@ typedef struct {
      * integer dot products, as llama.cpp does (faster; about 0.1 % on perplexity); 1: in f32, the exact product
      * of the dequantized weights (slower). Float weights (F32/F16/BF16) always meet f32 activations. */
     int f32_activations;
-    /* Where the model runs: NULL or "auto" (the best backend on this machine: the CPU for now), "cpu", or
+    /* Where the model runs: NULL or "auto" (the GPU when qwenc is built with the CUDA backend, a device is
+     * there and the weights fit in its free memory; else the CPU), "cpu", "cuda" (an error without one), or
      * "cpu-guard": the CPU backend with every activation and state buffer inaccessible outside its own calls,
      * so engine code that touched one would fault (a test mode; slower). */
     const char *backend;
@@ -91,7 +92,7 @@ void qwenc_model_print_info(const qwenc_model *model, FILE *f);
 /* The CPU kernel variant the model runs with ("amx", "avx512", "avx2", "neon", "scalar", "ref") and its thread
  * count. */
 const char *qwenc_model_kernels(const qwenc_model *model);
-/* The backend the model runs on ("cpu", "cpu-guard"). */
+/* The backend the model runs on ("cpu", "cuda", "cpu-guard"). */
 const char *qwenc_model_backend(const qwenc_model *model);
 int qwenc_model_n_threads(const qwenc_model *model);
 /*

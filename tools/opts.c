@@ -176,8 +176,9 @@ static const opt_def options[] = {
     {O_THREADS, "-t|--threads", C_WRITE, "N",
      "quantizing threads (default 0: one per core); -t TYPE, the old\nspelling of --type TYPE, still works"},
     {O_BACKEND, "--backend", C_LOAD, "NAME",
-     "where the model runs: auto (default: the best here, the CPU for now),\n"
-     "cpu, or cpu-guard (the CPU with activations and state inaccessible\noutside the backend: a test mode, slower)"},
+     "where the model runs: auto (default: the GPU when there is one and\n"
+     "the model fits, else the CPU), cpu, cuda, or cpu-guard (the CPU with\n"
+     "activations and state inaccessible outside the backend: a test mode)"},
     {O_KERNELS, "--kernels", C_LOAD, "NAME",
      "CPU kernels: auto (default: the best for this CPU), amx, avx512,\n"
      "avx2, neon, scalar, ref (the scalar reference, one thread)"},
@@ -420,8 +421,8 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
         return parse_int(v, opt, 0, &o->threads);
     case O_THREADS_LIST: return parse_list(v, opt, 0, o->bench_t, &o->n_bench_t);
     case O_BACKEND:
-        if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cpu-guard")) {
-            fprintf(stderr, "qwenc: %s expects auto, cpu or cpu-guard, got \"%s\"\n", opt, v);
+        if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "cpu-guard")) {
+            fprintf(stderr, "qwenc: %s expects auto, cpu, cuda or cpu-guard, got \"%s\"\n", opt, v);
             return 0;
         }
         o->backend = v;

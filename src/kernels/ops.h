@@ -200,6 +200,15 @@ struct qw_backend {
     void (*ple_gate)(const qw_backend *be, float *G, const float *K, const float *Q, const float *V, int n_tok, int C,
                      int H);
 
+    /* ---- graphs (optional: NULL where a backend has none, as on the CPU, and under an interposer) */
+    /* The ops issued between graph_begin and graph_end are recorded, not run; graph_end returns them as a graph
+     * (NULL when recording failed) that graph_launch runs again, with the same addresses and the values then in
+     * memory (a decode step: the same calls at every position). graph_begin returns 0 on success. */
+    int (*graph_begin)(const qw_backend *be);
+    void *(*graph_end)(const qw_backend *be);
+    void (*graph_launch)(const qw_backend *be, void *graph);
+    void (*graph_free)(const qw_backend *be, void *graph);
+
     /* ---- the backend object */
     void (*release)(qw_backend *be); /* frees the backend (NULL: a static table) */
 };

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "blocks/blocks.h"
+#include "cuda/cuda.h"
 #include "kernels/cpu.h"
 #include "models/gguf_map.h"
 
@@ -46,17 +47,47 @@ qwenc_status qwenc_model_load(const char *path, qwenc_model **out, char *err, si
     return qwenc_model_load_params(path, NULL, out, err, errlen);
 }
 
-/* The backend the parameters ask for: "auto" (NULL) and "cpu" are the CPU backend; "cpu-guard" is it in its
- * guard mode (kernels/cpu.h). */
+/* The CPU backend the model is bound with: "cpu-guard" when asked for, else "cpu" (kernels/cpu.h). A GPU
+ * comes in at the end of the load (model_device), when the parameters ask for one. */
 static qwenc_status model_backend(qwenc_model *m, const qwenc_model_params *mp, char *err, size_t errlen) {
-    const char *name = mp->backend && strcmp(mp->backend, "auto") ? mp->backend : "cpu";
+    const char *name = mp->backend ? mp->backend : "auto";
     int guard = !strcmp(name, "cpu-guard");
-    if (strcmp(name, "cpu") && !guard)
-        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "unknown backend \"%s\" (auto, cpu, cpu-guard)", name);
+    if (strcmp(name, "cpu") && strcmp(name, "auto") && strcmp(name, "cuda") && !guard)
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "unknown backend \"%s\" (auto, cpu, cuda, cpu-guard)", name);
     qwenc_status st = qw_backend_cpu_new(mp->n_threads, mp->kernels, guard, &m->be, err, errlen);
     if (st) return st;
     m->backend_name = guard ? "cpu-guard" : "cpu";
     qw_backend_cpu_set_f32_activations(m->be, mp->f32_activations);
+    return QWENC_OK;
+}
+
+/* "cuda": the model runs on the GPU (an error when there is none); "auto": on the GPU when there is one and the
+ * weights fit in its free memory with a tenth to spare, else on the CPU. The weights stay bound on the host;
+ * the GPU backend uploads each one the first time it is read. */
+static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, char *err, size_t errlen) {
+    const char *name = mp->backend ? mp->backend : "auto";
+    if (strcmp(name, "cuda") && strcmp(name, "auto")) return QWENC_OK;
+    char desc[320];
+    if (!qw_cuda_available(desc, sizeof(desc))) {
+        if (!strcmp(name, "auto")) return QWENC_OK;
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--backend cuda: %s", desc);
+    }
+    qw_backend *gpu = NULL;
+    qwenc_status st = qw_backend_cuda_new(0, &gpu, err, errlen);
+    if (st) return !strcmp(name, "auto") ? QWENC_OK : st;
+    int64_t total = 0, per_token = 0;
+    qwenc_model_weight_bytes(m, &total, &per_token);
+    size_t free_b = 0, total_b = 0;
+    qw_backend_cuda_memory(gpu, &free_b, &total_b);
+    if (!strcmp(name, "auto") && (double)total > 0.9 * (double)free_b) {
+        gpu->release(gpu);
+        return QWENC_OK;
+    }
+    m->be->release(m->be);
+    m->be = gpu;
+    m->backend_name = "cuda";
+    m->params.kernels = gpu->name;
+    m->params.backend = m->backend_name;
     return QWENC_OK;
 }
 
@@ -87,6 +118,7 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
     if (qw_path_is_gguf(path)) { /* a .gguf file rather than a checkpoint directory: models/gguf_bind.c */
         st = qw_gguf_model_load(m, path, err, errlen);
         if (!st && mp.quant) st = qw_model_quantize_at_load(m, err, errlen);
+        if (!st) st = model_device(m, &mp, err, errlen);
         if (st) {
             qwenc_model_free(m);
             return st;
@@ -136,12 +168,11 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
             m->n_ignored_tensors++;
         }
     }
-    if (mp.quant) {
-        st = qw_model_quantize_at_load(m, err, errlen);
-        if (st) {
-            qwenc_model_free(m);
-            return st;
-        }
+    if (mp.quant) st = qw_model_quantize_at_load(m, err, errlen);
+    if (!st) st = model_device(m, &mp, err, errlen);
+    if (st) {
+        qwenc_model_free(m);
+        return st;
     }
     advise_sparse(m);
     *out = m;
@@ -168,7 +199,9 @@ int qwenc_model_n_ctx_train(const qwenc_model *m) { return m->hp.n_ctx_train; }
 const char *qwenc_model_arch(const qwenc_model *m) { return qw_arch_name(m->hp.arch); }
 const char *qwenc_model_kernels(const qwenc_model *m) { return m->be->name; }
 const char *qwenc_model_backend(const qwenc_model *m) { return m->backend_name; }
-int qwenc_model_n_threads(const qwenc_model *m) { return qw_backend_cpu_n_threads(m->be); }
+int qwenc_model_n_threads(const qwenc_model *m) {
+    return strcmp(m->backend_name, "cuda") ? qw_backend_cpu_n_threads(m->be) : 1;
+}
 
 /* ---- qwenc info: parameters per component, by tensor-name pattern ---- */
 

@@ -58,36 +58,31 @@ static size_t layer_state(const qwenc_model *m, int n_ctx, int il, qw_layer_stat
     return n;
 }
 
-/* One step of T tokens through backend be with the session's arena: the token ids and the position go up,
- * the model runs, the logits of rows first_logit.. come down into logits (host; NULL: none). With the plan's
- * dry-run backend nothing is computed or copied and the arena only measures. */
-static void step_ops(qwenc_session *s, const qw_backend *be, const int32_t *tokens, int T, float *logits,
-                     int first_logit) {
+/* The ops of one step of T tokens through backend be with the session's arena, its inputs already in backend
+ * memory: the model runs; the logits of rows first_logit.. go straight into host_logits on a backend with host
+ * memory, else into the arena, whose address is returned (NULL: none asked for). With the plan's dry-run backend
+ * nothing is computed and the arena only measures. */
+static float *step_ops(qwenc_session *s, const qw_backend *be, int T, float *host_logits, int want_logits,
+                       int first_logit) {
     const qwenc_model *m = s->model;
     const qw_hparams *hp = &m->hp;
     qw_arena_reset(&s->arena);
-    qw_step step = {.pos0 = s->n_past};
-    be->upload(be, s->step, &step, sizeof(step));
-    be->upload(be, s->tokens, tokens, (size_t)T * sizeof(int32_t));
     float *cs = qw_arena_f32(&s->arena, (size_t)T * hp->n_rot);
     be->rope_table(be, cs, m->rope_inv_freq, hp->n_rot, T, s->step);
     qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .ar = &s->arena, .n_tok = T, .tokens = s->tokens,
                 .rope_cs = cs, .step = s->step};
     float *hidden = qw_arena_f32(&s->arena, (size_t)T * hp->n_embd);
     qw_model_forward(&f, hidden);
-    if (logits && first_logit < T) {
+    float *lg = NULL;
+    if (want_logits && first_logit < T) {
         int n = T - first_logit;
         const float *h = hidden + (int64_t)first_logit * hp->n_embd;
-        if (be->host_memory) { /* straight into the caller's array */
-            be->matmul(be, logits, m->output, h, n);
-        } else {
-            float *lg = qw_arena_f32(&s->arena, (size_t)n * hp->n_vocab);
-            be->matmul(be, lg, m->output, h, n);
-            be->download(be, logits, lg, (size_t)n * hp->n_vocab * sizeof(float));
-        }
+        lg = be->host_memory ? host_logits : qw_arena_f32(&s->arena, (size_t)n * hp->n_vocab);
+        be->matmul(be, lg, m->output, h, n);
     }
     /* the PLE hash history: the last ngram_n-1 ids */
     if (hp->ngram_n > 1) be->ple_hist_push(be, s->ple_hist, s->tokens, T, hp->ngram_n);
+    return lg;
 }
 
 static int skip_op(void *user, int op) {
@@ -102,8 +97,7 @@ static size_t plan_scratch(qwenc_session *s) {
     qw_backend *dry = qw_backend_interpose(s->model->be, &h);
     if (!dry) return 0;
     qw_arena_init_measure(&s->arena);
-    static float some_logits; /* a destination, so that a backend without host memory counts its logits */
-    step_ops(s, dry, NULL, s->n_batch, dry->host_memory ? NULL : &some_logits, 0);
+    step_ops(s, dry, s->n_batch, NULL, 1, 0);
     dry->release(dry);
     return QW_MAX(s->arena.high_water, (size_t)64);
 }
@@ -160,6 +154,8 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
 void qwenc_session_free(qwenc_session *s) {
     if (!s) return;
     const qw_backend *be = s->model->be;
+    for (int i = 0; i < 2; i++)
+        if (s->graph[i]) be->graph_free(be, s->graph[i]);
     qw_prof_free(s->prof);
     be->free(be, s->scratch);
     be->free(be, s->tokens);
@@ -184,11 +180,37 @@ void qwenc_session_reset(qwenc_session *s) {
 int qwenc_session_n_past(const qwenc_session *s) { return s->n_past; }
 int qwenc_session_n_ctx(const qwenc_session *s) { return s->n_ctx; }
 
-/* One step of at most n_batch tokens. logits: [T][V] rows to fill from row `first_logit` on. */
+/* One step of at most n_batch tokens. logits: [T][V] rows to fill from row `first_logit` on (NULL: none). On a
+ * backend with graphs, a one-token step is recorded once (after one step has run, so every weight is on the
+ * device) and replayed: its ops are the same at every position. */
 static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *logits, int first_logit) {
     double t0 = s->prof ? qw_prof_now() : 0;
-    step_ops(s, s->be, tokens, T, logits, first_logit);
-    s->be->sync(s->be);
+    const qw_backend *be = s->be;
+    const qw_hparams *hp = &s->model->hp;
+    qw_step step = {.pos0 = s->n_past};
+    be->upload(be, s->step, &step, sizeof(step));
+    be->upload(be, s->tokens, tokens, (size_t)T * sizeof(int32_t));
+    int want = logits != NULL;
+    float *lg = NULL;
+    if (T == 1 && be->graph_begin && s->warm) {
+        if (!s->graph[want] && !s->graph_failed && be->graph_begin(be) == 0) {
+            s->graph_lg[want] = step_ops(s, be, T, logits, want, first_logit);
+            s->graph[want] = be->graph_end(be);
+            s->graph_failed = !s->graph[want];
+        }
+        if (s->graph[want]) {
+            be->graph_launch(be, s->graph[want]);
+            lg = s->graph_lg[want];
+        } else {
+            lg = step_ops(s, be, T, logits, want, first_logit);
+        }
+    } else {
+        lg = step_ops(s, be, T, logits, want, first_logit);
+    }
+    if (lg && !be->host_memory)
+        be->download(be, logits, lg, (size_t)(T - first_logit) * hp->n_vocab * sizeof(float));
+    be->sync(be);
+    s->warm = 1;
     s->n_past += T;
     if (s->prof) qw_prof_step(s->prof, T, qw_prof_now() - t0);
 }
