@@ -34,6 +34,7 @@ typedef struct {
 
 struct qw_prof {
     qw_backend *be; /* the interposer the forward runs with */
+    const qw_backend *inner; /* a device backend's ops are asynchronous: each is waited for before it is timed */
     prof_entry e[PROF_MAX];
     int n, n_fn, e_between, e_mm_other;
     const char *map_name[PROF_MAP];
@@ -120,6 +121,7 @@ static int p_enter(void *user, int op) {
 
 static void p_leave(void *user, int op, const qw_matmul_job *jobs, int n_jobs) {
     qw_prof *p = user;
+    if (!p->inner->host_memory) p->inner->sync(p->inner);
     int d = --p->depth;
     double s = qw_prof_now() - p->t0[d], own = s - p->child_s[d];
     if (d > 0) p->child_s[d - 1] += s;
@@ -143,6 +145,7 @@ qw_prof *qw_prof_new(const qw_backend *inner) {
     qw_prof *p = qw_calloc(1, sizeof(*p));
     if (!p) return NULL;
     qw_backend_hooks h = {.enter = p_enter, .leave = p_leave, .user = p};
+    p->inner = inner;
     if (!(p->be = qw_backend_interpose(inner, &h))) {
         free(p);
         return NULL;

@@ -4,6 +4,8 @@
  * A profiler is a backend that wraps the model's (qw_backend_interpose): each op is timed on the calling thread
  * (the wall time the forward waits for it, threads included) and forwarded unchanged, so the logits are the
  * same bits. A composite op's own calls (a MoE step's matmuls) are timed on their own and left out of its time.
+ * On a device backend (no host memory) each call is waited for (sync) before its time is read, so the times are
+ * the device's, at the cost of the steps' overlap.
  * Matmuls are counted per weight tensor, labelled by type and name with layer and expert numbers folded
  * ("matmul q8_0 blk.#.ffn_down_exps.weight"), with the bytes of weights they read; a matmul_batch's time is shared
  * among its jobs by those bytes. What the forward spends between ops (its own loops, copies) is the step's
