@@ -103,6 +103,16 @@ int qwenc_model_n_threads(const qwenc_model *model);
  */
 void qwenc_model_weight_bytes(const qwenc_model *model, int64_t *total, int64_t *per_token);
 
+/* The device a model runs on, for a GPU backend: its name, free and total memory, and (when measure_bw is set: a
+ * read kernel over 2 GiB, about a second) its memory's read bandwidth in bytes/s. On the CPU everything is 0 and
+ * the name empty (the caller measures the host's memory itself, as qwenc bench does). */
+typedef struct {
+    char name[160];
+    uint64_t free_bytes, total_bytes;
+    double read_bw;
+} qwenc_device_info;
+void qwenc_model_device_info(const qwenc_model *model, int measure_bw, qwenc_device_info *out);
+
 /* ---- writing GGUF (qwenc quantize) ---- */
 typedef struct {
     const char *type; /* tensor type as llama-quantize names it: "F32", "F16", "BF16", "Q8_0", "Q4_K" (= Q4_K_M),

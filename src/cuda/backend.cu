@@ -278,6 +278,50 @@ extern "C" int qw_cuda_available(char *desc, size_t n) {
     return 1;
 }
 
+/* every 16 bytes of the buffer read once, summed so that nothing is left out */
+__global__ void k_read(const uint4 *p, size_t n, unsigned *out) {
+    unsigned acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = p[i];
+        acc += v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9E3779B9u) out[0] = acc; /* never in practice: keeps the loads */
+}
+
+extern "C" double qw_backend_cuda_read_bandwidth(const qw_backend *be) {
+    if (!be || be->release != cu_release) return 0;
+    qwc *c = C(be);
+    size_t bytes = (size_t)2 << 30;
+    void *buf = NULL;
+    unsigned *out = NULL;
+    if (cudaMalloc(&buf, bytes) != cudaSuccess || cudaMalloc(&out, sizeof(unsigned)) != cudaSuccess) {
+        cudaGetLastError();
+        if (buf) cudaFree(buf);
+        return 0;
+    }
+    QWC_CHECK(cudaMemsetAsync(buf, 1, bytes, c->stream));
+    cudaDeviceProp p;
+    QWC_CHECK(cudaGetDeviceProperties(&p, c->device));
+    cudaEvent_t a, b;
+    QWC_CHECK(cudaEventCreate(&a));
+    QWC_CHECK(cudaEventCreate(&b));
+    double best = 0;
+    for (int pass = 0; pass < 6; pass++) {
+        QWC_CHECK(cudaEventRecord(a, c->stream));
+        k_read<<<p.multiProcessorCount * 8, 512, 0, c->stream>>>((const uint4 *)buf, bytes / 16, out);
+        QWC_CHECK(cudaEventRecord(b, c->stream));
+        QWC_CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        QWC_CHECK(cudaEventElapsedTime(&ms, a, b));
+        if (pass && ms > 0 && bytes / (ms * 1e-3) > best) best = bytes / (ms * 1e-3); /* the first pass warms up */
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(buf);
+    cudaFree(out);
+    return best;
+}
+
 extern "C" void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = *total_bytes = 0;
     if (!be || be->release != cu_release) return;

@@ -19,3 +19,8 @@ void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes, size_t *to
     (void)be;
     *free_bytes = *total_bytes = 0;
 }
+
+double qw_backend_cuda_read_bandwidth(const qw_backend *be) {
+    (void)be;
+    return 0;
+}

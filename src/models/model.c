@@ -199,6 +199,17 @@ int qwenc_model_n_ctx_train(const qwenc_model *m) { return m->hp.n_ctx_train; }
 const char *qwenc_model_arch(const qwenc_model *m) { return qw_arch_name(m->hp.arch); }
 const char *qwenc_model_kernels(const qwenc_model *m) { return m->be->name; }
 const char *qwenc_model_backend(const qwenc_model *m) { return m->backend_name; }
+void qwenc_model_device_info(const qwenc_model *m, int measure_bw, qwenc_device_info *out) {
+    memset(out, 0, sizeof(*out));
+    if (strcmp(m->backend_name, "cuda")) return;
+    qw_cuda_available(out->name, sizeof(out->name));
+    size_t f = 0, t = 0;
+    qw_backend_cuda_memory(m->be, &f, &t);
+    out->free_bytes = f;
+    out->total_bytes = t;
+    if (measure_bw) out->read_bw = qw_backend_cuda_read_bandwidth(m->be);
+}
+
 int qwenc_model_n_threads(const qwenc_model *m) {
     return strcmp(m->backend_name, "cuda") ? qw_backend_cpu_n_threads(m->be) : 1;
 }
