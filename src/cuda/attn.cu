@@ -255,8 +255,8 @@ static size_t cu_qsa_select_work(const qw_backend *be, int n_ctx, int R, int top
     int blocks = n_ctx / R + 1;
     size_t sh = (size_t)blocks * (sizeof(float) + 1) + 16;
     if (sh > 200 * 1024) qwc_die(__FILE__, __LINE__, "qsa_select", "more QSA blocks than shared memory holds");
-    qwc_qsa_reserve(qwc_of(be), blocks);
-    QWC_CHECK(cudaFuncSetAttribute(k_qsa_select, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+    if (qwc_qsa_reserve(qwc_of(be), blocks))
+        QWC_CHECK(cudaFuncSetAttribute(k_qsa_select, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
     return 0;
 }
 

@@ -142,8 +142,10 @@ const void *qwc_lookup(qwc *c, const void *key) {
     return d;
 }
 
-void qwc_qsa_reserve(qwc *c, int blocks) {
-    if (blocks > c->qsa_blocks) c->qsa_blocks = blocks;
+int qwc_qsa_reserve(qwc *c, int blocks) {
+    if (blocks <= c->qsa_blocks) return 0;
+    c->qsa_blocks = blocks;
+    return 1;
 }
 int qwc_qsa_max_blocks(const qwc *c) { return c->qsa_blocks; }
 

@@ -225,21 +225,20 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
     cudaStream_t st = qwc_stream(c);
     int64_t H = experts[0].down.shape[0], I = experts[0].gate.shape[0], Is = shared ? shared->gate.shape[0] : 0;
     int R = T * k;
-    qw_type type = experts[0].gate.type;
     moe_layout l = layout_of(T, k, E, (int)H, (int)I, (int)Is);
     char *w = (char *)work;
     float *xin = (float *)(w + l.xin), *g = (float *)(w + l.g), *u = (float *)(w + l.u), *out = (float *)(w + l.out);
     float *sgt = (float *)(w + l.sgt), *sup = (float *)(w + l.sup), *sg = (float *)(w + l.sg);
     int32_t *rowpos = NULL;
-    if (R <= PAIRS_MAX && experts[0].up.type == type && experts[0].down.type == type) {
+    if (R <= PAIRS_MAX) { /* one type per projection: every expert of a layer has its projections' types */
         const void **mats = (const void **)(w + l.mats);
         k_moe_pairs<<<R, 256, 0, st>>>(mats, xin, x, sel, expert_table(c, experts, E), R, k, E, (int)H);
         QWC_LAUNCHED();
-        qwc_matmul_pairs(c, g, mats, type, I, H, xin, H, R);
-        qwc_matmul_pairs(c, u, mats + R, type, I, H, xin, H, R);
+        qwc_matmul_pairs(c, g, mats, experts[0].gate.type, I, H, xin, H, R);
+        qwc_matmul_pairs(c, u, mats + R, experts[0].up.type, I, H, xin, H, R);
         be->silu(be, g, (int64_t)R * I);
         be->mul(be, g, g, u, (int64_t)R * I);
-        qwc_matmul_pairs(c, out, mats + 2 * R, type, H, I, g, I, R);
+        qwc_matmul_pairs(c, out, mats + 2 * R, experts[0].down.type, H, I, g, I, R);
     } else {
         int32_t *order = (int32_t *)(w + l.order), *offs = (int32_t *)(w + l.offs);
         rowpos = (int32_t *)(w + l.rowpos);

@@ -20,8 +20,9 @@ const void *qwc_weight(qwc *c, const void *host, size_t bytes);
  * the host array it was made from), and the lookup alone (NULL: not there yet). */
 const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t bytes);
 const void *qwc_lookup(qwc *c, const void *key);
-/* The most QSA blocks a query may see in this backend's sessions (qsa_select_work reserves their shared memory). */
-void qwc_qsa_reserve(qwc *c, int blocks);
+/* The most QSA blocks a query may see in this backend's sessions (qsa_select_work reserves their shared memory):
+ * 1 when that grew. */
+int qwc_qsa_reserve(qwc *c, int blocks);
 int qwc_qsa_max_blocks(const qwc *c);
 /* A weight tensor's view with its data on the device. */
 qw_tensor qwc_tensor(qwc *c, const qw_tensor *t);
