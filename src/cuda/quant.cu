@@ -125,7 +125,7 @@ __device__ __forceinline__ float f16f(uint32_t h) { return __half2float(__ushort
  * L2 only (.cg), so the weights streaming through leave L1 to x */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int n) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(n)
+                 "l"(__cvta_generic_to_global(src)), "r"(n)
                  : "memory");
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
