@@ -20,6 +20,9 @@ extern "C" {
 #include "tensor/tensor.h"
 }
 
+/* C linkage: the GPU tests (tests/gpu/, plain C) call these functions, and may stand in for backend.cu's. */
+extern "C" {
+
 typedef struct qwc qwc;
 
 /* Abort with file:line and the CUDA error: a failed kernel launch or copy is a broken invariant (the sizes
@@ -60,5 +63,7 @@ void qwc_gather_rows(qwc *c, float *y, const void *const *chunk_data, qw_type ty
  * [rows, cols] of `type`), x [n_pairs][cols] (x_stride floats apart; 0: every pair reads the same row). */
 void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
                       const float *x, int64_t x_stride, int n_pairs);
+
+} /* extern "C" */
 
 #endif
