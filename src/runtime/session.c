@@ -181,8 +181,8 @@ int qwenc_session_n_past(const qwenc_session *s) { return s->n_past; }
 int qwenc_session_n_ctx(const qwenc_session *s) { return s->n_ctx; }
 
 /* One step of at most n_batch tokens. logits: [T][V] rows to fill from row `first_logit` on (NULL: none). On a
- * backend with graphs, a one-token step is recorded once (after one step has run, so every weight is on the
- * device) and replayed: its ops are the same at every position. */
+ * backend with graphs, a one-token step is recorded once (after one has run op by op, so every weight it reads
+ * is on the device) and replayed: its ops are the same at every position. */
 static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *logits, int first_logit) {
     double t0 = s->prof ? qw_prof_now() : 0;
     const qw_backend *be = s->be;
@@ -210,7 +210,7 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
     if (lg && !be->host_memory)
         be->download(be, logits, lg, (size_t)(T - first_logit) * hp->n_vocab * sizeof(float));
     be->sync(be);
-    s->warm = 1;
+    if (T == 1) s->warm = 1; /* a one-token step has run op by op: every weight it reads is on the device */
     s->n_past += T;
     if (s->prof) qw_prof_step(s->prof, T, qw_prof_now() - t0);
 }

@@ -36,7 +36,7 @@ struct qwenc_session {
     /* a backend with graphs: one-token steps recorded once and replayed, without and with logits */
     void *graph[2];
     float *graph_lg[2];      /* where the recorded step leaves its logits */
-    int graph_failed, warm;  /* recording failed (the steps run op by op); a step has run */
+    int graph_failed, warm;  /* recording failed (the steps run op by op); a one-token step has run */
     int lost;                /* a step failed half-way (out of memory): the state is unusable until a reset */
 };
 
