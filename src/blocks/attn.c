@@ -58,10 +58,7 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
     void *work = qw_arena_alloc(f->ar, be->attention_work(be, f->s->n_ctx, hd));
     be->attention(be, o, q, (int)nq, ls->k, ls->v, T, nh, nkv, hd, 1.0f / sqrtf((float)hd), sel, sel_off, work,
                   f->step);
-    if (gate) {
-        be->sigmoid(be, gate, (int64_t)T * nq);
-        be->mul(be, o, o, gate, (int64_t)T * nq);
-    }
+    if (gate) be->act_mul(be, o, gate, o, (int64_t)T * nq, QW_ACT_SIGMOID);
     be->matmul(be, y, w->wo, o, T);
     qw_arena_restore(f->ar, mk);
 }

@@ -18,8 +18,7 @@ void qw_ffn_forward(const qw_fwd *f, const qw_ffn_w *w, const float *x, float *y
     float *g = qw_arena_f32(f->ar, (size_t)n * I), *u = qw_arena_f32(f->ar, (size_t)n * I);
     qw_matmul_job proj[2] = {{g, &w->gate, x, n}, {u, &w->up, x, n}};
     be->matmul_batch(be, proj, 2);
-    be->silu(be, g, (int64_t)n * I);
-    be->mul(be, g, g, u, (int64_t)n * I);
+    be->act_mul(be, g, g, u, (int64_t)n * I, QW_ACT_SILU);
     be->matmul(be, y, &w->down, g, n);
     qw_arena_restore(f->ar, mk);
 }

@@ -121,29 +121,27 @@ static void cu_ple_gather(const qw_backend *be, float *e, const int64_t *rows, i
     qwc_gather_rows(c, e, tab, chunks[0].type, chunks[0].shape[1], n_chunks, chunk_rows, rows, n);
 }
 
-/* one warp per (token, stream): the gate from <K, Q> in double, then G = gate * V */
-__global__ void k_ple_gate(float *G, const float *K, const float *Q, const float *V, int n_tok, int C, int H) {
-    int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (w >= n_tok * C) return;
-    int t = w / C;
+/* one block per (token, stream): the gate from <K, Q> (a double sum), then G = gate * V */
+__global__ void k_ple_gate(float *G, const float *K, const float *Q, const float *V, int C, int H) {
+    __shared__ double sh[32];
+    int w = blockIdx.x, t = w / C;
     const float *k = K + (int64_t)w * H, *q = Q + (int64_t)w * H;
     double dot = 0;
-    for (int i = lane; i < H; i += 32) dot += (double)k[i] * q[i];
-    dot = qwc_warp_sum(dot);
+    for (int i = threadIdx.x; i < H; i += blockDim.x) dot += (double)k[i] * q[i];
+    dot = qwc_block_sum(dot, sh);
     float inv_sqrt_h = 1.0f / sqrtf((float)H);
     float sg = (float)dot * inv_sqrt_h;
     float mag = sqrtf(fmaxf(fabsf(sg), 1e-6f));
     float g = sg > 0 ? mag : sg < 0 ? -mag : 0.0f;
     float gate = 1.0f / (1.0f + expf(-g));
     float *dst = G + (int64_t)w * H;
-    for (int i = lane; i < H; i += 32) dst[i] = gate * V[(int64_t)t * H + i];
+    for (int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = gate * V[(int64_t)t * H + i];
 }
 
 static void cu_ple_gate(const qw_backend *be, float *G, const float *K, const float *Q, const float *V, int n_tok, int C,
                         int H) {
-    int64_t warps = (int64_t)n_tok * C;
-    if (warps <= 0) return;
-    k_ple_gate<<<qwc_blocks(warps * 32, 128), 128, 0, qwc_stream(qwc_of(be))>>>(G, K, Q, V, n_tok, C, H);
+    if (n_tok <= 0) return;
+    k_ple_gate<<<n_tok * C, 256, 0, qwc_stream(qwc_of(be))>>>(G, K, Q, V, C, H);
     QWC_LAUNCHED();
 }
 

@@ -198,24 +198,30 @@ __global__ void k_moe_gather(float *xin, const float *x, const int32_t *order, i
 }
 
 /* y[t] = (shared ? y[t] * sg[t] : 0) + the token's routed outputs in ascending expert order; out row of pair p at
- * rowpos[p] (NULL: p) */
+ * rowpos[p] (NULL: p). Grid: tokens x blocks of 256 columns; the slots' order is found once per block. */
 __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos, const int32_t *sel, const float *wt,
                               const float *sg, int has_shared, int k, int H) {
-    int t = blockIdx.x;
+    __shared__ int rows[64];
+    __shared__ float w[64];
+    int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     const int32_t *st = sel + (int64_t)t * k;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) {
-        float v = has_shared ? (sg ? y[(int64_t)t * H + i] * sg[t] : y[(int64_t)t * H + i]) : 0.0f;
+    if (threadIdx.x == 0) { /* the slots by ascending expert id (the ids of one token are distinct) */
         int last = -1;
-        for (int n = 0; n < k; n++) { /* the slots by ascending expert id (ids of one token are distinct) */
+        for (int n = 0; n < k; n++) {
             int best = -1;
             for (int j = 0; j < k; j++)
                 if (st[j] > last && (best < 0 || st[j] < st[best])) best = j;
             last = st[best];
-            int p = t * k + best, row = rowpos ? rowpos[p] : p;
-            v += out[(int64_t)row * H + i] * wt[p];
+            int p = t * k + best;
+            rows[n] = rowpos ? rowpos[p] : p;
+            w[n] = wt[p];
         }
-        y[(int64_t)t * H + i] = v;
     }
+    __syncthreads();
+    if (i >= H) return;
+    float v = has_shared ? (sg ? y[(int64_t)t * H + i] * sg[t] : y[(int64_t)t * H + i]) : 0.0f;
+    for (int n = 0; n < k; n++) v += out[(int64_t)rows[n] * H + i] * w[n];
+    y[(int64_t)t * H + i] = v;
 }
 
 static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int T, int k,
@@ -236,8 +242,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
         QWC_LAUNCHED();
         qwc_matmul_pairs(c, g, mats, experts[0].gate.type, I, H, xin, H, R);
         qwc_matmul_pairs(c, u, mats + R, experts[0].up.type, I, H, xin, H, R);
-        be->silu(be, g, (int64_t)R * I);
-        be->mul(be, g, g, u, (int64_t)R * I);
+        be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
         qwc_matmul_pairs(c, out, mats + 2 * R, experts[0].down.type, H, I, g, I, R);
     } else {
         int32_t *order = (int32_t *)(w + l.order), *offs = (int32_t *)(w + l.offs);
@@ -257,8 +262,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
                                   {u + (int64_t)ho[e] * I, &experts[e].up, xin + (int64_t)ho[e] * H, n}};
             be->matmul_batch(be, j, 2);
         }
-        be->silu(be, g, (int64_t)R * I);
-        be->mul(be, g, g, u, (int64_t)R * I);
+        be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
         for (int e = 0; e < E; e++) {
             int n = ho[e + 1] - ho[e];
             if (n) be->matmul(be, out + (int64_t)ho[e] * H, &experts[e].down, g + (int64_t)ho[e] * I, n);
@@ -268,15 +272,16 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
     if (shared) {
         qw_matmul_job j[2] = {{sgt, &shared->gate, x, T}, {sup, &shared->up, x, T}};
         be->matmul_batch(be, j, 2);
-        be->silu(be, sgt, (int64_t)T * Is);
-        be->mul(be, sgt, sgt, sup, (int64_t)T * Is);
+        be->act_mul(be, sgt, sgt, sup, (int64_t)T * Is, QW_ACT_SILU);
         be->matmul(be, y, &shared->down, sgt, T);
         if (shared_gate) {
             be->matmul(be, sg, shared_gate, x, T);
             be->sigmoid(be, sg, T);
         }
     }
-    k_moe_combine<<<T, 256, 0, st>>>(y, out, rowpos, sel, wt, shared_gate ? sg : NULL, shared != NULL, k, (int)H);
+    if (k > 64) qwc_die(__FILE__, __LINE__, "moe_ffn", "more than 64 experts per token");
+    k_moe_combine<<<dim3(qwc_blocks(H, 256), T), 256, 0, st>>>(y, out, rowpos, sel, wt, shared_gate ? sg : NULL,
+                                                                shared != NULL, k, (int)H);
     QWC_LAUNCHED();
 }
 

@@ -127,6 +127,12 @@ __global__ void k_axpy(float *y, const float *a, float s, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += a[i] * s;
 }
+__global__ void k_act_mul(float *y, const float *a, const float *b, int64_t n, int act) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i], v = act == QW_ACT_SILU ? x / (1.0f + qwc_expd(-x)) : 1.0f / (1.0f + qwc_expd(-x));
+    y[i] = v * b[i];
+}
 __global__ void k_divide(float *x, float d, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] /= d;
@@ -167,6 +173,12 @@ __global__ void k_rope_table(float *cs, const float *inv_freq, int n_rot, int n_
     float p = (float)(step->pos0 + t), ang = p * inv_freq[k];
     cs[(int64_t)t * n_rot + k] = cosf(ang);
     cs[(int64_t)t * n_rot + half + k] = sinf(ang);
+}
+
+static void cu_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act) {
+    if (n <= 0) return;
+    k_act_mul<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(y, a, b, n, act);
+    QWC_LAUNCHED();
 }
 
 static void cu_rope_table(const qw_backend *be, float *cs, const float *inv_freq, int n_rot, int n_tok,
@@ -325,6 +337,7 @@ void qwc_ops_fill(qw_backend *t) {
     t->mul = cu_mul;
     t->axpy = cu_axpy;
     t->divide = cu_divide;
+    t->act_mul = cu_act_mul;
     t->rope_table = cu_rope_table;
     t->rope = cu_rope;
     t->conv1d_dw = cu_conv1d_dw;

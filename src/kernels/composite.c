@@ -77,6 +77,12 @@ void qw_op_divide(const qw_backend *be, float *x, float d, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] /= d;
 }
 
+void qw_op_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act) {
+    if (act == QW_ACT_SILU) be->silu(be, a, n);
+    else be->sigmoid(be, a, n);
+    be->mul(be, y, a, b, n);
+}
+
 void qw_rope_cs(const float *inv_freq, int n_rot, int pos0, int n_tok, float *cs) {
     int half = n_rot / 2;
     for (int t = 0; t < n_tok; t++) {
@@ -322,11 +328,9 @@ void qw_op_moe_ffn(const qw_backend *be, float *y, const float *x, const int32_t
         if (shared_gate) jobs[nj++] = (qw_matmul_job){sg, shared_gate, x, T};
     }
     be->matmul_batch(be, jobs, nj);
-    be->silu(be, g, n_rows * I);
-    be->mul(be, g, g, u, n_rows * I);
+    be->act_mul(be, g, g, u, n_rows * I, QW_ACT_SILU);
     if (shared) {
-        be->silu(be, sgt, (int64_t)T * Is);
-        be->mul(be, sgt, sgt, sup, (int64_t)T * Is);
+        be->act_mul(be, sgt, sgt, sup, (int64_t)T * Is, QW_ACT_SILU);
         if (shared_gate) be->sigmoid(be, sg, T);
     }
 

@@ -950,6 +950,7 @@ static const qw_backend cpu_table = {
     .mul = cpu_mul,
     .axpy = cpu_axpy,
     .divide = qw_op_divide,
+    .act_mul = qw_op_act_mul,
     .rope_table = qw_op_rope_table,
     .rope = cpu_rope,
     .attention = cpu_attention,

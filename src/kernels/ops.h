@@ -53,6 +53,8 @@ typedef struct {
     int64_t ne[4], d[4], s[4];
 } qw_copy_layout;
 
+enum { QW_ACT_SILU = 0, QW_ACT_SIGMOID = 1 };
+
 /* Memory kinds: the guard mode of the CPU backend (tests) makes ACT and STATE memory inaccessible outside
  * the backend's own calls; WEIGHTS are read-only after upload. */
 typedef enum { QW_MEM_WEIGHTS = 0, QW_MEM_STATE, QW_MEM_ACT } qw_mem_kind;
@@ -104,6 +106,9 @@ struct qw_backend {
     void (*mul)(const qw_backend *be, float *y, const float *a, const float *b, int64_t n);
     void (*axpy)(const qw_backend *be, float *y, const float *a, float s, int64_t n);
     void (*divide)(const qw_backend *be, float *x, float d, int64_t n);
+    /* y = act(a) * b with act silu or sigmoid (QW_ACT_*): the same bits as act(a) then mul(y, a, b); a may be
+     * left holding act(a) or anything else; y may alias a or b. One kernel where a backend fuses them. */
+    void (*act_mul)(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act);
 
     /* ---- positions and attention */
     /* cs [n_tok][n_rot]: cos(p * f_i) for i < n_rot/2 then sin(p * f_i), p = pos0 + t (pos0 from step);

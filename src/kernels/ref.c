@@ -224,6 +224,7 @@ static const qw_backend ref_backend = {
     .mul = ref_mul,
     .axpy = ref_axpy,
     .divide = qw_op_divide,
+    .act_mul = qw_op_act_mul,
     .rope_table = qw_op_rope_table,
     .rope = ref_rope,
     .attention = ref_attention,
