@@ -641,9 +641,10 @@ __device__ __forceinline__ void stage_chunk(uint8_t (*dst)[lay<T>::SROW], const 
         const uint8_t *p = rp[r] + blk0 * L::BB;
         const uint8_t *a0 = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
         const int nseg = (int)(p - a0 + bytes + 15) >> 4;
-        for (int s = lane; s < nseg; s += 32) {
-            const uint8_t *src = a0 + 16 * s;
-            cp_async16(dst[r] + 16 * s, src, (int)imin(16, wend - src));
+        if (a0 + 16 * nseg <= wend) { /* every row but the matrix's last: whole segments */
+            for (int s = lane; s < nseg; s += 32) cp_async16(dst[r] + 16 * s, a0 + 16 * s, 16);
+        } else {
+            for (int s = lane; s < nseg; s += 32) cp_async16(dst[r] + 16 * s, a0 + 16 * s, (int)imin(16, wend - (a0 + 16 * s)));
         }
     }
 }
