@@ -27,7 +27,7 @@
  *
  * Many tokens: rows are dequantized to f32 in qwc_scratch (tiles of at most GEMM_TILE_BYTES) and multiplied by
  * cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F_PEDANTIC: f32 products and sums, never TF32, whatever the handle's math
- * mode); F32 weights go to cuBLAS directly.
+ * mode); F32 weights go to cuBLAS in place (4-byte aligned, as every f32 weight on the device is).
  *
  * Everything runs on qwc_stream without synchronising, allocates only through qwc_scratch (GEMM path), and reads
  * nothing back: the decode-sized calls can be captured in a CUDA graph. Offsets are int64 throughout.
@@ -914,18 +914,20 @@ template <int T> struct op_matmul {
             }
             return;
         }
-        if (T == QW_TYPE_F32 && ((uintptr_t)w & 3) == 0) {
-            gemm(c, y, rows, (const float *)w, rows, cols, x, n_tok);
-            return;
-        }
+        /* tiles of rows: each dequantized into the scratch (F32 weights: read in place), then one GEMM; a tile
+         * also keeps every cuBLAS dimension and offset within int */
         int64_t tile = std::max<int64_t>(1, (int64_t)(GEMM_TILE_BYTES / sizeof(float)) / cols);
         if (tile >= 128) tile -= tile % 128;
         tile = std::min(tile, rows);
-        float *buf = (float *)qwc_scratch(c, (size_t)(tile * cols) * sizeof(float));
+        float *buf = T == QW_TYPE_F32 ? NULL : (float *)qwc_scratch(c, (size_t)(tile * cols) * sizeof(float));
         for (int64_t r0 = 0; r0 < rows; r0 += tile) {
             const int64_t nr = std::min(tile, rows - r0);
-            dq_launch<T>(c, buf, nr, cols, rows_dense{w, row_bytes, r0});
-            gemm(c, y + r0, rows, buf, nr, cols, x, n_tok);
+            if (T == QW_TYPE_F32) {
+                gemm(c, y + r0, rows, (const float *)(w + r0 * row_bytes), nr, cols, x, n_tok);
+            } else {
+                dq_launch<T>(c, buf, nr, cols, rows_dense{w, row_bytes, r0});
+                gemm(c, y + r0, rows, buf, nr, cols, x, n_tok);
+            }
         }
     }
 };
