@@ -17,14 +17,17 @@
  * 2-byte aligned; lanes then read their item with aligned 32-bit shared loads and funnel shifts (or 64/128-bit
  * loads where the layout keeps them aligned: the "AL" variant, chosen per block when the matrix and row size are
  * multiples of 16 bytes). Codes become floats without conversion instructions: a byte v is placed in the low bits
- * of 2^23 (one byte permute) and 2^23 plus the code's offset subtracted, exact. Each item's codes are dotted with x
- * in f32 (fma) and the block scale applied once per group: sum_j (a q_j + b) x_j = a sum_j q_j x_j + b sum_j x_j,
- * with b (the Q4_1/Q5_1 min, the K-quants' -dmin*m) times the group's sum of x. The float order therefore differs
- * from the host's; tests/gpu/t_cuda_quant.c bounds the difference.
+ * of 2^23 (one byte permute) and 2^23 plus the code's offset subtracted, exact. For 1 or 2 tokens each item's
+ * codes are dotted with x in f32 (fma) and the block scale applied once per group: sum_j (a q_j + b) x_j =
+ * a sum_j q_j x_j + b sum_j x_j, with b (the Q4_1/Q5_1 min, the K-quants' -dmin*m) times the group's sum of x; for
+ * 3 to 8, each weight's exact value (a q + b, rounded as the host rounds it) is formed once and used for every
+ * token. The float order differs from the host's; tests/gpu/t_cuda_quant.c bounds the difference. Compute per
+ * weight and token: about a byte permute, a subtraction and an fma, the budget of a 4.5-bit weight read at
+ * 4.8 TB/s on 132 SMs (qwenc bench measures what it reaches).
  *
  * Many tokens: rows are dequantized to f32 in qwc_scratch (tiles of at most GEMM_TILE_BYTES) and multiplied by
  * cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F_PEDANTIC: f32 products and sums, never TF32, whatever the handle's math
- * mode); F32 weights go to cuBLAS directly.
+ * mode); F32 weights go to cuBLAS in place (4-byte aligned, as every f32 weight on the device is).
  *
  * Everything runs on qwc_stream without synchronising, allocates only through qwc_scratch (GEMM path), and reads
  * nothing back: the decode-sized calls can be captured in a CUDA graph. Offsets are int64 throughout.
@@ -526,12 +529,16 @@ template <int T> struct mv_k45 {
         shw<4, A>(s, off + (Q5 ? 48 : 16) + 32 * g + 16 * hh, q);
         if constexpr (Q5) shw<4, A>(s, off + 16 + 16 * hh, qh);
         const float d = f16f(hd[0]), dmin = f16f(hd[0] >> 16);
+        /* k4_scale_min for sub-blocks 2g and 2g + 1 at once: their bytes are adjacent, bytes 2 (g & 1) and
+         * 2 (g & 1) + 1 of each scale word, decoded as byte pairs */
+        const int sh = 16 * (g & 1);
+        const uint32_t p0 = hd[1] >> sh, p1 = hd[2] >> sh, p2 = hd[3] >> sh;
+        const uint32_t sc = g < 2 ? p0 & 0x3F3Fu : (p2 & 0x0F0Fu) | ((p0 >> 2) & 0x3030u);
+        const uint32_t mn = g < 2 ? p1 & 0x3F3Fu : ((p2 >> 4) & 0x0F0Fu) | ((p1 >> 2) & 0x3030u);
 #pragma unroll
-        for (int gr = 0; gr < 2; gr++) { /* sub-blocks 2g and 2g + 1 */
-            uint32_t sc, mn;
-            k4_scale_min(2 * g + gr, hd[1], hd[2], hd[3], &sc, &mn);
-            a[gr] = q_mul(d, smallf(sc));
-            b[gr] = -q_mul(dmin, smallf(mn));
+        for (int gr = 0; gr < 2; gr++) {
+            a[gr] = q_mul(d, bytef(sc, gr, MAGIC));
+            b[gr] = -q_mul(dmin, bytef(mn, gr, MAGIC));
         }
     }
     __device__ void codes(int gr, int p, float *c) const {
@@ -634,9 +641,10 @@ __device__ __forceinline__ void stage_chunk(uint8_t (*dst)[lay<T>::SROW], const 
         const uint8_t *p = rp[r] + blk0 * L::BB;
         const uint8_t *a0 = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
         const int nseg = (int)(p - a0 + bytes + 15) >> 4;
-        for (int s = lane; s < nseg; s += 32) {
-            const uint8_t *src = a0 + 16 * s;
-            cp_async16(dst[r] + 16 * s, src, (int)imin(16, wend - src));
+        if (a0 + 16 * nseg <= wend) { /* every row but the matrix's last: whole segments */
+            for (int s = lane; s < nseg; s += 32) cp_async16(dst[r] + 16 * s, a0 + 16 * s, 16);
+        } else {
+            for (int s = lane; s < nseg; s += 32) cp_async16(dst[r] + 16 * s, a0 + 16 * s, (int)imin(16, wend - (a0 + 16 * s)));
         }
     }
 }
@@ -906,18 +914,20 @@ template <int T> struct op_matmul {
             }
             return;
         }
-        if (T == QW_TYPE_F32 && ((uintptr_t)w & 3) == 0) {
-            gemm(c, y, rows, (const float *)w, rows, cols, x, n_tok);
-            return;
-        }
+        /* tiles of rows: each dequantized into the scratch (F32 weights: read in place), then one GEMM; a tile
+         * also keeps every cuBLAS dimension and offset within int */
         int64_t tile = std::max<int64_t>(1, (int64_t)(GEMM_TILE_BYTES / sizeof(float)) / cols);
         if (tile >= 128) tile -= tile % 128;
         tile = std::min(tile, rows);
-        float *buf = (float *)qwc_scratch(c, (size_t)(tile * cols) * sizeof(float));
+        float *buf = T == QW_TYPE_F32 ? NULL : (float *)qwc_scratch(c, (size_t)(tile * cols) * sizeof(float));
         for (int64_t r0 = 0; r0 < rows; r0 += tile) {
             const int64_t nr = std::min(tile, rows - r0);
-            dq_launch<T>(c, buf, nr, cols, rows_dense{w, row_bytes, r0});
-            gemm(c, y + r0, rows, buf, nr, cols, x, n_tok);
+            if (T == QW_TYPE_F32) {
+                gemm(c, y + r0, rows, (const float *)(w + r0 * row_bytes), nr, cols, x, n_tok);
+            } else {
+                dq_launch<T>(c, buf, nr, cols, rows_dense{w, row_bytes, r0});
+                gemm(c, y + r0, rows, buf, nr, cols, x, n_tok);
+            }
         }
     }
 };
