@@ -12,6 +12,25 @@ BUILD   ?= build
 SRC := $(wildcard src/core/*.c src/formats/*.c src/tensor/*.c src/kernels/*.c src/blocks/*.c \
                   src/models/*.c src/runtime/*.c src/text/*.c)
 OBJ := $(SRC:%.c=$(BUILD)/%.o)
+
+# The CUDA backend (src/cuda/*.cu): `make cuda` builds it into build-cuda/ with nvcc (the CUDA toolkit);
+# every other build compiles src/cuda/none.c in its place, which says the backend is not built in.
+CUDA    ?= 0
+NVCC    ?= nvcc
+CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null)))
+# sm_90a machine code (Hopper: H100, H200) and PTX the driver compiles for other recent GPUs
+CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3 -g -lineinfo
+QW_NVCCFLAGS := -std=c++17 $(CUDA_ARCH) -Iinclude -Isrc --expt-relaxed-constexpr -Xcompiler -Wall,-Wextra \
+                -fmad=false
+ifeq ($(CUDA),1)
+CU_SRC := $(wildcard src/cuda/*.cu)
+OBJ += $(CU_SRC:%.cu=$(BUILD)/%.o)
+QW_CFLAGS += -DQW_CUDA=1
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+else
+OBJ += $(BUILD)/src/cuda/none.o
+endif
 LIB := $(BUILD)/libqwenc.a
 BIN := $(BUILD)/qwenc
 # the command-line tool: every tools/*.c
@@ -22,7 +41,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # the library examples (examples/*.c): built and run by make test
 EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-.PHONY: all test asan clean check-deps deps demo
+.PHONY: all test asan clean check-deps deps demo cuda
 
 all: check-deps $(BIN) $(LIB)
 
@@ -34,13 +53,24 @@ check-deps:
 deps:
 	@bash tools/install-deps.sh build
 
-# The integer dot loops of the kernels start on a 64-byte boundary: where one happened to straddle one,
-# one-row Q8_0 decode on the AMD Zen 4 development VM read 12 GB/s instead of 24 (same code).
+# The integer dot loops of the kernels start on a 64-byte boundary: a hot loop that straddles one runs far
+# slower, and where a loop falls would otherwise move with unrelated code (docs/BENCH.md, CPU kernels: The
+# kernels' loops).
 $(BUILD)/src/kernels/%.o: QW_CFLAGS += -falign-loops=64
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(QW_CFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(QW_NVCCFLAGS) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# the CUDA backend's build: build-cuda/qwenc, its tests, and the GPU tests (tests/gpu/, run by tests/gpu_check.sh)
+cuda:
+	@command -v $(NVCC) >/dev/null || { echo "qwenc: make cuda needs nvcc (the CUDA toolkit) on the PATH" >&2; exit 1; }
+	@$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda build-cuda/qwenc build-cuda/libqwenc.a build-cuda/tests/t_model \
+	  $(patsubst tests/gpu/%.c,build-cuda/tests/gpu/%,$(wildcard tests/gpu/t_*.c))
 
 $(LIB): $(OBJ)
 	@rm -f $@
@@ -76,7 +106,7 @@ asan:
 	  LDFLAGS="-fsanitize=address,undefined" test
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cuda
 
 .SECONDARY:
 -include $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BIN:%=%.d)

@@ -67,6 +67,11 @@ typedef struct {
      * integer dot products, as llama.cpp does (faster; about 0.1 % on perplexity); 1: in f32, the exact product
      * of the dequantized weights (slower). Float weights (F32/F16/BF16) always meet f32 activations. */
     int f32_activations;
+    /* Where the model runs: NULL or "auto" (the GPU when qwenc is built with the CUDA backend, a device is
+     * there and the weights fit in its free memory; else the CPU), "cpu", "cuda" (an error without one), or
+     * "cpu-guard": the CPU backend with every activation and state buffer inaccessible outside its own calls,
+     * so engine code that touched one would fault (a test mode; slower). */
+    const char *backend;
 } qwenc_model_params;
 
 qwenc_model_params qwenc_model_default_params(void);
@@ -87,6 +92,8 @@ void qwenc_model_print_info(const qwenc_model *model, FILE *f);
 /* The CPU kernel variant the model runs with ("amx", "avx512", "avx2", "neon", "scalar", "ref") and its thread
  * count. */
 const char *qwenc_model_kernels(const qwenc_model *model);
+/* The backend the model runs on ("cpu", "cuda", "cpu-guard"). */
+const char *qwenc_model_backend(const qwenc_model *model);
 int qwenc_model_n_threads(const qwenc_model *model);
 /*
  * Bytes of weights: *total, every tensor the text model uses; *per_token, those one decoded token reads:
@@ -95,6 +102,16 @@ int qwenc_model_n_threads(const qwenc_model *model);
  * Not counted: the f32 norm and convolution vectors (a few KiB), the KV cache and the recurrent state.
  */
 void qwenc_model_weight_bytes(const qwenc_model *model, int64_t *total, int64_t *per_token);
+
+/* The device a model runs on, for a GPU backend: its name, free and total memory, and (when measure_bw is set: a
+ * read kernel over 2 GiB, about a second) its memory's read bandwidth in bytes/s. On the CPU everything is 0 and
+ * the name empty (the caller measures the host's memory itself, as qwenc bench does). */
+typedef struct {
+    char name[160];
+    uint64_t free_bytes, total_bytes;
+    double read_bw;
+} qwenc_device_info;
+void qwenc_model_device_info(const qwenc_model *model, int measure_bw, qwenc_device_info *out);
 
 /* ---- writing GGUF (qwenc quantize) ---- */
 typedef struct {

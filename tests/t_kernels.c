@@ -343,15 +343,15 @@ static float *rand_vec(int64_t n, float scale) {
     return v;
 }
 
-static const qw_ops *ops_new(int n_threads, const char *kernels) {
-    const qw_ops *o = NULL;
+static qw_backend *ops_new(int n_threads, const char *kernels) {
+    qw_backend *o = NULL;
     char err[256];
-    qwenc_status st = qw_ops_cpu_new(n_threads, kernels, &o, err, sizeof(err));
-    CHECK(!st && o, "qw_ops_cpu_new(%d, %s): %s", n_threads, kernels ? kernels : "auto", err);
+    qwenc_status st = qw_backend_cpu_new(n_threads, kernels, 0, &o, err, sizeof(err));
+    CHECK(!st && o, "qw_backend_cpu_new(%d, %s): %s", n_threads, kernels ? kernels : "auto", err);
     return o;
 }
 
-static void test_matmul(const qw_ops *o1, const qw_ops *o3, const qw_cpu_kernels *k) {
+static void test_matmul(const qw_backend *o1, const qw_backend *o3, const qw_cpu_kernels *k) {
     static const int64_t rows[] = {1, 5, 37, 300}, cols[] = {1, 7, 64, 300};
     static const int toks[] = {1, 2, 3, 5, 17};
     static const qw_type types[] = {QW_TYPE_F32, QW_TYPE_BF16, QW_TYPE_F16};
@@ -444,7 +444,7 @@ static void test_expd(void) {
  * both signs, and every length up to 40 with the element past the end left alone. */
 static void test_axpy_mul(const qw_cpu_kernels *k) {
     if (!k->axpy || !k->mul) return;
-    const qw_ops *R = qw_ops_ref();
+    const qw_backend *R = qw_backend_ref();
     enum { N = 4099 };
     float *x = rand_vec(N, 3.0f), *y0 = rand_vec(N, 7.0f), *a = malloc(N * 4), *b = malloc(N * 4);
     static const float edge[] = {INFINITY, -INFINITY, NAN, 1e-40f, -1e-40f, 0.0f, -0.0f, 3e38f, -3e38f, 1e-30f};
@@ -487,7 +487,7 @@ static void test_axpy_mul(const qw_cpu_kernels *k) {
  * tail (nothing past n touched). */
 static void test_gates(const qw_cpu_kernels *k) {
     if (!k->sigmoid || !k->silu) return;
-    const qw_ops *R = qw_ops_ref();
+    const qw_backend *R = qw_backend_ref();
     enum { N = 1 << 16 };
     float *x = malloc(N * 4), *a = malloc(N * 4), *b = malloc(N * 4);
     int ne = gate_inputs(x, N);
@@ -515,8 +515,8 @@ static void test_gates(const qw_cpu_kernels *k) {
     free(b);
 }
 
-static void test_range_ops(const qw_ops *o3) {
-    const qw_ops *R = qw_ops_ref();
+static void test_range_ops(const qw_backend *o3) {
+    const qw_backend *R = qw_backend_ref();
     static const int sizes[][2] = {{1, 16}, {3, 7}, {512, 96}, {1024, 128}}; /* rows, dim */
     for (size_t si = 0; si < 4; si++) {
         int nr = sizes[si][0], dim = sizes[si][1];
@@ -601,8 +601,8 @@ static void test_range_ops(const qw_ops *o3) {
     }
 }
 
-static void test_attention(const qw_ops *o1, const qw_ops *o3, const qw_cpu_kernels *k) {
-    const qw_ops *R = qw_ops_ref();
+static void test_attention(const qw_backend *o1, const qw_backend *o3, const qw_cpu_kernels *k) {
+    const qw_backend *R = qw_backend_ref();
     static const struct {
         int n_tok, pos0, nh, nkv, hd, sparse;
         float qscale;
@@ -633,10 +633,11 @@ static void test_attention(const qw_ops *o1, const qw_ops *o3, const qw_cpu_kern
         }
         float scale = 1.0f / sqrtf((float)hd);
         float *a = malloc((size_t)T * nh * hd * 4), *b = malloc((size_t)T * nh * hd * 4), *c = malloc((size_t)T * nh * hd * 4);
-        double *work = malloc((size_t)(n_ctx + hd) * sizeof(double));
-        R->attention(R, a, q, nh * hd, kc, vc, T, p0, nh, nkv, hd, scale, sel, off, work);
-        o1->attention(o1, b, q, nh * hd, kc, vc, T, p0, nh, nkv, hd, scale, sel, off, work);
-        o3->attention(o3, c, q, nh * hd, kc, vc, T, p0, nh, nkv, hd, scale, sel, off, work);
+        void *work = malloc(R->attention_work(R, n_ctx, hd));
+        qw_step step = {.pos0 = p0};
+        R->attention(R, a, q, nh * hd, kc, vc, T, nh, nkv, hd, scale, sel, off, work, &step);
+        o1->attention(o1, b, q, nh * hd, kc, vc, T, nh, nkv, hd, scale, sel, off, work, &step);
+        o3->attention(o3, c, q, nh * hd, kc, vc, T, nh, nkv, hd, scale, sel, off, work, &step);
         /* the bound: the largest score error d over every query and key */
         int lg = 0;
         while ((1 << lg) < k->lanes) lg++;
@@ -676,8 +677,8 @@ static void l2n(float *v, int n, float scale) {
     for (int i = 0; i < n; i++) v[i] = (float)(v[i] / sqrt(s) * scale);
 }
 
-static void test_delta_rule(const qw_ops *o1, const qw_ops *o3) {
-    const qw_ops *R = qw_ops_ref();
+static void test_delta_rule(const qw_backend *o1, const qw_backend *o3) {
+    const qw_backend *R = qw_backend_ref();
     static const int cases[][5] = {{1, 1, 1, 16, 16}, {4, 2, 4, 32, 40}, {9, 2, 2, 64, 64}, {3, 1, 3, 24, 17},
                                    {2, 4, 8, 64, 128}}; /* n_tok, hk, hv, dk, dv */
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
@@ -735,8 +736,8 @@ static void test_delta_rule(const qw_ops *o1, const qw_ops *o3) {
 
 /* The chunked form (delta_chunk.c) against the reference token-by-token rule, per kernel variant, on random
  * and adversarial decays and betas; through the op table it must give the same bits for 1 and 3 threads. */
-static void test_delta_chunk(const qw_ops *o1, const qw_ops *o3, const qw_cpu_kernels *ks) {
-    const qw_ops *R = qw_ops_ref();
+static void test_delta_chunk(const qw_backend *o1, const qw_backend *o3, const qw_cpu_kernels *ks) {
+    const qw_backend *R = qw_backend_ref();
     /* g: 0 uniform in (-0.5, 0], 1 within 1e-6 of 0, 2 about -30, 3 a mix of those per token, 4 -30 for the
      * first half of the tokens then within 1e-7 of 0 (long decay products, then none); beta: 0 uniform in
      * [0, 1], 1 all 0, 2 all 1, 3 a mix of 0, 1 and uniform */
@@ -788,7 +789,7 @@ static void test_delta_chunk(const qw_ops *o1, const qw_ops *o3, const qw_cpu_ke
         CHECK(worst <= tol, "chunked delta rule %s case %zu: max error %.3g > bound %.3g", ks->name, ci, worst, tol);
         if (T >= QW_DELTA_CHUNK_MIN_TOK) { /* the op table takes the chunked path: same bits, any thread count */
             for (int nt = 0; nt < 2; nt++) {
-                const qw_ops *o = nt ? o3 : o1;
+                const qw_backend *o = nt ? o3 : o1;
                 float *oc = malloc((size_t)no * 4), *sc = malloc((size_t)ns * 4);
                 memcpy(sc, s0, (size_t)ns * 4);
                 o->delta_rule(o, oc, sc, q, k, v, g, beta, T, hk, hv, dk, dv);
@@ -816,9 +817,9 @@ static void test_ops(void) {
     for (const qw_cpu_kernels *const *ks = qw_cpu_kernels_available(); *ks; ks++) {
         printf("ops %s vs ref.c: matmul, attention, delta rule (1 and 3 threads), range ops, sigmoid/silu\n",
                (*ks)->name);
-        const qw_ops *o1 = ops_new(1, (*ks)->name), *o3 = ops_new(3, (*ks)->name);
+        qw_backend *o1 = ops_new(1, (*ks)->name), *o3 = ops_new(3, (*ks)->name);
         if (!o1 || !o3) continue;
-        CHECK(qw_ops_cpu_n_threads(o1) == 1 && qw_ops_cpu_n_threads(o3) == 3, "thread counts");
+        CHECK(qw_backend_cpu_n_threads(o1) == 1 && qw_backend_cpu_n_threads(o3) == 3, "thread counts");
         CHECK(!strcmp(o1->name, (*ks)->name), "table name %s", o1->name);
         test_matmul(o1, o3, *ks);
         test_attention(o1, o3, *ks);
@@ -827,20 +828,20 @@ static void test_ops(void) {
         test_range_ops(o3);
         test_gates(*ks);
         test_axpy_mul(*ks);
-        qw_ops_cpu_free(o1);
-        qw_ops_cpu_free(o3);
+        o1->release(o1);
+        o3->release(o3);
     }
     char err[256] = "";
-    const qw_ops *o = NULL;
-    CHECK(qw_ops_cpu_new(1, "avx9", &o, err, sizeof(err)) == QWENC_ERR_UNSUPPORTED && !o && strstr(err, "avx9") &&
+    qw_backend *o = NULL;
+    CHECK(qw_backend_cpu_new(1, "avx9", 0, &o, err, sizeof(err)) == QWENC_ERR_UNSUPPORTED && !o && strstr(err, "avx9") &&
               strstr(err, "available: "),
           "unknown kernels: %s", err);
-    CHECK(qw_ops_cpu_new(2, "ref", &o, err, sizeof(err)) == QWENC_OK && o && !strcmp(o->name, "ref") &&
-              qw_ops_cpu_n_threads(o) == 1,
+    CHECK(qw_backend_cpu_new(2, "ref", 0, &o, err, sizeof(err)) == QWENC_OK && o && !strcmp(o->name, "ref") &&
+              qw_backend_cpu_n_threads(o) == 1,
           "ref kernels");
-    qw_ops_cpu_free(o);
-    CHECK(qw_ops_cpu() == qw_ops_cpu() && !strcmp(qw_ops_cpu()->name, qw_cpu_kernels_available()[0]->name),
-          "qw_ops_cpu() is the best variant");
+    if (o) o->release(o);
+    CHECK(qw_backend_cpu_default() == qw_backend_cpu_default() && !strcmp(qw_backend_cpu_default()->name, qw_cpu_kernels_available()[0]->name),
+          "qw_backend_cpu_default() is the best variant");
 }
 
 /* ------------------------------------------------------------------ whole models */

@@ -1,9 +1,11 @@
 /*
  * t_model.c - model tests: unit tests of the new math (PLE hash vectors, RoPE, delta rule, QSA
  * selection, f16/bf16 conversion) and every fixture of tests/fixtures compared with the transformers
- * reference logits, fed all at once and token by token.
+ * reference logits, fed all at once and token by token; every fixture again on the CPU backend's guard mode
+ * (activations and state inaccessible outside the backend's calls), which must give the same bits, and a
+ * deliberate host access to a session's state, which the guard must catch.
  *
- *   t_model [FIXTURE_DIR]                  run everything (default tests/fixtures)
+ *   t_model [--backend NAME] [FIXTURE_DIR] run everything (default: the CPU backend, tests/fixtures)
  *   t_model --compare OUT REF VOCAB        compare two logits files (used by cli_model.sh)
  *
  * Fixture bar: relative L2 error of the whole logits matrix below 1e-4 and the same argmax at every
@@ -13,6 +15,9 @@
  */
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +47,20 @@ static char *fixture_model_dir(const char *dir) {
     return txt;
 }
 
+/* the backend the fixtures run on (t_model --backend NAME; default the CPU) */
+static const char *backend = "cpu";
+
+static qwenc_status load_on(const char *dir, const char *be, qwenc_model **m, char *err, size_t errlen) {
+    qwenc_model_params mp = qwenc_model_default_params();
+    mp.backend = be;
+    return qwenc_model_load_params(dir, &mp, m, err, errlen);
+}
+
 static void test_fixture(const char *dir) {
     char *path, err[1024];
     qwenc_model *m = NULL;
     char *mdir = fixture_model_dir(dir);
-    qwenc_status lst = qwenc_model_load(mdir, &m, err, sizeof(err));
+    qwenc_status lst = load_on(mdir, backend, &m, err, sizeof(err));
     free(mdir);
     if (lst) {
         CHECK(0, "%s: load: %s", dir, err);
@@ -85,8 +99,71 @@ static void test_fixture(const char *dir) {
         free(ref);
         free(out);
     }
+    /* backend-clean: the same forward with every activation and state buffer inaccessible outside the
+     * backend's own calls (qwenc_model_params.backend "cpu-guard"); any engine code that touched one would
+     * fault. Prompt at once and token by token, the same bits as the plain CPU backend. */
+    qwenc_model *g = NULL;
+    mdir = fixture_model_dir(dir);
+    lst = strcmp(backend, "cpu") ? QWENC_ERR_UNSUPPORTED : load_on(mdir, "cpu-guard", &g, err, sizeof(err));
+    free(mdir);
+    if (lst == QWENC_ERR_UNSUPPORTED && strcmp(backend, "cpu")) { /* the guard is the CPU's: compared with it */
+        free(ids);
+        qwenc_model_free(m);
+        return;
+    }
+    CHECK(!lst && !strcmp(qwenc_model_backend(g), "cpu-guard"), "%s: load on cpu-guard: %s", dir, err);
+    for (int batch = n; !lst && ids && batch >= 1; batch = batch > 1 ? 1 : 0) {
+        float *a = test_run_model(m, ids, n, batch), *b = test_run_model(g, ids, n, batch);
+        CHECK(a && b && !memcmp(a, b, (size_t)n * V * sizeof(float)), "%s: cpu-guard, steps of %d: other logits", dir,
+              batch);
+        free(a);
+        free(b);
+    }
+    qwenc_model_free(g);
     free(ids);
     qwenc_model_free(m);
+}
+
+static void on_segv(int sig) {
+    (void)sig;
+    _exit(77);
+}
+
+/* In a child: a session on `backend`, one step, then the host reads the first float of its state directly,
+ * as engine code outside a backend must not. Returns the child's exit status (77: it faulted). */
+static int host_read_child(const char *dir, const char *backend) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct sigaction sa = {.sa_handler = on_segv};
+        sigaction(SIGSEGV, &sa, NULL);
+        char err[512];
+        qwenc_model *m = NULL;
+        qwenc_session *s = NULL;
+        qwenc_model_params mp = qwenc_model_default_params();
+        mp.backend = backend;
+        int32_t tok = 1;
+        if (qwenc_model_load_params(dir, &mp, &m, err, sizeof(err)) || qwenc_session_init(m, NULL, &s, err, sizeof(err)) ||
+            qwenc_session_forward(s, &tok, 1, NULL, 0, err, sizeof(err)))
+            _exit(2);
+        volatile float v = s->state_mem[0]; /* the deliberate host access */
+        (void)v;
+        _exit(0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The guard can fail: a host read of a session's state faults on cpu-guard, and the same read is harmless on
+ * the plain CPU backend (so it is the guard that catches it). */
+static void test_guard_catches(const char *root) {
+    char dir[1100];
+    snprintf(dir, sizeof(dir), "%s/qwen3", root);
+    int plain = host_read_child(dir, "cpu"), guarded = host_read_child(dir, "cpu-guard");
+    printf("guard: a host read of the state: cpu exits %d, cpu-guard exits %d (77: caught)\n", plain, guarded);
+    CHECK(plain == 0, "guard: the host read on the plain CPU backend exited %d", plain);
+    CHECK(guarded == 77, "guard: the host read on cpu-guard was not caught (exit %d)", guarded);
 }
 
 /* Forward n tokens (prefill of the first half in one call, then one at a time); the logits of every call
@@ -117,7 +194,7 @@ static void test_profile(const char *root) {
     char dir[1100], err[1024];
     snprintf(dir, sizeof(dir), "%s/qwen4_exp", root);
     qwenc_model *m = NULL;
-    if (qwenc_model_load(dir, &m, err, sizeof(err))) {
+    if (load_on(dir, backend, &m, err, sizeof(err))) {
         CHECK(0, "profile: load %s: %s", dir, err);
         return;
     }
@@ -213,8 +290,15 @@ int main(int argc, char **argv) {
         free(b);
         return rc;
     }
+    if (argc > 2 && !strcmp(argv[1], "--backend")) {
+        backend = argv[2];
+        argc -= 2;
+        argv += 2;
+    }
     const char *root = argc > 1 ? argv[1] : "tests/fixtures";
+    printf("backend %s\n", backend);
     test_fixtures(root);
     test_profile(root);
+    if (!strcmp(backend, "cpu")) test_guard_catches(root);
     return test_summary();
 }

@@ -136,7 +136,7 @@ static void test_rope(void) {
               close_to(cs[3], sin(1.5), 1e-6),
           "cos/sin table at position 3");
     float x[6] = {1, 2, 3, 4, 5, 6};
-    qw_ops_ref()->rope(qw_ops_ref(), x, 1, 6, 1, 6, 4, cs);
+    qw_backend_ref()->rope(qw_backend_ref(), x, 1, 6, 1, 6, 4, cs);
     double c0 = cos(3.0), s0 = sin(3.0), c1 = cos(1.5), s1 = sin(1.5);
     CHECK(close_to(x[0], 1 * c0 - 3 * s0, 1e-6) && close_to(x[2], 3 * c0 + 1 * s0, 1e-6), "rotation of pair (0, 2)");
     CHECK(close_to(x[1], 2 * c1 - 4 * s1, 1e-6) && close_to(x[3], 4 * c1 + 2 * s1, 1e-6), "rotation of pair (1, 3)");
@@ -154,7 +154,7 @@ static void test_delta_rule(void) {
     const float g[2][2] = {{logf(0.5f), logf(0.5f)}, {logf(0.5f), logf(0.5f)}};
     const float beta[2][2] = {{0.5f, 0.5f}, {1, 1}};
     float o[2][2][2];
-    qw_ops_ref()->delta_rule(qw_ops_ref(), &o[0][0][0], state, &q[0][0], &k[0][0], &v[0][0][0], &g[0][0], &beta[0][0], 2, 1, 2, 2, 2);
+    qw_backend_ref()->delta_rule(qw_backend_ref(), &o[0][0][0], state, &q[0][0], &k[0][0], &v[0][0][0], &g[0][0], &beta[0][0], 2, 1, 2, 2, 2);
     /* step 1: S = 0; u = 0.5 (v - 0) = [1, 2]; S = k u^T = [[1,2],[0,0]]; o = S^T q = [1, 2]
      * step 2: S = 0.5 S = [[.5,1],[0,0]]; S^T k = [.3,.6]; u = [1,1]-[.3,.6] = [.7,.4];
      *         S += k u^T -> [[.92,1.24],[.56,.32]]; o = S^T q = [.56, .32] */

@@ -111,11 +111,10 @@ __attribute__((target("avx2"))) static uint64_t bw_sum_avx2(const bw_vec *p, siz
 
 /*
  * The sum of a thread's slice, read as 1, 2 or 4 interleaved sequential streams: which reaches the most
- * depends on the CPU's prefetchers (on an Intel Xeon VM 4 streams per core read about twice as fast as one;
- * on an AMD Zen 4 VM one stream did best), so read_bandwidth tries all three, and one stream with the decode
- * kernels' software prefetch (on the Zen 4 VM, 2 threads: 34-37 GB/s before it was tried, 35-38 with it;
- * the lm_head's matmul read up to 43 in a decode step). Loads are 256 bits wide
- * where the CPU has AVX2 (128-bit loads left a Zen 4 core at 60 % of what it reads with 256-bit ones).
+ * depends on the CPU's prefetchers (several streams per core on some CPUs, one on others), so read_bandwidth
+ * tries all three, and one stream with the decode kernels' software prefetch, which is how decode reads and
+ * can beat the plain streams. Loads are 256 bits wide where the CPU has AVX2: 128-bit loads leave a core well
+ * short of what it can read. The measurements: docs/BENCH.md, the read bandwidth of the decode bound.
  */
 static void *bw_sum(void *arg) {
     bw_part *b = arg;
@@ -133,8 +132,7 @@ static void *bw_sum(void *arg) {
 static double read_bandwidth(int n_threads) {
     size_t n = BW_BYTES / sizeof(bw_vec);
     /* in 2 MiB pages where the kernel gives them, as the weights' mapping asks for them (mapfile.c), so the
-     * bound is measured with the pages decode reads through (on the AMD Zen 4 VM this probe read about the
-     * same either way: 30-33 GB/s) */
+     * bound is measured with the pages decode reads through */
     bw_vec *buf = aligned_alloc((size_t)2 << 20, BW_BYTES);
     if (!buf) return 0;
 #ifdef MADV_HUGEPAGE
@@ -285,6 +283,7 @@ typedef struct {
     int threads; /* as the model runs (-t 0: one per core) */
     char kernels[16];
     double bw, bound; /* bytes/s (0: not measured), decode tok/s */
+    qwenc_device_info dev; /* a GPU's (dev.name empty on the CPU): bw is its memory's */
 } bench_cfg;
 
 typedef struct {
@@ -332,13 +331,20 @@ static void print_table(const bench_run *b) {
            b->per_tok / 1048576.0);
     for (int k = 0; k < b->n_cfg; k++) {
         const bench_cfg *c = &b->cfg[k];
+        if (c->dev.name[0])
+            printf("device          %s: %.1f of %.1f GiB free after the run\n", c->dev.name,
+                   c->dev.free_bytes / 1073741824.0, c->dev.total_bytes / 1073741824.0);
         if (c->bw <= 0) {
-            printf("read bandwidth  not measured (no memory for the %zu MiB buffer)\n", BW_BYTES >> 20);
+            printf("read bandwidth  not measured (no memory for the buffer)\n");
             continue;
         }
-        printf("read bandwidth  %.2f GB/s (%d thread%s summing a %zu MiB buffer, best of %d passes each as 1, 2\n"
-               "                and 4 streams per thread and one stream with the decode kernels' prefetch)\n",
-               c->bw / 1e9, c->threads, c->threads == 1 ? "" : "s", BW_BYTES >> 20, BW_PASSES);
+        if (c->dev.name[0])
+            printf("read bandwidth  %.1f GB/s (the device's memory: a kernel reading a 2 GiB buffer, best of 5)\n",
+                   c->bw / 1e9);
+        else
+            printf("read bandwidth  %.2f GB/s (%d thread%s summing a %zu MiB buffer, best of %d passes each as 1, 2\n"
+                   "                and 4 streams per thread and one stream with the decode kernels' prefetch)\n",
+                   c->bw / 1e9, c->threads, c->threads == 1 ? "" : "s", BW_BYTES >> 20, BW_PASSES);
         printf("decode bound    %.2f tok/s", c->bound);
         if (b->n_cfg > 1) printf(" at %d thread%s", c->threads, c->threads == 1 ? "" : "s");
         const char *sep = "; ";
@@ -396,6 +402,11 @@ static void json_tail(cJSON *j, const bench_run *b, const bench_cfg *c, const be
         cJSON_AddNumberToObject(j, "tg_fraction_of_bound", tg->mean / c->bound);
     else
         cJSON_AddNullToObject(j, "tg_fraction_of_bound");
+    if (c->dev.name[0]) {
+        cJSON_AddStringToObject(j, "device", c->dev.name);
+        cJSON_AddNumberToObject(j, "device_free_bytes", (double)c->dev.free_bytes);
+        cJSON_AddNumberToObject(j, "device_total_bytes", (double)c->dev.total_bytes);
+    }
     if ((pp && pp->prof) || (tg && tg->prof)) {
         cJSON *pr = cJSON_CreateObject();
         if (pp && pp->prof) cJSON_AddItemToObject(pr, "pp", prof_json(pp->prof));
@@ -479,6 +490,8 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
             b->n_rows++;
         }
     qwenc_model_weight_bytes(m, &b->total, &b->per_tok);
+    qwenc_model_device_info(m, 1, &c->dev); /* a GPU's memory is measured while the model holds it */
+    c->bw = c->dev.read_bw;
     b->n_cfg++;
     ok = 1;
 done:
@@ -510,7 +523,7 @@ int cmd_bench(cli_opts *o) {
     b.rss = peak_rss(); /* before the bandwidth buffer exists */
     for (int k = 0; k < b.n_cfg; k++) {
         bench_cfg *c = &b.cfg[k];
-        c->bw = read_bandwidth(c->threads);
+        if (!c->dev.name[0]) c->bw = read_bandwidth(c->threads);
         c->bound = c->bw > 0 && b.per_tok > 0 ? c->bw / (double)b.per_tok : 0;
     }
     if (o->json)

@@ -40,6 +40,7 @@ struct cli_opts {
     int threads, reps, json;  /* -t (0: one per core), -r (bench; 0: unset), --json (bench) */
     int bench_p[CLI_MAX_LIST], n_bench_p, bench_n[CLI_MAX_LIST], n_bench_n, bench_t[CLI_MAX_LIST], n_bench_t;
     int profile;              /* --profile (bench): time every op of the timed runs */
+    const char *backend;      /* --backend (NULL: auto) */
     const char *kernels;      /* --kernels (NULL: the best for this CPU) */
     int f32_act;              /* --f32-act: quantized weights meet f32 activations */
     const char *quant;        /* --quant TYPE: quantize the weights at load (NULL: the file's types) */

@@ -73,7 +73,7 @@ static const cli_cmd commands[] = {
 #define N_COMMANDS (int)(sizeof(commands) / sizeof(commands[0]))
 
 typedef enum {
-    O_HELP, O_VERSION, O_MODEL, O_TOKENIZER, O_THREADS, O_THREADS_LIST, O_KERNELS, O_QUANT, O_F32ACT, O_CTX, O_BATCH,
+    O_HELP, O_VERSION, O_MODEL, O_TOKENIZER, O_THREADS, O_THREADS_LIST, O_BACKEND, O_KERNELS, O_QUANT, O_F32ACT, O_CTX, O_BATCH,
     O_PROMPT, O_FILE, O_NPREDICT, O_CHAT, O_SYSTEM, O_NOTHINK, O_STOP, O_ESCAPE, O_NOESCAPE, O_NODISPLAY,
     O_SPECIAL, O_CTXSHIFT, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
     O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_REPS, O_JSON, O_PROFILE,
@@ -175,6 +175,10 @@ static const opt_def options[] = {
      "CPU threads; every test runs at each (default 0: one per core)"},
     {O_THREADS, "-t|--threads", C_WRITE, "N",
      "quantizing threads (default 0: one per core); -t TYPE, the old\nspelling of --type TYPE, still works"},
+    {O_BACKEND, "--backend", C_LOAD, "NAME",
+     "where the model runs: auto (default: the GPU when there is one and\n"
+     "the model fits, else the CPU), cpu, cuda, or cpu-guard (the CPU with\n"
+     "activations and state inaccessible outside the backend: a test mode)"},
     {O_KERNELS, "--kernels", C_LOAD, "NAME",
      "CPU kernels: auto (default: the best for this CPU), amx, avx512,\n"
      "avx2, neon, scalar, ref (the scalar reference, one thread)"},
@@ -248,7 +252,7 @@ void cli_usage(FILE *f) {
         fprintf(f, "  %-15s%.*s\n", commands[i].name, len, commands[i].about);
     }
     fprintf(f, "\noptions most commands take:\n");
-    static const opt_id common[] = {O_MODEL, O_THREADS, O_CTX, O_KERNELS, O_QUANT, O_HELP, O_VERSION};
+    static const opt_id common[] = {O_MODEL, O_THREADS, O_CTX, O_BACKEND, O_KERNELS, O_QUANT, O_HELP, O_VERSION};
     for (size_t k = 0; k < sizeof(common) / sizeof(common[0]); k++)
         for (int i = 0; i < N_OPTIONS; i++)
             if (options[i].id == common[k]) {
@@ -416,6 +420,13 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
         }
         return parse_int(v, opt, 0, &o->threads);
     case O_THREADS_LIST: return parse_list(v, opt, 0, o->bench_t, &o->n_bench_t);
+    case O_BACKEND:
+        if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "cpu-guard")) {
+            fprintf(stderr, "qwenc: %s expects auto, cpu, cuda or cpu-guard, got \"%s\"\n", opt, v);
+            return 0;
+        }
+        o->backend = v;
+        return 1;
     case O_KERNELS: o->kernels = v; return 1;
     case O_QUANT: o->quant = v; return 1;
     case O_F32ACT: o->f32_act = 1; return 1;

@@ -33,6 +33,7 @@ qwenc_model *cli_load_model(const cli_opts *o) {
     qwenc_model_params mp = qwenc_model_default_params();
     mp.n_threads = o->threads;
     mp.kernels = o->kernels;
+    mp.backend = o->backend;
     mp.f32_activations = o->f32_act;
     mp.quant = o->quant;
     cli_progress ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1, .min_bytes = (uint64_t)256 << 20};

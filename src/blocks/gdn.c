@@ -19,57 +19,55 @@
  * output back in tiled order after it, so z and out_proj read the order they were stored in.
  */
 #include <math.h>
-#include <string.h>
 
 #include "blocks/blocks.h"
-
-static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* Split the fused qwen3_next projections into qkv [T][2kd+vd], z [T][vd], b, a [T][hv]. */
 static void deinterleave(const qw_fwd *f, const qw_gdn_w *w, const float *x, float *qkv, float *z, float *b,
                          float *a) {
     const qw_hparams *hp = f->hp;
-    int T = f->n_tok, hk = hp->gdn_hk, dk = hp->gdn_dk, dv = hp->gdn_dv, r = hp->gdn_hv / hk;
-    int64_t kd = (int64_t)hk * dk, vd = (int64_t)hp->gdn_hv * dv, ch = 2 * kd + vd;
-    int64_t gw = 2 * dk + 2 * (int64_t)r * dv; /* one key head's group in qkvz */
-    float *m = qw_arena_f32(f->ar, (size_t)T * (ch + vd));
-    float *mba = qw_arena_f32(f->ar, (size_t)T * 2 * hp->gdn_hv);
-    qw_matmul_job proj[2] = {{m, w->qkvz, x, T}, {mba, w->ba, x, T}};
-    f->ops->matmul_batch(f->ops, proj, 2);
-    for (int t = 0; t < T; t++) {
-        const float *src = m + t * (ch + vd);
-        float *dst = qkv + t * ch;
-        for (int g = 0; g < hk; g++) {
-            const float *grp = src + g * gw;
-            memcpy(dst + (int64_t)g * dk, grp, (size_t)dk * sizeof(float));
-            memcpy(dst + kd + (int64_t)g * dk, grp + dk, (size_t)dk * sizeof(float));
-            memcpy(dst + 2 * kd + (int64_t)g * r * dv, grp + 2 * dk, (size_t)r * dv * sizeof(float));
-            memcpy(z + t * vd + (int64_t)g * r * dv, grp + 2 * dk + (int64_t)r * dv, (size_t)r * dv * sizeof(float));
-            for (int i = 0; i < r; i++) {
-                b[(int64_t)t * hp->gdn_hv + g * r + i] = mba[(int64_t)t * 2 * hp->gdn_hv + g * 2 * r + i];
-                a[(int64_t)t * hp->gdn_hv + g * r + i] = mba[(int64_t)t * 2 * hp->gdn_hv + g * 2 * r + r + i];
-            }
-        }
-    }
+    const qw_backend *be = f->be;
+    int64_t T = f->n_tok, hk = hp->gdn_hk, dk = hp->gdn_dk, dv = hp->gdn_dv, hv = hp->gdn_hv, r = hv / hk;
+    int64_t kd = hk * dk, vd = hv * dv, ch = 2 * kd + vd;
+    int64_t gw = 2 * dk + 2 * r * dv; /* one key head's group in qkvz */
+    float *m = qw_arena_f32(f->ar, (size_t)(T * (ch + vd)));
+    float *mba = qw_arena_f32(f->ar, (size_t)(T * 2 * hv));
+    qw_matmul_job proj[2] = {{m, w->qkvz, x, (int)T}, {mba, w->ba, x, (int)T}};
+    be->matmul_batch(be, proj, 2);
+    /* per token t and key head g: a piece of the group's row to its place in the split layout */
+    qw_copy_layout qk = {{dk, hk, T, 1}, {1, dk, ch, 0}, {1, gw, ch + vd, 0}};
+    be->copy_strided(be, qkv, m, &qk);                 /* q_g */
+    be->copy_strided(be, qkv + kd, m + dk, &qk);       /* k_g */
+    qw_copy_layout vz = {{r * dv, hk, T, 1}, {1, r * dv, ch, 0}, {1, gw, ch + vd, 0}};
+    be->copy_strided(be, qkv + 2 * kd, m + 2 * dk, &vz); /* v_g */
+    vz.d[2] = vd;
+    be->copy_strided(be, z, m + 2 * dk + r * dv, &vz);   /* z_g */
+    qw_copy_layout ba = {{r, hk, T, 1}, {1, r, hv, 0}, {1, 2 * r, 2 * hv, 0}};
+    be->copy_strided(be, b, mba, &ba);
+    be->copy_strided(be, a, mba + r, &ba);
 }
 
-/* Reorder the hv heads (d floats each) of n rows between tiled (i*hk + g) and grouped (g*r + i) order. */
-static void vhead_order(float *x, int n, int hk, int r, int d, int to_grouped, float *tmp) {
-    int hv = hk * r;
-    for (int t = 0; t < n; t++) {
-        float *row = x + (int64_t)t * hv * d;
-        for (int j = 0; j < hv; j++) {
-            int p = (j % r) * hk + j / r; /* tiled position of grouped head j */
-            memcpy(tmp + (int64_t)(to_grouped ? j : p) * d, row + (int64_t)(to_grouped ? p : j) * d,
-                   (size_t)d * sizeof(float));
+/* Reorder the hv heads (d floats each) of n rows between tiled (i*hk + g) and grouped (g*r + i) order,
+ * through tmp [n][hv][d]. */
+static void vhead_order(const qw_fwd *f, float *x, int64_t n, int64_t hk, int64_t r, int64_t d, int to_grouped,
+                        float *tmp) {
+    int64_t hv = hk * r;
+    /* element (t, g, i, e): grouped at t*hv*d + (g*r + i)*d + e, tiled at t*hv*d + (i*hk + g)*d + e */
+    qw_copy_layout l = {{d, r, hk, n}, {1, d, r * d, hv * d}, {1, hk * d, d, hv * d}};
+    if (!to_grouped)
+        for (int j = 1; j < 3; j++) { /* from grouped to tiled: swap the strides */
+            int64_t t = l.d[j];
+            l.d[j] = l.s[j];
+            l.s[j] = t;
         }
-        memcpy(row, tmp, (size_t)hv * d * sizeof(float));
-    }
+    qw_copy_layout back = {{n * hv * d, 1, 1, 1}, {1, 0, 0, 0}, {1, 0, 0, 0}};
+    f->be->copy_strided(f->be, tmp, x, &l);
+    f->be->copy_strided(f->be, x, tmp, &back);
 }
 
 void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid, const float *x, float *y) {
     const qw_hparams *hp = f->hp;
-    const qw_ops *ops = f->ops;
+    const qw_backend *be = f->be;
     qw_layer_state *ls = &f->s->ls[il];
     int T = f->n_tok, K = hp->gdn_conv_k, hk = hp->gdn_hk, hv = hp->gdn_hv, dk = hp->gdn_dk, dv = hp->gdn_dv;
     int64_t kd = (int64_t)hk * dk, vd = (int64_t)hv * dv, ch = 2 * kd + vd;
@@ -80,53 +78,45 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     float *qkv = xc + (int64_t)(K - 1) * ch;
     float *z = qw_arena_f32(f->ar, (size_t)T * vd);
     float *b = qw_arena_f32(f->ar, (size_t)T * hv), *a = qw_arena_f32(f->ar, (size_t)T * hv);
-    memcpy(xc, ls->conv, (size_t)(K - 1) * ch * sizeof(float));
+    size_t hist = (size_t)(K - 1) * ch * sizeof(float);
+    be->copy(be, xc, ls->conv, hist);
     if (w->qkvz) {
         deinterleave(f, w, x, qkv, z, b, a);
     } else {
         qw_matmul_job proj[4] = {{qkv, w->qkv, x, T}, {z, w->z, x, T}, {b, w->b, x, T}, {a, w->a, x, T}};
-        ops->matmul_batch(ops, proj, 4);
+        be->matmul_batch(be, proj, 4);
     }
     float *c = qw_arena_f32(f->ar, (size_t)T * ch);
-    ops->conv1d_dw(ops, c, xc, w->conv, T, (int)ch, K, 1);
-    memcpy(ls->conv, xc + (int64_t)T * ch, (size_t)(K - 1) * ch * sizeof(float));
-    ops->silu(ops, c, (int64_t)T * ch);
+    be->conv1d_dw(be, c, xc, w->conv, T, (int)ch, K, 1);
+    be->copy(be, ls->conv, xc + (int64_t)T * ch, hist);
+    be->silu(be, c, (int64_t)T * ch);
 
     float *q = qw_arena_f32(f->ar, (size_t)T * kd), *k = qw_arena_f32(f->ar, (size_t)T * kd);
     float *v = qw_arena_f32(f->ar, (size_t)T * vd);
-    for (int t = 0; t < T; t++) {
-        memcpy(q + t * kd, c + t * ch, (size_t)kd * sizeof(float));
-        memcpy(k + t * kd, c + t * ch + kd, (size_t)kd * sizeof(float));
-        memcpy(v + t * vd, c + t * ch + 2 * kd, (size_t)vd * sizeof(float));
-    }
-    ops->l2_norm(ops, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
-    ops->l2_norm(ops, k, T * hk, dk, 1e-6f, 1.0f);
+    qw_copy_layout qk = {{kd, T, 1, 1}, {1, kd, 0, 0}, {1, ch, 0, 0}}, vl = {{vd, T, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
+    be->copy_strided(be, q, c, &qk);
+    be->copy_strided(be, k, c + kd, &qk);
+    be->copy_strided(be, v, c + 2 * kd, &vl);
+    be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
+    be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f);
     float *g = a; /* in place: g = -exp(A_log) * softplus(a + dt_bias) */
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < hv; j++) {
-            int64_t i = (int64_t)t * hv + j;
-            g[i] = w->neg_exp_a[j] * softplus(a[i] + w->dt_bias[j]);
-        }
-    ops->sigmoid(ops, b, (int64_t)T * hv); /* beta */
+    be->gdn_gate(be, g, w->neg_exp_a, w->dt_bias, T, hv);
+    be->sigmoid(be, b, (int64_t)T * hv); /* beta */
 
     int r = hv / hk;
-    float *tmp = w->v_tiled && r > 1 ? qw_arena_f32(f->ar, (size_t)vd) : NULL;
+    float *tmp = w->v_tiled && r > 1 ? qw_arena_f32(f->ar, (size_t)T * vd) : NULL;
     if (tmp) {
-        vhead_order(v, T, hk, r, dv, 1, tmp);
-        vhead_order(g, T, hk, r, 1, 1, tmp);
-        vhead_order(b, T, hk, r, 1, 1, tmp);
+        vhead_order(f, v, T, hk, r, dv, 1, tmp);
+        vhead_order(f, g, T, hk, r, 1, 1, tmp);
+        vhead_order(f, b, T, hk, r, 1, 1, tmp);
     }
     float *o = qw_arena_f32(f->ar, (size_t)T * vd);
-    ops->delta_rule(ops, o, ls->ssm, q, k, v, g, b, T, hk, hv, dk, dv);
-    if (tmp) vhead_order(o, T, hk, r, dv, 0, tmp);
+    be->delta_rule(be, o, ls->ssm, q, k, v, g, b, T, hk, hv, dk, dv);
+    if (tmp) vhead_order(f, o, T, hk, r, dv, 0, tmp);
 
     /* gated RMSNorm per value head: RMSNorm(o; w) * act(z) */
-    ops->rms_norm(ops, o, o, w->norm, T * hv, dv, hp->norm_eps, 0);
-    if (gate_sigmoid)
-        ops->sigmoid(ops, z, (int64_t)T * vd);
-    else
-        ops->silu(ops, z, (int64_t)T * vd);
-    ops->mul(ops, o, o, z, (int64_t)T * vd);
-    ops->matmul(ops, y, w->out, o, T);
+    be->rms_norm(be, o, o, w->norm, T * hv, dv, hp->norm_eps, 0);
+    be->act_mul(be, o, z, o, (int64_t)T * vd, gate_sigmoid ? QW_ACT_SIGMOID : QW_ACT_SILU);
+    be->matmul(be, y, w->out, o, T);
     qw_arena_restore(f->ar, mk);
 }

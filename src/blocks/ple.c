@@ -10,12 +10,13 @@
  *   X += G + c
  * State: the last (k-1)*n rows of Gn and the last n-1 token ids (EOS before the start).
  * Integer arithmetic: splitmix64 wraps mod 2^64; the n-gram products of ids < vocab never overflow.
+ * The constants are computed here at load; the hashing, the row gathers and the gate are backend ops
+ * (ple_rows, ple_gather, ple_gate; kernels/composite.c).
  */
 #include <math.h>
 #include <string.h>
 
 #include "blocks/blocks.h"
-#include "core/mapfile.h"
 
 uint64_t qw_splitmix64(uint64_t v) {
     v += 0x9E3779B97F4A7C15ull;
@@ -87,109 +88,61 @@ void qw_ple_constants(const qw_hparams *hp, int li, uint64_t *mult, int64_t *pri
 
 void qw_ple_rows(const qw_hparams *hp, const qw_ple_w *w, const int32_t *hist, const int32_t *tokens, int n_tok,
                  int64_t *rows) {
-    int n = hp->ngram_n, nh = hp->ngram_heads, hpn = nh / (n - 1), eos = hp->eos_id;
-    for (int t = 0; t < n_tok; t++) {
-        /* x[s] = token s steps back, EOS if an EOS lies at or between it and the current token */
-        int64_t x[8];
-        x[0] = tokens[t];
-        int cut = 0;
-        for (int s = 1; s < n; s++) {
-            int src = t - s;
-            int64_t id = src >= 0 ? tokens[src] : hist[n - 1 + src];
-            if (id == eos) cut = 1;
-            x[s] = cut ? eos : id;
-        }
-        for (int h = 0; h < nh; h++) {
-            int order = 2 + h / hpn;
-            uint64_t v = 0;
-            for (int i = 0; i < order; i++) v ^= (uint64_t)x[i] * w->mult[i];
-            rows[(int64_t)t * nh + h] = (int64_t)(v % (uint64_t)w->prime[h]) + w->offset[h];
-        }
-    }
-}
-
-/* The piece of the n-gram table that holds row r, and the row's index in it */
-static const qw_tensor *table_row(const qw_ple_w *w, int64_t r, int32_t *local) {
-    int64_t c = r / w->chunk_rows;
-    if (c >= w->n_chunks) c = w->n_chunks - 1;
-    *local = (int32_t)(r - c * w->chunk_rows);
-    QW_ASSERT(*local >= 0 && *local < w->chunks[c].shape[0]);
-    return &w->chunks[c];
+    qw_ple_hash(rows, tokens, hist, n_tok, hp->ngram_n, hp->ngram_heads, hp->eos_id, w->mult, w->prime, w->offset);
 }
 
 /*
  * The table rows a step will read are known from its token ids alone: ask for their pages at the start of
- * the step (MADV_WILLNEED, which returns at once), so pages not in memory (a table larger than memory, or
- * a cold page cache) are read while the layers before the PLE layer run, all at once rather than one after
- * the other when get_rows touches them (the table is also mapped MADV_RANDOM: a fault reads its page, not
- * 128 KiB around it; model.c). flash-next Q4_K (3.2 M-row Q5_0 table, one PLE layer after the first),
- * decode on 2 threads from a dropped page cache on the AMD Zen 4 VM, three runs each: get_rows took 2.3-2.8
- * ms per token without either, 0.8-1.1 with MADV_RANDOM alone, 0.2-0.4 with both (a warm page cache:
- * 0.07-0.09; the advice costs nothing measurable there, in decode or in a 512-token prefill).
+ * the step (a hint that returns at once), so pages not in memory (a table larger than memory, or a cold
+ * page cache) are read while the layers before the PLE layer run, all at once rather than one after the
+ * other when the gather touches them (docs/BENCH.md, PLE faults).
  */
 void qw_ple_prefetch(const qw_fwd *f, const qw_ple_w *w) {
     const qw_hparams *hp = f->hp;
+    const qw_backend *be = f->be;
     int T = f->n_tok, nh = hp->ngram_heads;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
     int64_t *rows = qw_arena_alloc(f->ar, (size_t)T * nh * sizeof(int64_t));
-    qw_ple_rows(hp, w, f->s->ple_last, f->tokens, T, rows);
-    for (int64_t i = 0; i < (int64_t)T * nh; i++) {
-        int32_t local;
-        const qw_tensor *chunk = table_row(w, rows[i], &local);
-        size_t rb = qw_type_row_size(chunk->type, chunk->shape[1]);
-        qw_advise_willneed((const char *)chunk->data + (size_t)local * rb, rb);
-    }
+    be->ple_rows(be, rows, f->tokens, f->s->ple_hist, T, hp->ngram_n, nh, hp->eos_id, w->mult, w->prime, w->offset);
+    be->ple_gather(be, NULL, rows, (int64_t)T * nh, w->chunks, w->n_chunks, w->chunk_rows, 1);
     qw_arena_restore(f->ar, mk);
 }
 
 void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
     const qw_hparams *hp = f->hp;
-    const qw_ops *ops = f->ops;
+    const qw_backend *be = f->be;
     qw_layer_state *ls = &f->s->ls[il];
     int T = f->n_tok, C = hp->hc_count, H = hp->n_embd, P = hp->ple_dim, nh = hp->ngram_heads;
-    int dh = P / nh, kc = hp->ple_conv_k, dil = hp->ngram_n, nhist = (kc - 1) * dil;
+    int kc = hp->ple_conv_k, dil = hp->ngram_n, nhist = (kc - 1) * dil;
     int64_t CH = (int64_t)C * H;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
 
     int64_t *rows = qw_arena_alloc(f->ar, (size_t)T * nh * sizeof(int64_t));
-    qw_ple_rows(hp, w, f->s->ple_last, f->tokens, T, rows);
+    be->ple_rows(be, rows, f->tokens, f->s->ple_hist, T, hp->ngram_n, nh, hp->eos_id, w->mult, w->prime, w->offset);
     float *e = qw_arena_f32(f->ar, (size_t)T * P);
-    for (int64_t i = 0; i < (int64_t)T * nh; i++) {
-        int32_t local;
-        const qw_tensor *chunk = table_row(w, rows[i], &local);
-        ops->get_rows(ops, e + i * dh, chunk, &local, 1);
-    }
+    be->ple_gather(be, e, rows, (int64_t)T * nh, w->chunks, w->n_chunks, w->chunk_rows, 0);
 
     float *K = qw_arena_f32(f->ar, (size_t)T * CH), *V = qw_arena_f32(f->ar, (size_t)T * H);
     float *Q = qw_arena_f32(f->ar, (size_t)T * CH);
     qw_matmul_job proj[2] = {{K, w->key_proj, e, T}, {V, w->value_proj, e, T}};
-    ops->matmul_batch(ops, proj, 2);
-    qw_norm_grouped(ops, K, K, w->norm_key, T, C, H, hp->norm_eps, 1);
-    qw_norm_grouped(ops, Q, X, w->norm_query, T, C, H, hp->norm_eps, 1);
+    be->matmul_batch(be, proj, 2);
+    be->rms_norm_grouped(be, K, K, w->norm_key, T * C, C, H, hp->norm_eps, 1);
+    be->rms_norm_grouped(be, Q, X, w->norm_query, T * C, C, H, hp->norm_eps, 1);
 
     /* G rows go after the remembered normalised history so the conv sees one contiguous sequence */
     float *G = qw_arena_f32(f->ar, (size_t)T * CH);
     float *hist = qw_arena_f32(f->ar, (size_t)(nhist + T) * CH);
     float *Gn = hist + (int64_t)nhist * CH;
-    float inv_sqrt_h = 1.0f / sqrtf((float)H);
-    for (int t = 0; t < T; t++)
-        for (int s = 0; s < C; s++) {
-            const float *k = K + t * CH + (int64_t)s * H, *q = Q + t * CH + (int64_t)s * H;
-            double dot = 0;
-            for (int i = 0; i < H; i++) dot += (double)k[i] * q[i];
-            float sg = (float)dot * inv_sqrt_h;
-            float mag = sqrtf(fmaxf(fabsf(sg), 1e-6f));
-            float g = sg > 0 ? mag : sg < 0 ? -mag : 0.0f;
-            float gate = 1.0f / (1.0f + expf(-g));
-            float *dst = G + t * CH + (int64_t)s * H;
-            for (int i = 0; i < H; i++) dst[i] = gate * V[(int64_t)t * H + i];
-        }
-    memcpy(hist, ls->ple_hist, (size_t)nhist * CH * sizeof(float));
-    qw_norm_grouped(ops, Gn, G, w->norm_conv, T, C, H, hp->norm_eps, 1);
+    be->ple_gate(be, G, K, Q, V, T, C, H);
+    size_t hist_bytes = (size_t)nhist * (size_t)CH * sizeof(float);
+    be->copy(be, hist, ls->ple_hist, hist_bytes);
+    be->rms_norm_grouped(be, Gn, G, w->norm_conv, T * C, C, H, hp->norm_eps, 1);
     float *c = qw_arena_f32(f->ar, (size_t)T * CH);
-    ops->conv1d_dw(ops, c, hist, w->conv, T, (int)CH, kc, dil);
-    memcpy(ls->ple_hist, hist + (int64_t)T * CH, (size_t)nhist * CH * sizeof(float));
-    ops->silu(ops, c, (int64_t)T * CH);
-    for (int64_t i = 0; i < (int64_t)T * CH; i++) X[i] += G[i] + c[i];
+    be->conv1d_dw(be, c, hist, w->conv, T, (int)CH, kc, dil);
+    be->copy(be, ls->ple_hist, hist + (int64_t)T * CH, hist_bytes);
+    be->silu(be, c, (int64_t)T * CH);
+    /* X += G + c, summed as written: G + c first (c * 1 is exact) */
+    be->axpy(be, G, c, 1.0f, (int64_t)T * CH);
+    be->axpy(be, X, G, 1.0f, (int64_t)T * CH);
     qw_arena_restore(f->ar, mk);
 }

@@ -1,8 +1,9 @@
 /*
  * rope.c - rotary position tables (transformers modeling_rope_utils: "default", "linear", "llama3").
  *
- * inv_freq_k = 1 / theta^(2k/n_rot) in f32, as the reference computes it; cos/sin of pos * inv_freq_k
- * in f32. Partial rotary (qwen3_5, qwen4_exp) rotates only the first n_rot dims of each head.
+ * inv_freq_k = 1 / theta^(2k/n_rot) in f32, as the reference computes it, once at load; the cos/sin of
+ * pos * inv_freq_k are the backend's rope_table op (kernels/composite.c). Partial rotary (qwen3_5, qwen4_exp)
+ * rotates only the first n_rot dims of each head.
  */
 #include <math.h>
 
@@ -33,26 +34,4 @@ void qw_rope_inv_freq(const qw_hparams *hp, float *inv_freq) {
             inv_freq[k] = scaled;
         }
     }
-}
-
-void qw_rope_cs(const float *inv_freq, int n_rot, int pos0, int n_tok, float *cs) {
-    int half = n_rot / 2;
-    for (int t = 0; t < n_tok; t++) {
-        float *c = cs + (int64_t)t * n_rot, *s = c + half;
-        float p = (float)(pos0 + t);
-        for (int k = 0; k < half; k++) {
-            float ang = p * inv_freq[k];
-            c[k] = cosf(ang);
-            s[k] = sinf(ang);
-        }
-    }
-}
-
-void qw_norm_grouped(const qw_ops *ops, float *y, const float *x, const float *w, int n_rows, int n_group, int dim,
-                     float eps, int zc) {
-    for (int r = 0; r < n_rows; r++)
-        for (int g = 0; g < n_group; g++) {
-            int64_t o = ((int64_t)r * n_group + g) * dim;
-            ops->rms_norm(ops, y + o, x + o, w + (int64_t)g * dim, 1, dim, eps, zc);
-        }
 }

@@ -10,6 +10,7 @@
 #define QW_WEIGHTS_H
 
 #include "formats/hfconfig.h"
+#include "kernels/ops.h" /* qw_ffn_w: gate, up [I, H], down [H, I] */
 #include "tensor/tensor.h"
 
 typedef struct {
@@ -36,10 +37,6 @@ typedef struct {
     int v_tiled;                      /* GGUF: value heads in llama.cpp's tiled order (value head i of key head
                                        * g at i*hk + g) in qkv, z, b, a, conv, dt_bias, A and out's columns */
 } qw_gdn_w;
-
-typedef struct {
-    qw_tensor gate, up, down; /* [I, H], [I, H], [H, I] */
-} qw_ffn_w;
 
 typedef struct {
     const qw_tensor *router;  /* [E, H] */

@@ -93,9 +93,8 @@ static void advise_pages(const void *p, size_t n, int advice, int inner) {
 
 void qw_mapfile_release(const void *p, size_t n) { advise_pages(p, n, MADV_DONTNEED, 1); }
 
-/* Measured on the AMD Zen 4 VM (Linux 6.18, ext4, THP "madvise"): qwen3.5 Q4_K decode on 2 threads, the
- * file's page cache dropped before each run, 49-60 tok/s without this advice and 56-68 with it (five runs
- * each, alternating; mean 54.2 -> 61.6), the page cache then holding the file in 2 MiB folios. */
+/* With this advice, where the kernel and the filesystem keep large folios in the page cache, the file is read
+ * into 2 MiB folios and decode's stream walks 2 MiB pages (docs/BENCH.md, CPU kernels: Huge pages). */
 void qw_advise_huge(void *p, size_t n) {
 #ifdef MADV_HUGEPAGE
     if (p && n) madvise(p, n, MADV_HUGEPAGE);

@@ -23,7 +23,7 @@ void qw_mapfile_release(const void *p, size_t n);
 
 /* Ask the kernel to back [p, p + n) with 2 MiB pages (transparent huge pages; for a file mapping, where the
  * filesystem keeps large folios in the page cache): decode streams every weight once per token, and with
- * 4 KiB pages a page-table walk every 4 KiB was a sizeable part of it. Advice only: nothing can fail, and
+ * 4 KiB pages a page-table walk every 4 KiB is a sizeable part of it. Advice only: nothing can fail, and
  * where the kernel cannot do it nothing changes. */
 void qw_advise_huge(void *p, size_t n);
 #define QW_HUGE_PAGE_BYTES ((size_t)2 << 20) /* the page size qw_advise_huge asks for (x86-64, AArch64 4K) */

@@ -32,9 +32,8 @@
  * Tiles: 4 rows x 2 tokens (the avx2 table's tile_nr x tile_nt): 8 accumulators, 2 activation vectors and
  * one row's weights fit the 16 registers; 4x1, 1x2 and 1x1 compute each output the same way, and up to 15
  * tokens are taken in pairs (Q4_K, Q5_K, Q6_K: a row at a time, a super-block per step: ksb_row). From
- * RP_MIN_TOKENS tokens on, blocks of 8 repacked rows instead (rp_matmul, below: one core, 64 tokens, Q4_K
- * 0.30 -> 0.63 GB/s of weights, Q6_K 0.34 -> 0.64, Q5_K 0.33 -> 0.76, Q4_0 0.28 -> 0.66, Q8_0 0.54 -> 0.85,
- * IQ4_XS 0.24 -> 0.42 on the Zen 4 VM), whose f32 additions run in another order, within the same bound.
+ * RP_MIN_TOKENS tokens on, blocks of 8 repacked rows instead (rp_matmul, below: one FMA per group for 8
+ * rows), whose f32 additions run in another order, within the same bound.
  *
  * Only this file and avx2.c are compiled for AVX2 (the pragma below); cpu.c uses them only when cpuid
  * reports AVX2, FMA and F16C.
@@ -54,19 +53,14 @@
 #include "tensor/quant.h"
 
 #define QW_INLINE static inline __attribute__((always_inline))
-/* Bytes ahead in each weight row that a tile asks the cache for: without it one thread decoding from DRAM
- * ran about 10% slower (every type alike, on the AMD Zen 4 VM); from L2 it makes no difference. Every tile
- * comes in two builds (PF, as in avx512_q.c). On AMD a row read alone asks 4 KiB ahead, non-temporally:
- * the K-quant super-block rows (ksb_row; one Zen 4 core from DRAM: Q4_K 14.7 -> 17.5 GB/s, Q6_K 16.4 ->
- * 18.6) and the one-token rows of the other types (against 512 bytes ahead to L1, Q8_0, medians of 5: rows
- * of 2048 and 8192 the same within the VM's noise, one core 22.9 / 23.6 -> 26.1 / 23.2 GB/s; long rows
- * faster, 16384 one core 13.0 -> 15.3, 2 threads 23.4 -> 28.4, 14336 on 2 threads 24.4 -> 29.5: the stream
- * no longer pushes a long row's activations out of L1); the other tiles ask PREFETCH ahead to L1. On Intel,
- * where a non-temporal prefetch halved avx512_q.c's decode, a row read alone (decode) asks ROW_PREFETCH_INTEL
- * ahead to L1 and the 4-row tiles PREFETCH ahead. One core of the
- * Sapphire Rapids VM from DRAM, 512 -> 4096 bytes ahead: Q8_0 7.2-8.2 -> 12.0 GB/s, Q4_K 7.4-7.8 -> 12.1,
- * Q6_K 7.0-7.4 -> 9.9-11.5, Q4_0 6.7-7.0 -> 10.8-12.1; 8 threads, Q8_0 44-49 -> 65-68, Q4_K 40-44 -> 55-79
- * (2048 bytes: between the two). */
+/* Bytes ahead in each weight row that a tile asks the cache for: reading from DRAM, one thread's stream
+ * left to the hardware prefetcher alone is slower (from L2 the request makes no difference). Every tile
+ * comes in two builds (PF, as in avx512_q.c). On AMD a row read alone (the K-quant super-block rows,
+ * ksb_row, and the one-token rows of the other types) asks ROW_PREFETCH_AMD ahead, non-temporally, so the
+ * stream does not push a long row's activations out of L1; the other tiles ask PREFETCH ahead to L1. On
+ * Intel, where a non-temporal prefetch slows decode down (avx512_q.c), a row read alone asks
+ * ROW_PREFETCH_INTEL ahead to L1 (it reads faster than PREFETCH ahead there) and the 4-row tiles PREFETCH
+ * ahead. The measurements: docs/BENCH.md, CPU kernels: Decode's row prefetch. */
 #define PREFETCH 512
 #define ROW_PREFETCH_AMD 4096
 #define ROW_PREFETCH_INTEL 4096
@@ -314,7 +308,8 @@ QW_INLINE void qtile_nxm(qw_type T, int PF, int NR, int NT, float *y, int64_t ld
 
 QW_INLINE int rp_sub(qw_type T) { return T == QW_TYPE_Q6_K ? 2 : 1; } /* sub-groups per group */
 /* chunks of 4 whose int16 pair sums are added before vpmaddwd: as many as cannot overflow (above), at most 4
- * (the Q4 types could take 8, but a chain of 8 dependent additions ran 12 % slower on Zen 4 than two of 4) */
+ * (the Q4 types could take 8, but one chain of 8 dependent additions is slower than two of 4: docs/BENCH.md,
+ * CPU kernels: The kernels' loops) */
 QW_INLINE int rp_k16(qw_type T) {
     switch (T) {
     case QW_TYPE_Q4_0: case QW_TYPE_Q4_1: case QW_TYPE_Q4_K:
@@ -455,8 +450,8 @@ QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t
  * Q6_K of 4, at most 32004), then in int32; one FMA then applies the lanes' scales (S = d * sub-block scale,
  * times the activation's d per lane), where the group-at-a-time kernel needed one per group. The mins (Q4_K,
  * Q5_K) are one more FMA per super-block, Q6_K's offset 32 one subtraction per vector. Q4_0 and Q5_0 take
- * the step over 8 blocks in rows of whole 256-element steps (one Zen 4 core from DRAM: Q4_0 12.7 -> 16-17
- * GB/s, Q5_0 12 -> 13-14). An output depends only on its row and token.
+ * the step over 8 blocks in rows of whole 256-element steps (docs/BENCH.md, CPU kernels: K-quants, 1-15
+ * tokens (AVX2)). An output depends only on its row and token.
  */
 QW_INLINE int is_ksb(qw_type t) { return t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K || t == QW_TYPE_Q6_K; }
 /* Q4_0 and Q5_0 take the same step over 8 blocks (lane j = block j) in rows of whole 256-element steps */

@@ -18,10 +18,10 @@
  * decoded to f32 once for its four pairs of groups (super_scales), Q6_K's then spread to four lanes each.
  * A row of 32-element blocks may end on a single group (`two` = 0); a super-block's groups always pair.
  * Q4_K, Q5_K, Q6_K and IQ4_XS take a whole super-block per step instead when 1-15 tokens meet a row
- * (ksb_tile): four vpdpbusd folded to 16 lanes of 16-element sums, one FMA for their 16 scales (IQ4_XS, one
- * core from DRAM: 12.7-13.6 -> 17-18 GB/s, four tokens 3.5 -> 7.7); so do Q4_0, Q5_0 and
- * IQ4_NL over 8 blocks at a time in rows of whole 256-element steps (one core from DRAM: Q4_0 11-13 ->
- * 17.5-20 GB/s, IQ4_NL 11-15 -> 17; four tokens 4.4 -> 8.3 and 7.2).
+ * (ksb_tile): four vpdpbusd folded to 16 lanes of 16-element sums, one FMA for their 16 scales; so do Q4_0,
+ * Q5_0 and IQ4_NL over 8 blocks at a time in rows of whole 256-element steps: a group at a time, the f32
+ * work bounds a core below what memory delivers (docs/BENCH.md, CPU kernels: Q4_0, Q5_0, IQ4_NL, 1-15
+ * tokens (AVX-512)).
  *
  * Three paths (qtile_any): one token (decode) a row at a time; 2-15 tokens in 4 x 4 tiles (K-quants: one
  * row against 4 tokens), with the bits of the one-token path; 16 tokens or more through 16-row repacked
@@ -298,7 +298,7 @@ QW_INLINE void act_prep(qw_type T, const qw_q8a *x, int64_t g, int two, act_pair
  * 64-byte vectors c = 0..3 (ksb_unpack), the token's activations laid out in the same order (act_sb), one
  * vpdpbusd each from zero; the four results are folded to 16 lanes (ksb_fold) of exact integer sums over
  * 16 elements, and one FMA applies the 16 lanes' scales: four f32 operations per super-block instead of
- * twelve, which is what bounded the pair-at-a-time kernel at about 13.7 GB/s per core on Q4_K.
+ * twelve. The f32 work, not the integer dots, is what bounds the pair-at-a-time kernel on the K-quants.
  *   Q4_K, Q5_K   c = 0: groups 0 | 2 (the low nibbles of qs[0..63]), 1: groups 1 | 3 (their high nibbles),
  *                2: 4 | 6, 3: 5 | 7. Q4_K keeps a high nibble in place (x & 0xF0 = 16 q) and lets the
  *                scale carry the 1/16; Q5_K shifts it down to add its fifth bit.
@@ -453,15 +453,12 @@ QW_INLINE void act_prep_sb(qw_type T, const qw_q8a *x, int64_t sb, act_sb *ap) {
  * Decode reads one weight row after another, and asks for its bytes ROW_PREFETCH ahead of where it reads
  * (rows follow one another, so this runs into the next rows; a prefetch never faults, past the end of the
  * weights too). What pays differs by vendor, so each tile comes in two builds (PF):
- *   PF_AMD    (the avx512 table on AMD and others) non-temporal. One Zen 4 core from DRAM: Q4_K 16.3 ->
- *             18.5 GB/s, Q6_K 20 -> 23.5 (T0: 17.6, 21); the pair kernels' one-token rows: see step_1tok.
+ *   PF_AMD    (the avx512 table on AMD and others) non-temporal: faster than no request or one to L1 (T0),
+ *             and the stream's lines do not push the token's activations out of L1 (step_1tok).
  *   PF_INTEL  (the avx512 table on Intel, and amx) every row T0, one-token rows also T1 twice as far ahead
- *             (step_1tok; K-quants, median of 3, rows of 2048 / 8192: one core Q4_K 12.8 / 12.0 -> 15.0 /
- *             15.1 GB/s, Q6_K 9.9 / 10.5 -> 14.6 / 11.9; 8 threads Q6_K 72 / 69 -> 84 / 72, Q4_K 89 / 108 ->
- *             98 / 103). Before that, T0 alone: an Intel Xeon (Sapphire Rapids, a VM):
- *             one core Q8_0 7.7 -> 12.5 GB/s, Q4_K 7.8 -> 13.9, Q6_K 6.9 -> 10.6 (against non-temporal 4 KiB
- *             ahead for the K-quants); 8 threads Q8_0 40 -> 77, Q4_K 41 -> 77 (its read probe: 80). 1 and
- *             2 KiB ahead gave less (Q8_0 8.5, 12.0 on one core), non-temporal Q8_0 6.2.
+ *             (step_1tok), so more lines are in flight than L1's fill buffers hold. A non-temporal request
+ *             reads slower there than none at all, and 1 or 2 KiB ahead less than 4.
+ * The measurements behind both: docs/BENCH.md, CPU kernels: Decode's row prefetch.
  */
 enum { PF_AMD, PF_INTEL };
 #define ROW_PREFETCH 4096
@@ -544,8 +541,8 @@ QW_INLINE void pair_step(qw_type T, int PF, int NR, int NT, tile_acc *ta, const 
 /* An NR x NT tile of the types and rows that do not take ksb_tile (ksb_rows; unpack's K-quant and IQ4_XS cases
  * serve rp_pack) (compile-time sizes once inlined) against prepared activations: token t's act_pair of
  * pair step g / 2 at pre[t * ldp + g / 2]. The pairs of groups run in a loop without the odd last group,
- * which comes after it (a branch on it inside the loop halved one-row Q8_0 decode on the Zen 4 VM in some
- * builds). */
+ * which comes after it: a test for it inside the loop makes some builds of the one-row loop far slower
+ * (docs/BENCH.md, CPU kernels: The kernels' loops). */
 QW_INLINE void qtile_nxm(qw_type T, int PF, int NR, int NT, float *y, int64_t ldy, const void *w, size_t ws,
                          const act_pair *pre, int64_t ldp, int64_t n) {
     tile_acc ta;
@@ -571,14 +568,10 @@ static act_pair *pre_scratch(int64_t n) { return qw_qtile_scratch(0, (size_t)n *
  * kept compact, per pair step its 64 bytes and, in act_scal, d and d * s of its two groups (72 bytes where
  * act_pair has 256): vpdpbusd's start, -type_offset * (lane sums), is recomputed per row and step (one more
  * vpdpbusd, the same integers). On AMD the row is also prefetched non-temporally ROW_PREFETCH ahead, so its
- * lines do not push the activations out of L1. One Zen 4 core, Q8_0, 16 Mi weights, median of 5: 2048 /
- * 4096 / 8192 / 16384 elements per row 20.0 / 18.7 / 9.1 / 8.2 GB/s with act_pair and no prefetch, 21.3 /
- * 21.3 / 20.1 / 14.1 so; 2 threads 34 / 30 / 17 / 16 -> 33 / 33 / 31 / 27.
+ * lines do not push the activations out of L1: rows of several thousand elements then read about as fast
+ * as short ones (docs/BENCH.md, CPU kernels: Long rows).
  * On Intel the row is asked for twice: to L1 ROW_PREFETCH ahead and to L2 twice that, so more of its lines
- * are in flight than L1's fill buffers hold. Xeon (Sapphire Rapids VM), Q8_0, 48 Mi weights, median of 3,
- * rows of 2048 / 8192 elements: one core 10.3 / 11.4 GB/s with the L1 request alone, 13.5 / 14.2 with
- * both; 2 threads 23.9 / 22.7 -> 23.3 / 28.1; 8 threads 85 / 82 -> 94 / 91 (L1 2 KiB ahead or 8 KiB,
- * L2 4, 12 or 16 KiB ahead, or L2 alone did no better).
+ * are in flight than L1's fill buffers hold (docs/BENCH.md, CPU kernels: Decode's row prefetch).
  */
 typedef struct {
     float d[2], ds[2]; /* group g's and g+1's d, and d * s (Q4_1 / Q5_1); 0 for a missing g+1 */
@@ -874,13 +867,12 @@ QW_INLINE AMX_TARGET void amx_matmul(qw_type T, float *y, int64_t ldy, const voi
 
 /*
  * Any nr, any nt (cpu.h: the avx512 table's qtile_nt). One token (decode) takes the rows one at a time: a
- * single sequential stream through memory. Reading 2 or 4 rows side by side, the hardware prefetcher of
- * the AMD Zen 4 development VM kept only half of DRAM's bandwidth busy (one Q8_0 row at a time: 22 GB/s
- * on one core, 4 rows: 9.5; software prefetching of the 4 rows did not recover it). From RP_MIN_TOKENS
- * tokens on, the repacked blocks above (rp_matmul): one core, 64 tokens, weights from DRAM: Q4_K 0.42 ->
- * 0.81 GB/s of weights, Q8_0 0.95 -> 1.63, Q6_K 0.60 -> 0.83, Q5_0 0.53 -> 0.99; below it repacking a
- * block costs more than it saves (Q4_K, 4 tokens: 4.3 GB/s with the 4 x 4 tiles, 1.9 repacked; even at
- * 12-16 tokens), so 2 .. 15 tokens take q4tok's 4 x 4 tiles (their numbers are the one-token kernel's).
+ * single sequential stream through memory, which the hardware prefetcher follows; 2 or 4 rows read side by
+ * side leave much of DRAM's bandwidth idle, with or without software prefetch (docs/BENCH.md, CPU kernels:
+ * Decode (one token)). From RP_MIN_TOKENS tokens on, the repacked blocks above (rp_matmul: one FMA per group
+ * for 16 rows); below that, repacking a block costs more than it saves, so 2 .. 15 tokens take q4tok's
+ * 4 x 4 tiles, with the one-token kernel's bits (docs/BENCH.md, CPU kernels: Prefill, 16 tokens or more
+ * (AVX-512)).
  */
 /* 4 tokens or fewer against nr rows: their act_pairs once, then 4 x 4 tiles, the rest a row at a time */
 QW_INLINE void q4tok(qw_type T, int PF, float *y, int64_t ldy, const void *w, size_t ws, const qw_q8a *x, int64_t ldx,

@@ -24,6 +24,7 @@
  * Weight types without a kernel (quantized types handled only by qw_ref_dot_row) fall back to the
  * reference dot per row, inside the same parallel loop.
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include "kernels/cpu.h"
 
 #include <math.h>
@@ -37,9 +38,12 @@
 #endif
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/common.h"
 #include "core/pool.h"
+#include "kernels/composite.h"
 #include "kernels/delta_chunk.h"
 #include "kernels/qtiles.h"
 
@@ -277,14 +281,27 @@ const qw_cpu_kernels *qw_cpu_kernels_find(const char *name) {
 /* ------------------------------------------------------------------ the backend */
 
 typedef struct {
-    qw_ops ops; /* first: the table handed out is a pointer to this member */
+    void *p;
+    size_t bytes;
+} guard_region;
+
+typedef struct {
+    qw_backend ops; /* first: the table handed out is a pointer to this member */
     const qw_cpu_kernels *k;
     qw_pool *pool; /* NULL: one thread */
     int n_threads;
     int f32_act; /* quantized weights meet f32 activations (no integer dots) */
+    /* guard mode (qw_backend_cpu_new): activation and state memory is mapped apart and inaccessible outside
+     * the backend's calls; the interposer handed out in its place opens it around each call */
+    int guard;
+    qw_backend *guarded;
+    pthread_mutex_t guard_lock;
+    guard_region *regions;
+    int n_regions, cap_regions;
+    int guard_depth; /* calls in progress (a composite op's nested calls) */
 } cpu_backend;
 
-static const cpu_backend *backend_of(const qw_ops *ops) { return (const cpu_backend *)ops; }
+static const cpu_backend *backend_of(const qw_backend *ops) { return (const cpu_backend *)ops; }
 
 /* Below this many multiply-adds (or elements) an op runs on the calling thread: waking the pool costs
  * more than it saves. */
@@ -332,8 +349,7 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
          * token tile pass over them in one qtile call: the kernel prepares those tokens once per call). A
          * table that takes the whole token tile in one call (avx512, amx, avx2) keeps its own blocks of rows
          * in cache (16 or 8 repacked rows at a time), so it gets all the chunk's rows and prepares the
-         * tokens once per chunk (flash-next Q8_0 prefill on 2 threads: the tokens' group terms were 3.4 %
-         * of the time when prepared for every 48 rows). */
+         * tokens once per chunk, not once per block of rows. */
         int64_t rb = c->whole ? r1 - r0
                               : QW_MAX(c->tile_nr, QROW_BLOCK / (int64_t)c->row_bytes / c->tile_nr * c->tile_nr);
         for (int64_t t0 = 0; t0 < c->n_tok; t0 += c->tok_tile) {
@@ -356,10 +372,10 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1) {
     const char *wd = c->w->data;
     for (int64_t t0 = 0; t0 < c->n_tok; t0 += c->tok_tile) {
         int64_t t1 = QW_MIN(c->n_tok, t0 + c->tok_tile);
-        /* one token and a matrix that streams from memory: a row at a time, one sequential stream (the
-         * prefetcher note in avx512_q.c; bf16 decode on 2 threads of the Zen 4 VM: 27.6 -> 34.8 GB/s). Small
-         * matrices, read from cache, keep the 4-row tiles (tiny-flash decodes ~10 % faster with them). Every
-         * tile shape gives the same bits (cpu.h). */
+        /* one token and a matrix that streams from memory: a row at a time, one sequential stream, which the
+         * hardware prefetcher follows (avx512_q.c, qtile_any). Small matrices, read from cache, keep the
+         * 4-row tiles, faster there (docs/BENCH.md, CPU kernels: Decode (one token)). Every tile shape gives
+         * the same bits (cpu.h). */
         int step = c->n_tok == 1 && (int64_t)c->row_bytes * c->rows >= ROW_STREAM_MIN ? 1 : c->tile_nr;
         for (int64_t r = r0; r < r1; r += step) {
             int nr = (int)QW_MIN(step, r1 - r);
@@ -383,10 +399,10 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
     int64_t tok_bytes = c->qtile ? c->cols / QW_Q8A_BLOCK * (int64_t)sizeof(qw_q8a) : c->cols * 4;
     c->tok_tile = (256 << 10) / (tok_bytes + 1) / c->tile_nt * c->tile_nt;
     /* A kernel that takes every token in one call (avx512, amx, avx2) repacks each block of rows once per call
-     * and passes all the tokens over it: token tiles would repeat the packing (Q8_0, one core, 256 tokens:
-     * 80-token tiles packed each row block 4 times, 46 % of the time on an Intel Xeon). Up to 8 MiB of
-     * activations per call (a session's default step of 512 tokens stays whole for rows of up to 13,107
-     * elements), so a longer step does not stream them from memory for every block of rows. */
+     * and passes all the tokens over it: token tiles would repeat the packing once per tile (docs/BENCH.md,
+     * CPU kernels: Prefill, 16 tokens or more (AVX-512)). Up to 8 MiB of activations per call (a session's
+     * default step of 512 tokens stays whole for rows of up to 13,107 elements), so a longer step does not
+     * stream them from memory for every block of rows. */
     c->whole = c->qtile && c->qtile_nt >= n_tok;
     if (c->whole) c->tok_tile = QW_MIN(n_tok, QW_MAX(16, (8 << 20) / (tok_bytes + 1) / 16 * 16));
     if (c->tok_tile < c->tile_nt) c->tok_tile = c->tile_nt;
@@ -394,10 +410,9 @@ static void matmul_setup(const cpu_backend *b, matmul_ctx *c, float *y, const qw
 
 /* Rows per chunk of a one-token matmul (or batch of them: row_bytes is their mean). The threads stream their rows
  * from memory and finish each chunk at times that differ by up to a chunk's time, which the last one to finish makes
- * the others wait: with 4 chunks per thread the lm_head's chunk (2 MiB or more) left the pool's threads spinning for
- * 6.7 % of flash-next Q4_K's decode on 2 threads of the Zen 4 VM, 5.2 % with chunks of at most a sixteenth of a
- * thread's rows. Not below 256 KiB of weights, where a chunk's start (its activations prepared, the prefetch stream
- * begun) would start to count.
+ * the others wait, so the chunks are small: at most a sixteenth of a thread's rows (docs/BENCH.md, CPU kernels:
+ * Decode's chunks and element-wise ops). Not below 256 KiB of weights, where a chunk's start (its activations
+ * prepared, the prefetch stream begun) would start to count.
  */
 static int64_t decode_chunk(const cpu_backend *b, int64_t n, size_t row_bytes, int align) {
     int64_t per16 = (n + 16 * b->n_threads - 1) / (16 * b->n_threads);
@@ -438,7 +453,7 @@ static void q8a_fill(const cpu_backend *b, matmul_ctx *c, qw_q8a *xq) {
         qw_pool_parallel_for(b->pool, c->n_tok, chunk_for(b, c->n_tok, 1), q8a_rows, &qc);
 }
 
-static void cpu_matmul(const qw_ops *ops, float *y, const qw_tensor *w, const float *x, int n_tok) {
+static void cpu_matmul(const qw_backend *ops, float *y, const qw_tensor *w, const float *x, int n_tok) {
     const cpu_backend *b = backend_of(ops);
     matmul_ctx c;
     matmul_setup(b, &c, y, w, x, n_tok);
@@ -473,7 +488,7 @@ static void batch_rows(void *arg, int64_t g0, int64_t g1) {
     }
 }
 
-static void cpu_matmul_batch(const qw_ops *ops, const qw_matmul_job *jobs, int n_jobs) {
+static void cpu_matmul_batch(const qw_backend *ops, const qw_matmul_job *jobs, int n_jobs) {
     const cpu_backend *b = backend_of(ops);
     for (int j0 = 0; j0 < n_jobs; j0 += BATCH_MAX_JOBS) {
         batch_ctx bc;
@@ -603,11 +618,12 @@ static void attn_units(void *arg, int64_t u0, int64_t u1) {
     }
 }
 
-static void cpu_attention(const qw_ops *ops, float *out, const float *q, int q_stride, const float *kc,
-                          const float *vc, int n_tok, int pos0, int n_head, int n_head_kv, int hd, float scale,
-                          const int32_t *sel, const int32_t *sel_off, double *work) {
+static void cpu_attention(const qw_backend *ops, float *out, const float *q, int q_stride, const float *kc,
+                          const float *vc, int n_tok, int n_head, int n_head_kv, int hd, float scale,
+                          const int32_t *sel, const int32_t *sel_off, void *work, const qw_step *step) {
     (void)work; /* blocks need no scratch beyond the stack */
     const cpu_backend *b = backend_of(ops);
+    int pos0 = step->pos0;
     QW_ASSERT(hd <= ATTN_MAX_HD && n_head % n_head_kv == 0);
     attn_ctx c = {.b = b, .out = out, .q = q, .kc = kc, .vc = vc, .q_stride = q_stride, .pos0 = pos0,
                   .n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .scale = scale, .sel = sel, .sel_off = sel_off};
@@ -663,7 +679,7 @@ static void dr_heads(void *arg, int64_t j0, int64_t j1) {
     }
 }
 
-static void cpu_delta_rule(const qw_ops *ops, float *o, float *state, const float *q, const float *k, const float *v,
+static void cpu_delta_rule(const qw_backend *ops, float *o, float *state, const float *q, const float *k, const float *v,
                            const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
     const cpu_backend *b = backend_of(ops);
     QW_ASSERT(dv <= DR_MAX_DV);
@@ -679,7 +695,7 @@ static void cpu_delta_rule(const qw_ops *ops, float *o, float *state, const floa
 /* ---- ops split into ranges, each range done by the table's kernel or the reference code */
 
 typedef struct {
-    const qw_ops *ref;
+    const qw_backend *ref;
     const qw_cpu_kernels *ks; /* its sigmoid, silu, rms_norm_row, axpy and mul where it has them (else ref's) */
     float *y;
     const float *x, *a, *w;
@@ -698,10 +714,10 @@ static void rms_rows(void *arg, int64_t r0, int64_t r1) {
     c->ref->rms_norm(c->ref, c->y + r0 * c->dim, c->x + r0 * c->dim, c->w, (int)(r1 - r0), c->dim, c->eps, c->zc);
 }
 
-static void cpu_rms_norm(const qw_ops *ops, float *y, const float *x, const float *w, int n_rows, int dim, float eps,
+static void cpu_rms_norm(const qw_backend *ops, float *y, const float *x, const float *w, int n_rows, int dim, float eps,
                          int zc) {
     const cpu_backend *b = backend_of(ops);
-    range_ctx c = {.ref = qw_ops_ref(), .ks = b->k, .y = y, .x = x, .w = w, .dim = dim, .eps = eps, .zc = zc};
+    range_ctx c = {.ref = qw_backend_ref(), .ks = b->k, .y = y, .x = x, .w = w, .dim = dim, .eps = eps, .zc = zc};
     if (b->n_threads == 1 || (int64_t)n_rows * dim < PAR_MIN_WORK) {
         rms_rows(&c, 0, n_rows);
         return;
@@ -714,9 +730,9 @@ static void l2_rows(void *arg, int64_t r0, int64_t r1) {
     c->ref->l2_norm(c->ref, c->y + r0 * c->dim, (int)(r1 - r0), c->dim, c->eps, c->s);
 }
 
-static void cpu_l2_norm(const qw_ops *ops, float *x, int n_rows, int dim, float eps, float scale) {
+static void cpu_l2_norm(const qw_backend *ops, float *x, int n_rows, int dim, float eps, float scale) {
     const cpu_backend *b = backend_of(ops);
-    range_ctx c = {.ref = qw_ops_ref(), .y = x, .dim = dim, .eps = eps, .s = scale};
+    range_ctx c = {.ref = qw_backend_ref(), .y = x, .dim = dim, .eps = eps, .s = scale};
     if (b->n_threads == 1 || (int64_t)n_rows * dim < PAR_MIN_WORK) {
         l2_rows(&c, 0, n_rows);
         return;
@@ -730,10 +746,10 @@ static void rope_toks(void *arg, int64_t t0, int64_t t1) {
                  c->a + t0 * c->n_rot);
 }
 
-static void cpu_rope(const qw_ops *ops, float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot,
+static void cpu_rope(const qw_backend *ops, float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot,
                      const float *cs) {
     const cpu_backend *b = backend_of(ops);
-    range_ctx c = {.ref = qw_ops_ref(), .y = x, .a = cs, .dim = row_stride, .n_head = n_head,
+    range_ctx c = {.ref = qw_backend_ref(), .y = x, .a = cs, .dim = row_stride, .n_head = n_head,
                    .head_stride = head_stride, .n_rot = n_rot};
     if (b->n_threads == 1 || (int64_t)n_tok * n_head * n_rot < PAR_MIN_WORK) {
         rope_toks(&c, 0, n_tok);
@@ -764,7 +780,7 @@ static void conv_units(void *arg, int64_t u0, int64_t u1) {
     }
 }
 
-static void cpu_conv1d_dw(const qw_ops *ops, float *y, const float *x, const float *w, int n_tok, int ch, int k,
+static void cpu_conv1d_dw(const qw_backend *ops, float *y, const float *x, const float *w, int n_tok, int ch, int k,
                           int dil) {
     const cpu_backend *b = backend_of(ops);
     range_ctx c = {.y = y, .x = x, .w = w, .dim = ch, .k = k, .dil = dil};
@@ -818,92 +834,218 @@ static void elementwise(const cpu_backend *b, qw_pool_fn fn, range_ctx *c, int64
 }
 
 /* sigmoid and silu cost an e^x per element (expd.h), some twenty times a multiply-add: split from 4096
- * elements on, in ranges of 1024 (decode's gates of 2048-8192 elements ran on the calling thread while the
- * others waited) */
+ * elements on, in ranges of 1024, so decode's gates of 2048-8192 elements do not run on the calling thread
+ * while the others wait */
 #define EXP_MIN_WORK 4096
 #define EXP_ALIGN 1024
 
-static void cpu_silu(const qw_ops *ops, float *x, int64_t n) {
-    range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = x};
+static void cpu_silu(const qw_backend *ops, float *x, int64_t n) {
+    range_ctx c = {.ref = qw_backend_ref(), .ks = backend_of(ops)->k, .y = x};
     elementwise(backend_of(ops), silu_range, &c, n, EXP_MIN_WORK, EXP_ALIGN);
 }
-static void cpu_sigmoid(const qw_ops *ops, float *x, int64_t n) {
-    range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = x};
+static void cpu_sigmoid(const qw_backend *ops, float *x, int64_t n) {
+    range_ctx c = {.ref = qw_backend_ref(), .ks = backend_of(ops)->k, .y = x};
     elementwise(backend_of(ops), sigmoid_range, &c, n, EXP_MIN_WORK, EXP_ALIGN);
 }
-static void cpu_mul(const qw_ops *ops, float *y, const float *a, const float *b, int64_t n) {
-    range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = y, .a = a, .x = b};
+static void cpu_mul(const qw_backend *ops, float *y, const float *a, const float *b, int64_t n) {
+    range_ctx c = {.ref = qw_backend_ref(), .ks = backend_of(ops)->k, .y = y, .a = a, .x = b};
     elementwise(backend_of(ops), mul_range, &c, n, PAR_MIN_WORK, 4096);
 }
-static void cpu_axpy(const qw_ops *ops, float *y, const float *a, float s, int64_t n) {
-    range_ctx c = {.ref = qw_ops_ref(), .ks = backend_of(ops)->k, .y = y, .a = a, .s = s};
+static void cpu_axpy(const qw_backend *ops, float *y, const float *a, float s, int64_t n) {
+    range_ctx c = {.ref = qw_backend_ref(), .ks = backend_of(ops)->k, .y = y, .a = a, .s = s};
     elementwise(backend_of(ops), axpy_range, &c, n, PAR_MIN_WORK, 4096);
 }
 
-static void cpu_get_rows(const qw_ops *ops, float *y, const qw_tensor *w, const int32_t *ids, int n) {
+static void cpu_get_rows(const qw_backend *ops, float *y, const qw_tensor *w, const int32_t *ids, int n) {
     (void)ops;
-    qw_ops_ref()->get_rows(qw_ops_ref(), y, w, ids, n);
+    qw_backend_ref()->get_rows(qw_backend_ref(), y, w, ids, n);
 }
 
-static const qw_ops cpu_table = {
+static size_t cpu_attention_work(const qw_backend *ops, int n_ctx, int hd) {
+    (void)ops, (void)n_ctx, (void)hd;
+    return 0; /* attention keeps its blocks on the stack */
+}
+
+/* ---- memory: host memory; in guard mode, activations and state in their own mappings */
+
+static size_t page_round(size_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + pg - 1) / pg * pg;
+}
+
+static void guard_set(cpu_backend *b, int open) {
+    for (int i = 0; i < b->n_regions; i++)
+        if (mprotect(b->regions[i].p, b->regions[i].bytes, open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) abort();
+}
+
+static void *cpu_alloc(const qw_backend *ops, size_t bytes, qw_mem_kind kind) {
+    cpu_backend *b = (cpu_backend *)backend_of(ops);
+    if (!b->guard || kind == QW_MEM_WEIGHTS) return qw_host_alloc(ops, bytes, kind);
+    size_t n = page_round(bytes ? bytes : 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    pthread_mutex_lock(&b->guard_lock);
+    if (b->n_regions == b->cap_regions) {
+        int cap = b->cap_regions ? 2 * b->cap_regions : 16;
+        guard_region *r = qw_realloc(b->regions, (size_t)cap, sizeof(*r));
+        if (!r) {
+            pthread_mutex_unlock(&b->guard_lock);
+            munmap(p, n);
+            return NULL;
+        }
+        b->regions = r;
+        b->cap_regions = cap;
+    }
+    b->regions[b->n_regions++] = (guard_region){p, n};
+    pthread_mutex_unlock(&b->guard_lock);
+    return p;
+}
+
+static void cpu_free(const qw_backend *ops, void *p) {
+    cpu_backend *b = (cpu_backend *)backend_of(ops);
+    if (!p) return;
+    if (b->guard) {
+        pthread_mutex_lock(&b->guard_lock);
+        for (int i = 0; i < b->n_regions; i++)
+            if (b->regions[i].p == p) {
+                munmap(p, b->regions[i].bytes);
+                b->regions[i] = b->regions[--b->n_regions];
+                pthread_mutex_unlock(&b->guard_lock);
+                return;
+            }
+        pthread_mutex_unlock(&b->guard_lock);
+    }
+    qw_host_free(ops, p);
+}
+
+static void cpu_release(qw_backend *ops) {
+    cpu_backend *b = (cpu_backend *)backend_of(ops);
+    qw_pool_free(b->pool);
+    for (int i = 0; i < b->n_regions; i++) munmap(b->regions[i].p, b->regions[i].bytes);
+    free(b->regions);
+    if (b->guard) pthread_mutex_destroy(&b->guard_lock);
+    free(b);
+}
+
+static const qw_backend cpu_table = {
     .name = "cpu",
+    .host_memory = 1,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = qw_host_copy,
+    .download = qw_host_copy,
+    .copy = qw_host_copy,
+    .zero = qw_host_zero,
+    .sync = qw_host_sync,
     .matmul = cpu_matmul,
     .matmul_batch = cpu_matmul_batch,
     .get_rows = cpu_get_rows,
+    .store_rows = qw_op_store_rows,
+    .copy_strided = qw_op_copy_strided,
     .rms_norm = cpu_rms_norm,
+    .rms_norm_grouped = qw_op_rms_norm_grouped,
     .l2_norm = cpu_l2_norm,
-    .rope = cpu_rope,
-    .conv1d_dw = cpu_conv1d_dw,
     .silu = cpu_silu,
     .sigmoid = cpu_sigmoid,
     .mul = cpu_mul,
     .axpy = cpu_axpy,
+    .divide = qw_op_divide,
+    .act_mul = qw_op_act_mul,
+    .rope_table = qw_op_rope_table,
+    .rope = cpu_rope,
     .attention = cpu_attention,
+    .attention_work = cpu_attention_work,
+    .qsa_keys = qw_op_qsa_keys,
+    .qsa_select = qw_op_qsa_select,
+    .qsa_select_work = qw_op_qsa_select_work,
+    .conv1d_dw = cpu_conv1d_dw,
+    .gdn_gate = qw_op_gdn_gate,
     .delta_rule = cpu_delta_rule,
+    .moe_route = qw_op_moe_route,
+    .moe_ffn = qw_op_moe_ffn,
+    .moe_work = qw_op_moe_work,
+    .hc_read = qw_op_hc_read,
+    .hc_inject = qw_op_hc_inject,
+    .ple_rows = qw_op_ple_rows,
+    .ple_hist_push = qw_op_ple_hist_push,
+    .ple_gather = qw_op_ple_gather,
+    .ple_gate = qw_op_ple_gate,
+    .release = cpu_release,
 };
 
-qwenc_status qw_ops_cpu_new(int n_threads, const char *kernels, const qw_ops **out, char *err, size_t errlen) {
+/* guard mode: the outermost call of the backend opens the guarded memory and closes it on its way out (a
+ * composite op's own calls come back through the interposer, nested). One thread at a time. */
+static int guard_enter(void *user, int op) {
+    (void)op;
+    cpu_backend *b = user;
+    if (b->guard_depth++ == 0) guard_set(b, 1);
+    return 1;
+}
+
+static void guard_leave(void *user, int op, const qw_matmul_job *jobs, int n_jobs) {
+    (void)op, (void)jobs, (void)n_jobs;
+    cpu_backend *b = user;
+    if (--b->guard_depth == 0) guard_set(b, 0);
+}
+
+static void guard_release(void *user) { cpu_release(&((cpu_backend *)user)->ops); }
+
+qwenc_status qw_backend_cpu_new(int n_threads, const char *kernels, int guard, qw_backend **out, char *err,
+                                size_t errlen) {
     *out = NULL;
     cpu_backend *b = qw_calloc(1, sizeof(*b));
     if (!b) return qw_err_nomem(err, errlen, "cpu backend", 1, sizeof(*b));
     b->n_threads = 1;
     if (kernels && !strcmp(kernels, "ref")) {
-        b->ops = *qw_ops_ref();
-        *out = &b->ops;
+        b->ops = *qw_backend_ref();
+        b->ops.alloc = cpu_alloc;
+        b->ops.free = cpu_free;
+        b->ops.release = cpu_release;
+    } else {
+        b->k = qw_cpu_kernels_find(kernels);
+        if (!b->k) {
+            char names[128] = "";
+            for (const qw_cpu_kernels *const *k = qw_cpu_kernels_available(); *k; k++)
+                snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s, ", (*k)->name);
+            free(b);
+            return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                          "kernels \"%s\" are not available on this CPU (available: %sref)", kernels, names);
+        }
+        b->ops = cpu_table;
+        b->ops.name = b->k->name;
+        b->n_threads = n_threads > 0 ? n_threads : qw_cpu_count();
+        if (b->n_threads > 1 && !(b->pool = qw_pool_new(b->n_threads))) {
+            int n = b->n_threads;
+            free(b);
+            return qw_err(err, errlen, QWENC_ERR_NOMEM, "cannot start %d threads", n);
+        }
+    }
+    if (guard) {
+        b->guard = 1;
+        pthread_mutex_init(&b->guard_lock, NULL);
+        qw_backend_hooks h = {.enter = guard_enter, .leave = guard_leave, .release = guard_release, .user = b};
+        if (!(b->guarded = qw_backend_interpose(&b->ops, &h))) {
+            cpu_release(&b->ops);
+            return qw_err_nomem(err, errlen, "cpu backend guard", 1, sizeof(qw_backend));
+        }
+        *out = b->guarded;
         return QWENC_OK;
-    }
-    b->k = qw_cpu_kernels_find(kernels);
-    if (!b->k) {
-        char names[128] = "";
-        for (const qw_cpu_kernels *const *k = qw_cpu_kernels_available(); *k; k++)
-            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s, ", (*k)->name);
-        free(b);
-        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
-                      "kernels \"%s\" are not available on this CPU (available: %sref)", kernels, names);
-    }
-    b->ops = cpu_table;
-    b->ops.name = b->k->name;
-    b->n_threads = n_threads > 0 ? n_threads : qw_cpu_count();
-    if (b->n_threads > 1 && !(b->pool = qw_pool_new(b->n_threads))) {
-        int n = b->n_threads;
-        free(b);
-        return qw_err(err, errlen, QWENC_ERR_NOMEM, "cannot start %d threads", n);
     }
     *out = &b->ops;
     return QWENC_OK;
 }
 
-void qw_ops_cpu_free(const qw_ops *ops) {
-    if (!ops) return;
-    cpu_backend *b = (cpu_backend *)backend_of(ops);
-    qw_pool_free(b->pool);
-    free(b);
+/* the CPU backend under a guard interposer, or the backend itself */
+static cpu_backend *cpu_of(const qw_backend *be) {
+    for (const qw_backend *inner; (inner = qw_backend_interposed(be));) be = inner;
+    return (cpu_backend *)backend_of(be);
 }
 
-int qw_ops_cpu_n_threads(const qw_ops *ops) { return backend_of(ops)->n_threads; }
+int qw_backend_cpu_n_threads(const qw_backend *be) { return cpu_of(be)->n_threads; }
 
-void qw_ops_cpu_set_f32_activations(const qw_ops *ops, int on) {
-    if (ops->matmul == cpu_matmul) ((cpu_backend *)backend_of(ops))->f32_act = on;
+void qw_backend_cpu_set_f32_activations(const qw_backend *be, int on) {
+    cpu_backend *b = cpu_of(be);
+    if (b->ops.matmul == cpu_matmul) b->f32_act = on;
 }
 
 /* The best kernels on the calling thread only: for callers without a model (tools, tests). */
@@ -914,10 +1056,11 @@ static void default_init(void) {
     default_backend.k = qw_cpu_kernels_find(NULL);
     default_backend.ops = cpu_table;
     default_backend.ops.name = default_backend.k->name;
+    default_backend.ops.release = NULL;
     default_backend.n_threads = 1;
 }
 
-const qw_ops *qw_ops_cpu(void) {
+const qw_backend *qw_backend_cpu_default(void) {
     pthread_once(&default_once, default_init);
     return &default_backend.ops;
 }

@@ -77,22 +77,24 @@ const qw_cpu_kernels *const *qw_cpu_kernels_available(void);
 const qw_cpu_kernels *qw_cpu_kernels_find(const char *name);
 
 /*
- * The CPU op table: matmul, attention, delta rule and the large element-wise ops run on a pool of
- * n_threads threads (0: one per CPU) with the kernel variant `kernels` (NULL or "auto": the best for
- * this CPU; "ref": the scalar reference table of ref.c on one thread). Fails if the variant is unknown
- * or not supported by this CPU (QWENC_ERR_UNSUPPORTED) or the threads cannot be created.
+ * The CPU backend: host memory, and matmul, attention, delta rule and the large element-wise ops on a pool of
+ * n_threads threads (0: one per CPU) with the kernel variant `kernels` (NULL or "auto": the best for this
+ * CPU; "ref": the scalar reference of ref.c on one thread). guard: the test mode in which every activation
+ * and state buffer is its own mapping, inaccessible (PROT_NONE) outside the backend's calls, so code outside
+ * the backend that touches one faults. Fails if the variant is unknown or not supported by this CPU
+ * (QWENC_ERR_UNSUPPORTED) or the threads cannot be created. Free it with (*out)->release(*out).
  */
-qwenc_status qw_ops_cpu_new(int n_threads, const char *kernels, const qw_ops **out, char *err, size_t errlen);
-void qw_ops_cpu_free(const qw_ops *ops);
+qwenc_status qw_backend_cpu_new(int n_threads, const char *kernels, int guard, qw_backend **out, char *err,
+                                size_t errlen);
 /* Quantized weights meet f32 activations (1: the exact dequantized dot, slower) or, by default (0),
  * activations rounded once per matmul to 8 bits per block of 32 (q8a.h), as llama.cpp does. */
-void qw_ops_cpu_set_f32_activations(const qw_ops *ops, int on);
+void qw_backend_cpu_set_f32_activations(const qw_backend *be, int on);
 /* How many times, since the process started, a kernel's scratch (kernels/qtiles.h, the 8-bit activations of
  * a matmul) could not be allocated: the op that needed it was skipped, its output left unwritten. A caller
  * compares the count before and after a forward step (runtime/session.c). */
 unsigned long qw_cpu_scratch_failures(void);
-/* The threads a table made by qw_ops_cpu_new uses. */
-int qw_ops_cpu_n_threads(const qw_ops *ops);
+/* The threads of a backend made by qw_backend_cpu_new. */
+int qw_backend_cpu_n_threads(const qw_backend *be);
 
 #if defined(__x86_64__)
 extern const qw_cpu_kernels qw_kernels_avx2;   /* AVX2 + FMA + F16C */

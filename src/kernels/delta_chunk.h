@@ -11,9 +11,8 @@
 
 /* Tokens per chunk (as flash-linear-attention and transformers' torch_chunk_gated_delta_rule). */
 #define QW_DELTA_CHUNK 64
-/* The CPU backend takes the chunked form for calls of at least this many tokens. Measured per head at
- * dk = dv = 128 on AVX-512 and AVX2 (docs/BENCH.md): about as fast as token by token at 2 tokens, 1.4x at
- * 4, 2x at 8, 2.5-3x from 64 on. */
+/* The CPU backend takes the chunked form for calls of at least this many tokens: from here on it is faster
+ * than token by token, at 2 tokens only as fast (docs/BENCH.md, Gated DeltaNet prefill). */
 #define QW_DELTA_CHUNK_MIN_TOK 4
 
 /*

@@ -1,18 +1,32 @@
 /*
- * ops.h - the op table every backend implements. Each model's forward is written once against it.
+ * ops.h - the backend interface: the memory a backend owns and the ops it implements. Each model's forward
+ * is written once against it (docs/ARCHITECTURE.md), and no code outside a backend reads or writes the
+ * memory it hands out.
  *
- * Activations are f32, row-major, one row per token. Weights are qw_tensor views of any float type
- * (F32/F16/BF16) and are converted on the fly. kernels/ref.c is the scalar oracle of every op; SIMD and
- * CUDA variants are tested against it.
+ * Memory. Activations, a session's state (KV cache, DeltaNet states, PLE history, QSA keys) and every
+ * scratch buffer come from the backend's alloc, are addressed by plain pointers (a device address on a GPU),
+ * and cross to the host only through upload / download. Weights are qw_tensor views whose data the backend
+ * can read: the CPU backend reads the mapped file in place; small f32 vectors made at load are uploaded.
+ * A backend whose memory is the host's sets host_memory: a caller may then hand it host buffers directly
+ * (the logits of a step are written straight into the caller's array).
+ *
+ * Ops. Activations are f32, row-major, one row per token. An op may be asynchronous: results are in memory
+ * once sync returns, and download syncs first. Ops that depend on where a forward step stands in its
+ * sequence read the step's position from a qw_step in backend memory, written before the step with upload,
+ * so a step's op calls are the same at every position (a GPU backend can capture a decode step once and
+ * replay it). The order of every floating-point operation is part of an op's definition: kernels/ref.c is
+ * the scalar oracle of every op, and every other implementation is tested against it (tests/t_kernels.c)
+ * for the same bits or within a bound stated there.
  */
 #ifndef QW_OPS_H
 #define QW_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tensor/tensor.h"
 
-typedef struct qw_ops qw_ops;
+typedef struct qw_backend qw_backend;
 
 /* One matmul of a batch: y [n_tok][rows] = x [n_tok][cols] W^T. */
 typedef struct {
@@ -22,70 +36,215 @@ typedef struct {
     int n_tok;
 } qw_matmul_job;
 
-/* Every op takes the table itself first: a backend keeps its state (thread pool, device) next to it. */
-struct qw_ops {
+/* A SwiGLU feed-forward: down(silu(gate x) * up x); gate, up [I, H], down [H, I]. */
+typedef struct {
+    qw_tensor gate, up, down;
+} qw_ffn_w;
+
+/* Where a forward step stands: what the position-dependent ops read (backend memory, one per session). */
+typedef struct {
+    int32_t pos0; /* position of the step's first token = tokens already in the session */
+} qw_step;
+
+/* A strided copy of up to four dimensions: dst[i3][i2][i1][i0] = src[i3][i2][i1][i0], the element at
+ * d[0]*i0 + d[1]*i1 + d[2]*i2 + d[3]*i3 floats from dst (s[] likewise from src); ne[] the extents (1 for an
+ * unused dimension). dst and src must not overlap. */
+typedef struct {
+    int64_t ne[4], d[4], s[4];
+} qw_copy_layout;
+
+enum { QW_ACT_SILU = 0, QW_ACT_SIGMOID = 1 };
+
+/* Memory kinds: the guard mode of the CPU backend (tests) makes ACT and STATE memory inaccessible outside
+ * the backend's own calls; WEIGHTS are read-only after upload. */
+typedef enum { QW_MEM_WEIGHTS = 0, QW_MEM_STATE, QW_MEM_ACT } qw_mem_kind;
+
+/* The functions of a backend. Every op takes the backend itself first: a backend keeps its state (thread pool,
+ * device, streams) beside the table. */
+struct qw_backend {
     const char *name;
+    int host_memory; /* its memory is the host's: host buffers may be passed to ops and get back host pointers */
 
+    /* ---- memory */
+    /* bytes of zeroed memory, 64-byte aligned; NULL when out of memory. */
+    void *(*alloc)(const qw_backend *be, size_t bytes, qw_mem_kind kind);
+    void (*free)(const qw_backend *be, void *p);
+    void (*upload)(const qw_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(const qw_backend *be, void *host_dst, const void *src, size_t bytes);
+    /* dst = src (backend memory on both sides; may not overlap) and p = 0, bytes long */
+    void (*copy)(const qw_backend *be, void *dst, const void *src, size_t bytes);
+    void (*zero)(const qw_backend *be, void *p, size_t bytes);
+    /* wait until every op issued so far has completed */
+    void (*sync)(const qw_backend *be);
+
+    /* ---- matrix products and gathers */
     /* y[t][r] = sum_c W[r][c] * x[t][c]; W [rows, cols], x [n_tok][cols], y [n_tok][rows]. */
-    void (*matmul)(const qw_ops *ops, float *y, const qw_tensor *w, const float *x, int n_tok);
+    void (*matmul)(const qw_backend *be, float *y, const qw_tensor *w, const float *x, int n_tok);
+    /* Independent matmuls (e.g. a layer's q, k and v) as one unit of work: the results are those of calling
+     * matmul on each job; a backend may spread all their rows over its threads at once. */
+    void (*matmul_batch)(const qw_backend *be, const qw_matmul_job *jobs, int n_jobs);
+    /* y[i] = row ids[i] of W [n_rows, dim] as f32; ids [n] int32 in backend memory, y [n][dim]. */
+    void (*get_rows)(const qw_backend *be, float *y, const qw_tensor *w, const int32_t *ids, int n);
+    /* dst rows pos0 .. pos0+n_tok-1 (pos0 from step) of a cache with `width` floats per row = src [n_tok][width] */
+    void (*store_rows)(const qw_backend *be, float *cache, const float *src, int n_tok, int64_t width,
+                       const qw_step *step);
+    void (*copy_strided)(const qw_backend *be, float *dst, const float *src, const qw_copy_layout *l);
 
-    /* Independent matmuls (e.g. the routed experts of a step) as one unit of work: the results are those of
-     * calling matmul on each job; a backend may spread all their rows over its threads at once. */
-    void (*matmul_batch)(const qw_ops *ops, const qw_matmul_job *jobs, int n_jobs);
-
-    /* y[i] = row ids[i] of W [n_rows, dim] as f32; y [n][dim]. */
-    void (*get_rows)(const qw_ops *ops, float *y, const qw_tensor *w, const int32_t *ids, int n);
-
+    /* ---- norms and element-wise */
     /* RMS norm of n_rows vectors of length dim (y may alias x):
      * y = x / sqrt(mean(x^2) + eps) * (w or 1+w if zero_centred; 1 if w is NULL). w [dim]. */
-    void (*rms_norm)(const qw_ops *ops, float *y, const float *x, const float *w, int n_rows, int dim, float eps, int zero_centred);
-
+    void (*rms_norm)(const qw_backend *be, float *y, const float *x, const float *w, int n_rows, int dim, float eps,
+                     int zero_centred);
+    /* The same with n_group weight vectors: row r uses w + (r % n_group) * dim. w [n_group][dim]. */
+    void (*rms_norm_grouped)(const qw_backend *be, float *y, const float *x, const float *w, int n_rows, int n_group,
+                             int dim, float eps, int zero_centred);
     /* x / sqrt(sum(x^2) + eps) * scale for n_rows vectors of length dim, in place. */
-    void (*l2_norm)(const qw_ops *ops, float *x, int n_rows, int dim, float eps, float scale);
+    void (*l2_norm)(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale);
+    /* x = silu(x), x = sigmoid(x), y = a * b, y += a * s, x = x / d (a division, as the reference divides). */
+    void (*silu)(const qw_backend *be, float *x, int64_t n);
+    void (*sigmoid)(const qw_backend *be, float *x, int64_t n);
+    void (*mul)(const qw_backend *be, float *y, const float *a, const float *b, int64_t n);
+    void (*axpy)(const qw_backend *be, float *y, const float *a, float s, int64_t n);
+    void (*divide)(const qw_backend *be, float *x, float d, int64_t n);
+    /* y = act(a) * b with act silu or sigmoid (QW_ACT_*): the same bits as act(a) then mul(y, a, b); a may be
+     * left holding act(a) or anything else; y may alias a or b. One kernel where a backend fuses them. */
+    void (*act_mul)(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act);
 
+    /* ---- positions and attention */
+    /* cs [n_tok][n_rot]: cos(p * f_i) for i < n_rot/2 then sin(p * f_i), p = pos0 + t (pos0 from step);
+     * inv_freq [n_rot/2] in backend memory. */
+    void (*rope_table)(const qw_backend *be, float *cs, const float *inv_freq, int n_rot, int n_tok,
+                       const qw_step *step);
     /* Rotate-half (NeoX) RoPE on the first n_rot dims of every head, in place.
-     * x [n_tok][row_stride] with n_head heads of head_stride floats from offset 0;
-     * cs [n_tok][n_rot] holds cos[0..n_rot/2) then sin[0..n_rot/2) for each token. */
-    void (*rope)(const qw_ops *ops, float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot, const float *cs);
-
-    /* Depthwise causal convolution: y[t][c] = sum_j w[c][j] * x[t + j*dil][c], j < k;
-     * x [(k-1)*dil + n_tok][ch] (history rows first), w [ch][k], y [n_tok][ch]. */
-    void (*conv1d_dw)(const qw_ops *ops, float *y, const float *x, const float *w, int n_tok, int ch, int k, int dil);
-
-    /* Element-wise: x = silu(x), x = sigmoid(x), y = a * b, y += a * s. */
-    void (*silu)(const qw_ops *ops, float *x, int64_t n);
-    void (*sigmoid)(const qw_ops *ops, float *x, int64_t n);
-    void (*mul)(const qw_ops *ops, float *y, const float *a, const float *b, int64_t n);
-    void (*axpy)(const qw_ops *ops, float *y, const float *a, float s, int64_t n);
-
+     * x [n_tok][row_stride] with n_head heads of head_stride floats from offset 0; cs from rope_table. */
+    void (*rope)(const qw_backend *be, float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot,
+                 const float *cs);
     /*
      * Softmax attention of n_tok queries against the KV cache.
      * q [n_tok][q_stride] (head h at h*hd), k/v cache [n_ctx][n_head_kv][hd], out [n_tok][n_head][hd].
-     * Query t (absolute position pos0+t) sees key positions sel[sel_off[t] .. sel_off[t+1]) when sel is
-     * not NULL (ascending), else 0 .. pos0+t. Head h uses kv head h / (n_head / n_head_kv).
-     * work: scratch of at least (pos0 + n_tok + hd) doubles.
+     * Query t (absolute position pos0+t, pos0 from step) sees key positions sel[sel_off[t] .. sel_off[t+1])
+     * when sel is not NULL (ascending; from qsa_select), else 0 .. pos0+t. Head h uses kv head h / (n_head /
+     * n_head_kv). work: scratch of at least attention_work(n_ctx, hd) bytes.
      */
-    void (*attention)(const qw_ops *ops, float *out, const float *q, int q_stride, const float *k_cache, const float *v_cache,
-                      int n_tok, int pos0, int n_head, int n_head_kv, int hd, float scale, const int32_t *sel,
-                      const int32_t *sel_off, double *work);
+    void (*attention)(const qw_backend *be, float *out, const float *q, int q_stride, const float *k_cache,
+                      const float *v_cache, int n_tok, int n_head, int n_head_kv, int hd, float scale,
+                      const int32_t *sel, const int32_t *sel_off, void *work, const qw_step *step);
+    size_t (*attention_work)(const qw_backend *be, int n_ctx, int hd);
 
+    /* ---- QSA (spec qwen4_exp.md 3.5): the block indexer */
+    /* The indexer keys of a step: raw [n_ctx][ihd] rows pos0.. = the n_tok keys at key_rows (row t at
+     * key_rows + t * key_stride); every block of R positions the step completes gets its pooled key in
+     * blk [n_ctx/R][ihd]: the f32 mean of its R raw keys, zero-centred RMS norm with k_norm [ihd], then RoPE at
+     * the block's first position (inv_freq [n_rot/2], as rope_table). */
+    void (*qsa_keys)(const qw_backend *be, float *raw, float *blk, const float *key_rows, int64_t key_stride,
+                     int n_tok, int ihd, int R, const float *k_norm, float eps, const float *inv_freq, int n_rot,
+                     const qw_step *step);
+    /* The keys each query attends: query t (position i = pos0 + t) scores its n_b = (i+1)/R complete blocks,
+     * score_b = sum_h relu(q_h . blk_b) / sqrt(ihd) over its n_head queries (q row t at q + t * q_stride, head
+     * h at h * ihd), keeps the top topk (ties: the lower block; all of them when n_b <= topk), and attends their
+     * positions in ascending order, then the tail n_b*R .. i. sel [n_tok][(topk + 1) * R] and sel_off
+     * [n_tok + 1] for attention; work: qsa_select_work bytes. */
+    void (*qsa_select)(const qw_backend *be, int32_t *sel, int32_t *sel_off, const float *q, int64_t q_stride,
+                       const float *blk, int n_tok, int n_head, int ihd, int R, int topk, void *work,
+                       const qw_step *step);
+    size_t (*qsa_select_work)(const qw_backend *be, int n_ctx, int R, int topk);
+
+    /* ---- Gated DeltaNet (spec qwen4_exp.md 3.4) */
+    /* Depthwise causal convolution: y[t][c] = sum_j w[c][j] * x[t + j*dil][c], j < k;
+     * x [(k-1)*dil + n_tok][ch] (history rows first), w [ch][k], y [n_tok][ch]. */
+    void (*conv1d_dw)(const qw_backend *be, float *y, const float *x, const float *w, int n_tok, int ch, int k,
+                      int dil);
+    /* g[t][j] = neg_exp_a[j] * softplus(a[t][j] + dt_bias[j]) in place (a becomes g); [n_tok][hv]. */
+    void (*gdn_gate)(const qw_backend *be, float *a, const float *neg_exp_a, const float *dt_bias, int n_tok, int hv);
     /*
      * Gated delta rule, token by token, per value head j (qk head j / (hv/hk)):
      *   S = exp(g) S;  u = beta (v - S^T k);  S += k u^T;  o = S^T q.
      * q, k [n_tok][hk][dk] (already l2-normalised, q scaled), v [n_tok][hv][dv], g, beta [n_tok][hv],
      * state [hv][dk][dv] (updated), o [n_tok][hv][dv].
      */
-    void (*delta_rule)(const qw_ops *ops, float *o, float *state, const float *q, const float *k, const float *v, const float *g,
-                       const float *beta, int n_tok, int hk, int hv, int dk, int dv);
+    void (*delta_rule)(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
+                       const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv);
+
+    /* ---- mixture of experts (spec qwen4_exp.md 3.6) */
+    /* Routing: p = softmax(logits) over the n_expert (in place: logits [n_tok][n_expert] becomes p); the top k
+     * (ties: the lower expert) into sel [n_tok][k], their p into wt [n_tok][k], divided by their sum when
+     * norm_topk. */
+    void (*moe_route)(const qw_backend *be, int32_t *sel, float *wt, float *logits, int n_tok, int n_expert, int k,
+                      int norm_topk);
+    /* y [n_tok][H] = sum_j wt[t][j] * expert_{sel[t][j]}(x[t]) + (shared ? sigmoid(shared_gate . x[t]) *
+     * shared(x[t]) : 0), the experts SwiGLU feed-forwards; the weighted expert outputs are added to the shared
+     * expert's output in the order of the expert ids, then of the tokens' slots. shared_gate [1, H] (NULL: a
+     * gate of 1). work: moe_work bytes. */
+    void (*moe_ffn)(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int n_tok,
+                    int k, const qw_ffn_w *experts, int n_expert, const qw_ffn_w *shared,
+                    const qw_tensor *shared_gate, void *work);
+    size_t (*moe_work)(const qw_backend *be, int n_tok, int k, int n_expert, int H, int I, int I_shared);
+
+    /* ---- hyper-connections (spec qwen4_exp.md 3.2), C streams of H */
+    /* a[t] = (1/C) sum_s m[t][s] (m [n_tok][C][H], a [n_tok][H]); when inj is not NULL, inj = 2 sigmoid(inj / C)
+     * in place ([n_tok][C]). */
+    void (*hc_read)(const qw_backend *be, float *a, const float *m, float *inj, int n_tok, int C, int H);
+    /* X[t][s] += inj[t][s] * y[t] for every stream s; X [n_tok][C][H], y [n_tok][H]. */
+    void (*hc_inject)(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H);
+
+    /* ---- the hashed n-gram embedding, PLE (spec qwen4_exp.md 3.3) */
+    /* rows [n_tok][n_heads] int64: the table row of each head for each token (tokens [n_tok] int32, hist the
+     * ngram_n-1 ids before them, oldest first; an id equal to eos cuts the n-gram); mult [ngram_n], prime and
+     * offset [n_heads] in backend memory. */
+    void (*ple_rows)(const qw_backend *be, int64_t *rows, const int32_t *tokens, const int32_t *hist, int n_tok,
+                     int ngram_n, int n_heads, int32_t eos, const uint64_t *mult, const int64_t *prime,
+                     const int64_t *offset);
+    /* hist = the last ngram_n-1 ids of hist followed by tokens [n_tok] (the next step's history). */
+    void (*ple_hist_push)(const qw_backend *be, int32_t *hist, const int32_t *tokens, int n_tok, int ngram_n);
+    /* e [n][dh] = the table rows rows [n], the table in n_chunks pieces of chunk_rows rows (the last may be
+     * shorter). prefetch != 0: only ask for the rows' memory to be brought in (a hint; computes nothing). */
+    void (*ple_gather)(const qw_backend *be, float *e, const int64_t *rows, int64_t n, const qw_tensor *chunks,
+                       int n_chunks, int64_t chunk_rows, int prefetch);
+    /* G[t][s] = sigmoid(g) * V[t], g = sign(x) sqrt(max(|x|, 1e-6)), x = <K[t][s], Q[t][s]> / sqrt(H)
+     * (the dot in double); K, Q, G [n_tok][C][H], V [n_tok][H]. */
+    void (*ple_gate)(const qw_backend *be, float *G, const float *K, const float *Q, const float *V, int n_tok, int C,
+                     int H);
+
+    /* ---- graphs (optional: NULL where a backend has none, as on the CPU, and under an interposer) */
+    /* The ops issued between graph_begin and graph_end are recorded, not run; graph_end returns them as a graph
+     * (NULL when recording failed) that graph_launch runs again, with the same addresses and the values then in
+     * memory (a decode step: the same calls at every position). graph_begin returns 0 on success. */
+    int (*graph_begin)(const qw_backend *be);
+    void *(*graph_end)(const qw_backend *be);
+    void (*graph_launch)(const qw_backend *be, void *graph);
+    void (*graph_free)(const qw_backend *be, void *graph);
+
+    /* ---- the backend object */
+    void (*release)(qw_backend *be); /* frees the backend (NULL: a static table) */
 };
 
 /* Reference dot product of row r (length n) of any weight type with f32 x, accumulated in double:
  * the oracle for every optimised dot kernel, and the fallback for types a backend does not handle. */
 double qw_ref_dot_row(const qw_tensor *w, int64_t r, const float *x, int64_t n);
 
-/* The scalar reference implementation. */
-const qw_ops *qw_ops_ref(void);
-/* The best CPU implementation for this machine (chosen once). */
-const qw_ops *qw_ops_cpu(void);
+/* The scalar reference backend (host memory, one thread): the oracle. */
+const qw_backend *qw_backend_ref(void);
+/* The best CPU kernels for this machine on the calling thread only (chosen once; host memory). */
+const qw_backend *qw_backend_cpu_default(void);
+
+/* A backend that calls hooks around every memory function and op of `inner` (which must outlive it): enter,
+ * then the inner function unless enter returned 0 (a dry run: the session's memory plan runs a step that
+ * way), then leave. They get the function's index in qw_backend_op_names() and, for matmul / matmul_batch, the
+ * jobs (one for matmul). The *_work size queries and release are not interposed. The profiler and the CPU
+ * backend's guard mode are built on it (runtime/profile.c, kernels/cpu.c). */
+typedef struct {
+    int (*enter)(void *user, int op);
+    void (*leave)(void *user, int op, const qw_matmul_job *jobs, int n_jobs);
+    void (*release)(void *user); /* called by the interposer's release (NULL: nothing more to free) */
+    void *user;
+} qw_backend_hooks;
+/* NULL when out of memory. Its release frees it (and calls hooks->release). */
+qw_backend *qw_backend_interpose(const qw_backend *inner, const qw_backend_hooks *hooks);
+/* The inner backend of an interposer, or NULL when be is not one. */
+const qw_backend *qw_backend_interposed(const qw_backend *be);
+/* The names of the functions interposed, in the order of the table, and their count (the memory functions
+ * first: index QW_OP_FIRST is the first op, matmul). */
+const char *const *qw_backend_op_names(int *n);
+enum { QW_OP_FIRST = 7 };
 
 #endif

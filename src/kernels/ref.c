@@ -9,11 +9,11 @@
 
 #include "core/common.h"
 #include "kernels/expd.h"
-#include "kernels/ops.h"
+#include "kernels/composite.h"
 #include "tensor/quant.h"
 
 /* the scalar kernels keep no state: their table argument is unused */
-#define QW_OPS_SELF const qw_ops *ops __attribute__((unused)),
+#define QW_OPS_SELF const qw_backend *ops __attribute__((unused)),
 
 /* Dot product of weight row r of w (row length n) with x, accumulated in double. */
 double qw_ref_dot_row(const qw_tensor *w, int64_t r, const float *x, int64_t n) {
@@ -138,10 +138,10 @@ static void ref_axpy(QW_OPS_SELF float *y, const float *a, float s, int64_t n) {
 }
 
 static void ref_attention(QW_OPS_SELF float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_tok,
-                          int pos0, int n_head, int n_head_kv, int hd, float scale, const int32_t *sel,
-                          const int32_t *sel_off, double *work) {
-    int group = n_head / n_head_kv;
-    double *acc = work, *p = work + hd;
+                          int n_head, int n_head_kv, int hd, float scale, const int32_t *sel, const int32_t *sel_off,
+                          void *work, const qw_step *step) {
+    int group = n_head / n_head_kv, pos0 = step->pos0;
+    double *acc = work, *p = acc + hd;
     for (int t = 0; t < n_tok; t++) {
         int nk = sel ? sel_off[t + 1] - sel_off[t] : pos0 + t + 1;
         const int32_t *keys = sel ? sel + sel_off[t] : NULL;
@@ -198,21 +198,52 @@ static void ref_delta_rule(QW_OPS_SELF float *o, float *state, const float *q, c
         }
 }
 
-static const qw_ops ref_ops = {
+/* (n_ctx + hd) doubles: the scores of one query and its weighted sum of values */
+static size_t ref_attention_work(QW_OPS_SELF int n_ctx, int hd) { return ((size_t)n_ctx + (size_t)hd) * sizeof(double); }
+
+static const qw_backend ref_backend = {
     .name = "ref",
+    .host_memory = 1,
+    .alloc = qw_host_alloc,
+    .free = qw_host_free,
+    .upload = qw_host_copy,
+    .download = qw_host_copy,
+    .copy = qw_host_copy,
+    .zero = qw_host_zero,
+    .sync = qw_host_sync,
     .matmul = ref_matmul,
     .matmul_batch = ref_matmul_batch,
     .get_rows = ref_get_rows,
+    .store_rows = qw_op_store_rows,
+    .copy_strided = qw_op_copy_strided,
     .rms_norm = ref_rms_norm,
+    .rms_norm_grouped = qw_op_rms_norm_grouped,
     .l2_norm = ref_l2_norm,
-    .rope = ref_rope,
-    .conv1d_dw = ref_conv1d_dw,
     .silu = ref_silu,
     .sigmoid = ref_sigmoid,
     .mul = ref_mul,
     .axpy = ref_axpy,
+    .divide = qw_op_divide,
+    .act_mul = qw_op_act_mul,
+    .rope_table = qw_op_rope_table,
+    .rope = ref_rope,
     .attention = ref_attention,
+    .attention_work = ref_attention_work,
+    .qsa_keys = qw_op_qsa_keys,
+    .qsa_select = qw_op_qsa_select,
+    .qsa_select_work = qw_op_qsa_select_work,
+    .conv1d_dw = ref_conv1d_dw,
+    .gdn_gate = qw_op_gdn_gate,
     .delta_rule = ref_delta_rule,
+    .moe_route = qw_op_moe_route,
+    .moe_ffn = qw_op_moe_ffn,
+    .moe_work = qw_op_moe_work,
+    .hc_read = qw_op_hc_read,
+    .hc_inject = qw_op_hc_inject,
+    .ple_rows = qw_op_ple_rows,
+    .ple_hist_push = qw_op_ple_hist_push,
+    .ple_gather = qw_op_ple_gather,
+    .ple_gate = qw_op_ple_gate,
 };
 
-const qw_ops *qw_ops_ref(void) { return &ref_ops; }
+const qw_backend *qw_backend_ref(void) { return &ref_backend; }

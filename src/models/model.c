@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "blocks/blocks.h"
+#include "cuda/cuda.h"
 #include "kernels/cpu.h"
 #include "models/gguf_map.h"
 
@@ -32,6 +33,50 @@ qwenc_status qwenc_model_load(const char *path, qwenc_model **out, char *err, si
     return qwenc_model_load_params(path, NULL, out, err, errlen);
 }
 
+/* The CPU backend the model is bound with: "cpu-guard" when asked for, else "cpu" (kernels/cpu.h). A GPU
+ * comes in at the end of the load (model_device), when the parameters ask for one. */
+static qwenc_status model_backend(qwenc_model *m, const qwenc_model_params *mp, char *err, size_t errlen) {
+    const char *name = mp->backend ? mp->backend : "auto";
+    int guard = !strcmp(name, "cpu-guard");
+    if (strcmp(name, "cpu") && strcmp(name, "auto") && strcmp(name, "cuda") && !guard)
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "unknown backend \"%s\" (auto, cpu, cuda, cpu-guard)", name);
+    qwenc_status st = qw_backend_cpu_new(mp->n_threads, mp->kernels, guard, &m->be, err, errlen);
+    if (st) return st;
+    m->backend_name = guard ? "cpu-guard" : "cpu";
+    qw_backend_cpu_set_f32_activations(m->be, mp->f32_activations);
+    return QWENC_OK;
+}
+
+/* "cuda": the model runs on the GPU (an error when there is none); "auto": on the GPU when there is one and the
+ * weights fit in its free memory with a tenth to spare, else on the CPU. The weights stay bound on the host;
+ * the GPU backend uploads each one the first time it is read. */
+static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, char *err, size_t errlen) {
+    const char *name = mp->backend ? mp->backend : "auto";
+    if (strcmp(name, "cuda") && strcmp(name, "auto")) return QWENC_OK;
+    char desc[320];
+    if (!qw_cuda_available(desc, sizeof(desc))) {
+        if (!strcmp(name, "auto")) return QWENC_OK;
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--backend cuda: %s", desc);
+    }
+    qw_backend *gpu = NULL;
+    qwenc_status st = qw_backend_cuda_new(0, &gpu, err, errlen);
+    if (st) return !strcmp(name, "auto") ? QWENC_OK : st;
+    int64_t total = 0, per_token = 0;
+    qwenc_model_weight_bytes(m, &total, &per_token);
+    size_t free_b = 0, total_b = 0;
+    qw_backend_cuda_memory(gpu, &free_b, &total_b);
+    if (!strcmp(name, "auto") && (double)total > 0.9 * (double)free_b) {
+        gpu->release(gpu);
+        return QWENC_OK;
+    }
+    m->be->release(m->be);
+    m->be = gpu;
+    m->backend_name = "cuda";
+    m->params.kernels = gpu->name;
+    m->params.backend = m->backend_name;
+    return QWENC_OK;
+}
+
 qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params *params, qwenc_model **out,
                                      char *err, size_t errlen) {
     *out = NULL;
@@ -49,16 +94,17 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
         return qw_err_nomem(err, errlen, path, strlen(path) + 1, 1);
     }
     m->params = mp;
-    qwenc_status st = qw_ops_cpu_new(mp.n_threads, mp.kernels, &m->ops, err, errlen);
+    qwenc_status st = model_backend(m, &mp, err, errlen);
     if (st) {
         qwenc_model_free(m);
         return st;
     }
-    m->params.kernels = m->ops->name; /* the caller's string need not outlive the call */
-    qw_ops_cpu_set_f32_activations(m->ops, mp.f32_activations);
+    m->params.kernels = m->be->name; /* the caller's strings need not outlive the call */
+    m->params.backend = m->backend_name;
     /* a .gguf file (models/gguf_bind.c) or a checkpoint directory (models/hf_bind.c) */
     st = qw_path_is_gguf(path) ? qw_gguf_model_load(m, path, err, errlen) : qw_hf_model_load(m, path, err, errlen);
     if (!st && mp.quant) st = qw_model_quantize_at_load(m, err, errlen);
+    if (!st) st = model_device(m, &mp, err, errlen);
     if (st) {
         qwenc_model_free(m);
         return st;
@@ -78,7 +124,7 @@ void qwenc_model_free(qwenc_model *m) {
     if (m->gguf) qw_gguf_free(m->gguf);
     free(m->gguf);
     qw_hparams_free(&m->hp);
-    qw_ops_cpu_free(m->ops);
+    if (m->be) m->be->release(m->be);
     free(m->path);
     free(m);
 }
@@ -86,8 +132,22 @@ void qwenc_model_free(qwenc_model *m) {
 int qwenc_model_n_vocab(const qwenc_model *m) { return m->hp.n_vocab; }
 int qwenc_model_n_ctx_train(const qwenc_model *m) { return m->hp.n_ctx_train; }
 const char *qwenc_model_arch(const qwenc_model *m) { return qw_arch_name(m->hp.arch); }
-const char *qwenc_model_kernels(const qwenc_model *m) { return m->ops->name; }
-int qwenc_model_n_threads(const qwenc_model *m) { return qw_ops_cpu_n_threads(m->ops); }
+const char *qwenc_model_kernels(const qwenc_model *m) { return m->be->name; }
+const char *qwenc_model_backend(const qwenc_model *m) { return m->backend_name; }
+void qwenc_model_device_info(const qwenc_model *m, int measure_bw, qwenc_device_info *out) {
+    memset(out, 0, sizeof(*out));
+    if (strcmp(m->backend_name, "cuda")) return;
+    qw_cuda_available(out->name, sizeof(out->name));
+    size_t f = 0, t = 0;
+    qw_backend_cuda_memory(m->be, &f, &t);
+    out->free_bytes = f;
+    out->total_bytes = t;
+    if (measure_bw) out->read_bw = qw_backend_cuda_read_bandwidth(m->be);
+}
+
+int qwenc_model_n_threads(const qwenc_model *m) {
+    return strcmp(m->backend_name, "cuda") ? qw_backend_cpu_n_threads(m->be) : 1;
+}
 
 /* ---- qwenc info: parameters per component, by tensor-name pattern ---- */
 

@@ -32,7 +32,8 @@ struct qwenc_model {
     qw_hparams hp;
     qw_weightset ws;
     const char *prefix;        /* "model." or "model.language_model." */
-    const qw_ops *ops;
+    qw_backend *be;            /* where the weights are read and the forward runs (owned) */
+    const char *backend_name;  /* "cpu" or "cpu-guard" */
     const qw_tensor *tok_embd; /* [V, H] */
     const qw_tensor *output;   /* [V, H] lm_head (tok_embd when tied) */
     float *out_norm;           /* [H] final norm (not qwen4_exp) */
@@ -61,13 +62,13 @@ void qw_qwen35_forward(const qw_fwd *f, float *hidden);
 void qw_qwen4exp_forward(const qw_fwd *f, float *hidden);
 
 /* ---- checkpoint directories (models/hf_bind.c) ---- */
-/* Hyper-parameters and every weight of a checkpoint directory (m->path, m->ops set; fills the rest). */
+/* Hyper-parameters and every weight of a checkpoint directory (m->path, m->be set; fills the rest). */
 qwenc_status qw_hf_model_load(qwenc_model *m, const char *path, char *err, size_t errlen);
 
 /* ---- GGUF files (models/gguf_bind.c, gguf_save.c) ---- */
 /* 1 when path names a file (read as GGUF) rather than a checkpoint directory. */
 int qw_path_is_gguf(const char *path);
-/* Hyper-parameters and every weight of a .gguf (m->path, m->ops set; fills the rest). */
+/* Hyper-parameters and every weight of a .gguf (m->path, m->be set; fills the rest). */
 qwenc_status qw_gguf_model_load(qwenc_model *m, const char *path, char *err, size_t errlen);
 
 /* Rows of a tensor that has no data (data == NULL: qwenc synth generates them): out[0..cols) = row `row` of t. */

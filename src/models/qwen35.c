@@ -41,22 +41,22 @@ void qw_qwen35_forward(const qw_fwd *f, float *x) {
     int T = f->n_tok, H = hp->n_embd;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
     float *h = qw_arena_f32(f->ar, (size_t)T * H), *y = qw_arena_f32(f->ar, (size_t)T * H);
-    f->ops->get_rows(f->ops, x, m->tok_embd, f->tokens, T);
+    f->be->get_rows(f->be, x, m->tok_embd, f->tokens, T);
     for (int il = 0; il < hp->n_layer; il++) {
         const qw_layer *L = &m->layers[il];
-        f->ops->rms_norm(f->ops, h, x, L->attn_norm, T, H, hp->norm_eps, 1);
+        f->be->rms_norm(f->be, h, x, L->attn_norm, T, H, hp->norm_eps, 1);
         if (L->kind == QW_LAYER_GDN)
             qw_gdn_forward(f, il, &L->gdn, 0, h, y);
         else
             qw_attn_forward(f, il, &L->attn, 1, h, y);
-        f->ops->axpy(f->ops, x, y, 1.0f, (int64_t)T * H);
-        f->ops->rms_norm(f->ops, h, x, L->ffn_norm, T, H, hp->norm_eps, 1);
+        f->be->axpy(f->be, x, y, 1.0f, (int64_t)T * H);
+        f->be->rms_norm(f->be, h, x, L->ffn_norm, T, H, hp->norm_eps, 1);
         if (L->moe)
             qw_moe_forward(f, &L->moe_w, h, y);
         else
             qw_ffn_forward(f, &L->mlp, h, y, T);
-        f->ops->axpy(f->ops, x, y, 1.0f, (int64_t)T * H);
+        f->be->axpy(f->be, x, y, 1.0f, (int64_t)T * H);
     }
-    f->ops->rms_norm(f->ops, x, x, m->out_norm, T, H, hp->norm_eps, 1);
+    f->be->rms_norm(f->be, x, x, m->out_norm, T, H, hp->norm_eps, 1);
     qw_arena_restore(f->ar, mk);
 }

@@ -41,6 +41,7 @@ void qw_qwen4exp_tensors(qw_binder *b) {
 void qw_qwen4exp_forward(const qw_fwd *f, float *hidden) {
     const qwenc_model *m = f->m;
     const qw_hparams *hp = f->hp;
+    const qw_backend *be = f->be;
     int T = f->n_tok, H = hp->n_embd, C = hp->hc_count;
     int64_t CH = (int64_t)C * H;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
@@ -49,9 +50,9 @@ void qw_qwen4exp_forward(const qw_fwd *f, float *hidden) {
     float *inj = qw_arena_f32(f->ar, (size_t)T * C);
     for (int il = 0; il < hp->n_layer; il++)
         if (m->layers[il].ple) qw_ple_prefetch(f, m->layers[il].ple);
-    f->ops->get_rows(f->ops, a, m->tok_embd, f->tokens, T);
-    for (int t = 0; t < T; t++)
-        for (int c = 0; c < C; c++) memcpy(X + t * CH + (int64_t)c * H, a + (int64_t)t * H, (size_t)H * sizeof(float));
+    be->get_rows(be, a, m->tok_embd, f->tokens, T);
+    qw_copy_layout streams = {{H, C, T, 1}, {1, H, CH, 0}, {1, 0, H, 0}}; /* C copies of each token's embedding */
+    be->copy_strided(be, X, a, &streams);
     for (int il = 0; il < hp->n_layer; il++) {
         const qw_layer *L = &m->layers[il];
         if (L->ple) qw_ple_forward(f, il, L->ple, X);

@@ -1,7 +1,8 @@
 /*
- * profile.c - the timing op table of profile.h.
+ * profile.c - the timing backend of profile.h.
  *
- * Entries 0 .. N_NAMED-1 are the ops other than matmul, in ops.h's order; matmul entries follow, one per
+ * Entries 0 .. n_fn-1 are the backend's functions in the order of qw_backend_op_names (matmul's and
+ * matmul_batch's stay empty), then "between ops" and "matmul (other)"; matmul entries follow, one per
  * label (type + folded name), found through an open-addressing map from the tensor's name string and type
  * (the model's names do not move, and the views of one tensor, e.g. its experts, share its name), so a
  * call costs a hash probe, not a string compare. Labels past PROF_MAX share one "matmul (other)" entry.
@@ -22,25 +23,8 @@
 #define PROF_MAP (1 << 18)
 #define LABEL_LEN 96
 
-enum {
-    E_GET_ROWS,
-    E_RMS_NORM,
-    E_L2_NORM,
-    E_ROPE,
-    E_CONV1D,
-    E_SILU,
-    E_SIGMOID,
-    E_MUL,
-    E_AXPY,
-    E_ATTENTION,
-    E_DELTA_RULE,
-    E_BETWEEN, /* the step's wall time less the ops' */
-    E_MM_OTHER,
-    N_NAMED
-};
-static const char *const named[N_NAMED] = {"get_rows",  "rms_norm", "l2_norm",   "rope",       "conv1d_dw",
-                                           "silu",      "sigmoid",  "mul",       "axpy",       "attention",
-                                           "delta_rule", "between ops (the model's own code)", "matmul (other)"};
+#define MAX_FN 64
+#define MAX_DEPTH 16 /* calls nested in calls */
 
 typedef struct {
     char name[LABEL_LEN];
@@ -49,16 +33,19 @@ typedef struct {
 } prof_entry;
 
 struct qw_prof {
-    qw_ops ops; /* first: the table handed to the forward points at the profiler */
-    const qw_ops *inner;
+    qw_backend *be; /* the interposer the forward runs with */
+    const qw_backend *inner; /* a device backend's ops are asynchronous: each is waited for before it is timed */
     prof_entry e[PROF_MAX];
-    int n;
+    int n, n_fn, e_between, e_mm_other;
     const char *map_name[PROF_MAP];
     int8_t map_type[PROF_MAP];
     int16_t map_val[PROF_MAP];
     int map_used;
-    double ops_s, wall_s; /* every op's time, every step's */
+    double ops_s, wall_s; /* the outermost calls' time, every step's */
     int64_t tokens, steps;
+    /* the calls in progress: a composite op's own calls nest inside it */
+    int depth;
+    double t0[MAX_DEPTH], child_s[MAX_DEPTH];
 };
 
 double qw_prof_now(void) {
@@ -67,13 +54,10 @@ double qw_prof_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static qw_prof *P(const qw_ops *ops) { return (qw_prof *)(uintptr_t)ops; }
-
 static void add(qw_prof *p, int i, double s, int64_t bytes) {
     p->e[i].calls++;
     p->e[i].s += s;
     p->e[i].bytes += bytes;
-    p->ops_s += s;
 }
 
 /* q8_0, "blk.12.ffn_down_exps.weight" -> "matmul q8_0 blk.#.ffn_down_exps.weight" */
@@ -101,13 +85,13 @@ static int entry_of(qw_prof *p, const qw_tensor *w) {
     }
     char label[LABEL_LEN];
     label_of(w->type, name, label);
-    int i = N_NAMED;
+    int i = p->e_mm_other + 1;
     while (i < p->n && strcmp(p->e[i].name, label)) i++;
     if (i == p->n) {
         if (p->n < PROF_MAX) {
             memcpy(p->e[p->n++].name, label, LABEL_LEN);
         } else {
-            i = E_MM_OTHER;
+            i = p->e_mm_other;
         }
     }
     if (p->map_used < PROF_MAP / 2) { /* beyond that, names not mapped take this slow path each time */
@@ -124,108 +108,73 @@ static int64_t weight_bytes(const qw_tensor *w) {
     return rows * (int64_t)qw_type_row_size(w->type, cols);
 }
 
-/* ---- the wrapped ops */
+/* ---- the hooks: each call timed on the calling thread; a call's own time excludes the calls nested in it */
 
-static void p_matmul(const qw_ops *ops, float *y, const qw_tensor *w, const float *x, int n_tok) {
-    qw_prof *p = P(ops);
-    double t0 = qw_prof_now();
-    p->inner->matmul(p->inner, y, w, x, n_tok);
-    add(p, entry_of(p, w), qw_prof_now() - t0, weight_bytes(w));
+static int p_enter(void *user, int op) {
+    (void)op;
+    qw_prof *p = user;
+    QW_ASSERT(p->depth < MAX_DEPTH);
+    p->child_s[p->depth] = 0;
+    p->t0[p->depth++] = qw_prof_now();
+    return 1;
 }
 
-static void p_matmul_batch(const qw_ops *ops, const qw_matmul_job *jobs, int n_jobs) {
-    qw_prof *p = P(ops);
-    double t0 = qw_prof_now();
-    p->inner->matmul_batch(p->inner, jobs, n_jobs);
-    double s = qw_prof_now() - t0;
+static void p_leave(void *user, int op, const qw_matmul_job *jobs, int n_jobs) {
+    qw_prof *p = user;
+    if (!p->inner->host_memory) p->inner->sync(p->inner);
+    int d = --p->depth;
+    double s = qw_prof_now() - p->t0[d], own = s - p->child_s[d];
+    if (d > 0) p->child_s[d - 1] += s;
+    else p->ops_s += s;
+    if (!jobs) {
+        add(p, op, own, 0);
+        return;
+    }
+    /* a batch's time is shared among its jobs by the bytes of weights they read */
     int64_t all = 0;
     for (int j = 0; j < n_jobs; j++) all += weight_bytes(jobs[j].w);
     for (int j = 0; j < n_jobs; j++) {
         int64_t b = weight_bytes(jobs[j].w);
-        add(p, entry_of(p, jobs[j].w), all > 0 ? s * (double)b / (double)all : s / n_jobs, b);
+        add(p, entry_of(p, jobs[j].w), all > 0 ? own * (double)b / (double)all : own / n_jobs, b);
     }
-}
-
-#define TIMED(idx, call)                                                                                           \
-    do {                                                                                                           \
-        qw_prof *p = P(ops);                                                                                       \
-        const qw_ops *in = p->inner;                                                                               \
-        double t0 = qw_prof_now();                                                                                 \
-        call;                                                                                                      \
-        add(p, idx, qw_prof_now() - t0, 0);                                                                        \
-    } while (0)
-
-static void p_get_rows(const qw_ops *ops, float *y, const qw_tensor *w, const int32_t *ids, int n) {
-    TIMED(E_GET_ROWS, in->get_rows(in, y, w, ids, n));
-}
-static void p_rms_norm(const qw_ops *ops, float *y, const float *x, const float *w, int n_rows, int dim, float eps,
-                       int zc) {
-    TIMED(E_RMS_NORM, in->rms_norm(in, y, x, w, n_rows, dim, eps, zc));
-}
-static void p_l2_norm(const qw_ops *ops, float *x, int n_rows, int dim, float eps, float scale) {
-    TIMED(E_L2_NORM, in->l2_norm(in, x, n_rows, dim, eps, scale));
-}
-static void p_rope(const qw_ops *ops, float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot,
-                   const float *cs) {
-    TIMED(E_ROPE, in->rope(in, x, n_tok, row_stride, n_head, head_stride, n_rot, cs));
-}
-static void p_conv1d_dw(const qw_ops *ops, float *y, const float *x, const float *w, int n_tok, int ch, int k,
-                        int dil) {
-    TIMED(E_CONV1D, in->conv1d_dw(in, y, x, w, n_tok, ch, k, dil));
-}
-static void p_silu(const qw_ops *ops, float *x, int64_t n) { TIMED(E_SILU, in->silu(in, x, n)); }
-static void p_sigmoid(const qw_ops *ops, float *x, int64_t n) { TIMED(E_SIGMOID, in->sigmoid(in, x, n)); }
-static void p_mul(const qw_ops *ops, float *y, const float *a, const float *b, int64_t n) {
-    TIMED(E_MUL, in->mul(in, y, a, b, n));
-}
-static void p_axpy(const qw_ops *ops, float *y, const float *a, float s, int64_t n) {
-    TIMED(E_AXPY, in->axpy(in, y, a, s, n));
-}
-static void p_attention(const qw_ops *ops, float *out, const float *q, int q_stride, const float *k_cache,
-                        const float *v_cache, int n_tok, int pos0, int n_head, int n_head_kv, int hd, float scale,
-                        const int32_t *sel, const int32_t *sel_off, double *work) {
-    TIMED(E_ATTENTION, in->attention(in, out, q, q_stride, k_cache, v_cache, n_tok, pos0, n_head, n_head_kv, hd, scale,
-                                     sel, sel_off, work));
-}
-static void p_delta_rule(const qw_ops *ops, float *o, float *state, const float *q, const float *k, const float *v,
-                         const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
-    TIMED(E_DELTA_RULE, in->delta_rule(in, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv));
 }
 
 size_t qw_prof_size(void) { return sizeof(qw_prof); }
 
-qw_prof *qw_prof_new(const qw_ops *inner) {
+qw_prof *qw_prof_new(const qw_backend *inner) {
     qw_prof *p = qw_calloc(1, sizeof(*p));
     if (!p) return NULL;
+    qw_backend_hooks h = {.enter = p_enter, .leave = p_leave, .user = p};
     p->inner = inner;
-    p->ops = (qw_ops){.name = inner->name,
-                      .matmul = p_matmul,
-                      .matmul_batch = p_matmul_batch,
-                      .get_rows = p_get_rows,
-                      .rms_norm = p_rms_norm,
-                      .l2_norm = p_l2_norm,
-                      .rope = p_rope,
-                      .conv1d_dw = p_conv1d_dw,
-                      .silu = p_silu,
-                      .sigmoid = p_sigmoid,
-                      .mul = p_mul,
-                      .axpy = p_axpy,
-                      .attention = p_attention,
-                      .delta_rule = p_delta_rule};
+    if (!(p->be = qw_backend_interpose(inner, &h))) {
+        free(p);
+        return NULL;
+    }
+    qw_backend_op_names(&p->n_fn);
+    QW_ASSERT(p->n_fn + 2 < PROF_MAX && p->n_fn <= MAX_FN);
+    p->e_between = p->n_fn;
+    p->e_mm_other = p->n_fn + 1;
     qw_prof_reset(p);
     return p;
 }
 
-void qw_prof_free(qw_prof *p) { free(p); }
+void qw_prof_free(qw_prof *p) {
+    if (!p) return;
+    p->be->release(p->be);
+    free(p);
+}
 
-const qw_ops *qw_prof_ops(qw_prof *p) { return &p->ops; }
+const qw_backend *qw_prof_backend(qw_prof *p) { return p->be; }
 
 void qw_prof_reset(qw_prof *p) {
     memset(p->e, 0, sizeof(p->e));
     memset(p->map_name, 0, sizeof(p->map_name));
     p->map_used = 0;
-    for (int i = 0; i < N_NAMED; i++) snprintf(p->e[i].name, LABEL_LEN, "%s", named[i]);
-    p->n = N_NAMED;
+    const char *const *names = qw_backend_op_names(NULL);
+    for (int i = 0; i < p->n_fn; i++) snprintf(p->e[i].name, LABEL_LEN, "%s", names[i]);
+    snprintf(p->e[p->e_between].name, LABEL_LEN, "between ops (the model's own code)");
+    snprintf(p->e[p->e_mm_other].name, LABEL_LEN, "matmul (other)");
+    p->n = p->e_mm_other + 1;
     p->ops_s = p->wall_s = 0;
     p->tokens = p->steps = 0;
 }
@@ -245,8 +194,8 @@ int qw_prof_read(const qw_prof *p, qwenc_profile_entry *out, int max, qwenc_prof
     qwenc_profile_entry all[PROF_MAX];
     int n = 0;
     for (int i = 0; i < p->n; i++) {
-        double s = i == E_BETWEEN ? p->wall_s - p->ops_s : p->e[i].s;
-        int64_t calls = i == E_BETWEEN ? p->steps : p->e[i].calls;
+        double s = i == p->e_between ? p->wall_s - p->ops_s : p->e[i].s;
+        int64_t calls = i == p->e_between ? p->steps : p->e[i].calls;
         if (calls == 0) continue;
         all[n++] = (qwenc_profile_entry){.name = p->e[i].name, .calls = calls, .seconds = s > 0 ? s : 0,
                                          .bytes = p->e[i].bytes};

@@ -1,8 +1,11 @@
 /*
  * profile.h - per-op timing of a session's forward steps (qwenc_session_profile, `qwenc bench --profile`).
  *
- * A profiler is an op table (ops.h) that wraps the model's: each op is timed on the calling thread (the wall
- * time the forward waits for it, threads included) and forwarded unchanged, so the logits are the same bits.
+ * A profiler is a backend that wraps the model's (qw_backend_interpose): each op is timed on the calling thread
+ * (the wall time the forward waits for it, threads included) and forwarded unchanged, so the logits are the
+ * same bits. A composite op's own calls (a MoE step's matmuls) are timed on their own and left out of its time.
+ * On a device backend (no host memory) each call is waited for (sync) before its time is read, so the times are
+ * the device's, at the cost of the steps' overlap.
  * Matmuls are counted per weight tensor, labelled by type and name with layer and expert numbers folded
  * ("matmul q8_0 blk.#.ffn_down_exps.weight"), with the bytes of weights they read; a matmul_batch's time is shared
  * among its jobs by those bytes. What the forward spends between ops (its own loops, copies) is the step's
@@ -17,12 +20,12 @@
 typedef struct qw_prof qw_prof;
 
 /* A profiler around `inner` (which must outlive it); NULL if out of memory. */
-qw_prof *qw_prof_new(const qw_ops *inner);
+qw_prof *qw_prof_new(const qw_backend *inner);
 /* Bytes of a profile, for the message when it cannot be allocated. */
 size_t qw_prof_size(void);
 void qw_prof_free(qw_prof *p);
-/* The table to run the forward with. */
-const qw_ops *qw_prof_ops(qw_prof *p);
+/* The backend to run the forward with. */
+const qw_backend *qw_prof_backend(qw_prof *p);
 /* Zero every count. */
 void qw_prof_reset(qw_prof *p);
 /* Count one forward step of n_tok tokens that took wall_s seconds. */

@@ -20,26 +20,37 @@ typedef struct {
 
 struct qwenc_session {
     const qwenc_model *model;
+    const qw_backend *be;    /* the model's backend, or the profiler around it */
     int n_ctx, n_batch, n_past;
-    qw_layer_state *ls;      /* [n_layer] */
-    int32_t ple_last[8];     /* the last ngram_n-1 token ids, oldest first (EOS before the start) */
-    float *state_mem;        /* one allocation behind every state buffer */
-    size_t state_floats;
-    qw_arena arena;          /* per-call scratch */
+    qw_layer_state *ls;      /* [n_layer] (host) pointers into state_mem */
+    /* backend memory: every state buffer; the step's inputs; the scratch of a step, sized by the plan */
+    float *state_mem;        /* one allocation behind every qw_layer_state buffer */
+    size_t state_bytes;
+    int32_t *ple_hist;       /* [8] the last ngram_n-1 token ids, oldest first (EOS before the start) */
+    qw_step *step;           /* the step's position */
+    int32_t *tokens;         /* [n_batch] the step's token ids */
+    void *scratch;
+    size_t scratch_bytes;
+    qw_arena arena;          /* over scratch */
     struct qw_prof *prof;    /* qwenc_session_profile's timing table, or NULL */
+    /* a backend with graphs: one-token steps recorded once and replayed, without and with logits */
+    void *graph[2];
+    float *graph_lg[2];      /* where the recorded step leaves its logits */
+    int graph_failed, warm;  /* recording failed (the steps run op by op); a one-token step has run */
     int lost;                /* a step failed half-way (out of memory): the state is unusable until a reset */
 };
 
-/* What a forward call hands to the blocks. */
+/* What a forward step hands to the model's forward and the blocks: shapes and backend addresses. */
 struct qw_fwd {
     const qwenc_model *m;
     const qw_hparams *hp;
-    const qw_ops *ops;
+    const qw_backend *be;
     qwenc_session *s;
     qw_arena *ar;
-    int n_tok, pos0;
-    const int32_t *tokens;   /* [n_tok] */
-    const float *rope_cs;    /* [n_tok][n_rot] cos then sin at positions pos0.. */
+    int n_tok;
+    const int32_t *tokens;   /* [n_tok] backend memory */
+    const float *rope_cs;    /* [n_tok][n_rot] cos then sin at the step's positions, backend memory */
+    const qw_step *step;     /* backend memory */
 };
 
 #endif

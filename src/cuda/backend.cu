@@ -1,0 +1,370 @@
+/*
+ * backend.cu - the CUDA backend (cuda.h): device memory, the weights' device copies, the op table, graphs.
+ *
+ * One device, one stream: every op is a kernel (or a cuBLAS call) on it, so ops are ordered without
+ * synchronisation and the host waits only in sync and download. Weights reach the ops as host views (the
+ * model is bound on the host, its big matrices mapped from the file): the first op that reads a weight
+ * uploads it and keeps the device copy, keyed by its host address (weights never change after load), so
+ * the first forward step uploads the model and later steps find every weight on the device. A step's ops
+ * can be recorded as a CUDA graph (graph_begin / graph_end) and replayed: every op reads its position from
+ * the step in device memory, and the weight lookups happen while recording.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.cuh"
+#include "cuda/ops_internal.cuh"
+
+extern "C" {
+#include "core/common.h"
+#include "cuda/cuda.h"
+}
+
+void qwc_die(const char *file, int line, const char *what, const char *msg) {
+    fprintf(stderr, "qwenc: %s:%d: CUDA error in %s: %s\n", file, line, what, msg);
+    abort();
+}
+
+/* a weight's device copy, by host address */
+typedef struct {
+    const void *host;
+    void *dev;
+    size_t bytes;
+} wentry;
+
+struct qwc {
+    qw_backend be; /* first: the table handed out is a pointer to this member */
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    void *scratch;
+    size_t scratch_bytes;
+    pthread_mutex_t lock; /* the weight map (sessions on several threads share a model) */
+    wentry *map;
+    size_t map_cap, map_n;
+    size_t weight_bytes;
+    int capturing;
+    int qsa_blocks;
+};
+
+static qwc *C(const qw_backend *be) { return (qwc *)be; }
+
+cudaStream_t qwc_stream(const qwc *c) { return c->stream; }
+cublasHandle_t qwc_cublas(const qwc *c) { return c->cublas; }
+
+void *qwc_scratch(qwc *c, size_t bytes) {
+    if (bytes <= c->scratch_bytes) return c->scratch;
+    if (c->capturing) qwc_die(__FILE__, __LINE__, "qwc_scratch", "the scratch must grow while a graph is recorded");
+    QWC_CHECK(cudaStreamSynchronize(c->stream));
+    if (c->scratch) QWC_CHECK(cudaFree(c->scratch));
+    size_t n = bytes + bytes / 4;
+    if (cudaMalloc(&c->scratch, n) != cudaSuccess) {
+        char m[96];
+        snprintf(m, sizeof(m), "out of device memory for %zu bytes of scratch", n);
+        qwc_die(__FILE__, __LINE__, "cudaMalloc", m);
+    }
+    c->scratch_bytes = n;
+    return c->scratch;
+}
+
+/* ---------------------------------------------------------------- weights */
+
+static size_t slot_of(const qwc *c, const void *host) {
+    uint64_t h = (uint64_t)(uintptr_t)host * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 20) & (c->map_cap - 1);
+}
+
+static int map_grow(qwc *c) {
+    size_t cap = c->map_cap ? 2 * c->map_cap : 4096;
+    wentry *m = (wentry *)qw_calloc(cap, sizeof(wentry));
+    if (!m) return -1;
+    wentry *old = c->map;
+    size_t old_cap = c->map_cap;
+    c->map = m;
+    c->map_cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].host) {
+            size_t s = slot_of(c, old[i].host);
+            while (c->map[s].host) s = (s + 1) & (cap - 1);
+            c->map[s] = old[i];
+        }
+    free(old);
+    return 0;
+}
+
+/* the entry of key (a free one when absent), under the lock */
+static wentry *entry_of(qwc *c, const void *key) {
+    if (c->map_n * 2 >= c->map_cap && map_grow(c)) qwc_die(__FILE__, __LINE__, "qwc_weight", "out of host memory");
+    size_t s = slot_of(c, key);
+    while (c->map[s].host && c->map[s].host != key) s = (s + 1) & (c->map_cap - 1);
+    return &c->map[s];
+}
+
+const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t bytes) {
+    if (!key) return NULL;
+    pthread_mutex_lock(&c->lock);
+    wentry *e = entry_of(c, key);
+    if (!e->host || e->bytes < bytes) {
+        if (c->capturing) qwc_die(__FILE__, __LINE__, "qwc_weight", "a weight first read while a graph is recorded");
+        void *d = NULL;
+        if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) {
+            char m[128];
+            snprintf(m, sizeof(m), "out of device memory uploading %zu bytes of weights (%.1f GiB already there)",
+                     bytes, (double)c->weight_bytes / (1 << 30));
+            qwc_die(__FILE__, __LINE__, "cudaMalloc", m);
+        }
+        QWC_CHECK(cudaMemcpy(d, contents, bytes, cudaMemcpyHostToDevice));
+        if (e->host) {
+            QWC_CHECK(cudaFree(e->dev));
+            c->weight_bytes -= e->bytes;
+        } else {
+            c->map_n++;
+        }
+        e->host = key;
+        e->dev = d;
+        e->bytes = bytes;
+        c->weight_bytes += bytes;
+    }
+    void *d = e->dev;
+    pthread_mutex_unlock(&c->lock);
+    return d;
+}
+
+const void *qwc_weight(qwc *c, const void *host, size_t bytes) { return qwc_weight_as(c, host, host, bytes); }
+
+const void *qwc_lookup(qwc *c, const void *key) {
+    pthread_mutex_lock(&c->lock);
+    wentry *e = entry_of(c, key);
+    void *d = e->host ? e->dev : NULL;
+    pthread_mutex_unlock(&c->lock);
+    return d;
+}
+
+int qwc_qsa_reserve(qwc *c, int blocks) {
+    if (blocks <= c->qsa_blocks) return 0;
+    c->qsa_blocks = blocks;
+    return 1;
+}
+int qwc_qsa_max_blocks(const qwc *c) { return c->qsa_blocks; }
+
+qw_backend qwc_op_table(void) {
+    qw_backend t;
+    memset(&t, 0, sizeof(t));
+    t.name = "cuda";
+    t.host_memory = 0;
+    qwc_ops_fill(&t);
+    qwc_attn_fill(&t);
+    qwc_moe_fill(&t);
+    qwc_model_ops_fill(&t);
+    return t;
+}
+
+static size_t tensor_bytes(const qw_tensor *t) {
+    int64_t cols = t->shape[t->n_dims - 1], rows = cols ? qw_tensor_nelem(t) / cols : 0;
+    return (size_t)rows * qw_type_row_size(t->type, cols);
+}
+
+qw_tensor qwc_tensor(qwc *c, const qw_tensor *t) {
+    qw_tensor d = *t;
+    d.data = qwc_weight(c, t->data, tensor_bytes(t));
+    return d;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+static void *cu_alloc(const qw_backend *be, size_t bytes, qw_mem_kind kind) {
+    (void)kind;
+    qwc *c = C(be);
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError(); /* clear it: out of memory is reported to the caller */
+        return NULL;
+    }
+    QWC_CHECK(cudaMemsetAsync(p, 0, bytes, c->stream));
+    return p;
+}
+
+static void cu_free(const qw_backend *be, void *p) {
+    if (!p) return;
+    QWC_CHECK(cudaStreamSynchronize(C(be)->stream));
+    QWC_CHECK(cudaFree(p));
+}
+
+static void cu_upload(const qw_backend *be, void *dst, const void *src, size_t n) {
+    if (n) QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, C(be)->stream));
+}
+
+static void cu_download(const qw_backend *be, void *dst, const void *src, size_t n) {
+    if (!n) return;
+    QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, C(be)->stream));
+    QWC_CHECK(cudaStreamSynchronize(C(be)->stream));
+}
+
+static void cu_copy(const qw_backend *be, void *dst, const void *src, size_t n) {
+    if (n) QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, C(be)->stream));
+}
+
+static void cu_zero(const qw_backend *be, void *p, size_t n) {
+    if (n) QWC_CHECK(cudaMemsetAsync(p, 0, n, C(be)->stream));
+}
+
+static void cu_sync(const qw_backend *be) { QWC_CHECK(cudaStreamSynchronize(C(be)->stream)); }
+
+/* ---------------------------------------------------------------- graphs */
+
+static int cu_graph_begin(const qw_backend *be) {
+    qwc *c = C(be);
+    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    c->capturing = 1;
+    return 0;
+}
+
+static void *cu_graph_end(const qw_backend *be) {
+    qwc *c = C(be);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    c->capturing = 0;
+    if (cudaStreamEndCapture(c->stream, &g) != cudaSuccess || cudaGraphInstantiate(&x, g, 0) != cudaSuccess) {
+        cudaGetLastError();
+        x = NULL;
+    }
+    if (g) cudaGraphDestroy(g);
+    return x;
+}
+
+static void cu_graph_launch(const qw_backend *be, void *graph) {
+    QWC_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, C(be)->stream));
+}
+
+static void cu_graph_free(const qw_backend *be, void *graph) {
+    (void)be;
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
+/* ---------------------------------------------------------------- the backend */
+
+static void cu_release(qw_backend *be) {
+    qwc *c = C(be);
+    cudaStreamSynchronize(c->stream);
+    for (size_t i = 0; i < c->map_cap; i++)
+        if (c->map[i].host) cudaFree(c->map[i].dev);
+    free(c->map);
+    if (c->scratch) cudaFree(c->scratch);
+    cublasDestroy(c->cublas);
+    cudaStreamDestroy(c->stream);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+extern "C" int qw_cuda_available(char *desc, size_t n) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        if (desc && n) snprintf(desc, n, "no CUDA device is visible");
+        return 0;
+    }
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+        cudaGetLastError();
+        if (desc && n) snprintf(desc, n, "the CUDA device cannot be queried");
+        return 0;
+    }
+    if (desc && n)
+        snprintf(desc, n, "%s, %.0f GiB, compute capability %d.%d", p.name, (double)p.totalGlobalMem / (1 << 30),
+                 p.major, p.minor);
+    return 1;
+}
+
+/* every 16 bytes of the buffer read once, summed so that nothing is left out */
+__global__ void k_read(const uint4 *p, size_t n, unsigned *out) {
+    unsigned acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = p[i];
+        acc += v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9E3779B9u) out[0] = acc; /* never in practice: keeps the loads */
+}
+
+extern "C" double qw_backend_cuda_read_bandwidth(const qw_backend *be) {
+    if (!be || be->release != cu_release) return 0;
+    qwc *c = C(be);
+    size_t bytes = (size_t)2 << 30;
+    void *buf = NULL;
+    unsigned *out = NULL;
+    if (cudaMalloc(&buf, bytes) != cudaSuccess || cudaMalloc(&out, sizeof(unsigned)) != cudaSuccess) {
+        cudaGetLastError();
+        if (buf) cudaFree(buf);
+        return 0;
+    }
+    QWC_CHECK(cudaMemsetAsync(buf, 1, bytes, c->stream));
+    cudaDeviceProp p;
+    QWC_CHECK(cudaGetDeviceProperties(&p, c->device));
+    cudaEvent_t a, b;
+    QWC_CHECK(cudaEventCreate(&a));
+    QWC_CHECK(cudaEventCreate(&b));
+    double best = 0;
+    for (int pass = 0; pass < 6; pass++) {
+        QWC_CHECK(cudaEventRecord(a, c->stream));
+        k_read<<<p.multiProcessorCount * 8, 512, 0, c->stream>>>((const uint4 *)buf, bytes / 16, out);
+        QWC_CHECK(cudaEventRecord(b, c->stream));
+        QWC_CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        QWC_CHECK(cudaEventElapsedTime(&ms, a, b));
+        if (pass && ms > 0 && bytes / (ms * 1e-3) > best) best = bytes / (ms * 1e-3); /* the first pass warms up */
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(buf);
+    cudaFree(out);
+    return best;
+}
+
+extern "C" void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    if (!be || be->release != cu_release) return;
+    QWC_CHECK(cudaSetDevice(C(be)->device));
+    cudaMemGetInfo(free_bytes, total_bytes);
+}
+
+extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    char desc[320];
+    if (!qw_cuda_available(desc, sizeof(desc))) return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "cuda: %s", desc);
+    if (cudaSetDevice(device) != cudaSuccess) {
+        cudaGetLastError();
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "cuda: device %d cannot be used", device);
+    }
+    qwc *c = (qwc *)qw_calloc(1, sizeof(qwc));
+    if (!c) return qw_err_nomem(err, errlen, "cuda backend", 1, sizeof(qwc));
+    c->device = device;
+    pthread_mutex_init(&c->lock, NULL);
+    if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS) {
+        cudaGetLastError();
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "cuda: cannot create a stream and a cuBLAS handle");
+    }
+    cublasSetStream(c->cublas, c->stream);
+    cublasSetMathMode(c->cublas, CUBLAS_PEDANTIC_MATH); /* f32 products, f32 sums: no TF32 */
+    c->be = qwc_op_table();
+    c->be.alloc = cu_alloc;
+    c->be.free = cu_free;
+    c->be.upload = cu_upload;
+    c->be.download = cu_download;
+    c->be.copy = cu_copy;
+    c->be.zero = cu_zero;
+    c->be.sync = cu_sync;
+    c->be.graph_begin = cu_graph_begin;
+    c->be.graph_end = cu_graph_end;
+    c->be.graph_launch = cu_graph_launch;
+    c->be.graph_free = cu_graph_free;
+    c->be.release = cu_release;
+    *out = &c->be;
+    return QWENC_OK;
+}

@@ -1,0 +1,69 @@
+/*
+ * cuda_internal.cuh - what the CUDA backend's files share: the backend's state, error checking, and the
+ * entry points of each file. Only src/cuda/ includes it; the rest of the library sees src/cuda/cuda.h.
+ *
+ * Conventions: every kernel runs on the backend's one stream (qwc->stream), so ops are ordered and a decode
+ * step can be captured as a CUDA graph; no function here synchronises except where it says so. Device
+ * pointers are plain pointers. Weight tensors reach these functions as qw_tensor views whose data is a device
+ * pointer (the backend uploads each weight once, qwc_weight); activations are f32 row-major [rows][cols].
+ */
+#ifndef QW_CUDA_INTERNAL_CUH
+#define QW_CUDA_INTERNAL_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "kernels/ops.h"
+#include "tensor/quant.h"
+#include "tensor/tensor.h"
+}
+
+/* C linkage: the GPU tests (tests/gpu/, plain C) call these functions, and may stand in for backend.cu's. */
+extern "C" {
+
+typedef struct qwc qwc;
+
+/* Abort with file:line and the CUDA error: a failed kernel launch or copy is a broken invariant (the sizes
+ * were checked before); out-of-memory is reported by the allocation functions instead. */
+#define QWC_CHECK(x)                                                                                              \
+    do {                                                                                                          \
+        cudaError_t e_ = (x);                                                                                     \
+        if (e_ != cudaSuccess) qwc_die(__FILE__, __LINE__, #x, cudaGetErrorString(e_));                          \
+    } while (0)
+#define QWC_LAUNCHED() QWC_CHECK(cudaGetLastError())
+void qwc_die(const char *file, int line, const char *what, const char *msg);
+
+/* The stream every op runs on, the cuBLAS handle bound to it, and a device scratch buffer that grows to
+ * the largest request (qwc_scratch: dequantized weight tiles for the GEMMs); see backend.cu. */
+cudaStream_t qwc_stream(const qwc *c);
+cublasHandle_t qwc_cublas(const qwc *c);
+/* At least `bytes` of device scratch, valid until the next call (grows by reallocating: never inside a
+ * captured graph, so the backend reserves the decode step's needs before capturing). */
+void *qwc_scratch(qwc *c, size_t bytes);
+
+/* ---- quant.cu: weights of every type qwenc reads (F32, F16, BF16 and the 10 block-quantized types of
+ * tensor/quant.h), dequantized on the device exactly as tensor/quant.c and quant_k.c do on the host (the same
+ * f32 values: each element is the product or sum of the same f32 operands). */
+
+/* y[t][r] = sum_c W[r][c] * x[t][c]; W [rows, cols] on the device (any type), x [n_tok][cols], y [n_tok][rows];
+ * f32 products and f32 accumulation. Few tokens: one pass over the weights (memory-bound matrix-vector
+ * kernels); many: dequantized tiles and cuBLAS SGEMM. */
+void qwc_matmul(qwc *c, float *y, const qw_tensor *w, const float *x, int n_tok);
+/* Rows of a matrix (any type) to f32: y[i] = row ids[i]; ids [n] int32 on the device. */
+void qwc_get_rows(qwc *c, float *y, const qw_tensor *w, const int32_t *ids, int n);
+/* Rows of a table in n_chunks pieces of chunk_rows rows (all of one type and row length dh): y[i] = row
+ * rows[i] (int64, on the device, global row numbers); chunk_data [n_chunks] device pointers of the pieces
+ * (on the device). */
+void qwc_gather_rows(qwc *c, float *y, const void *const *chunk_data, qw_type type, int64_t dh, int n_chunks,
+                     int64_t chunk_rows, const int64_t *rows, int64_t n);
+/* The MoE's per-pair products without grouping (a decode step: few pairs): for each pair p < n_pairs,
+ * y[p][r] = sum_c W_p[r][c] * x[p][c], W_p = mats[p] (a device array of n_pairs device pointers, each matrix
+ * [rows, cols] of `type`), x [n_pairs][cols] (x_stride floats apart; 0: every pair reads the same row). */
+void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
+                      const float *x, int64_t x_stride, int n_pairs);
+
+} /* extern "C" */
+
+#endif

@@ -1,0 +1,292 @@
+/*
+ * moe.cu - the CUDA backend's mixture of experts (ops.h moe_route, moe_ffn; spec qwen4_exp.md 3.6).
+ *
+ * Routing runs on the device, one block per token: the softmax (max in f32, the sum of the f32 exponentials
+ * in double), the top k by k rounds of a block-wide arg max (ties to the lower expert), the weights divided
+ * by their sum (double) when norm_topk.
+ *
+ * The experts: each (token, slot) pair is a row. With few rows (a decode step) every pair runs as its own
+ * matrix-vector product, the expert's matrices found on the device from the routing (a table of the experts'
+ * device pointers, built once per layer), so nothing of the routing reaches the host. With many rows the
+ * rows are grouped by expert (in token order within an expert) and each expert's rows are one matmul; the
+ * group sizes come to the host for that (one download per MoE layer of a prompt step: the one host round trip
+ * of the backend's forward). Either way the outputs are added to sigmoid(shared_gate . x) * shared(x) per
+ * token in the order of the expert ids, as the reference adds them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/ops_internal.cuh"
+
+extern "C" {
+#include "core/common.h"
+}
+
+#define PAIRS_MAX 64 /* rows up to which every pair is its own product */
+
+/* ---------------------------------------------------------------- routing */
+
+__global__ void k_moe_route(int32_t *sel, float *wt, float *logits, int E, int k, int norm) {
+    extern __shared__ unsigned char taken[]; /* [E] */
+    __shared__ double shd[32];
+    __shared__ float shf[32];
+    __shared__ int shi[32];
+    float *p = logits + (int64_t)blockIdx.x * E;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, p[e]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) shf[warp] = mx;
+    __syncthreads();
+    mx = shf[0];
+    for (int w = 1; w < nw; w++) mx = fmaxf(mx, shf[w]);
+    double sum = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float v = expf(p[e] - mx);
+        p[e] = v;
+        sum += v;
+        taken[e] = 0;
+    }
+    sum = qwc_block_sum(sum, shd);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = (float)(p[e] / sum);
+    __syncthreads();
+    int32_t *st = sel + (int64_t)blockIdx.x * k;
+    for (int j = 0; j < k; j++) {
+        float bs = -INFINITY;
+        int bb = E;
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            if (!taken[e] && (bb == E || p[e] > bs)) { /* ascending e: the first of equals stays */
+                bs = p[e];
+                bb = e;
+            }
+        for (int o = 16; o > 0; o >>= 1) {
+            float os = __shfl_xor_sync(0xffffffffu, bs, o);
+            int ob = __shfl_xor_sync(0xffffffffu, bb, o);
+            if (ob < E && (bb == E || os > bs || (os == bs && ob < bb))) {
+                bs = os;
+                bb = ob;
+            }
+        }
+        if (lane == 0) {
+            shf[warp] = bs;
+            shi[warp] = bb;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float s = -INFINITY;
+            int w = E;
+            for (int i = 0; i < nw; i++)
+                if (shi[i] < E && (w == E || shf[i] > s || (shf[i] == s && shi[i] < w))) {
+                    s = shf[i];
+                    w = shi[i];
+                }
+            st[j] = w;
+            taken[w] = 1;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        float *wtt = wt + (int64_t)blockIdx.x * k;
+        double ws = 0;
+        for (int j = 0; j < k; j++) ws += wtt[j] = p[st[j]];
+        if (norm)
+            for (int j = 0; j < k; j++) wtt[j] = (float)(wtt[j] / ws);
+    }
+}
+
+static void cu_moe_route(const qw_backend *be, int32_t *sel, float *wt, float *logits, int n_tok, int E, int k,
+                         int norm) {
+    if (n_tok <= 0) return;
+    k_moe_route<<<n_tok, 256, (size_t)E, qwc_stream(qwc_of(be))>>>(sel, wt, logits, E, k, norm);
+    QWC_LAUNCHED();
+}
+
+/* ---------------------------------------------------------------- the experts */
+
+/* The device table of an expert list's matrices: [3][E] device pointers (gate, up, down), made once. */
+static const void *const *expert_table(qwc *c, const qw_ffn_w *experts, int E) {
+    const void *t = qwc_lookup(c, experts);
+    if (t) return (const void *const *)t;
+    const void **h = (const void **)qw_calloc((size_t)3 * E, sizeof(void *));
+    if (!h) qwc_die(__FILE__, __LINE__, "expert_table", "out of host memory");
+    for (int e = 0; e < E; e++) {
+        h[e] = qwc_tensor(c, &experts[e].gate).data;
+        h[E + e] = qwc_tensor(c, &experts[e].up).data;
+        h[2 * E + e] = qwc_tensor(c, &experts[e].down).data;
+    }
+    t = qwc_weight_as(c, experts, h, (size_t)3 * E * sizeof(void *));
+    free(h);
+    return (const void *const *)t;
+}
+
+/* The layout of moe_ffn's work for R rows. */
+typedef struct {
+    size_t xin, g, u, out, mats, rowpos, order, offs, sgt, sup, sg, total;
+} moe_layout;
+
+static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
+
+static moe_layout layout_of(int T, int k, int E, int H, int I, int Is) {
+    size_t R = (size_t)T * k, o = 0;
+    moe_layout l;
+#define PART(f, bytes) (l.f = o, o += up256(bytes))
+    PART(xin, R * H * sizeof(float));
+    PART(g, R * I * sizeof(float));
+    PART(u, R * I * sizeof(float));
+    PART(out, R * H * sizeof(float));
+    PART(mats, 3 * R * sizeof(void *));
+    PART(rowpos, R * sizeof(int32_t));
+    PART(order, R * sizeof(int32_t));
+    PART(offs, ((size_t)E + 1) * sizeof(int32_t));
+    PART(sgt, (size_t)T * Is * sizeof(float));
+    PART(sup, (size_t)T * Is * sizeof(float));
+    PART(sg, (size_t)T * sizeof(float));
+#undef PART
+    l.total = o;
+    return l;
+}
+
+static size_t cu_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, int I, int Is) {
+    (void)be;
+    return layout_of(n_tok, k, E, H, I, Is).total;
+}
+
+/* few rows: each pair's matrices and its token's row */
+__global__ void k_moe_pairs(const void **mats, float *xin, const float *x, const int32_t *sel, const void *const *tab,
+                            int R, int k, int E, int H) {
+    int p = blockIdx.x;
+    if (p >= R) return;
+    int e = sel[p];
+    if (threadIdx.x == 0) {
+        mats[p] = tab[e];
+        mats[R + p] = tab[E + e];
+        mats[2 * R + p] = tab[2 * E + e];
+    }
+    const float *src = x + (int64_t)(p / k) * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) xin[(int64_t)p * H + i] = src[i];
+}
+
+/* many rows: expert e's rows in token order (one thread per expert), then the offsets (one thread) */
+__global__ void k_moe_group(int32_t *order, int32_t *rowpos, int32_t *offs, const int32_t *sel, int R, int E) {
+    /* offs[e+1] first holds expert e's count */
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < E) {
+        int n = 0;
+        for (int p = 0; p < R; p++) n += sel[p] == e;
+        offs[e + 1] = n;
+    }
+}
+__global__ void k_moe_scan(int32_t *offs, int E) {
+    if (threadIdx.x || blockIdx.x) return;
+    offs[0] = 0;
+    for (int e = 0; e < E; e++) offs[e + 1] += offs[e];
+}
+__global__ void k_moe_place(int32_t *order, int32_t *rowpos, const int32_t *offs, const int32_t *sel, int R, int E) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= E) return;
+    int n = offs[e];
+    for (int p = 0; p < R; p++)
+        if (sel[p] == e) {
+            order[n] = p;
+            rowpos[p] = n++;
+        }
+}
+__global__ void k_moe_gather(float *xin, const float *x, const int32_t *order, int k, int H) {
+    int r = blockIdx.x;
+    const float *src = x + (int64_t)(order[r] / k) * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) xin[(int64_t)r * H + i] = src[i];
+}
+
+/* y[t] = (shared ? y[t] * sg[t] : 0) + the token's routed outputs in ascending expert order; out row of pair p at
+ * rowpos[p] (NULL: p). Grid: tokens x blocks of 256 columns; the slots' order is found once per block. */
+__global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos, const int32_t *sel, const float *wt,
+                              const float *sg, int has_shared, int k, int H) {
+    __shared__ int rows[64];
+    __shared__ float w[64];
+    int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int32_t *st = sel + (int64_t)t * k;
+    if (threadIdx.x == 0) { /* the slots by ascending expert id (the ids of one token are distinct) */
+        int last = -1;
+        for (int n = 0; n < k; n++) {
+            int best = -1;
+            for (int j = 0; j < k; j++)
+                if (st[j] > last && (best < 0 || st[j] < st[best])) best = j;
+            last = st[best];
+            int p = t * k + best;
+            rows[n] = rowpos ? rowpos[p] : p;
+            w[n] = wt[p];
+        }
+    }
+    __syncthreads();
+    if (i >= H) return;
+    float v = has_shared ? (sg ? y[(int64_t)t * H + i] * sg[t] : y[(int64_t)t * H + i]) : 0.0f;
+    for (int n = 0; n < k; n++) v += out[(int64_t)rows[n] * H + i] * w[n];
+    y[(int64_t)t * H + i] = v;
+}
+
+static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int T, int k,
+                       const qw_ffn_w *experts, int E, const qw_ffn_w *shared, const qw_tensor *shared_gate,
+                       void *work) {
+    qwc *c = qwc_of(be);
+    cudaStream_t st = qwc_stream(c);
+    int64_t H = experts[0].down.shape[0], I = experts[0].gate.shape[0], Is = shared ? shared->gate.shape[0] : 0;
+    int R = T * k;
+    moe_layout l = layout_of(T, k, E, (int)H, (int)I, (int)Is);
+    char *w = (char *)work;
+    float *xin = (float *)(w + l.xin), *g = (float *)(w + l.g), *u = (float *)(w + l.u), *out = (float *)(w + l.out);
+    float *sgt = (float *)(w + l.sgt), *sup = (float *)(w + l.sup), *sg = (float *)(w + l.sg);
+    int32_t *rowpos = NULL;
+    if (R <= PAIRS_MAX) { /* one type per projection: every expert of a layer has its projections' types */
+        const void **mats = (const void **)(w + l.mats);
+        k_moe_pairs<<<R, 256, 0, st>>>(mats, xin, x, sel, expert_table(c, experts, E), R, k, E, (int)H);
+        QWC_LAUNCHED();
+        qwc_matmul_pairs(c, g, mats, experts[0].gate.type, I, H, xin, H, R);
+        qwc_matmul_pairs(c, u, mats + R, experts[0].up.type, I, H, xin, H, R);
+        be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
+        qwc_matmul_pairs(c, out, mats + 2 * R, experts[0].down.type, H, I, g, I, R);
+    } else {
+        int32_t *order = (int32_t *)(w + l.order), *offs = (int32_t *)(w + l.offs);
+        rowpos = (int32_t *)(w + l.rowpos);
+        k_moe_group<<<qwc_blocks(E, 128), 128, 0, st>>>(order, rowpos, offs, sel, R, E);
+        k_moe_scan<<<1, 1, 0, st>>>(offs, E);
+        k_moe_place<<<qwc_blocks(E, 128), 128, 0, st>>>(order, rowpos, offs, sel, R, E);
+        k_moe_gather<<<R, 256, 0, st>>>(xin, x, order, k, (int)H);
+        QWC_LAUNCHED();
+        int32_t *ho = (int32_t *)qw_malloc((size_t)E + 1, sizeof(int32_t));
+        if (!ho) qwc_die(__FILE__, __LINE__, "moe_ffn", "out of host memory");
+        be->download(be, ho, offs, ((size_t)E + 1) * sizeof(int32_t)); /* the group sizes: the one round trip */
+        for (int e = 0; e < E; e++) {
+            int n = ho[e + 1] - ho[e];
+            if (!n) continue;
+            qw_matmul_job j[2] = {{g + (int64_t)ho[e] * I, &experts[e].gate, xin + (int64_t)ho[e] * H, n},
+                                  {u + (int64_t)ho[e] * I, &experts[e].up, xin + (int64_t)ho[e] * H, n}};
+            be->matmul_batch(be, j, 2);
+        }
+        be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
+        for (int e = 0; e < E; e++) {
+            int n = ho[e + 1] - ho[e];
+            if (n) be->matmul(be, out + (int64_t)ho[e] * H, &experts[e].down, g + (int64_t)ho[e] * I, n);
+        }
+        free(ho);
+    }
+    if (shared) {
+        qw_matmul_job j[2] = {{sgt, &shared->gate, x, T}, {sup, &shared->up, x, T}};
+        be->matmul_batch(be, j, 2);
+        be->act_mul(be, sgt, sgt, sup, (int64_t)T * Is, QW_ACT_SILU);
+        be->matmul(be, y, &shared->down, sgt, T);
+        if (shared_gate) {
+            be->matmul(be, sg, shared_gate, x, T);
+            be->sigmoid(be, sg, T);
+        }
+    }
+    if (k > 64) qwc_die(__FILE__, __LINE__, "moe_ffn", "more than 64 experts per token");
+    k_moe_combine<<<dim3(qwc_blocks(H, 256), T), 256, 0, st>>>(y, out, rowpos, sel, wt, shared_gate ? sg : NULL,
+                                                                shared != NULL, k, (int)H);
+    QWC_LAUNCHED();
+}
+
+void qwc_moe_fill(qw_backend *t) {
+    t->moe_route = cu_moe_route;
+    t->moe_ffn = cu_moe_ffn;
+    t->moe_work = cu_moe_work;
+}

@@ -1,0 +1,26 @@
+/* none.c - the CUDA backend's functions in a build without it (cuda.h): nothing is available. */
+#include "cuda/cuda.h"
+
+#include "core/common.h"
+
+int qw_cuda_available(char *desc, size_t n) {
+    if (desc && n) snprintf(desc, n, "this qwenc was built without the CUDA backend (make cuda)");
+    return 0;
+}
+
+qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *err, size_t errlen) {
+    (void)device;
+    *out = NULL;
+    return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                  "the cuda backend is not built in: build qwenc with `make cuda` (needs the CUDA toolkit)");
+}
+
+void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    (void)be;
+    *free_bytes = *total_bytes = 0;
+}
+
+double qw_backend_cuda_read_bandwidth(const qw_backend *be) {
+    (void)be;
+    return 0;
+}

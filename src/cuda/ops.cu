@@ -1,0 +1,346 @@
+/*
+ * ops.cu - the CUDA backend's general ops: matmuls and gathers (through quant.cu), stores and strided copies,
+ * norms, element-wise functions, RoPE, and the Gated DeltaNet's convolution, gate and delta rule.
+ *
+ * Each follows kernels/ref.c's definition: the same f32 operations in the same order where an op has one
+ * order per output (element-wise, RoPE, the delta rule's per-column recurrence), and double sums where the
+ * reference sums in double (norms, the convolution). The build compiles with -fmad=false, so a * b + c is two
+ * roundings as on the host.
+ */
+#include "cuda/ops_internal.cuh"
+
+/* ---------------------------------------------------------------- matmuls and gathers */
+
+static void cu_matmul(const qw_backend *be, float *y, const qw_tensor *w, const float *x, int n_tok) {
+    qwc *c = qwc_of(be);
+    qw_tensor d = qwc_tensor(c, w);
+    qwc_matmul(c, y, &d, x, n_tok);
+}
+
+static void cu_matmul_batch(const qw_backend *be, const qw_matmul_job *jobs, int n_jobs) {
+    for (int j = 0; j < n_jobs; j++) cu_matmul(be, jobs[j].y, jobs[j].w, jobs[j].x, jobs[j].n_tok);
+}
+
+static void cu_get_rows(const qw_backend *be, float *y, const qw_tensor *w, const int32_t *ids, int n) {
+    qwc *c = qwc_of(be);
+    qw_tensor d = qwc_tensor(c, w);
+    qwc_get_rows(c, y, &d, ids, n);
+}
+
+__global__ void k_store_rows(float *cache, const float *src, int64_t n, int64_t width, const qw_step *step) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) cache[(int64_t)step->pos0 * width + i] = src[i];
+}
+
+static void cu_store_rows(const qw_backend *be, float *cache, const float *src, int n_tok, int64_t width,
+                          const qw_step *step) {
+    int64_t n = (int64_t)n_tok * width;
+    k_store_rows<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(cache, src, n, width, step);
+    QWC_LAUNCHED();
+}
+
+__global__ void k_copy_strided(float *dst, const float *src, qw_copy_layout l, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int64_t i0 = i % l.ne[0], r = i / l.ne[0], i1 = r % l.ne[1];
+    r /= l.ne[1];
+    int64_t i2 = r % l.ne[2], i3 = r / l.ne[2];
+    dst[i0 * l.d[0] + i1 * l.d[1] + i2 * l.d[2] + i3 * l.d[3]] = src[i0 * l.s[0] + i1 * l.s[1] + i2 * l.s[2] + i3 * l.s[3]];
+}
+
+static void cu_copy_strided(const qw_backend *be, float *dst, const float *src, const qw_copy_layout *l) {
+    int64_t n = l->ne[0] * l->ne[1] * l->ne[2] * l->ne[3];
+    if (n <= 0) return;
+    k_copy_strided<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(dst, src, *l, n);
+    QWC_LAUNCHED();
+}
+
+/* ---------------------------------------------------------------- norms */
+
+/* one block per row; n_group > 0: the weights of row r are w + (r % n_group) * dim */
+__global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, int n_group, float eps, int zc) {
+    __shared__ double sh[32];
+    int64_t r = blockIdx.x;
+    const float *xr = x + r * dim;
+    float *yr = y + r * dim;
+    const float *wr = w ? w + (int64_t)(r % n_group) * dim : NULL;
+    double ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = qwc_block_sum(ss, sh);
+    float inv = (float)(1.0 / sqrt(ss / dim + eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float s = wr ? (zc ? 1.0f + wr[i] : wr[i]) : 1.0f;
+        yr[i] = xr[i] * inv * s;
+    }
+}
+
+static int norm_threads(int dim) { return dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64; }
+
+static void cu_rms_norm(const qw_backend *be, float *y, const float *x, const float *w, int n_rows, int dim, float eps,
+                        int zc) {
+    qwc *c = qwc_of(be);
+    if (n_rows <= 0) return;
+    k_rms_norm<<<n_rows, norm_threads(dim), 0, qwc_stream(c)>>>(y, x, qwc_wf(c, w, dim), dim, 1, eps, zc);
+    QWC_LAUNCHED();
+}
+
+static void cu_rms_norm_grouped(const qw_backend *be, float *y, const float *x, const float *w, int n_rows, int n_group,
+                                int dim, float eps, int zc) {
+    qwc *c = qwc_of(be);
+    if (n_rows <= 0) return;
+    const float *dw = qwc_wf(c, w, (int64_t)n_group * dim);
+    k_rms_norm<<<n_rows, norm_threads(dim), 0, qwc_stream(c)>>>(y, x, dw, dim, n_group, eps, zc);
+    QWC_LAUNCHED();
+}
+
+__global__ void k_l2_norm(float *x, int dim, float eps, float scale) {
+    __shared__ double sh[32];
+    float *xr = x + (int64_t)blockIdx.x * dim;
+    double ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = qwc_block_sum(ss, sh);
+    float inv = (float)(1.0 / sqrt(ss + eps)) * scale;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] *= inv;
+}
+
+static void cu_l2_norm(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale) {
+    if (n_rows <= 0) return;
+    k_l2_norm<<<n_rows, norm_threads(dim), 0, qwc_stream(qwc_of(be))>>>(x, dim, eps, scale);
+    QWC_LAUNCHED();
+}
+
+/* ---------------------------------------------------------------- element-wise */
+
+__global__ void k_silu(float *x, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] / (1.0f + qwc_expd(-x[i]));
+}
+__global__ void k_sigmoid(float *x, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = 1.0f / (1.0f + qwc_expd(-x[i]));
+}
+__global__ void k_mul(float *y, const float *a, const float *b, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a[i] * b[i];
+}
+__global__ void k_axpy(float *y, const float *a, float s, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a[i] * s;
+}
+__global__ void k_act_mul(float *y, const float *a, const float *b, int64_t n, int act) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i], v = act == QW_ACT_SILU ? x / (1.0f + qwc_expd(-x)) : 1.0f / (1.0f + qwc_expd(-x));
+    y[i] = v * b[i];
+}
+__global__ void k_divide(float *x, float d, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] /= d;
+}
+
+static void cu_silu(const qw_backend *be, float *x, int64_t n) {
+    if (n <= 0) return;
+    k_silu<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(x, n);
+    QWC_LAUNCHED();
+}
+static void cu_sigmoid(const qw_backend *be, float *x, int64_t n) {
+    if (n <= 0) return;
+    k_sigmoid<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(x, n);
+    QWC_LAUNCHED();
+}
+static void cu_mul(const qw_backend *be, float *y, const float *a, const float *b, int64_t n) {
+    if (n <= 0) return;
+    k_mul<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(y, a, b, n);
+    QWC_LAUNCHED();
+}
+static void cu_axpy(const qw_backend *be, float *y, const float *a, float s, int64_t n) {
+    if (n <= 0) return;
+    k_axpy<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(y, a, s, n);
+    QWC_LAUNCHED();
+}
+static void cu_divide(const qw_backend *be, float *x, float d, int64_t n) {
+    if (n <= 0) return;
+    k_divide<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(x, d, n);
+    QWC_LAUNCHED();
+}
+
+/* ---------------------------------------------------------------- RoPE */
+
+__global__ void k_rope_table(float *cs, const float *inv_freq, int n_rot, int n_tok, const qw_step *step) {
+    int half = n_rot / 2, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_tok * half) return;
+    int t = i / half, k = i % half;
+    float p = (float)(step->pos0 + t), ang = p * inv_freq[k];
+    cs[(int64_t)t * n_rot + k] = cosf(ang);
+    cs[(int64_t)t * n_rot + half + k] = sinf(ang);
+}
+
+static void cu_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act) {
+    if (n <= 0) return;
+    k_act_mul<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(y, a, b, n, act);
+    QWC_LAUNCHED();
+}
+
+static void cu_rope_table(const qw_backend *be, float *cs, const float *inv_freq, int n_rot, int n_tok,
+                          const qw_step *step) {
+    qwc *c = qwc_of(be);
+    int n = n_tok * (n_rot / 2);
+    if (n <= 0) return;
+    k_rope_table<<<qwc_blocks(n, 256), 256, 0, qwc_stream(c)>>>(cs, qwc_wf(c, inv_freq, n_rot / 2), n_rot, n_tok, step);
+    QWC_LAUNCHED();
+}
+
+__global__ void k_rope(float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot, const float *cs) {
+    int half = n_rot / 2;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n_tok * n_head * half) return;
+    int k = (int)(i % half);
+    int64_t th = i / half;
+    int h = (int)(th % n_head), t = (int)(th / n_head);
+    const float *c = cs + (int64_t)t * n_rot, *s = c + half;
+    float *v = x + (int64_t)t * row_stride + (int64_t)h * head_stride;
+    float a = v[k], b = v[k + half];
+    v[k] = a * c[k] - b * s[k];
+    v[k + half] = b * c[k] + a * s[k];
+}
+
+static void cu_rope(const qw_backend *be, float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot,
+                    const float *cs) {
+    int64_t n = (int64_t)n_tok * n_head * (n_rot / 2);
+    if (n <= 0) return;
+    k_rope<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(x, n_tok, row_stride, n_head, head_stride, n_rot, cs);
+    QWC_LAUNCHED();
+}
+
+/* ---------------------------------------------------------------- Gated DeltaNet */
+
+__global__ void k_conv1d_dw(float *y, const float *x, const float *w, int n_tok, int ch, int k, int dil) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n_tok * ch) return;
+    int t = (int)(i / ch), c = (int)(i % ch);
+    double acc = 0;
+    for (int j = 0; j < k; j++) acc += (double)w[(int64_t)c * k + j] * x[(int64_t)(t + j * dil) * ch + c];
+    y[i] = (float)acc;
+}
+
+static void cu_conv1d_dw(const qw_backend *be, float *y, const float *x, const float *w, int n_tok, int ch, int k,
+                         int dil) {
+    qwc *c = qwc_of(be);
+    int64_t n = (int64_t)n_tok * ch;
+    if (n <= 0) return;
+    k_conv1d_dw<<<qwc_blocks(n, 256), 256, 0, qwc_stream(c)>>>(y, x, qwc_wf(c, w, (int64_t)ch * k), n_tok, ch, k, dil);
+    QWC_LAUNCHED();
+}
+
+__global__ void k_gdn_gate(float *a, const float *neg_exp_a, const float *dt_bias, int64_t n, int hv) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int j = (int)(i % hv);
+    float x = a[i] + dt_bias[j];
+    a[i] = neg_exp_a[j] * (x > 20.0f ? x : log1pf(expf(x)));
+}
+
+static void cu_gdn_gate(const qw_backend *be, float *a, const float *neg_exp_a, const float *dt_bias, int n_tok, int hv) {
+    qwc *c = qwc_of(be);
+    int64_t n = (int64_t)n_tok * hv;
+    if (n <= 0) return;
+    k_gdn_gate<<<qwc_blocks(n, 256), 256, 0, qwc_stream(c)>>>(a, qwc_wf(c, neg_exp_a, hv), qwc_wf(c, dt_bias, hv), n, hv);
+    QWC_LAUNCHED();
+}
+
+/*
+ * One block per value head j, one thread per column c of its state S [dk][dv]: thread c keeps S[:, c] in
+ * registers (DK rows; DK 0: in the state itself) for all the tokens, in order. Per token, as the CPU kernels
+ * do it (kernels/cpu.c dr_heads): S[:, c] *= exp(g) while kv = sum_r S[r][c] k[r] accumulates in f32;
+ * u = beta (v[c] - kv); S[r][c] += k[r] u while o = sum_r q[r] S[r][c] accumulates.
+ */
+template <int DK>
+__global__ void k_delta_rule(float *o, float *state, const float *q, const float *k, const float *v, const float *g,
+                             const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
+    extern __shared__ float qk[]; /* [2][dk] */
+    int j = blockIdx.x, c = threadIdx.x, rep = hv / hk;
+    float *S = state + (int64_t)j * dk * dv;
+    float s[DK > 0 ? DK : 1];
+    if (DK > 0 && c < dv)
+#pragma unroll
+        for (int r = 0; r < DK; r++) s[r] = S[(int64_t)r * dv + c];
+    for (int t = 0; t < n_tok; t++) {
+        const float *qj = q + ((int64_t)t * hk + j / rep) * dk, *kj = k + ((int64_t)t * hk + j / rep) * dk;
+        __syncthreads();
+        for (int r = c; r < dk; r += blockDim.x) {
+            qk[r] = qj[r];
+            qk[dk + r] = kj[r];
+        }
+        __syncthreads();
+        if (c >= dv) continue;
+        float decay = expf(g[(int64_t)t * hv + j]), bt = beta[(int64_t)t * hv + j], kv = 0, acc = 0;
+        if (DK > 0) {
+#pragma unroll
+            for (int r = 0; r < DK; r++) {
+                s[r] *= decay;
+                kv += qk[dk + r] * s[r];
+            }
+            float u = bt * (v[((int64_t)t * hv + j) * dv + c] - kv);
+#pragma unroll
+            for (int r = 0; r < DK; r++) {
+                s[r] += qk[dk + r] * u;
+                acc += qk[r] * s[r];
+            }
+        } else {
+            for (int r = 0; r < dk; r++) {
+                float x = S[(int64_t)r * dv + c] * decay;
+                S[(int64_t)r * dv + c] = x;
+                kv += qk[dk + r] * x;
+            }
+            float u = bt * (v[((int64_t)t * hv + j) * dv + c] - kv);
+            for (int r = 0; r < dk; r++) {
+                float x = S[(int64_t)r * dv + c] + qk[dk + r] * u;
+                S[(int64_t)r * dv + c] = x;
+                acc += qk[r] * x;
+            }
+        }
+        o[((int64_t)t * hv + j) * dv + c] = acc;
+    }
+    if (DK > 0 && c < dv)
+#pragma unroll
+        for (int r = 0; r < DK; r++) S[(int64_t)r * dv + c] = s[r];
+}
+
+static void cu_delta_rule(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
+                          const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
+    cudaStream_t st = qwc_stream(qwc_of(be));
+    int threads = (dv + 31) / 32 * 32;
+    size_t sh = (size_t)2 * dk * sizeof(float);
+    if (threads > 1024) qwc_die(__FILE__, __LINE__, "delta_rule", "value heads wider than 1024");
+    if (dk == 128)
+        k_delta_rule<128><<<hv, threads, sh, st>>>(o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+    else if (dk == 64)
+        k_delta_rule<64><<<hv, threads, sh, st>>>(o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+    else if (dk == 32)
+        k_delta_rule<32><<<hv, threads, sh, st>>>(o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+    else
+        k_delta_rule<0><<<hv, threads, sh, st>>>(o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+    QWC_LAUNCHED();
+}
+
+void qwc_ops_fill(qw_backend *t) {
+    t->matmul = cu_matmul;
+    t->matmul_batch = cu_matmul_batch;
+    t->get_rows = cu_get_rows;
+    t->store_rows = cu_store_rows;
+    t->copy_strided = cu_copy_strided;
+    t->rms_norm = cu_rms_norm;
+    t->rms_norm_grouped = cu_rms_norm_grouped;
+    t->l2_norm = cu_l2_norm;
+    t->silu = cu_silu;
+    t->sigmoid = cu_sigmoid;
+    t->mul = cu_mul;
+    t->axpy = cu_axpy;
+    t->divide = cu_divide;
+    t->act_mul = cu_act_mul;
+    t->rope_table = cu_rope_table;
+    t->rope = cu_rope;
+    t->conv1d_dw = cu_conv1d_dw;
+    t->gdn_gate = cu_gdn_gate;
+    t->delta_rule = cu_delta_rule;
+}

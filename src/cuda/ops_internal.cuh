@@ -1,0 +1,76 @@
+/*
+ * ops_internal.cuh - the op table of the CUDA backend and what its op files share: the weights' device copies,
+ * launch helpers, and the device forms of the reference's scalar functions (e^x of kernels/expd.h, so sigmoid
+ * and silu give the CPU's bits).
+ */
+#ifndef QW_CUDA_OPS_INTERNAL_CUH
+#define QW_CUDA_OPS_INTERNAL_CUH
+
+#include "cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "kernels/expd.h"
+}
+
+/* The table of ops (memory and graph functions are filled in by backend.cu). */
+qw_backend qwc_op_table(void);
+/* The device copy of `bytes` of weights at host address `host` (uploaded on first use; NULL for NULL). */
+const void *qwc_weight(qwc *c, const void *host, size_t bytes);
+/* The same for contents made on the host but kept under another key (a table of device pointers kept under
+ * the host array it was made from), and the lookup alone (NULL: not there yet). */
+const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t bytes);
+const void *qwc_lookup(qwc *c, const void *key);
+/* The most QSA blocks a query may see in this backend's sessions (qsa_select_work reserves their shared memory):
+ * 1 when that grew. */
+int qwc_qsa_reserve(qwc *c, int blocks);
+int qwc_qsa_max_blocks(const qwc *c);
+/* A weight tensor's view with its data on the device. */
+qw_tensor qwc_tensor(qwc *c, const qw_tensor *t);
+static inline qwc *qwc_of(const qw_backend *be) { return (qwc *)be; }
+static inline const float *qwc_wf(qwc *c, const float *host, int64_t n) {
+    return (const float *)qwc_weight(c, host, (size_t)n * sizeof(float));
+}
+
+/* blocks of `threads` covering n items */
+static inline unsigned qwc_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* e^x as kernels/expd.h computes it: the same double steps, so the same f32 result */
+__device__ __forceinline__ float qwc_expd(float x) {
+    if (x != x) return x;
+    double xd = fmin(fmax((double)x, QW_EXPD_LO), QW_EXPD_HI);
+    double n = rint(xd * QW_EXPD_INV_LN2);
+    double r = fma(-n, QW_EXPD_LN2_HI, xd);
+    r = fma(-n, QW_EXPD_LN2_LO, r);
+    const double c[QW_EXPD_N_COEF] = QW_EXPD_COEFS;
+    double p = c[0];
+#pragma unroll
+    for (int i = 1; i < QW_EXPD_N_COEF; i++) p = fma(p, r, c[i]);
+    return (float)ldexp(p, (int)n);
+}
+
+/* sum of v over the warp, every lane gets it */
+template <typename T> __device__ __forceinline__ T qwc_warp_sum(T v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it. sh: 32 slots. */
+template <typename T> __device__ __forceinline__ T qwc_block_sum(T v, T *sh) {
+    v = qwc_warp_sum(v);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : (T)0;
+    v = qwc_warp_sum(v);
+    return v;
+}
+
+/* ---- entry points of the op files (ops.cu, attn.cu, moe.cu, model_ops.cu) */
+void qwc_ops_fill(qw_backend *t);
+void qwc_attn_fill(qw_backend *t);
+void qwc_moe_fill(qw_backend *t);
+void qwc_model_ops_fill(qw_backend *t);
+
+#endif

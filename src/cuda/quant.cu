@@ -1,0 +1,1007 @@
+/*
+ * quant.cu - the weight kernels of the CUDA backend: every weight type qwenc reads (F32, F16, BF16 and the ten
+ * block-quantized types of tensor/quant.h) read on the device, for matrix products, row gathers and the MoE's
+ * per-pair products (cuda_internal.cuh).
+ *
+ * Exact dequantization. dq_item gives 32 elements of a row as tensor/quant.c and quant_k.c compute them: the same
+ * f32 operations on the same operands in the same order, each rounded on its own (__fmul_rn, __fadd_rn: never
+ * fused, whatever the flags). get_rows, gather_rows, the GEMM tiles and the fallback matrix-vector kernel use it,
+ * so they see the host's floats bit for bit.
+ *
+ * Matrix-vector kernels (n_tok <= MV_MAX_TOK, passes of up to 8 tokens): memory-bound, each weight byte read once
+ * per pass. A block of 4 warps; a row group of MV_ROWS (4) rows is shared by kw warps (1, 2 or 4: split over the
+ * row's chunks, then summed in a fixed order). A warp's chunk is 32 items of 32 elements (8 for the plain types),
+ * one item per lane, for each of its 4 rows at once, so every x value loaded (16-byte loads through the read-only
+ * cache, from L1) serves 4 rows. Weights go to shared memory with cp.async (16-byte aligned copies of the row's
+ * bytes, coalesced, two chunks in flight per warp, L2 only so x keeps L1), because most block layouts are only
+ * 2-byte aligned; lanes then read their item with aligned 32-bit shared loads and funnel shifts (or 64/128-bit
+ * loads where the layout keeps them aligned: the "AL" variant, chosen per block when the matrix and row size are
+ * multiples of 16 bytes). Codes become floats without conversion instructions: a byte v is placed in the low bits
+ * of 2^23 (one byte permute) and 2^23 plus the code's offset subtracted, exact. For 1 or 2 tokens each item's
+ * codes are dotted with x in f32 (fma) and the block scale applied once per group: sum_j (a q_j + b) x_j =
+ * a sum_j q_j x_j + b sum_j x_j, with b (the Q4_1/Q5_1 min, the K-quants' -dmin*m) times the group's sum of x; for
+ * 3 to 8, each weight's exact value (a q + b, rounded as the host rounds it) is formed once and used for every
+ * token. The float order differs from the host's; tests/gpu/t_cuda_quant.c bounds the difference. Compute per
+ * weight and token: about a byte permute, a subtraction and an fma, the budget of a 4.5-bit weight read at
+ * 4.8 TB/s on 132 SMs (qwenc bench measures what it reaches).
+ *
+ * Many tokens: rows are dequantized to f32 in qwc_scratch (tiles of at most GEMM_TILE_BYTES) and multiplied by
+ * cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F_PEDANTIC: f32 products and sums, never TF32, whatever the handle's math
+ * mode); F32 weights go to cuBLAS in place (4-byte aligned, as every f32 weight on the device is).
+ *
+ * Everything runs on qwc_stream without synchronising, allocates only through qwc_scratch (GEMM path), and reads
+ * nothing back: the decode-sized calls can be captured in a CUDA graph. Offsets are int64 throughout.
+ */
+#include <assert.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <algorithm>
+
+#include "cuda/cuda_internal.cuh"
+
+namespace {
+
+constexpr int MV_WARPS = 4, MV_THREADS = 32 * MV_WARPS;
+constexpr int MV_ROWS = 4;       /* rows of a row group: every x load serves them all */
+constexpr int MV_PASS_TOK = 8;   /* tokens of one matrix-vector pass */
+constexpr int MV_MAX_TOK = 16;   /* more tokens: dequantized tiles and cuBLAS */
+constexpr int64_t MV_TARGET_WARPS = 2048; /* kw grows until the grid has this many warps (a constant, so that a
+                                             matrix's results do not depend on the GPU) */
+constexpr size_t GEMM_TILE_BYTES = (size_t)256 << 20;
+constexpr int DQ_THREADS = 256;
+
+#define QWC_CUBLAS(x)                                                                                             \
+    do {                                                                                                          \
+        cublasStatus_t s_ = (x);                                                                                  \
+        if (s_ != CUBLAS_STATUS_SUCCESS) qwc_die(__FILE__, __LINE__, #x, cublasGetStatusString(s_));             \
+    } while (0)
+
+/* ------------------------------------------------------------------ block layouts */
+
+/* BE elements in BB bytes per block (the plain types: a pseudo-block of 8 elements), IPB matrix-vector items per
+ * block; AL_OK: every field the matrix-vector item reads is 4-byte aligned or better when the row's bytes start on
+ * a 16-byte boundary. CBLK blocks (CB bytes) per warp chunk; SROW the shared bytes staged per row and chunk (the
+ * chunk, its misalignment, and the word a funnel shift reads past the end). */
+template <int T> struct lay;
+#define QWC_LAY(T, be, bb, ipb, al)                                                                              \
+    template <> struct lay<T> {                                                                                   \
+        static constexpr int BE = be, BB = bb, IPB = ipb, CBLK = 32 / ipb, CB = CBLK * bb;                         \
+        static constexpr int SROW = (CB + 32 + 15) / 16 * 16;                                                     \
+        static constexpr bool AL_OK = al, PLAIN = be == 8;                                                       \
+    };
+QWC_LAY(QW_TYPE_F32, 8, 32, 1, true)
+QWC_LAY(QW_TYPE_F16, 8, 16, 1, true)
+QWC_LAY(QW_TYPE_BF16, 8, 16, 1, true)
+QWC_LAY(QW_TYPE_Q8_0, 32, 34, 1, false)
+QWC_LAY(QW_TYPE_Q4_0, 32, 18, 1, false)
+QWC_LAY(QW_TYPE_Q4_1, 32, 20, 1, true)
+QWC_LAY(QW_TYPE_Q5_0, 32, 22, 1, false)
+QWC_LAY(QW_TYPE_Q5_1, 32, 24, 1, true)
+QWC_LAY(QW_TYPE_Q4_K, 256, 144, 8, true)
+QWC_LAY(QW_TYPE_Q5_K, 256, 176, 8, true)
+QWC_LAY(QW_TYPE_Q6_K, 256, 210, 8, false)
+QWC_LAY(QW_TYPE_IQ4_NL, 32, 18, 1, false)
+QWC_LAY(QW_TYPE_IQ4_XS, 256, 136, 8, true)
+#undef QWC_LAY
+
+/* the field offsets the kernels below use, against quant.h */
+static_assert(sizeof(qw_block_q8_0) == 34 && offsetof(qw_block_q8_0, qs) == 2, "q8_0");
+static_assert(sizeof(qw_block_q4_0) == 18 && offsetof(qw_block_q4_0, qs) == 2, "q4_0");
+static_assert(sizeof(qw_block_q4_1) == 20 && offsetof(qw_block_q4_1, m) == 2 && offsetof(qw_block_q4_1, qs) == 4,
+              "q4_1");
+static_assert(sizeof(qw_block_q5_0) == 22 && offsetof(qw_block_q5_0, qh) == 2 && offsetof(qw_block_q5_0, qs) == 6,
+              "q5_0");
+static_assert(sizeof(qw_block_q5_1) == 24 && offsetof(qw_block_q5_1, qh) == 4 && offsetof(qw_block_q5_1, qs) == 8,
+              "q5_1");
+static_assert(sizeof(qw_block_q4_K) == 144 && offsetof(qw_block_q4_K, scales) == 4 && offsetof(qw_block_q4_K, qs) == 16,
+              "q4_K");
+static_assert(sizeof(qw_block_q5_K) == 176 && offsetof(qw_block_q5_K, qh) == 16 && offsetof(qw_block_q5_K, qs) == 48,
+              "q5_K");
+static_assert(sizeof(qw_block_q6_K) == 210 && offsetof(qw_block_q6_K, qh) == 128 &&
+                  offsetof(qw_block_q6_K, scales) == 192 && offsetof(qw_block_q6_K, d) == 208,
+              "q6_K");
+static_assert(sizeof(qw_block_iq4_nl) == 18 && offsetof(qw_block_iq4_nl, qs) == 2, "iq4_nl");
+static_assert(sizeof(qw_block_iq4_xs) == 136 && offsetof(qw_block_iq4_xs, scales_l) == 4 &&
+                  offsetof(qw_block_iq4_xs, qs) == 8,
+              "iq4_xs");
+
+/* ------------------------------------------------------------------ primitives */
+
+/* The device instructions the decoders use, and host equivalents: everything up to the kernels also compiles as
+ * host C++, so the bit logic of the decoders can be checked against tensor/quant.c on a machine without a GPU. */
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ uint32_t q_perm(uint32_t x, uint32_t y, uint32_t s) { return __byte_perm(x, y, s); }
+__device__ __forceinline__ uint32_t q_funnel(uint32_t lo, uint32_t hi, uint32_t sh) { return __funnelshift_r(lo, hi, sh); }
+__device__ __forceinline__ float q_asf(uint32_t u) { return __uint_as_float(u); }
+__device__ __forceinline__ float q_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float q_add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float q_sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float q_fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+__device__ __forceinline__ uint32_t q_ld16(const uint8_t *p) { return __ldg((const unsigned short *)p); }
+__device__ __forceinline__ float q_ldf(const float *p) { return __ldg(p); }
+__device__ __forceinline__ float4 q_ldf4(const float *p) { return __ldg((const float4 *)p); }
+__device__ __forceinline__ float f16f(uint32_t h) { return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFF))); }
+/* 16 bytes from global src (16-byte aligned) to shared dst, of which the first n (1..16) are read, the rest zero;
+ * L2 only (.cg), so the weights streaming through leave L1 to x */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(__cvta_generic_to_global(src)), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+#else
+__device__ __forceinline__ uint32_t q_perm(uint32_t x, uint32_t y, uint32_t s) {
+    const uint64_t v = (uint64_t)y << 32 | x;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)(v >> (8 * ((s >> (4 * i)) & 7)) & 0xFF) << (8 * i);
+    return r;
+}
+__device__ __forceinline__ uint32_t q_funnel(uint32_t lo, uint32_t hi, uint32_t sh) {
+    return (uint32_t)(((uint64_t)hi << 32 | lo) >> (sh & 31));
+}
+__device__ __forceinline__ float q_asf(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+__device__ __forceinline__ float q_mul(float a, float b) { return a * b; }
+__device__ __forceinline__ float q_add(float a, float b) { return a + b; }
+__device__ __forceinline__ float q_sub(float a, float b) { return a - b; }
+__device__ __forceinline__ float q_fma(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ uint32_t q_ld16(const uint8_t *p) { return *(const uint16_t *)p; }
+__device__ __forceinline__ float q_ldf(const float *p) { return *p; }
+__device__ __forceinline__ float4 q_ldf4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float f16f(uint32_t h) {
+    const uint32_t e = (h >> 10) & 31, m = h & 0x3FF, sign = (h & 0x8000) << 16;
+    if (e == 0) return (h & 0x8000 ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f; /* m 2^-24, exact */
+    return q_asf(sign | (e == 31 ? 0x7F800000u : (e + 112) << 23) | m << 13);
+}
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int n) {
+    memcpy(dst, src, (size_t)n);
+    memset((uint8_t *)dst + n, 0, (size_t)(16 - n));
+}
+__device__ __forceinline__ void cp_commit() {}
+__device__ __forceinline__ void cp_wait1() {}
+#endif
+__device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ------------------------------------------------------------------ scalars */
+
+__device__ __forceinline__ float bf16f(uint32_t h) { return q_asf(h << 16); }
+
+/* The float v - off for byte k of w (v its unsigned value), exact for off = 2^23 + the code's offset: the byte
+ * permute makes the float 2^23 + v. */
+constexpr float MAGIC = 8388608.0f; /* 2^23 */
+__device__ __forceinline__ float bytef(uint32_t w, int k, float off) {
+    return q_sub(q_asf(q_perm(w, 0x4B000000u, 0x7540 | k)), off);
+}
+/* a small unsigned integer (< 2^23) as a float, the same way */
+__device__ __forceinline__ float smallf(uint32_t v) { return q_sub(q_asf(0x4B000000u | v), MAGIC); }
+
+/* ggml's IQ4_NL levels (tensor/quant_k.c's qw_kvalues_iq4nl; t_cuda_quant checks that the device agrees) as four
+ * little-endian words, and their lookup by byte permutes. */
+constexpr int8_t KV[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr uint32_t kv_word(int i) {
+    return (uint32_t)(uint8_t)KV[4 * i] | (uint32_t)(uint8_t)KV[4 * i + 1] << 8 |
+           (uint32_t)(uint8_t)KV[4 * i + 2] << 16 | (uint32_t)(uint8_t)KV[4 * i + 3] << 24;
+}
+__device__ __forceinline__ int kvalue(uint32_t q) {
+    const uint32_t lo = q_perm(kv_word(0), kv_word(1), q & 7), hi = q_perm(kv_word(2), kv_word(3), q & 7);
+    return (int)(int8_t)((q & 8 ? hi : lo) & 0xFF);
+}
+
+/* ------------------------------------------------------------------ exact dequantization (global memory) */
+
+/* Blocks are 2-byte aligned (every block size is even), so their fields are read 16 bits at a time. */
+__device__ __forceinline__ uint32_t g16(const uint8_t *p) { return q_ld16(p); }
+__device__ __forceinline__ uint32_t g32(const uint8_t *p) { return g16(p) | g16(p + 2) << 16; }
+template <int N> __device__ __forceinline__ void gbytes(const uint8_t *p, uint8_t (&b)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i += 2) {
+        const uint32_t v = g16(p + i);
+        b[i] = (uint8_t)v;
+        b[i + 1] = (uint8_t)(v >> 8);
+    }
+}
+
+/* Scale and min (6 bits) of sub-block j (0..7) of a Q4_K / Q5_K block, as quant.h's qw_k4_scale_min, from its 12
+ * scale bytes in the words s0, s1, s2 (little-endian: byte j of s0 is scales[j]). */
+__device__ __forceinline__ void k4_scale_min(int j, uint32_t s0, uint32_t s1, uint32_t s2, uint32_t *sc, uint32_t *mn) {
+    const int sh = 8 * (j & 3);
+    const uint32_t b0 = (s0 >> sh) & 0xFF, b1 = (s1 >> sh) & 0xFF, b2 = (s2 >> sh) & 0xFF;
+    *sc = j < 4 ? b0 & 63 : (b2 & 0xF) | (b0 >> 6) << 4;
+    *mn = j < 4 ? b1 & 63 : (b2 >> 4) | (b1 >> 6) << 4;
+}
+
+/* Elements 32 it .. 32 it + 31 of a row of type T (fewer at the end of a plain row of `cols`): their count. */
+template <int T> __device__ int dq_item(const uint8_t *row, int64_t it, int64_t cols, float *v) {
+    using L = lay<T>;
+    if constexpr (L::PLAIN) {
+        const int64_t c0 = 32 * it;
+        const int n = (int)imin(32, cols - c0);
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            if (j >= n) v[j] = 0.0f;
+            else if constexpr (T == QW_TYPE_F32) v[j] = q_ldf((const float *)row + c0 + j);
+            else if constexpr (T == QW_TYPE_F16) v[j] = f16f(g16(row + 2 * (c0 + j)));
+            else v[j] = bf16f(g16(row + 2 * (c0 + j)));
+        }
+        return n;
+    } else {
+        const uint8_t *b = row + it / L::IPB * L::BB;
+        const int sub = (int)(it % L::IPB);
+        if constexpr (T == QW_TYPE_Q8_0) {
+            const float d = f16f(g16(b));
+            uint8_t q[32];
+            gbytes(b + 2, q);
+#pragma unroll
+            for (int j = 0; j < 32; j++) v[j] = q_mul((float)(int8_t)q[j], d);
+        } else if constexpr (T == QW_TYPE_Q4_0 || T == QW_TYPE_IQ4_NL) {
+            const float d = f16f(g16(b));
+            uint8_t q[16];
+            gbytes(b + 2, q);
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                if constexpr (T == QW_TYPE_Q4_0) {
+                    v[j] = q_mul((float)((q[j] & 0xF) - 8), d);
+                    v[j + 16] = q_mul((float)((q[j] >> 4) - 8), d);
+                } else {
+                    v[j] = q_mul(d, (float)kvalue(q[j] & 0xF));
+                    v[j + 16] = q_mul(d, (float)kvalue(q[j] >> 4));
+                }
+            }
+        } else if constexpr (T == QW_TYPE_Q4_1 || T == QW_TYPE_Q5_1) {
+            const int qs = T == QW_TYPE_Q4_1 ? 4 : 8;
+            const float d = f16f(g16(b)), m = f16f(g16(b + 2));
+            const uint32_t h = T == QW_TYPE_Q5_1 ? g32(b + 4) : 0;
+            uint8_t q[16];
+            gbytes(b + qs, q);
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const int lo = (q[j] & 0xF) | (int)(((h >> j) & 1) << 4), hi = (q[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
+                v[j] = q_add(q_mul((float)lo, d), m);
+                v[j + 16] = q_add(q_mul((float)hi, d), m);
+            }
+        } else if constexpr (T == QW_TYPE_Q5_0) {
+            const float d = f16f(g16(b));
+            const uint32_t h = g32(b + 2);
+            uint8_t q[16];
+            gbytes(b + 6, q);
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const int lo = (q[j] & 0xF) | (int)(((h >> j) & 1) << 4), hi = (q[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
+                v[j] = q_mul((float)(lo - 16), d);
+                v[j + 16] = q_mul((float)(hi - 16), d);
+            }
+        } else if constexpr (T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K) {
+            /* sub-block j = sub: the low (even j) or high (odd j) nibbles of qs[32 (j/2) ..], fifth bit j of qh[l] */
+            const float d = f16f(g16(b)), dmin = f16f(g16(b + 2));
+            uint8_t q[32], qh[32];
+            uint32_t sc, mn;
+            k4_scale_min(sub, g32(b + 4), g32(b + 8), g32(b + 12), &sc, &mn);
+            const float d1 = q_mul(d, (float)sc), m1 = q_mul(dmin, (float)mn);
+            constexpr int QS = T == QW_TYPE_Q4_K ? 16 : 48;
+            gbytes(b + QS + 32 * (sub >> 1), q);
+            if constexpr (T == QW_TYPE_Q5_K) gbytes(b + 16, qh);
+#pragma unroll
+            for (int l = 0; l < 32; l++) {
+                int c = sub & 1 ? q[l] >> 4 : q[l] & 0xF;
+                if constexpr (T == QW_TYPE_Q5_K) c |= ((qh[l] >> sub) & 1) << 4;
+                v[l] = q_sub(q_mul(d1, (float)c), m1);
+            }
+        } else if constexpr (T == QW_TYPE_Q6_K) {
+            /* sub-block j = 4h + k: elements 128h + 32k + l; ql[64h + l (+32 for odd k)], low nibble for k < 2,
+             * high bits (qh[32h + l] >> 2k) & 3, scale scales[8h + l/16 + 2k] */
+            const int h = sub >> 2, k = sub & 3;
+            const float d = f16f(g16(b + 208));
+            uint8_t ql[32], qh[32];
+            gbytes(b + 64 * h + 32 * (k & 1), ql);
+            gbytes(b + 128 + 32 * h, qh);
+            const uint64_t sc = g32(b + 192 + 8 * h) | (uint64_t)g32(b + 196 + 8 * h) << 32;
+            const float sc0 = (float)(int8_t)(sc >> (16 * k)), sc1 = (float)(int8_t)(sc >> (16 * k + 8));
+#pragma unroll
+            for (int l = 0; l < 32; l++) {
+                const int c = ((k < 2 ? ql[l] & 0xF : ql[l] >> 4) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+                v[l] = q_mul(q_mul(d, l < 16 ? sc0 : sc1), (float)c);
+            }
+        } else if constexpr (T == QW_TYPE_IQ4_XS) {
+            const float d = f16f(g16(b));
+            const uint32_t sh = g16(b + 2), sl = g32(b + 4);
+            uint8_t q[16];
+            gbytes(b + 8 + 16 * sub, q);
+            const int ls = (int)((sl >> (8 * (sub / 2) + 4 * (sub % 2))) & 0xF) | (int)(((sh >> (2 * sub)) & 3) << 4);
+            const float dl = q_mul(d, (float)(ls - 32));
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                v[j] = q_mul(dl, (float)kvalue(q[j] & 0xF));
+                v[j + 16] = q_mul(dl, (float)kvalue(q[j] >> 4));
+            }
+        }
+        return 32;
+    }
+}
+
+/* Where the rows of a dequantization come from: row i of the output is at src(i). */
+struct rows_dense { /* rows r0 + i of a matrix */
+    const uint8_t *w;
+    int64_t row_bytes, r0;
+    __device__ const uint8_t *operator()(int64_t i) const { return w + (r0 + i) * row_bytes; }
+};
+struct rows_ids { /* rows ids[i] of a matrix of n_rows rows */
+    const uint8_t *w;
+    int64_t row_bytes, n_rows;
+    const int32_t *ids;
+    __device__ const uint8_t *operator()(int64_t i) const {
+        const int32_t r = ids[i];
+        assert(r >= 0 && r < n_rows);
+        return w + (int64_t)r * row_bytes;
+    }
+};
+struct rows_chunks { /* global rows rows[i] of a table in pieces of chunk_rows rows */
+    const void *const *chunks;
+    int64_t row_bytes, chunk_rows;
+    const int64_t *rows;
+    int n_chunks;
+    __device__ const uint8_t *operator()(int64_t i) const {
+        const int64_t r = rows[i], k = r / chunk_rows;
+        assert(r >= 0 && k < n_chunks);
+        return (const uint8_t *)chunks[k] + (r - k * chunk_rows) * row_bytes;
+    }
+};
+
+/* y [n][cols] = rows src(0 .. n-1) as f32; one thread per 32 elements. */
+template <int T, class Src>
+__global__ void __launch_bounds__(DQ_THREADS) dq_rows(float *y, int64_t n, int64_t cols, Src src) {
+    const int64_t ipr = (cols + 31) / 32, total = n * ipr;
+    for (int64_t idx = (int64_t)blockIdx.x * DQ_THREADS + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * DQ_THREADS) {
+        const int64_t i = idx / ipr, it = idx - i * ipr;
+        float v[32];
+        const int cnt = dq_item<T>(src(i), it, cols, v);
+        float *o = y + i * cols + 32 * it;
+        if (cnt == 32 && ((uintptr_t)o & 15) == 0) {
+#pragma unroll
+            for (int j = 0; j < 32; j += 4) *(float4 *)(o + j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+                if (j < cnt) o[j] = v[j];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ shared memory */
+
+/* n 32-bit words from byte offset off (even) of shared memory s, with the widest loads that alignment A (the
+ * alignment of off the caller guarantees) allows; below 4, aligned words and funnel shifts. Reads up to 4 bytes
+ * past the last word. */
+template <int N, int A> __device__ __forceinline__ void shw(const uint8_t *s, int off, uint32_t *w) {
+    if constexpr (A % 16 == 0 && N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const uint4 v = *(const uint4 *)(s + off + 4 * i);
+            w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
+        }
+    } else if constexpr (A % 8 == 0 && N % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 2) {
+            const uint2 v = *(const uint2 *)(s + off + 4 * i);
+            w[i] = v.x, w[i + 1] = v.y;
+        }
+    } else if constexpr (A % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i++) w[i] = *(const uint32_t *)(s + off + 4 * i);
+    } else {
+        const uint32_t *a = (const uint32_t *)(s + (off & ~3));
+        const uint32_t sh = (off & 3) * 8;
+        uint32_t prev = a[0];
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const uint32_t next = a[i + 1];
+            w[i] = q_funnel(prev, next, sh);
+            prev = next;
+        }
+    }
+}
+__device__ __forceinline__ uint32_t sh16(const uint8_t *s, int off) { return *(const uint16_t *)(s + off); }
+
+/* ------------------------------------------------------------------ matrix-vector items */
+
+/* Codes of 8 elements: the nibbles at `shift` of the 8 bytes in w0, w1, plus `hi` (the fifth / high bits already
+ * in place, per byte), minus off - 2^23. */
+__device__ __forceinline__ void codes8(uint32_t w0, uint32_t w1, int shift, uint32_t hi0, uint32_t hi1, float off,
+                                       float *c) {
+    const uint32_t a = ((w0 >> shift) & 0x0F0F0F0Fu) | hi0, b = ((w1 >> shift) & 0x0F0F0F0Fu) | hi1;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        c[k] = bytef(a, k, off);
+        c[4 + k] = bytef(b, k, off);
+    }
+}
+/* bits 0..3 of x to bit 4 of bytes 0..3 */
+__device__ __forceinline__ uint32_t spread4(uint32_t x) { return ((x & 0xF) * 0x00204081u & 0x01010101u) << 4; }
+
+/*
+ * mv_item<T>: one lane's item of one row, read from the staged chunk: load() reads its bytes (s: the row's staged
+ * bytes, off: the block's offset there, sub: the item in the block), then G groups of P pieces of 8 elements:
+ * codes(g, p) the 8 codes as floats, col(sub, g, p) the column of the piece's first element from the block's first,
+ * scale(g) and bias(g) the group's a and b of w = a q + b (SCALED: a is not 1; BIAS: b is not 0).
+ */
+template <int T> struct mv_item;
+
+template <int T> struct mv_plain {
+    static constexpr int G = 1, P = 1;
+    static constexpr bool SCALED = false, BIAS = false;
+    static constexpr int NW = T == QW_TYPE_F32 ? 8 : 4;
+    uint32_t w[NW];
+    template <bool AL> __device__ void load(const uint8_t *s, int off, int, const float *) {
+        shw<NW, AL ? 16 : (T == QW_TYPE_F32 ? 4 : 2)>(s, off, w);
+    }
+    __device__ void codes(int, int, float *c) const {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if constexpr (T == QW_TYPE_F32) c[2 * i] = q_asf(w[2 * i]), c[2 * i + 1] = q_asf(w[2 * i + 1]);
+            else if constexpr (T == QW_TYPE_F16) c[2 * i] = f16f(w[i]), c[2 * i + 1] = f16f(w[i] >> 16);
+            else c[2 * i] = bf16f(w[i]), c[2 * i + 1] = q_asf(w[i] & 0xFFFF0000u);
+        }
+    }
+    static __device__ int col(int, int, int) { return 0; }
+    __device__ float scale(int) const { return 1.0f; }
+    __device__ float bias(int) const { return 0.0f; }
+};
+template <> struct mv_item<QW_TYPE_F32> : mv_plain<QW_TYPE_F32> {};
+template <> struct mv_item<QW_TYPE_F16> : mv_plain<QW_TYPE_F16> {};
+template <> struct mv_item<QW_TYPE_BF16> : mv_plain<QW_TYPE_BF16> {};
+
+/* The 32-element blocks: element j in the low nibble of qs[j], j + 16 in the high one (Q8_0: byte j). */
+template <int T> struct mv_b32 {
+    static constexpr int G = 1, P = 4;
+    static constexpr bool SCALED = true, BIAS = T == QW_TYPE_Q4_1 || T == QW_TYPE_Q5_1;
+    static constexpr bool FIFTH = T == QW_TYPE_Q5_0 || T == QW_TYPE_Q5_1;
+    static constexpr int NQ = T == QW_TYPE_Q8_0 ? 8 : 4;
+    /* the offset of qs and its alignment in the AL variant; Q8_0's int8 codes are read as q ^ 0x80 */
+    static constexpr int QS = T == QW_TYPE_Q4_1 ? 4 : T == QW_TYPE_Q5_0 ? 6 : T == QW_TYPE_Q5_1 ? 8 : 2;
+    static constexpr int QA = T == QW_TYPE_Q4_1 ? 4 : T == QW_TYPE_Q5_1 ? 8 : 2;
+    uint32_t q[NQ], h;
+    float d, m;
+    const float *tbl;
+    template <bool AL> __device__ void load(const uint8_t *s, int off, int, const float *table) {
+        d = f16f(sh16(s, off));
+        m = BIAS ? f16f(sh16(s, off + 2)) : 0.0f;
+        if constexpr (FIFTH) {
+            uint32_t hw[1];
+            shw<1, AL && T == QW_TYPE_Q5_1 ? 4 : 2>(s, off + (T == QW_TYPE_Q5_0 ? 2 : 4), hw);
+            h = hw[0];
+        }
+        shw<NQ, AL ? QA : 2>(s, off + QS, q);
+        tbl = table;
+    }
+    __device__ void codes(int, int p, float *c) const {
+        if constexpr (T == QW_TYPE_Q8_0) {
+            const uint32_t a = q[2 * p] ^ 0x80808080u, b = q[2 * p + 1] ^ 0x80808080u;
+#pragma unroll
+            for (int k = 0; k < 4; k++) c[k] = bytef(a, k, MAGIC + 128), c[4 + k] = bytef(b, k, MAGIC + 128);
+        } else if constexpr (T == QW_TYPE_IQ4_NL) {
+            const uint32_t a = q[2 * (p & 1)], b = q[2 * (p & 1) + 1];
+            const int sh = 4 * (p >> 1);
+#pragma unroll
+            for (int k = 0; k < 4; k++) c[k] = tbl[(a >> (8 * k + sh)) & 0xF], c[4 + k] = tbl[(b >> (8 * k + sh)) & 0xF];
+        } else {
+            uint32_t h0 = 0, h1 = 0;
+            if constexpr (FIFTH) { /* piece p is elements 8p .. 8p+7: fifth bits 8p .. 8p+7 */
+                const uint32_t hb = h >> (8 * p);
+                h0 = spread4(hb), h1 = spread4(hb >> 4);
+            }
+            /* the codes q - 8 (Q4_0), q - 16 (Q5_0), q (Q4_1, Q5_1) */
+            codes8(q[2 * (p & 1)], q[2 * (p & 1) + 1], 4 * (p >> 1), h0, h1,
+                   MAGIC + (T == QW_TYPE_Q4_0 ? 8 : T == QW_TYPE_Q5_0 ? 16 : 0), c);
+        }
+    }
+    static __device__ int col(int, int, int p) { return 8 * p; }
+    __device__ float scale(int) const { return d; }
+    __device__ float bias(int) const { return m; }
+};
+template <> struct mv_item<QW_TYPE_Q8_0> : mv_b32<QW_TYPE_Q8_0> {};
+template <> struct mv_item<QW_TYPE_Q4_0> : mv_b32<QW_TYPE_Q4_0> {};
+template <> struct mv_item<QW_TYPE_Q4_1> : mv_b32<QW_TYPE_Q4_1> {};
+template <> struct mv_item<QW_TYPE_Q5_0> : mv_b32<QW_TYPE_Q5_0> {};
+template <> struct mv_item<QW_TYPE_Q5_1> : mv_b32<QW_TYPE_Q5_1> {};
+template <> struct mv_item<QW_TYPE_IQ4_NL> : mv_b32<QW_TYPE_IQ4_NL> {};
+
+/* Q4_K / Q5_K: item sub = 2g + h of a super-block is the 16 bytes qs[32g + 16h ..]: group 0 their low nibbles
+ * (sub-block 2g, elements 64g + 16h + i), group 1 the high ones (sub-block 2g + 1, 32 further); Q5_K adds bit 2g
+ * (2g + 1) of qh[16h + i]. w = (d sc) q - (dmin m). */
+template <int T> struct mv_k45 {
+    static constexpr int G = 2, P = 2;
+    static constexpr bool SCALED = true, BIAS = true, Q5 = T == QW_TYPE_Q5_K;
+    uint32_t q[4], qh[4];
+    float a[2], b[2];
+    int g;
+    template <bool AL> __device__ void load(const uint8_t *s, int off, int sub, const float *) {
+        constexpr int A = AL ? 16 : 2;
+        uint32_t hd[4];
+        shw<4, A>(s, off, hd);
+        g = sub >> 1;
+        const int hh = sub & 1;
+        shw<4, A>(s, off + (Q5 ? 48 : 16) + 32 * g + 16 * hh, q);
+        if constexpr (Q5) shw<4, A>(s, off + 16 + 16 * hh, qh);
+        const float d = f16f(hd[0]), dmin = f16f(hd[0] >> 16);
+        /* k4_scale_min for sub-blocks 2g and 2g + 1 at once: their bytes are adjacent, bytes 2 (g & 1) and
+         * 2 (g & 1) + 1 of each scale word, decoded as byte pairs */
+        const int sh = 16 * (g & 1);
+        const uint32_t p0 = hd[1] >> sh, p1 = hd[2] >> sh, p2 = hd[3] >> sh;
+        const uint32_t sc = g < 2 ? p0 & 0x3F3Fu : (p2 & 0x0F0Fu) | ((p0 >> 2) & 0x3030u);
+        const uint32_t mn = g < 2 ? p1 & 0x3F3Fu : ((p2 >> 4) & 0x0F0Fu) | ((p1 >> 2) & 0x3030u);
+#pragma unroll
+        for (int gr = 0; gr < 2; gr++) {
+            a[gr] = q_mul(d, bytef(sc, gr, MAGIC));
+            b[gr] = -q_mul(dmin, bytef(mn, gr, MAGIC));
+        }
+    }
+    __device__ void codes(int gr, int p, float *c) const {
+        uint32_t h0 = 0, h1 = 0;
+        if constexpr (Q5) {
+            const int bit = 2 * g + gr;
+            h0 = ((qh[2 * p] >> bit) & 0x01010101u) << 4;
+            h1 = ((qh[2 * p + 1] >> bit) & 0x01010101u) << 4;
+        }
+        codes8(q[2 * p], q[2 * p + 1], 4 * gr, h0, h1, MAGIC, c);
+    }
+    static __device__ int col(int sub, int gr, int p) { return 64 * (sub >> 1) + 32 * gr + 16 * (sub & 1) + 8 * p; }
+    __device__ float scale(int gr) const { return a[gr]; }
+    __device__ float bias(int gr) const { return b[gr]; }
+};
+template <> struct mv_item<QW_TYPE_Q4_K> : mv_k45<QW_TYPE_Q4_K> {};
+template <> struct mv_item<QW_TYPE_Q5_K> : mv_k45<QW_TYPE_Q5_K> {};
+
+/* Q6_K: item sub = 4h + m is l = 8m .. 8m+7 of half h; group k (0..3) is elements 128h + 32k + l: ql[64h + l]
+ * (k even) or ql[64h + 32 + l] (k odd), low nibble for k < 2, bits (qh[32h + l] >> 2k) & 3 on top, minus 32;
+ * scale d * scales[8h + m/2 + 2k]. */
+template <> struct mv_item<QW_TYPE_Q6_K> {
+    static constexpr int G = 4, P = 1;
+    static constexpr bool SCALED = true, BIAS = false;
+    uint32_t qa[2], qb[2], qh[2];
+    float a[4];
+    template <bool> __device__ void load(const uint8_t *s, int off, int sub, const float *) {
+        const int h = sub >> 2, m = sub & 3;
+        shw<2, 2>(s, off + 64 * h + 8 * m, qa);
+        shw<2, 2>(s, off + 64 * h + 32 + 8 * m, qb);
+        shw<2, 2>(s, off + 128 + 32 * h + 8 * m, qh);
+        uint32_t sc[2];
+        shw<2, 2>(s, off + 192 + 8 * h, sc);
+        const float d = f16f(sh16(s, off + 208));
+#pragma unroll
+        for (int k = 0; k < 4; k++) /* the int8 scales[8h + m/2 + 2k]: byte 2 (k & 1) + m/2 of word k/2 */
+            a[k] = q_mul(d, bytef(sc[k >> 1] ^ 0x80808080u, 2 * (k & 1) + (m >> 1), MAGIC + 128));
+    }
+    __device__ void codes(int k, int, float *c) const {
+        const uint32_t *src = k & 1 ? qb : qa;
+        const uint32_t h0 = ((qh[0] >> (2 * k)) & 0x03030303u) << 4, h1 = ((qh[1] >> (2 * k)) & 0x03030303u) << 4;
+        codes8(src[0], src[1], 4 * (k >> 1), h0, h1, MAGIC + 32, c);
+    }
+    static __device__ int col(int sub, int k, int) { return 128 * (sub >> 2) + 32 * k + 8 * (sub & 3); }
+    __device__ float scale(int k) const { return a[k]; }
+    __device__ float bias(int) const { return 0.0f; }
+};
+
+/* IQ4_XS: item sub = sub-block s, its 16 bytes qs[16s ..] packed as in Q4_0, levels from the table, scale
+ * d * (ls - 32), ls 6 bits: the low 4 in scales_l[s/2] (nibble s%2), the high 2 at bit 2s of scales_h. */
+template <> struct mv_item<QW_TYPE_IQ4_XS> {
+    static constexpr int G = 1, P = 4;
+    static constexpr bool SCALED = true, BIAS = false;
+    uint32_t q[4];
+    float a;
+    const float *tbl;
+    template <bool AL> __device__ void load(const uint8_t *s, int off, int sub, const float *table) {
+        uint32_t hd[2];
+        shw<2, AL ? 8 : 2>(s, off, hd);
+        shw<4, AL ? 8 : 2>(s, off + 8 + 16 * sub, q);
+        const uint32_t ls = ((hd[1] >> (8 * (sub >> 1) + 4 * (sub & 1))) & 0xF) | ((hd[0] >> (16 + 2 * sub)) & 3) << 4;
+        a = q_mul(f16f(hd[0]), q_sub(smallf(ls), 32.0f));
+        tbl = table;
+    }
+    __device__ void codes(int, int p, float *c) const {
+        const uint32_t x = q[2 * (p & 1)], y = q[2 * (p & 1) + 1];
+        const int sh = 4 * (p >> 1);
+#pragma unroll
+        for (int k = 0; k < 4; k++) c[k] = tbl[(x >> (8 * k + sh)) & 0xF], c[4 + k] = tbl[(y >> (8 * k + sh)) & 0xF];
+    }
+    static __device__ int col(int sub, int, int p) { return 32 * sub + 8 * p; }
+    __device__ float scale(int) const { return a; }
+    __device__ float bias(int) const { return 0.0f; }
+};
+
+/* ------------------------------------------------------------------ matrix-vector kernel */
+
+struct mv_args {
+    const uint8_t *w;          /* the matrix, or NULL: mats */
+    const void *const *mats;   /* [n_pairs] the matrix of pair blockIdx.y + pair0 (on the device) */
+    int64_t rows, row_bytes, nblk; /* nblk: blocks (pseudo-blocks of 8 for the plain types) per row */
+    const float *x;
+    int64_t x_tok, x_pair; /* floats from one token's x to the next, from one pair's to the next */
+    float *y;
+    int64_t y_tok, y_pair;
+    int64_t pair0;
+    int n_tok, kw;
+};
+
+/* Stage chunk k (blocks k*CBLK ..) of the rows rp[] into dst: 16-byte aligned copies covering the chunk's bytes,
+ * none past the matrix's end (wend); the chunk's first byte lands at its address mod 16. */
+template <int T>
+__device__ __forceinline__ void stage_chunk(uint8_t (*dst)[lay<T>::SROW], const uint8_t *const *rp, int64_t k,
+                                            int64_t nblk, const uint8_t *wend, int lane) {
+    using L = lay<T>;
+    const int64_t blk0 = k * L::CBLK;
+    const int bytes = (int)imin(L::CBLK, nblk - blk0) * L::BB;
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++) {
+        const uint8_t *p = rp[r] + blk0 * L::BB;
+        const uint8_t *a0 = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
+        const int nseg = (int)(p - a0 + bytes + 15) >> 4;
+        if (a0 + 16 * nseg <= wend) { /* every row but the matrix's last: whole segments */
+            for (int s = lane; s < nseg; s += 32) cp_async16(dst[r] + 16 * s, a0 + 16 * s, 16);
+        } else {
+            for (int s = lane; s < nseg; s += 32) cp_async16(dst[r] + 16 * s, a0 + 16 * s, (int)imin(16, wend - (a0 + 16 * s)));
+        }
+    }
+}
+
+/*
+ * One lane's item of chunk k for the row group: acc[r][t] += its part of row r . x_t.
+ * Few tokens (NT <= 2): per group, S = sum q x in f32, then acc += a S (+ b sum x): the fewest instructions per
+ * weight. More tokens: the weight's exact value (a q + b, rounded as the host rounds it) once per row, then one fma
+ * per token; the dequantization cost is shared by the tokens and the registers of S are saved.
+ */
+template <int T, int NT, bool AL>
+__device__ __forceinline__ void mv_item_acc(const uint8_t (*st)[lay<T>::SROW], const uint8_t *const *rp, int64_t blk0,
+                                            int lane, const float *const *xt, const float *tbl,
+                                            float (&acc)[MV_ROWS][NT]) {
+    using L = lay<T>;
+    using I = mv_item<T>;
+    constexpr bool EXACT = NT >= 4;
+    const int blk = lane / L::IPB, sub = lane % L::IPB;
+    const int64_t col0 = (blk0 + blk) * L::BE;
+    I it[MV_ROWS];
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++) {
+        const int delta = (int)((uintptr_t)(rp[r] + blk0 * L::BB) & 15);
+        it[r].template load<AL>(st[r], delta + blk * L::BB, sub, tbl);
+    }
+#pragma unroll
+    for (int g = 0; g < I::G; g++) {
+        float S[MV_ROWS][EXACT ? 1 : NT], Sx[EXACT ? 1 : NT];
+        if constexpr (!EXACT) {
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                Sx[t] = 0.0f;
+#pragma unroll
+                for (int r = 0; r < MV_ROWS; r++) S[r][t] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < I::P; p++) {
+            float c[MV_ROWS][8];
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) {
+                it[r].codes(g, p, c[r]);
+                if constexpr (EXACT && I::SCALED) {
+                    const float a = it[r].scale(g), b = it[r].bias(g);
+#pragma unroll
+                    for (int i = 0; i < 8; i++) c[r][i] = I::BIAS ? q_add(q_mul(a, c[r][i]), b) : q_mul(a, c[r][i]);
+                }
+            }
+            const int64_t col = col0 + I::col(sub, g, p);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float4 x0 = q_ldf4(xt[t] + col), x1 = q_ldf4(xt[t] + col + 4);
+                const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                if constexpr (EXACT) {
+#pragma unroll
+                    for (int r = 0; r < MV_ROWS; r++)
+#pragma unroll
+                        for (int i = 0; i < 8; i++) acc[r][t] = q_fma(c[r][i], xv[i], acc[r][t]);
+                } else {
+                    if constexpr (I::BIAS) {
+#pragma unroll
+                        for (int i = 0; i < 8; i++) Sx[t] = q_add(Sx[t], xv[i]);
+                    }
+#pragma unroll
+                    for (int r = 0; r < MV_ROWS; r++)
+#pragma unroll
+                        for (int i = 0; i < 8; i++) S[r][t] = q_fma(c[r][i], xv[i], S[r][t]);
+                }
+            }
+        }
+        if constexpr (!EXACT) {
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++)
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if constexpr (I::SCALED) acc[r][t] = q_fma(it[r].scale(g), S[r][t], acc[r][t]);
+                    else acc[r][t] = q_add(acc[r][t], S[r][t]);
+                    if constexpr (I::BIAS) acc[r][t] = q_fma(it[r].bias(g), Sx[t], acc[r][t]);
+                }
+        }
+    }
+}
+
+/* A warp's chunks k = kwi, kwi + kw, ... of the row group from row0, two in flight. */
+template <int T, int NT, bool AL>
+__device__ __forceinline__ void mv_rows(const mv_args &a, const uint8_t *w, int64_t row0, int64_t pair, int kwi,
+                                        int lane, uint8_t (*st)[MV_ROWS][lay<T>::SROW], const float *tbl,
+                                        float (&acc)[MV_ROWS][NT]) {
+    using L = lay<T>;
+    const uint8_t *wend = w + a.rows * a.row_bytes;
+    const uint8_t *rp[MV_ROWS];
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++) rp[r] = w + imin(row0 + r, a.rows - 1) * a.row_bytes; /* past the end: the last row */
+    const float *xt[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) xt[t] = a.x + pair * a.x_pair + imin(t, a.n_tok - 1) * a.x_tok;
+    const int64_t nchunk = (a.nblk + L::CBLK - 1) / L::CBLK;
+    int64_t k = kwi;
+    if (k < nchunk) stage_chunk<T>(st[0], rp, k, a.nblk, wend, lane);
+    cp_commit();
+    for (int b = 0; k < nchunk; k += a.kw, b ^= 1) {
+        if (k + a.kw < nchunk) stage_chunk<T>(st[b ^ 1], rp, k + a.kw, a.nblk, wend, lane);
+        cp_commit();
+        cp_wait1();
+        __syncwarp();
+        const int64_t blk0 = k * L::CBLK;
+        if (lane < imin(32, (a.nblk - blk0) * L::IPB)) mv_item_acc<T, NT, AL>(st[b], rp, blk0, lane, xt, tbl, acc);
+        __syncwarp();
+    }
+}
+
+/* One halving step of warp_sum_many: n values to n/2, exchanged with the lane o away (lanes with bit o keep the
+ * upper half); recursion keeps every index a constant, so v stays in registers. */
+template <int N> __device__ __forceinline__ void warp_halve(float *v, int lane, int o, int *id) {
+    if constexpr (N > 1) {
+        const bool upper = lane & o;
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) {
+            const float lo = v[i], hi = v[i + N / 2];
+            const float recv = __shfl_xor_sync(0xffffffffu, upper ? lo : hi, o);
+            v[i] = (upper ? hi : lo) + recv;
+        }
+        *id = 2 * *id + (upper ? 1 : 0);
+        warp_halve<N / 2>(v, lane, o >> 1, id);
+    }
+}
+/* Sum V values (a power of 2 up to 32) over the warp: halving steps, then plain butterflies; returns the total of
+ * value idx (set), held by the 32/V lanes that share it. */
+template <int V> __device__ __forceinline__ float warp_sum_many(float (&v)[V], int lane, int *idx) {
+    static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0, "V a power of 2 up to 32");
+    *idx = 0;
+    warp_halve<V>(v, lane, 16, idx);
+    float s = v[0];
+#pragma unroll
+    for (int o = 16 / V; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mv_kernel(mv_args a) {
+    using L = lay<T>;
+    constexpr int V = MV_ROWS * NT;
+    __shared__ __align__(16) uint8_t stage[MV_WARPS][2][MV_ROWS][L::SROW];
+    __shared__ float red[MV_WARPS][V];
+    __shared__ float tbl[16];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if constexpr (T == QW_TYPE_IQ4_NL || T == QW_TYPE_IQ4_XS) {
+        if (threadIdx.x < 16) tbl[threadIdx.x] = (float)kvalue(threadIdx.x);
+        __syncthreads();
+    }
+    const int kwi = warp % a.kw;
+    const int64_t row0 = ((int64_t)blockIdx.x * (MV_WARPS / a.kw) + warp / a.kw) * MV_ROWS;
+    const int64_t pair = a.pair0 + blockIdx.y;
+    const uint8_t *w = a.mats ? (const uint8_t *)a.mats[pair] : a.w;
+    float acc[MV_ROWS][NT];
+#pragma unroll
+    for (int r = 0; r < MV_ROWS; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    if (row0 < a.rows) {
+        if (L::AL_OK && ((uintptr_t)w & 15) == 0 && (a.row_bytes & 15) == 0)
+            mv_rows<T, NT, L::AL_OK>(a, w, row0, pair, kwi, lane, stage[warp], tbl, acc);
+        else
+            mv_rows<T, NT, false>(a, w, row0, pair, kwi, lane, stage[warp], tbl, acc);
+    }
+    float v[V];
+#pragma unroll
+    for (int i = 0; i < V; i++) v[i] = acc[i / NT][i % NT];
+    int idx;
+    const float s = warp_sum_many<V>(v, lane, &idx);
+    if ((lane & (32 / V - 1)) == 0) red[warp][idx] = s;
+    __syncthreads();
+    if (kwi == 0 && lane < V && row0 < a.rows) {
+        float sum = red[warp][lane];
+        for (int k = 1; k < a.kw; k++) sum += red[warp + k][lane];
+        const int r = lane / NT, t = lane % NT;
+        if (row0 + r < a.rows && t < a.n_tok) a.y[pair * a.y_pair + t * a.y_tok + row0 + r] = sum;
+    }
+}
+
+/* The fallback for any shape and alignment (plain rows of any length, x not 16-byte aligned): a warp per row and
+ * pair, the exact elements of dq_item dotted with x one token at a time. */
+template <int T> __global__ void __launch_bounds__(MV_THREADS) mv_any(mv_args a, int64_t cols) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5), pair = a.pair0 + blockIdx.y;
+    if (row >= a.rows) return;
+    const uint8_t *w = (a.mats ? (const uint8_t *)a.mats[pair] : a.w) + row * a.row_bytes;
+    const int64_t ipr = (cols + 31) / 32;
+    for (int t = 0; t < a.n_tok; t++) {
+        const float *x = a.x + pair * a.x_pair + t * a.x_tok;
+        float acc = 0.0f;
+        for (int64_t it = lane; it < ipr; it += 32) {
+            float v[32];
+            const int cnt = dq_item<T>(w, it, cols, v);
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+                if (j < cnt) acc = q_fma(v[j], x[32 * it + j], acc);
+        }
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) a.y[pair * a.y_pair + t * a.y_tok + row] = acc;
+    }
+}
+
+/* ------------------------------------------------------------------ launches */
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* y [n][cols] = the rows src(0 .. n-1) as f32 */
+template <int T, class Src> void dq_launch(qwc *c, float *y, int64_t n, int64_t cols, const Src &src) {
+    const int64_t total = n * cdiv(cols, 32);
+    if (total <= 0) return;
+    const unsigned grid = (unsigned)std::min<int64_t>(cdiv(total, DQ_THREADS), (int64_t)1 << 20);
+    dq_rows<T><<<grid, DQ_THREADS, 0, qwc_stream(c)>>>(y, n, cols, src);
+    QWC_LAUNCHED();
+}
+
+/* the matrix-vector kernels of type T for one pass of n_tok <= MV_PASS_TOK tokens (n_pairs pairs: blockIdx.y) */
+template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs) {
+    using L = lay<T>;
+    const bool fast = ((uintptr_t)a.x & 15) == 0 && (a.x_tok & 3) == 0 && (a.x_pair & 3) == 0 &&
+                      (!L::PLAIN || cols % 8 == 0) && (a.mats || ((uintptr_t)a.w & (T == QW_TYPE_F32 ? 3 : 1)) == 0);
+    cudaStream_t s = qwc_stream(c);
+    for (int64_t p0 = 0; p0 < n_pairs; p0 += 65535) {
+        a.pair0 = p0;
+        const unsigned ny = (unsigned)std::min<int64_t>(n_pairs - p0, 65535);
+        if (!fast) {
+            mv_any<T><<<dim3((unsigned)cdiv(a.rows, MV_WARPS), ny), MV_THREADS, 0, s>>>(a, cols);
+            QWC_LAUNCHED();
+            continue;
+        }
+        a.nblk = cols / L::BE;
+        const int64_t nchunk = cdiv(a.nblk, L::CBLK), groups = cdiv(a.rows, MV_ROWS) * n_pairs;
+        a.kw = 1;
+        while (a.kw < MV_WARPS && 2 * a.kw <= nchunk && groups * a.kw < MV_TARGET_WARPS) a.kw *= 2;
+        const dim3 grid((unsigned)cdiv(cdiv(a.rows, MV_ROWS), MV_WARPS / a.kw), ny);
+        const int nt = a.n_tok;
+        if (nt == 1) mv_kernel<T, 1><<<grid, MV_THREADS, 0, s>>>(a);
+        else if (nt == 2) mv_kernel<T, 2><<<grid, MV_THREADS, 0, s>>>(a);
+        else if (nt <= 4) mv_kernel<T, 4><<<grid, MV_THREADS, 0, s>>>(a);
+        else mv_kernel<T, 8><<<grid, MV_THREADS, 0, s>>>(a);
+        QWC_LAUNCHED();
+    }
+}
+
+/* y [n_tok][rows] = x W^T through cuBLAS: column-major, y^T [rows][n_tok] = W^T^T x^T; W here [m][cols] from A */
+void gemm(qwc *c, float *y, int64_t ldy, const float *A, int64_t m, int64_t cols, const float *x, int n_tok) {
+    const float one = 1.0f, zero = 0.0f;
+    QWC_CUBLAS(cublasGemmEx(qwc_cublas(c), CUBLAS_OP_T, CUBLAS_OP_N, (int)m, n_tok, (int)cols, &one, A, CUDA_R_32F,
+                            (int)cols, x, CUDA_R_32F, (int)cols, &zero, y, CUDA_R_32F, (int)ldy,
+                            CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+}
+
+template <int T> struct op_matmul {
+    static void run(qwc *c, float *y, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int n_tok) {
+        const int64_t row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
+        if (n_tok <= MV_MAX_TOK) {
+            for (int t0 = 0; t0 < n_tok; t0 += MV_PASS_TOK) {
+                mv_args a = {};
+                a.w = w;
+                a.rows = rows;
+                a.row_bytes = row_bytes;
+                a.x = x + (int64_t)t0 * cols;
+                a.x_tok = cols;
+                a.y = y + (int64_t)t0 * rows;
+                a.y_tok = rows;
+                a.n_tok = std::min(MV_PASS_TOK, n_tok - t0);
+                mv_launch<T>(c, a, cols, 1);
+            }
+            return;
+        }
+        /* tiles of rows: each dequantized into the scratch (F32 weights: read in place), then one GEMM; a tile
+         * also keeps every cuBLAS dimension and offset within int */
+        int64_t tile = std::max<int64_t>(1, (int64_t)(GEMM_TILE_BYTES / sizeof(float)) / cols);
+        if (tile >= 128) tile -= tile % 128;
+        tile = std::min(tile, rows);
+        float *buf = T == QW_TYPE_F32 ? NULL : (float *)qwc_scratch(c, (size_t)(tile * cols) * sizeof(float));
+        for (int64_t r0 = 0; r0 < rows; r0 += tile) {
+            const int64_t nr = std::min(tile, rows - r0);
+            if (T == QW_TYPE_F32) {
+                gemm(c, y + r0, rows, (const float *)(w + r0 * row_bytes), nr, cols, x, n_tok);
+            } else {
+                dq_launch<T>(c, buf, nr, cols, rows_dense{w, row_bytes, r0});
+                gemm(c, y + r0, rows, buf, nr, cols, x, n_tok);
+            }
+        }
+    }
+};
+
+template <int T> struct op_get_rows {
+    static void run(qwc *c, float *y, const uint8_t *w, int64_t n_rows, int64_t cols, const int32_t *ids, int n) {
+        dq_launch<T>(c, y, n, cols, rows_ids{w, (int64_t)qw_type_row_size((qw_type)T, cols), n_rows, ids});
+    }
+};
+
+template <int T> struct op_gather {
+    static void run(qwc *c, float *y, const void *const *chunks, int64_t dh, int n_chunks, int64_t chunk_rows,
+                    const int64_t *rows, int64_t n) {
+        dq_launch<T>(c, y, n, dh, rows_chunks{chunks, (int64_t)qw_type_row_size((qw_type)T, dh), chunk_rows, rows, n_chunks});
+    }
+};
+
+template <int T> struct op_pairs {
+    static void run(qwc *c, float *y, const void *const *mats, int64_t rows, int64_t cols, const float *x,
+                    int64_t x_stride, int n_pairs) {
+        mv_args a = {};
+        a.mats = mats;
+        a.rows = rows;
+        a.row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
+        a.x = x;
+        a.x_pair = x_stride;
+        a.y = y;
+        a.y_pair = rows;
+        a.n_tok = 1;
+        mv_launch<T>(c, a, cols, n_pairs);
+    }
+};
+
+/* F<T>::run(args...) for the weight type t */
+template <template <int> class F, class... A> void by_type(qw_type t, A... args) {
+    switch (t) {
+    case QW_TYPE_F32: F<QW_TYPE_F32>::run(args...); return;
+    case QW_TYPE_F16: F<QW_TYPE_F16>::run(args...); return;
+    case QW_TYPE_BF16: F<QW_TYPE_BF16>::run(args...); return;
+    case QW_TYPE_Q8_0: F<QW_TYPE_Q8_0>::run(args...); return;
+    case QW_TYPE_Q4_0: F<QW_TYPE_Q4_0>::run(args...); return;
+    case QW_TYPE_Q4_1: F<QW_TYPE_Q4_1>::run(args...); return;
+    case QW_TYPE_Q5_0: F<QW_TYPE_Q5_0>::run(args...); return;
+    case QW_TYPE_Q5_1: F<QW_TYPE_Q5_1>::run(args...); return;
+    case QW_TYPE_Q4_K: F<QW_TYPE_Q4_K>::run(args...); return;
+    case QW_TYPE_Q5_K: F<QW_TYPE_Q5_K>::run(args...); return;
+    case QW_TYPE_Q6_K: F<QW_TYPE_Q6_K>::run(args...); return;
+    case QW_TYPE_IQ4_NL: F<QW_TYPE_IQ4_NL>::run(args...); return;
+    case QW_TYPE_IQ4_XS: F<QW_TYPE_IQ4_XS>::run(args...); return;
+    default: qwc_die(__FILE__, __LINE__, "quant.cu: no kernel for weights of type", qw_type_name(t));
+    }
+}
+
+} // namespace
+
+void qwc_matmul(qwc *c, float *y, const qw_tensor *w, const float *x, int n_tok) {
+    const int64_t rows = w->shape[0], cols = qw_tensor_row_len(w);
+    if (n_tok <= 0 || rows <= 0) return;
+    by_type<op_matmul>(w->type, c, y, (const uint8_t *)w->data, rows, cols, x, n_tok);
+}
+
+void qwc_get_rows(qwc *c, float *y, const qw_tensor *w, const int32_t *ids, int n) {
+    if (n <= 0) return;
+    by_type<op_get_rows>(w->type, c, y, (const uint8_t *)w->data, w->shape[0], qw_tensor_row_len(w), ids, n);
+}
+
+void qwc_gather_rows(qwc *c, float *y, const void *const *chunk_data, qw_type type, int64_t dh, int n_chunks,
+                     int64_t chunk_rows, const int64_t *rows, int64_t n) {
+    if (n <= 0) return;
+    by_type<op_gather>(type, c, y, chunk_data, dh, n_chunks, chunk_rows, rows, n);
+}
+
+void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
+                      const float *x, int64_t x_stride, int n_pairs) {
+    if (n_pairs <= 0 || rows <= 0) return;
+    by_type<op_pairs>(type, c, y, mats, rows, cols, x, x_stride, n_pairs);
+}

@@ -1,0 +1,439 @@
+/*
+ * t_cuda_ops.c - every op of the CUDA backend against the scalar reference (kernels/ref.c) on random inputs,
+ * the weights handed over as host views as the model hands them. Bits where the op's definition fixes them
+ * and both sides compute them the same way (copies, element-wise ops and their e^x, RoPE on the same table,
+ * the convolution's ordered double sum, QSA scores and selection, PLE hashing and gathers, hyper-connection
+ * steps); where the device sums in another order (norms' block sums, attention's online softmax, the delta
+ * rule's f32 sums against the reference's double) or uses CUDA's libm (cos, sin, exp, log1p), a relative
+ * error bound stated at each check, far below what a wrong index or a missed term gives (> 1e-3).
+ * Matmuls and weight gathers of every type: t_cuda_quant.c. Prints SKIP and passes without a CUDA device.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda.h"
+#include "kernels/composite.h"
+#include "kernels/ops.h"
+#include "../test_util.h"
+
+static const qw_backend *R;
+static qw_backend *G;
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (2.0 / (1ull << 24)) - 1.0);
+}
+static float *rvec(size_t n, float scale) {
+    float *v = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
+    return v;
+}
+static void *dev(const void *h, size_t bytes) {
+    void *d = G->alloc(G, bytes, QW_MEM_ACT);
+    if (h) G->upload(G, d, h, bytes);
+    return d;
+}
+static void *back(const void *d, size_t bytes) {
+    void *h = malloc(bytes ? bytes : 1);
+    G->download(G, h, d, bytes);
+    return h;
+}
+static qw_step *dev_step(int pos0) {
+    qw_step s = {.pos0 = pos0};
+    return dev(&s, sizeof(s));
+}
+/* the largest |a - b| / (|b| + floor) */
+static double rel_err(const float *a, const float *b, size_t n, double floor) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i] - b[i]) / (fabs((double)b[i]) + floor));
+    return w;
+}
+static int same(const void *a, const void *b, size_t bytes) { return !memcmp(a, b, bytes); }
+/* the same floats, NaN equal to NaN (its sign and payload are the platform's); prints the first difference */
+static int same_f(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4) && !(a[i] != a[i] && b[i] != b[i])) {
+            printf("  first difference at %zu: %.9g vs %.9g (reference)\n", i, a[i], b[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static void test_copies(void) {
+    printf("store_rows, copy_strided\n");
+    int T = 5, W = 37;
+    float *src = rvec((size_t)T * W, 1), *cache = calloc(20 * W, sizeof(float));
+    float *dsrc = dev(src, (size_t)T * W * 4), *dcache = dev(cache, 20 * W * 4);
+    qw_step hs = {.pos0 = 7};
+    R->store_rows(R, cache, src, T, W, &hs);
+    G->store_rows(G, dcache, dsrc, T, W, dev_step(7));
+    float *g = back(dcache, 20 * W * 4);
+    CHECK(same(g, cache, 20 * W * 4), "store_rows differs");
+    free(g);
+    /* a 4-d permutation with a zero stride (broadcast) and an inner stride of 2 */
+    qw_copy_layout l = {{3, 2, 4, 5}, {1, 3, 6, 24}, {2, 1, 0, 6}};
+    float *in = rvec(64, 1), *out = calloc(120, 4), *dout = dev(NULL, 120 * 4);
+    R->copy_strided(R, out, in, &l);
+    G->copy_strided(G, dout, dev(in, 64 * 4), &l);
+    g = back(dout, 120 * 4);
+    CHECK(same(g, out, 120 * 4), "copy_strided differs");
+    free(g), free(in), free(out), free(src), free(cache);
+}
+
+static void test_norms_elementwise(void) {
+    printf("rms_norm (plain, zero-centred, grouped), l2_norm, silu, sigmoid, mul, axpy, divide\n");
+    int rows = 12, dim = 1000;
+    size_t n = (size_t)rows * dim;
+    float *x = rvec(n, 3), *w = rvec(4 * dim, 0.5f), *y = malloc(n * 4);
+    float *dx = dev(x, n * 4), *dy = dev(NULL, n * 4);
+    for (int zc = 0; zc < 2; zc++) {
+        R->rms_norm(R, y, x, w, rows, dim, 1e-6f, zc);
+        G->rms_norm(G, dy, dx, w, rows, dim, 1e-6f, zc);
+        float *g = back(dy, n * 4);
+        double e = rel_err(g, y, n, 1e-6);
+        CHECK(e < 4e-7, "rms_norm zc %d: relative error %.2e (bound 4e-7: 1/rms may round differently)", zc, e);
+        free(g);
+    }
+    R->rms_norm_grouped(R, y, x, w, rows, 4, dim, 1e-6f, 1);
+    G->rms_norm_grouped(G, dy, dx, w, rows, 4, dim, 1e-6f, 1);
+    float *g = back(dy, n * 4);
+    CHECK(rel_err(g, y, n, 1e-6) < 4e-7, "rms_norm_grouped: relative error %.2e", rel_err(g, y, n, 1e-6));
+    free(g);
+    memcpy(y, x, n * 4);
+    R->l2_norm(R, y, rows, dim, 1e-6f, 0.3f);
+    G->upload(G, dy, x, n * 4);
+    G->l2_norm(G, dy, rows, dim, 1e-6f, 0.3f);
+    g = back(dy, n * 4);
+    CHECK(rel_err(g, y, n, 1e-6) < 4e-7, "l2_norm: relative error %.2e", rel_err(g, y, n, 1e-6));
+    free(g);
+    /* element-wise: the reference's bits (the device repeats expd.h's e^x); include extremes and NaN */
+    float *e = rvec(n, 40);
+    e[0] = -200, e[1] = 200, e[2] = 0, e[3] = -0.0f, e[4] = NAN, e[5] = 88.7f, e[6] = -103.9f;
+    float *de = dev(NULL, n * 4);
+    for (int k = 0; k < 2; k++) {
+        memcpy(y, e, n * 4);
+        G->upload(G, de, e, n * 4);
+        if (k == 0) {
+            R->silu(R, y, (int64_t)n);
+            G->silu(G, de, (int64_t)n);
+        } else {
+            R->sigmoid(R, y, (int64_t)n);
+            G->sigmoid(G, de, (int64_t)n);
+        }
+        g = back(de, n * 4);
+        CHECK(same_f(g, y, n), "%s: not the reference's bits", k ? "sigmoid" : "silu");
+        free(g);
+    }
+    float *a = rvec(n, 2), *b = rvec(n, 2), *da = dev(a, n * 4), *db = dev(b, n * 4);
+    R->mul(R, y, a, b, (int64_t)n);
+    G->mul(G, de, da, db, (int64_t)n);
+    g = back(de, n * 4);
+    CHECK(same(g, y, n * 4), "mul: not the reference's bits");
+    free(g);
+    memcpy(y, x, n * 4);
+    G->upload(G, de, x, n * 4);
+    R->axpy(R, y, a, 0.37f, (int64_t)n);
+    G->axpy(G, de, da, 0.37f, (int64_t)n);
+    R->divide(R, y, 3.0f, (int64_t)n);
+    G->divide(G, de, 3.0f, (int64_t)n);
+    g = back(de, n * 4);
+    CHECK(same(g, y, n * 4), "axpy then divide: not the reference's bits");
+    free(g), free(x), free(w), free(y), free(e), free(a), free(b);
+}
+
+static void test_rope(void) {
+    printf("rope_table, rope\n");
+    int T = 6, n_rot = 64, nh = 3, hs = 80, stride = nh * hs + 16;
+    float *inv = malloc(32 * 4), *cs = malloc((size_t)T * n_rot * 4);
+    for (int k = 0; k < 32; k++) inv[k] = 1.0f / powf(10000.0f, (float)(2 * k) / n_rot);
+    qw_step hs_ = {.pos0 = 1000};
+    R->rope_table(R, cs, inv, n_rot, T, &hs_);
+    float *dcs = dev(NULL, (size_t)T * n_rot * 4);
+    G->rope_table(G, dcs, inv, n_rot, T, dev_step(1000));
+    float *g = back(dcs, (size_t)T * n_rot * 4);
+    double worst = 0;
+    for (int i = 0; i < T * n_rot; i++) worst = fmax(worst, fabs((double)g[i] - cs[i]));
+    CHECK(worst < 2e-6, "rope_table: largest difference %.2e (bound 2e-6: CUDA's and the C library's cos/sin)", worst);
+    free(g);
+    float *x = rvec((size_t)T * stride, 1), *y = malloc((size_t)T * stride * 4);
+    memcpy(y, x, (size_t)T * stride * 4);
+    float *dx = dev(x, (size_t)T * stride * 4);
+    G->upload(G, dcs, cs, (size_t)T * n_rot * 4); /* the same table on both sides */
+    R->rope(R, y, T, stride, nh, hs, n_rot, cs);
+    G->rope(G, dx, T, stride, nh, hs, n_rot, dcs);
+    g = back(dx, (size_t)T * stride * 4);
+    CHECK(same(g, y, (size_t)T * stride * 4), "rope: not the reference's bits");
+    free(g), free(x), free(y), free(inv), free(cs);
+}
+
+static void test_attention(void) {
+    printf("attention: full, causal from a position, and over a selection\n");
+    int nh = 8, nkv = 2, hd = 128, n_ctx = 300;
+    float *kc = rvec((size_t)n_ctx * nkv * hd, 1), *vc = rvec((size_t)n_ctx * nkv * hd, 2);
+    float *dk = dev(kc, (size_t)n_ctx * nkv * hd * 4), *dv = dev(vc, (size_t)n_ctx * nkv * hd * 4);
+    static const int cases[][3] = {{1, 0, 0}, {1, 250, 0}, {9, 100, 0}, {5, 200, 1}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int T = cases[ci][0], p0 = cases[ci][1], sparse = cases[ci][2];
+        float *q = rvec((size_t)T * nh * hd, 2), *o = malloc((size_t)T * nh * hd * 4);
+        int32_t *sel = NULL, *off = NULL, *dsel = NULL, *doff = NULL;
+        if (sparse) {
+            sel = malloc((size_t)T * n_ctx * 4);
+            off = malloc((size_t)(T + 1) * 4);
+            int m = 0;
+            for (int t = 0; t < T; t++) {
+                off[t] = m;
+                for (int i = 0; i <= p0 + t; i++)
+                    if (i % 3 == 0 || i == p0 + t) sel[m++] = i;
+            }
+            off[T] = m;
+            dsel = dev(sel, (size_t)m * 4);
+            doff = dev(off, (size_t)(T + 1) * 4);
+        }
+        void *work = malloc(R->attention_work(R, n_ctx, hd));
+        qw_step st = {.pos0 = p0};
+        float scale = 1.0f / sqrtf((float)hd);
+        R->attention(R, o, q, nh * hd, kc, vc, T, nh, nkv, hd, scale, sel, off, work, &st);
+        float *dout = dev(NULL, (size_t)T * nh * hd * 4);
+        G->attention(G, dout, dev(q, (size_t)T * nh * hd * 4), nh * hd, dk, dv, T, nh, nkv, hd, scale, dsel, doff,
+                     NULL, dev_step(p0));
+        float *g = back(dout, (size_t)T * nh * hd * 4);
+        double worst = 0;
+        for (int i = 0; i < T * nh * hd; i++) worst = fmax(worst, fabs((double)g[i] - o[i]));
+        /* values within [-2, 2]: the f32 online softmax against the double reference */
+        CHECK(worst < 2e-5, "attention case %zu: largest difference %.2e (bound 2e-5)", ci, worst);
+        free(g), free(q), free(o), free(sel), free(off), free(work);
+    }
+    free(kc), free(vc);
+}
+
+static void test_qsa(void) {
+    printf("qsa_keys, qsa_select: the same pooled keys and the same positions\n");
+    int ihd = 64, R_ = 8, n_ctx = 256, ni = 4, n_rot = 32, topk = 5;
+    float *knorm = rvec(ihd, 0.3f), *inv = malloc(16 * 4);
+    for (int k = 0; k < 16; k++) inv[k] = 1.0f / powf(10000.0f, (float)(2 * k) / n_rot);
+    float *raw = calloc((size_t)n_ctx * ihd, 4), *blk = calloc((size_t)(n_ctx / R_ + 1) * ihd, 4);
+    float *draw = dev(raw, (size_t)n_ctx * ihd * 4), *dblk = dev(blk, (size_t)(n_ctx / R_ + 1) * ihd * 4);
+    int64_t width = (int64_t)(ni + 1) * ihd;
+    int pos = 0;
+    static const int steps[] = {13, 1, 1, 30, 7, 1, 60};
+    for (size_t si = 0; si < sizeof(steps) / sizeof(steps[0]); si++) {
+        int T = steps[si];
+        float *rows = rvec((size_t)T * width, 1);
+        float *drows = dev(rows, (size_t)T * width * 4);
+        qw_step st = {.pos0 = pos};
+        qw_step *dst = dev_step(pos);
+        R->qsa_keys(R, raw, blk, rows + (int64_t)ni * ihd, width, T, ihd, R_, knorm, 1e-6f, inv, n_rot, &st);
+        G->qsa_keys(G, draw, dblk, drows + (int64_t)ni * ihd, width, T, ihd, R_, knorm, 1e-6f, inv, n_rot, dst);
+        float *graw = back(draw, (size_t)n_ctx * ihd * 4), *gblk = back(dblk, (size_t)(n_ctx / R_ + 1) * ihd * 4);
+        CHECK(same(graw, raw, (size_t)n_ctx * ihd * 4), "qsa_keys step %zu: raw keys differ", si);
+        double e = rel_err(gblk, blk, (size_t)(pos + T) / R_ * ihd, 1e-3);
+        CHECK(e < 1e-5, "qsa_keys step %zu: pooled keys, relative error %.2e (bound 1e-5: cos/sin)", si, e);
+        /* the selection from the same pooled keys on both sides (the device's copied from the host's) */
+        G->upload(G, dblk, blk, (size_t)(n_ctx / R_ + 1) * ihd * 4);
+        size_t cap = (size_t)T * (topk + 1) * R_;
+        int32_t *sel = malloc(cap * 4), *off = malloc((size_t)(T + 1) * 4);
+        void *work = malloc(R->qsa_select_work(R, n_ctx, R_, topk));
+        G->qsa_select_work(G, n_ctx, R_, topk);
+        int32_t *dsel = dev(NULL, cap * 4), *doff = dev(NULL, (size_t)(T + 1) * 4);
+        R->qsa_select(R, sel, off, rows, width, blk, T, ni, ihd, R_, topk, work, &st);
+        G->qsa_select(G, dsel, doff, drows, width, dblk, T, ni, ihd, R_, topk, NULL, dst);
+        int32_t *goff = back(doff, (size_t)(T + 1) * 4);
+        CHECK(same(goff, off, (size_t)(T + 1) * 4), "qsa_select step %zu: offsets differ", si);
+        int32_t *gsel = back(dsel, (size_t)off[T] * 4);
+        CHECK(same(gsel, sel, (size_t)off[T] * 4), "qsa_select step %zu: positions differ", si);
+        free(goff), free(gsel), free(sel), free(off), free(work), free(graw), free(gblk), free(rows);
+        pos += T;
+    }
+    free(knorm), free(inv), free(raw), free(blk);
+}
+
+static void test_gdn(void) {
+    printf("conv1d_dw, gdn_gate, delta_rule\n");
+    int T = 7, ch = 300, k = 4, dil = 1;
+    float *x = rvec((size_t)(k - 1 + T) * ch, 1), *w = rvec((size_t)ch * k, 1), *y = malloc((size_t)T * ch * 4);
+    R->conv1d_dw(R, y, x, w, T, ch, k, dil);
+    float *dy = dev(NULL, (size_t)T * ch * 4);
+    G->conv1d_dw(G, dy, dev(x, (size_t)(k - 1 + T) * ch * 4), w, T, ch, k, dil);
+    float *g = back(dy, (size_t)T * ch * 4);
+    CHECK(same(g, y, (size_t)T * ch * 4), "conv1d_dw: not the reference's bits");
+    free(g), free(x), free(w), free(y);
+    int hv = 8, hk = 2, dk = 128, dv = 128;
+    float *a = rvec((size_t)T * hv, 10), *nea = rvec(hv, 1), *dtb = rvec(hv, 1), *ga = malloc((size_t)T * hv * 4);
+    memcpy(ga, a, (size_t)T * hv * 4);
+    float *da = dev(a, (size_t)T * hv * 4);
+    R->gdn_gate(R, ga, nea, dtb, T, hv);
+    G->gdn_gate(G, da, nea, dtb, T, hv);
+    g = back(da, (size_t)T * hv * 4);
+    CHECK(rel_err(g, ga, (size_t)T * hv, 1e-6) < 1e-6, "gdn_gate: relative error %.2e (CUDA's expf, log1pf)",
+          rel_err(g, ga, (size_t)T * hv, 1e-6));
+    free(g);
+    for (int dk_ = 64; dk_ <= 192; dk_ += 64) { /* 192: the state read from memory, not registers */
+        dk = dk_;
+        float *q = rvec((size_t)T * hk * dk, 0.1f), *kk = rvec((size_t)T * hk * dk, 0.1f);
+        float *v = rvec((size_t)T * hv * dv, 1), *gg = rvec((size_t)T * hv, 0.5f), *beta = rvec((size_t)T * hv, 0.5f);
+        for (int i = 0; i < T * hv; i++) gg[i] = -fabsf(gg[i]), beta[i] = fabsf(beta[i]);
+        float *S = rvec((size_t)hv * dk * dv, 0.1f), *o = malloc((size_t)T * hv * dv * 4);
+        float *dS = dev(S, (size_t)hv * dk * dv * 4), *dO = dev(NULL, (size_t)T * hv * dv * 4);
+        G->delta_rule(G, dO, dS, dev(q, (size_t)T * hk * dk * 4), dev(kk, (size_t)T * hk * dk * 4),
+                      dev(v, (size_t)T * hv * dv * 4), dev(gg, (size_t)T * hv * 4), dev(beta, (size_t)T * hv * 4), T, hk,
+                      hv, dk, dv);
+        R->delta_rule(R, o, S, q, kk, v, gg, beta, T, hk, hv, dk, dv);
+        float *go = back(dO, (size_t)T * hv * dv * 4), *gS = back(dS, (size_t)hv * dk * dv * 4);
+        double eo = 0, es = 0;
+        for (int i = 0; i < T * hv * dv; i++) eo = fmax(eo, fabs((double)go[i] - o[i]));
+        for (int i = 0; i < hv * dk * dv; i++) es = fmax(es, fabs((double)gS[i] - S[i]));
+        /* outputs and states of size ~0.1-1: f32 sums of dk terms against the reference's double */
+        CHECK(eo < 1e-5 && es < 1e-5, "delta_rule dk %d: largest difference output %.2e, state %.2e (bound 1e-5)", dk,
+              eo, es);
+        free(q), free(kk), free(v), free(gg), free(beta), free(S), free(o), free(go), free(gS);
+    }
+    free(a), free(nea), free(dtb), free(ga);
+}
+
+/* random SwiGLU experts of f32 weights: gate, up [I, H], down [H, I] */
+static qw_ffn_w *make_experts(int E, int H, int I, float **store) {
+    qw_ffn_w *ex = calloc((size_t)E, sizeof(*ex));
+    *store = rvec((size_t)E * 3 * H * I, 0.05f);
+    for (int e = 0; e < E; e++) {
+        float *base = *store + (size_t)e * 3 * H * I;
+        qw_tensor t = {.name = "expert", .type = QW_TYPE_F32, .n_dims = 2};
+        t.data = base, t.shape[0] = I, t.shape[1] = H, ex[e].gate = t;
+        t.data = base + (size_t)H * I, ex[e].up = t;
+        t.data = base + (size_t)2 * H * I, t.shape[0] = H, t.shape[1] = I, ex[e].down = t;
+    }
+    return ex;
+}
+
+static void test_moe(void) {
+    printf("moe_route, moe_ffn (pairs and grouped)\n");
+    int E = 64, k = 8, H = 128, I = 64;
+    float *store, *sstore;
+    qw_ffn_w *ex = make_experts(E, H, I, &store), *sh = make_experts(1, H, 96, &sstore);
+    float *gate_w = rvec(H, 0.1f);
+    qw_tensor sgt = {.name = "gate", .data = gate_w, .type = QW_TYPE_F32, .n_dims = 2, .shape = {1, H}};
+    static const int Ts[] = {1, 2, 12};
+    for (size_t ti = 0; ti < sizeof(Ts) / sizeof(Ts[0]); ti++) {
+        int T = Ts[ti];
+        float *lg = rvec((size_t)T * E, 4), *x = rvec((size_t)T * H, 1);
+        float *dlg = dev(lg, (size_t)T * E * 4), *dx = dev(x, (size_t)T * H * 4);
+        int32_t *sel = malloc((size_t)T * k * 4);
+        float *wt = malloc((size_t)T * k * 4), *y = malloc((size_t)T * H * 4);
+        int32_t *dsel = dev(NULL, (size_t)T * k * 4);
+        float *dwt = dev(NULL, (size_t)T * k * 4), *dy = dev(NULL, (size_t)T * H * 4);
+        R->moe_route(R, sel, wt, lg, T, E, k, 1);
+        G->moe_route(G, dsel, dwt, dlg, T, E, k, 1);
+        int32_t *gsel = back(dsel, (size_t)T * k * 4);
+        float *gwt = back(dwt, (size_t)T * k * 4);
+        CHECK(same(gsel, sel, (size_t)T * k * 4), "moe_route T %d: other experts", T);
+        CHECK(rel_err(gwt, wt, (size_t)T * k, 1e-7) < 1e-6, "moe_route T %d: weights, relative error %.2e", T,
+              rel_err(gwt, wt, (size_t)T * k, 1e-7));
+        void *rw = malloc(R->moe_work(R, T, k, E, H, I, 96));
+        void *gw = dev(NULL, G->moe_work(G, T, k, E, H, I, 96));
+        G->upload(G, dwt, wt, (size_t)T * k * 4); /* the same weights on both sides */
+        R->moe_ffn(R, y, x, sel, wt, T, k, ex, E, sh, &sgt, rw);
+        G->moe_ffn(G, dy, dx, dsel, dwt, T, k, ex, E, sh, &sgt, gw);
+        float *gy = back(dy, (size_t)T * H * 4);
+        double worst = 0;
+        for (int i = 0; i < T * H; i++) worst = fmax(worst, fabs((double)gy[i] - y[i]));
+        /* outputs ~0.1: f32 dot products of 64-128 terms in another order */
+        CHECK(worst < 2e-6, "moe_ffn T %d (%s): largest difference %.2e (bound 2e-6)", T,
+              T * k <= 64 ? "pairs" : "grouped", worst);
+        free(lg), free(x), free(sel), free(wt), free(y), free(gsel), free(gwt), free(rw), free(gy);
+    }
+    free(store), free(sstore), free(ex), free(sh), free(gate_w);
+}
+
+static void test_hc_ple(void) {
+    printf("hc_read, hc_inject, ple_rows, ple_hist_push, ple_gather, ple_gate\n");
+    int T = 5, C = 4, H = 96;
+    size_t n = (size_t)T * C * H;
+    float *m = rvec(n, 1), *inj = rvec((size_t)T * C, 3), *a = malloc((size_t)T * H * 4), *ginj = malloc((size_t)T * C * 4);
+    memcpy(ginj, inj, (size_t)T * C * 4);
+    float *dm = dev(m, n * 4), *dinj = dev(inj, (size_t)T * C * 4), *da = dev(NULL, (size_t)T * H * 4);
+    R->hc_read(R, a, m, ginj, T, C, H);
+    G->hc_read(G, da, dm, dinj, T, C, H);
+    float *g = back(da, (size_t)T * H * 4), *gi = back(dinj, (size_t)T * C * 4);
+    CHECK(same(g, a, (size_t)T * H * 4) && same(gi, ginj, (size_t)T * C * 4), "hc_read: not the reference's bits");
+    free(g), free(gi);
+    float *X = rvec(n, 1), *yv = rvec((size_t)T * H, 1), *dX = dev(X, n * 4);
+    R->hc_inject(R, X, ginj, yv, T, C, H);
+    G->hc_inject(G, dX, dev(ginj, (size_t)T * C * 4), dev(yv, (size_t)T * H * 4), T, C, H);
+    g = back(dX, n * 4);
+    CHECK(same(g, X, n * 4), "hc_inject: not the reference's bits");
+    free(g);
+    /* PLE: hashing with an EOS in the history and in the step, the history pushed, rows gathered from a table
+     * in three pieces (q8_0), the gate */
+    int ng = 3, nh = 8, eos = 2;
+    uint64_t mult[3] = {0x9E3779B97F4A7C15ull | 1, 0xBF58476D1CE4E5B9ull | 1, 0x94D049BB133111EBull | 1};
+    int64_t prime[8], offset[8], total = 0;
+    for (int h = 0; h < nh; h++) prime[h] = 101 + 2 * h, offset[h] = total, total += prime[h];
+    int32_t tok[5] = {7, 2, 9, 11, 4}, hist[8] = {3, 5};
+    int64_t rows[40];
+    int32_t *dtok = dev(tok, sizeof(tok)), *dhist = dev(hist, sizeof(hist));
+    int64_t *drows = dev(NULL, sizeof(rows));
+    R->ple_rows(R, rows, tok, hist, T, ng, nh, eos, mult, prime, offset);
+    G->ple_rows(G, drows, dtok, dhist, T, ng, nh, eos, mult, prime, offset);
+    int64_t *grows = back(drows, sizeof(rows));
+    CHECK(same(grows, rows, sizeof(rows)), "ple_rows: other rows");
+    free(grows);
+    R->ple_hist_push(R, hist, tok, T, ng);
+    G->ple_hist_push(G, dhist, dtok, T, ng);
+    int32_t *gh = back(dhist, 2 * 4);
+    CHECK(same(gh, hist, 2 * 4), "ple_hist_push: other history");
+    free(gh);
+    int dh = 64;
+    int64_t chunk_rows = (total + 2) / 3;
+    qw_tensor chunks[3];
+    void *blocks[3];
+    for (int c = 0; c < 3; c++) {
+        int64_t nr = c < 2 ? chunk_rows : total - 2 * chunk_rows;
+        float *f = rvec((size_t)nr * dh, 1);
+        blocks[c] = malloc((size_t)nr * qw_type_row_size(QW_TYPE_Q8_0, dh));
+        qw_type_traits_of(QW_TYPE_Q8_0)->from_float(f, blocks[c], nr * dh);
+        free(f);
+        chunks[c] = (qw_tensor){.name = "table", .data = blocks[c], .type = QW_TYPE_Q8_0, .n_dims = 2, .shape = {nr, dh}};
+    }
+    float *e = malloc((size_t)T * nh * dh * 4), *de = dev(NULL, (size_t)T * nh * dh * 4);
+    R->ple_gather(R, e, rows, (int64_t)T * nh, chunks, 3, chunk_rows, 0);
+    G->ple_gather(G, de, drows, (int64_t)T * nh, chunks, 3, chunk_rows, 0);
+    g = back(de, (size_t)T * nh * dh * 4);
+    CHECK(same(g, e, (size_t)T * nh * dh * 4), "ple_gather: not the host's dequantized rows");
+    free(g);
+    float *K = rvec(n, 1), *Q = rvec(n, 1), *V = rvec((size_t)T * H, 1), *Gr = malloc(n * 4), *dG = dev(NULL, n * 4);
+    R->ple_gate(R, Gr, K, Q, V, T, C, H);
+    G->ple_gate(G, dG, dev(K, n * 4), dev(Q, n * 4), dev(V, (size_t)T * H * 4), T, C, H);
+    g = back(dG, n * 4);
+    CHECK(rel_err(g, Gr, n, 1e-6) < 1e-6, "ple_gate: relative error %.2e (CUDA's expf)", rel_err(g, Gr, n, 1e-6));
+    free(g), free(K), free(Q), free(V), free(Gr), free(e), free(m), free(inj), free(a), free(ginj), free(X), free(yv);
+    for (int c = 0; c < 3; c++) free(blocks[c]);
+}
+
+int main(void) {
+    char desc[320];
+    if (!qw_cuda_available(desc, sizeof(desc))) {
+        printf("SKIP: %s\n0 passed, 0 failed\n", desc);
+        return 0;
+    }
+    printf("device: %s\n", desc);
+    char err[512];
+    if (qw_backend_cuda_new(0, &G, err, sizeof(err))) {
+        printf("FAIL cuda backend: %s\n0 passed, 1 failed\n", err);
+        return 1;
+    }
+    R = qw_backend_ref();
+    test_copies();
+    test_norms_elementwise();
+    test_rope();
+    test_attention();
+    test_qsa();
+    test_gdn();
+    test_moe();
+    test_hc_ple();
+    G->release(G); /* the test's device buffers go with the process */
+    return test_summary();
+}

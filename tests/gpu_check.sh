@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU tests, on a machine with an NVIDIA GPU and the CUDA toolkit: builds the CUDA backend (make cuda) and
+# runs its tests: every weight kernel (tests/gpu/t_cuda_quant) and every op (tests/gpu/t_cuda_ops) against the
+# CPU reference, every fixture's logits on the GPU against transformers (t_model --backend cuda: the CPU's
+# tolerance), and the text commands end to end (cli_text.sh: greedy text equal to transformers' on the
+# bundled model), qwenc choosing the GPU by itself (--backend auto). `make test` does not run this: it
+# compiles the CUDA sources where nvcc exists, and the GPU tests say SKIP without a device.
+#
+#   bash tests/gpu_check.sh                 everything
+#   bash tests/gpu_check.sh t_cuda_ops      only the programs named
+# DEPS=DIR: a prefix holding the build's libraries and headers (DIR/usr/include, DIR/usr/lib/x86_64-linux-gnu)
+# when the machine has them only unpacked there. -j: parallel jobs of the build (default: every core).
+set -u
+cd "$(dirname "$0")/.."
+J=${J:-$(nproc)}
+flags=()
+if [ -n "${DEPS:-}" ]; then
+    lib="$DEPS/usr/lib/x86_64-linux-gnu"
+    flags=(CFLAGS="-O2 -g -I$DEPS/usr/include" LDFLAGS="-L$lib -Wl,-rpath,$lib")
+    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+if ! make -j"$J" cuda "${flags[@]}" >build-cuda.log 2>&1; then
+    tail -n 40 build-cuda.log
+    echo "gpu_check: make cuda failed (build-cuda.log)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+progs=("$@")
+[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_ops t_model cli_text)
+total_pass=0; total_fail=0
+for p in "${progs[@]}"; do
+    echo "== $p"
+    case $p in
+        t_model) out=$(build-cuda/tests/t_model --backend cuda 2>&1) ;;
+        cli_*) out=$(QWENC=build-cuda/qwenc BUILD=build-cuda bash "tests/$p.sh" 2>&1) ;;
+        *) out=$("build-cuda/tests/gpu/$p" 2>&1) ;;
+    esac
+    rc=$?
+    printf '%s\n' "$out"
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    if [ -z "$line" ]; then echo "ERROR: $p ended (exit $rc) without a summary line"; total_fail=$((total_fail + 1)); continue; fi
+    total_pass=$((total_pass + $(echo "$line" | cut -d' ' -f1)))
+    total_fail=$((total_fail + $(echo "$line" | cut -d' ' -f3)))
+done
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]
