@@ -115,7 +115,9 @@ const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t 
                      bytes, (double)c->weight_bytes / (1 << 30));
             qwc_die(__FILE__, __LINE__, "cudaMalloc", m);
         }
-        QWC_CHECK(cudaMemcpy(d, contents, bytes, cudaMemcpyHostToDevice));
+        /* on the backend's stream, so every op issued later reads it complete: a plain cudaMemcpy from pageable
+         * memory returns once the bytes are staged, and the non-blocking stream does not wait for its DMA */
+        QWC_CHECK(cudaMemcpyAsync(d, contents, bytes, cudaMemcpyHostToDevice, c->stream));
         if (e->host) {
             QWC_CHECK(cudaFree(e->dev));
             c->weight_bytes -= e->bytes;
