@@ -5,6 +5,10 @@
  */
 #include "cuda/ops_internal.cuh"
 
+extern "C" {
+#include "kernels/ple_hash.h"
+}
+
 /* ---------------------------------------------------------------- hyper-connections */
 
 __global__ void k_hc_read(float *a, const float *m, int n_tok, int C, int H) {
@@ -56,25 +60,11 @@ typedef struct {
     uint64_t m[8];
 } mults;
 
-/* one thread per (token, head): the n-gram ending at the token, cut at an EOS, hashed into the head's table */
+/* one thread per (token, head) */
 __global__ void k_ple_rows(int64_t *rows, const int32_t *tokens, const int32_t *hist, int n_tok, int n, int nh,
                            int32_t eos, mults mult, const int64_t *prime, const int64_t *offset) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_tok * nh) return;
-    int t = i / nh, h = i % nh, hpn = nh / (n - 1);
-    int64_t x[8];
-    x[0] = tokens[t];
-    int cut = 0;
-    for (int s = 1; s < n; s++) {
-        int src = t - s;
-        int64_t id = src >= 0 ? tokens[src] : hist[n - 1 + src];
-        if (id == eos) cut = 1;
-        x[s] = cut ? eos : id;
-    }
-    int order = 2 + h / hpn;
-    uint64_t v = 0;
-    for (int j = 0; j < order; j++) v ^= (uint64_t)x[j] * mult.m[j];
-    rows[i] = (int64_t)(v % (uint64_t)prime[h]) + offset[h];
+    if (i < n_tok * nh) rows[i] = qw_ple_row(tokens, hist, i / nh, i % nh, n, nh, eos, mult.m, prime, offset);
 }
 
 static void cu_ple_rows(const qw_backend *be, int64_t *rows, const int32_t *tokens, const int32_t *hist, int n_tok,

@@ -34,19 +34,8 @@ static inline const float *qwc_wf(qwc *c, const float *host, int64_t n) {
 /* blocks of `threads` covering n items */
 static inline unsigned qwc_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
-/* e^x as kernels/expd.h computes it: the same double steps, so the same f32 result */
-__device__ __forceinline__ float qwc_expd(float x) {
-    if (x != x) return x;
-    double xd = fmin(fmax((double)x, QW_EXPD_LO), QW_EXPD_HI);
-    double n = rint(xd * QW_EXPD_INV_LN2);
-    double r = fma(-n, QW_EXPD_LN2_HI, xd);
-    r = fma(-n, QW_EXPD_LN2_LO, r);
-    const double c[QW_EXPD_N_COEF] = QW_EXPD_COEFS;
-    double p = c[0];
-#pragma unroll
-    for (int i = 1; i < QW_EXPD_N_COEF; i++) p = fma(p, r, c[i]);
-    return (float)ldexp(p, (int)n);
-}
+/* e^x as kernels/expd.h computes it: the same function, so the same f32 result */
+#define qwc_expd qw_expd
 
 /* sum of v over the warp, every lane gets it */
 template <typename T> __device__ __forceinline__ T qwc_warp_sum(T v) {

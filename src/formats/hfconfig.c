@@ -500,12 +500,7 @@ qwenc_status qw_hparams_parse(qw_hparams *hp, const char *txt, const char *path,
         cfg_fail(&r, QWENC_ERR_FORMAT, "partial_rotary_factor", "the rotary dimension must be even and in (0, head_dim]");
     if (r.st) goto done;
 
-    hp->layer_kind = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer_kind));
-    hp->layer_moe = qw_calloc((size_t)hp->n_layer, 1);
-    if (!hp->layer_kind || !hp->layer_moe) {
-        r.st = qw_err_nomem(err, errlen, path, (size_t)hp->n_layer, sizeof(qw_layer_kind) + 1);
-        goto done;
-    }
+    if ((r.st = qw_hparams_alloc_layers(hp, path, err, errlen))) goto done;
     unsigned af = qw_arch_get(hp->arch)->flags;
     int bias = cfg_bool(&r, "attention_bias", 0) | cfg_bool(&r, "mlp_bias", 0);
     if (!r.st && bias)
@@ -548,6 +543,14 @@ done:
     cJSON_Delete(root);
     if (st) qw_hparams_free(hp);
     return st;
+}
+
+qwenc_status qw_hparams_alloc_layers(qw_hparams *hp, const char *path, char *err, size_t errlen) {
+    hp->layer_kind = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer_kind));
+    hp->layer_moe = qw_calloc((size_t)hp->n_layer, 1);
+    if (!hp->layer_kind || !hp->layer_moe)
+        return qw_err_nomem(err, errlen, path, (size_t)hp->n_layer, sizeof(qw_layer_kind) + 1);
+    return QWENC_OK;
 }
 
 void qw_hparams_free(qw_hparams *hp) {

@@ -114,5 +114,7 @@ qwenc_status qw_hparams_load(qw_hparams *hp, const char *dir, char *err, size_t 
 /* The same from the text of a config.json (path names it in messages). */
 qwenc_status qw_hparams_parse(qw_hparams *hp, const char *json, const char *path, char *err, size_t errlen);
 void qw_hparams_free(qw_hparams *hp);
+/* hp->layer_kind and hp->layer_moe for hp->n_layer layers, zeroed; QWENC_ERR_NOMEM naming path on failure. */
+qwenc_status qw_hparams_alloc_layers(qw_hparams *hp, const char *path, char *err, size_t errlen);
 
 #endif

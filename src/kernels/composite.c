@@ -12,6 +12,7 @@
 #include "core/common.h"
 #include "core/mapfile.h"
 #include "kernels/composite.h"
+#include "kernels/ple_hash.h"
 
 /* ---------------------------------------------------------------- host memory */
 
@@ -376,25 +377,8 @@ void qw_op_hc_inject(const qw_backend *be, float *X, const float *inj, const flo
 
 void qw_ple_hash(int64_t *rows, const int32_t *tokens, const int32_t *hist, int n_tok, int n, int nh, int32_t eos,
                  const uint64_t *mult, const int64_t *prime, const int64_t *offset) {
-    int hpn = nh / (n - 1);
-    for (int t = 0; t < n_tok; t++) {
-        /* x[s] = token s steps back, EOS if an EOS lies at or between it and the current token */
-        int64_t x[8];
-        x[0] = tokens[t];
-        int cut = 0;
-        for (int s = 1; s < n; s++) {
-            int src = t - s;
-            int64_t id = src >= 0 ? tokens[src] : hist[n - 1 + src];
-            if (id == eos) cut = 1;
-            x[s] = cut ? eos : id;
-        }
-        for (int h = 0; h < nh; h++) {
-            int order = 2 + h / hpn;
-            uint64_t v = 0;
-            for (int i = 0; i < order; i++) v ^= (uint64_t)x[i] * mult[i];
-            rows[(int64_t)t * nh + h] = (int64_t)(v % (uint64_t)prime[h]) + offset[h];
-        }
-    }
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < nh; h++) rows[(int64_t)t * nh + h] = qw_ple_row(tokens, hist, t, h, n, nh, eos, mult, prime, offset);
 }
 
 void qw_op_ple_rows(const qw_backend *be, int64_t *rows, const int32_t *tokens, const int32_t *hist, int n_tok,

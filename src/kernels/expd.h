@@ -18,6 +18,8 @@
 
 #include <math.h>
 
+#include "kernels/hostdev.h" /* the CUDA backend's sigmoid and silu use qw_expd too */
+
 #define QW_EXPD_LO (-104.0)
 #define QW_EXPD_HI 89.0
 #define QW_EXPD_INV_LN2 1.4426950408889634
@@ -31,8 +33,8 @@
 
 
 /* e^x of one float, as above */
-static inline float qw_expd(float x) {
-    static const double c[QW_EXPD_N_COEF] = QW_EXPD_COEFS;
+static inline QW_HOST_DEVICE float qw_expd(float x) {
+    const double c[QW_EXPD_N_COEF] = QW_EXPD_COEFS;
     if (x != x) return x;
     double xd = fmin(fmax((double)x, QW_EXPD_LO), QW_EXPD_HI);
     double n = nearbyint(xd * QW_EXPD_INV_LN2);

@@ -522,12 +522,7 @@ qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *
     hp->n_ff = (int)mr_hp(&r, QW_HP_FF, 0, qw_arch_has(hp->arch, QW_AF_MLP));
     if (r.st) goto done;
 
-    hp->layer_kind = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer_kind));
-    hp->layer_moe = qw_calloc((size_t)hp->n_layer, 1);
-    if (!hp->layer_kind || !hp->layer_moe) {
-        r.st = qw_err_nomem(err, errlen, path, (size_t)hp->n_layer, sizeof(qw_layer_kind) + 1);
-        goto done;
-    }
+    if ((r.st = qw_hparams_alloc_layers(hp, path, err, errlen))) goto done;
     unsigned af = qw_arch_get(hp->arch)->flags;
     if (af & QW_AF_GDN) {
         read_gdn(&r, hp);
