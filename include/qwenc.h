@@ -182,6 +182,25 @@ int qwenc_session_n_ctx(const qwenc_session *session);
 qwenc_status qwenc_session_forward(qwenc_session *session, const int32_t *tokens, int n_tokens,
                                    float *logits, int logits_all, char *err, size_t errlen);
 
+/*
+ * One decode step of several sessions of the same model: session i is fed tokens[i] (after its own past) and,
+ * when logits is not NULL, its next logits go to logits + i * n_vocab. Each session's result is the one
+ * qwenc_session_forward would give it. On error, the sessions before the failing one have taken their token.
+ */
+qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const int32_t *tokens, int n, float *logits,
+                                         char *err, size_t errlen);
+
+/* ---- snapshots: the exact state of a session at a point (every cache row and recurrent state its tokens
+ * left, and its position), restored later into a session of the same model whose context holds as many tokens:
+ * decoding then goes on exactly as from the snapshot's point (prefix reuse, speculative decoding). Kept in host
+ * memory; a snapshot of n tokens costs about the KV cache of n tokens plus the recurrent states. */
+typedef struct qwenc_snapshot qwenc_snapshot;
+qwenc_status qwenc_session_snapshot(const qwenc_session *session, qwenc_snapshot **out, char *err, size_t errlen);
+qwenc_status qwenc_session_restore(qwenc_session *session, const qwenc_snapshot *snap, char *err, size_t errlen);
+int qwenc_snapshot_n_past(const qwenc_snapshot *snap);
+size_t qwenc_snapshot_bytes(const qwenc_snapshot *snap);
+void qwenc_snapshot_free(qwenc_snapshot *snap);
+
 /* ---- profiling (qwenc bench --profile) ----
  * Where a session's forward steps spend their time, op by op: each op of the model's op table timed as the
  * forward waits for it (its threads included), matmuls counted per weight tensor. The logits are unchanged;

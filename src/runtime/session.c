@@ -248,6 +248,123 @@ qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int 
     return QWENC_OK;
 }
 
+/* ---- snapshots: the state a session's first n_past tokens left, region by region in a fixed order (the rows of
+ * the caches that hold them, the whole recurrent states, the token history) */
+
+struct qwenc_snapshot {
+    const qwenc_model *model;
+    int n_past;
+    size_t bytes;
+    uint8_t *data;
+};
+
+/* Every region of s that holds the state of its first n_past tokens: fn(backend address, bytes, offset). */
+static size_t state_regions(const qwenc_session *s, int n_past, void (*fn)(void *dev, size_t bytes, size_t off, void *u),
+                            void *u) {
+    const qw_hparams *hp = &s->model->hp;
+    size_t off = 0;
+#define REGION(p, n)                                                                                                \
+    do {                                                                                                            \
+        size_t b_ = (size_t)(n);                                                                                    \
+        if (fn && b_) fn((void *)(p), b_, off, u);                                                                  \
+        off += b_;                                                                                                  \
+    } while (0)
+    for (int il = 0; il < hp->n_layer; il++) {
+        const qw_layer_state *ls = &s->ls[il];
+        size_t kv = (size_t)n_past * hp->n_head_kv * hp->head_dim * sizeof(float);
+        if (ls->k) {
+            REGION(ls->k, kv);
+            REGION(ls->v, kv);
+        }
+        if (ls->idx_raw) REGION(ls->idx_raw, (size_t)n_past * hp->idx_head_dim * sizeof(float));
+        if (ls->idx_blk) REGION(ls->idx_blk, (size_t)(n_past / hp->idx_ratio) * hp->idx_head_dim * sizeof(float));
+        size_t ch = (size_t)2 * hp->gdn_hk * hp->gdn_dk + (size_t)hp->gdn_hv * hp->gdn_dv;
+        if (ls->conv) REGION(ls->conv, (size_t)(hp->gdn_conv_k - 1) * ch * sizeof(float));
+        if (ls->ssm) REGION(ls->ssm, (size_t)hp->gdn_hv * hp->gdn_dk * hp->gdn_dv * sizeof(float));
+        if (ls->ple_hist)
+            REGION(ls->ple_hist,
+                   (size_t)(hp->ple_conv_k - 1) * hp->ngram_n * hp->hc_count * hp->n_embd * sizeof(float));
+    }
+    REGION(s->ple_hist, 8 * sizeof(int32_t));
+#undef REGION
+    return off;
+}
+
+typedef struct {
+    const qw_backend *be;
+    uint8_t *host;
+} region_io;
+
+static void region_down(void *dev, size_t bytes, size_t off, void *u) {
+    region_io *io = u;
+    io->be->download(io->be, io->host + off, dev, bytes);
+}
+
+static void region_up(void *dev, size_t bytes, size_t off, void *u) {
+    region_io *io = u;
+    io->be->upload(io->be, dev, io->host + off, bytes);
+}
+
+qwenc_status qwenc_session_snapshot(const qwenc_session *s, qwenc_snapshot **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (s->lost)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "snapshot: the session's state was lost to an earlier error");
+    qwenc_snapshot *snap = qw_calloc(1, sizeof(*snap));
+    size_t bytes = state_regions(s, s->n_past, NULL, NULL);
+    if (snap) snap->data = qw_malloc(bytes ? bytes : 1, 1);
+    if (!snap || !snap->data) {
+        free(snap);
+        return qw_err_nomem(err, errlen, "session snapshot", bytes, 1);
+    }
+    snap->model = s->model;
+    snap->n_past = s->n_past;
+    snap->bytes = bytes;
+    region_io io = {s->model->be, snap->data};
+    state_regions(s, s->n_past, region_down, &io);
+    *out = snap;
+    return QWENC_OK;
+}
+
+qwenc_status qwenc_session_restore(qwenc_session *s, const qwenc_snapshot *snap, char *err, size_t errlen) {
+    if (snap->model != s->model)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "restore: the snapshot is of another model");
+    if (snap->n_past > s->n_ctx)
+        return qw_err(err, errlen, QWENC_ERR_CONTEXT,
+                      "restore: the snapshot holds %d tokens, more than the session's context of %d", snap->n_past,
+                      s->n_ctx);
+    region_io io = {s->model->be, snap->data};
+    state_regions(s, snap->n_past, region_up, &io);
+    s->model->be->sync(s->model->be);
+    s->n_past = snap->n_past;
+    s->lost = 0;
+    return QWENC_OK;
+}
+
+int qwenc_snapshot_n_past(const qwenc_snapshot *snap) { return snap->n_past; }
+size_t qwenc_snapshot_bytes(const qwenc_snapshot *snap) { return snap->bytes; }
+
+void qwenc_snapshot_free(qwenc_snapshot *snap) {
+    if (!snap) return;
+    free(snap->data);
+    free(snap);
+}
+
+/* ---- several sessions' decode steps at once */
+
+qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const int32_t *tokens, int n, float *logits,
+                                         char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (sessions[i]->model != sessions[0]->model)
+            return qw_err(err, errlen, QWENC_ERR_ARG, "forward_batch: session %d is of another model", i);
+    for (int i = 0; i < n; i++) {
+        int V = sessions[i]->model->hp.n_vocab;
+        qwenc_status st = qwenc_session_forward(sessions[i], tokens + i, 1, logits ? logits + (int64_t)i * V : NULL, 0,
+                                                err, errlen);
+        if (st) return st;
+    }
+    return QWENC_OK;
+}
+
 qwenc_status qwenc_session_profile(qwenc_session *s, int on, char *err, size_t errlen) {
     if (!on) {
         qw_prof_free(s->prof);

@@ -1,0 +1,157 @@
+/*
+ * t_session.c - session snapshots and batched decode steps, on every fixture (every architecture).
+ *
+ * Snapshots: a prompt's first part is fed, the session snapshotted, the rest fed (logits A); another session,
+ * and the first one after a reset, restored from the snapshot and fed the same rest (logits B, C): A, B and C
+ * are the same bits, and so are the decode steps after them. A snapshot of another model, or of more tokens
+ * than a session's context, is refused.
+ * Batched steps: three sessions at different positions take one token each in one call, each session's logits
+ * the bits its own step gives.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qwenc.h"
+#include "test_util.h"
+
+static float *feed(qwenc_session *s, const int32_t *ids, int n, int V) {
+    char err[512];
+    float *lg = malloc((size_t)n * V * sizeof(float));
+    if (qwenc_session_forward(s, ids, n, lg, 1, err, sizeof(err))) {
+        printf("FAIL forward: %s\n", err);
+        free(lg);
+        return NULL;
+    }
+    return lg;
+}
+
+static void test_snapshots(const char *dir, qwenc_model *m, const int32_t *ids, int n) {
+    char err[512];
+    int V = qwenc_model_n_vocab(m), cut = n / 2;
+    qwenc_session_params sp = {.n_ctx = n, .n_batch = 5};
+    qwenc_session *a = NULL, *b = NULL;
+    qwenc_snapshot *snap = NULL;
+    CHECK(!qwenc_session_init(m, &sp, &a, err, sizeof(err)) && !qwenc_session_init(m, &sp, &b, err, sizeof(err)),
+          "%s: sessions: %s", dir, err);
+    free(feed(b, ids, 3, V)); /* b is somewhere else before the restore */
+    free(feed(a, ids, cut, V));
+    CHECK(!qwenc_session_snapshot(a, &snap, err, sizeof(err)), "%s: snapshot: %s", dir, err);
+    CHECK(snap && qwenc_snapshot_n_past(snap) == cut && qwenc_snapshot_bytes(snap) > 0, "%s: snapshot of %d tokens",
+          dir, cut);
+    float *la = feed(a, ids + cut, n - cut, V);
+    CHECK(!qwenc_session_restore(b, snap, err, sizeof(err)) && qwenc_session_n_past(b) == cut, "%s: restore: %s", dir,
+          err);
+    float *lb = feed(b, ids + cut, n - cut, V);
+    qwenc_session_reset(a);
+    CHECK(!qwenc_session_restore(a, snap, err, sizeof(err)), "%s: restore after reset: %s", dir, err);
+    float *lc = NULL;
+    if (n - cut > 1) { /* token by token this time */
+        lc = malloc((size_t)(n - cut) * V * sizeof(float));
+        for (int i = cut; i < n; i++)
+            if (qwenc_session_forward(a, ids + i, 1, lc + (size_t)(i - cut) * V, 0, err, sizeof(err))) break;
+    }
+    size_t bytes = (size_t)(n - cut) * V * sizeof(float);
+    CHECK(la && lb && !memcmp(la, lb, bytes), "%s: after a restore into another session: other logits", dir);
+    /* token by token: the last row is the bits of a one-token step, compared with the same from a */
+    if (lc) {
+        qwenc_session_reset(b);
+        CHECK(!qwenc_session_restore(b, snap, err, sizeof(err)), "%s: restore: %s", dir, err);
+        float *ld = malloc(bytes);
+        for (int i = cut; i < n; i++)
+            if (qwenc_session_forward(b, ids + i, 1, ld + (size_t)(i - cut) * V, 0, err, sizeof(err))) break;
+        CHECK(!memcmp(lc, ld, bytes), "%s: decoding after a restore: other logits", dir);
+        free(ld);
+    }
+    /* refused: more tokens than a session's context */
+    qwenc_session_params small = {.n_ctx = cut > 1 ? cut - 1 : 1};
+    qwenc_session *c = NULL;
+    if (cut > 1 && !qwenc_session_init(m, &small, &c, err, sizeof(err))) {
+        CHECK(qwenc_session_restore(c, snap, err, sizeof(err)) == QWENC_ERR_CONTEXT && strstr(err, "context"),
+              "%s: a snapshot larger than the context: %s", dir, err);
+        qwenc_session_free(c);
+    }
+    free(la), free(lb), free(lc);
+    qwenc_snapshot_free(snap);
+    qwenc_session_free(a);
+    qwenc_session_free(b);
+}
+
+static void test_batch(const char *dir, qwenc_model *m, const int32_t *ids, int n) {
+    char err[512];
+    int V = qwenc_model_n_vocab(m);
+    qwenc_session_params sp = {.n_ctx = n};
+    qwenc_session *s[3] = {NULL, NULL, NULL}, *r[3] = {NULL, NULL, NULL};
+    int fed[3] = {1, n / 3, n - 2}; /* three positions */
+    for (int i = 0; i < 3; i++) {
+        CHECK(!qwenc_session_init(m, &sp, &s[i], err, sizeof(err)) && !qwenc_session_init(m, &sp, &r[i], err, sizeof(err)),
+              "%s: session: %s", dir, err);
+        free(feed(s[i], ids, fed[i], V));
+        free(feed(r[i], ids, fed[i], V));
+    }
+    int32_t next[3];
+    float *lb = malloc((size_t)3 * V * sizeof(float)), *ls = malloc((size_t)3 * V * sizeof(float));
+    for (int i = 0; i < 3; i++) next[i] = ids[fed[i]];
+    CHECK(!qwenc_session_forward_batch(s, next, 3, lb, err, sizeof(err)), "%s: forward_batch: %s", dir, err);
+    for (int i = 0; i < 3; i++) qwenc_session_forward(r[i], next + i, 1, ls + (size_t)i * V, 0, err, sizeof(err));
+    CHECK(!memcmp(lb, ls, (size_t)3 * V * sizeof(float)), "%s: a batched step differs from the sessions' own", dir);
+    for (int i = 0; i < 3; i++)
+        CHECK(qwenc_session_n_past(s[i]) == fed[i] + 1, "%s: session %d at %d after the batch", dir, i,
+              qwenc_session_n_past(s[i]));
+    free(lb), free(ls);
+    for (int i = 0; i < 3; i++) qwenc_session_free(s[i]), qwenc_session_free(r[i]);
+}
+
+int main(int argc, char **argv) {
+    const char *root = argc > 1 ? argv[1] : "tests/fixtures";
+    char *names[64];
+    int nf = test_list_fixtures(root, 1, names, 64);
+    CHECK(nf >= 7, "fixtures in %s: %d", root, nf);
+    qwenc_model *prev = NULL;
+    for (int f = 0; f < nf; f++) {
+        char dir[1100], path[1200], err[512];
+        snprintf(dir, sizeof(dir), "%s/%s", root, names[f]);
+        snprintf(path, sizeof(path), "%s/model.txt", dir);
+        char mdir[1100];
+        FILE *mt = fopen(path, "r");
+        if (mt) { /* the fixture names the model's directory */
+            if (!fgets(mdir, sizeof(mdir), mt)) mdir[0] = 0;
+            mdir[strcspn(mdir, "\r\n")] = 0;
+            fclose(mt);
+        } else {
+            snprintf(mdir, sizeof(mdir), "%s", dir);
+        }
+        qwenc_model *m = NULL;
+        if (qwenc_model_load(mdir, &m, err, sizeof(err))) {
+            CHECK(0, "%s: load: %s", dir, err);
+            free(names[f]);
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/tokens.txt", dir);
+        int n = 0;
+        int32_t *ids = test_read_tokens(path, &n);
+        if (n > 40) n = 40;
+        printf("%s: snapshots and batched steps over %d tokens\n", names[f], n);
+        if (ids && n >= 6) {
+            test_snapshots(names[f], m, ids, n);
+            test_batch(names[f], m, ids, n);
+        }
+        if (prev) { /* a snapshot of one model is refused by another's session */
+            qwenc_session *a = NULL, *b = NULL;
+            qwenc_snapshot *snap = NULL;
+            if (!qwenc_session_init(prev, NULL, &a, err, sizeof(err)) && !qwenc_session_init(m, NULL, &b, err, sizeof(err)) &&
+                !qwenc_session_snapshot(a, &snap, err, sizeof(err)))
+                CHECK(qwenc_session_restore(b, snap, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "another model"),
+                      "%s: a snapshot of another model: %s", names[f], err);
+            qwenc_snapshot_free(snap);
+            qwenc_session_free(a);
+            qwenc_session_free(b);
+            qwenc_model_free(prev);
+        }
+        prev = m;
+        free(ids);
+        free(names[f]);
+    }
+    qwenc_model_free(prev);
+    return test_summary();
+}
