@@ -5,8 +5,9 @@
  * and the first one after a reset, restored from the snapshot and fed the same rest (logits B, C): A, B and C
  * are the same bits, and so are the decode steps after them. A snapshot of another model, or of more tokens
  * than a session's context, is refused.
- * Batched steps: three sessions at different positions take one token each in one call, each session's logits
- * the bits its own step gives.
+ * Batched steps: four sessions at different positions (one at the start) take one token each in one call, twice,
+ * each session's logits the bits its own step gives; a session given twice and a token outside the vocabulary
+ * are refused.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,25 +82,35 @@ static void test_batch(const char *dir, qwenc_model *m, const int32_t *ids, int 
     char err[512];
     int V = qwenc_model_n_vocab(m);
     qwenc_session_params sp = {.n_ctx = n};
-    qwenc_session *s[3] = {NULL, NULL, NULL}, *r[3] = {NULL, NULL, NULL};
-    int fed[3] = {1, n / 3, n - 2}; /* three positions */
-    for (int i = 0; i < 3; i++) {
+    enum { NS = 4 };
+    qwenc_session *s[NS] = {NULL}, *r[NS] = {NULL};
+    int fed[NS] = {n / 3, 0, 1, n - 3}; /* four positions, one at the start; the first session's arena runs it */
+    for (int i = 0; i < NS; i++) {
         CHECK(!qwenc_session_init(m, &sp, &s[i], err, sizeof(err)) && !qwenc_session_init(m, &sp, &r[i], err, sizeof(err)),
               "%s: session: %s", dir, err);
-        free(feed(s[i], ids, fed[i], V));
-        free(feed(r[i], ids, fed[i], V));
+        if (fed[i]) free(feed(s[i], ids, fed[i], V)), free(feed(r[i], ids, fed[i], V));
     }
-    int32_t next[3];
-    float *lb = malloc((size_t)3 * V * sizeof(float)), *ls = malloc((size_t)3 * V * sizeof(float));
-    for (int i = 0; i < 3; i++) next[i] = ids[fed[i]];
-    CHECK(!qwenc_session_forward_batch(s, next, 3, lb, err, sizeof(err)), "%s: forward_batch: %s", dir, err);
-    for (int i = 0; i < 3; i++) qwenc_session_forward(r[i], next + i, 1, ls + (size_t)i * V, 0, err, sizeof(err));
-    CHECK(!memcmp(lb, ls, (size_t)3 * V * sizeof(float)), "%s: a batched step differs from the sessions' own", dir);
-    for (int i = 0; i < 3; i++)
-        CHECK(qwenc_session_n_past(s[i]) == fed[i] + 1, "%s: session %d at %d after the batch", dir, i,
+    int32_t next[NS];
+    float *lb = malloc((size_t)NS * V * sizeof(float)), *ls = malloc((size_t)NS * V * sizeof(float));
+    for (int step = 0; step < 2; step++) { /* two steps: the second after the batch's own history */
+        for (int i = 0; i < NS; i++) next[i] = ids[fed[i] + step];
+        CHECK(!qwenc_session_forward_batch(s, next, NS, lb, err, sizeof(err)), "%s: forward_batch: %s", dir, err);
+        for (int i = 0; i < NS; i++) qwenc_session_forward(r[i], next + i, 1, ls + (size_t)i * V, 0, err, sizeof(err));
+        CHECK(!memcmp(lb, ls, (size_t)NS * V * sizeof(float)), "%s: batched step %d differs from the sessions' own", dir,
+              step);
+    }
+    for (int i = 0; i < NS; i++)
+        CHECK(qwenc_session_n_past(s[i]) == fed[i] + 2, "%s: session %d at %d after the batches", dir, i,
               qwenc_session_n_past(s[i]));
+    /* refused: a session twice, another model's token range */
+    qwenc_session *twice[2] = {s[0], s[0]};
+    CHECK(qwenc_session_forward_batch(twice, next, 2, lb, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "twice"),
+          "%s: a session twice in a batch: %s", dir, err);
+    int32_t bad[NS] = {0, V, 0, 0};
+    CHECK(qwenc_session_forward_batch(s, bad, NS, lb, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "vocabulary"),
+          "%s: a token outside the vocabulary: %s", dir, err);
     free(lb), free(ls);
-    for (int i = 0; i < 3; i++) qwenc_session_free(s[i]), qwenc_session_free(r[i]);
+    for (int i = 0; i < NS; i++) qwenc_session_free(s[i]), qwenc_session_free(r[i]);
 }
 
 int main(int argc, char **argv) {

@@ -4,7 +4,8 @@
  * sigma(gate) multiplies the head outputs before o_proj), and optional QSA sparse selection.
  *
  * The KV cache holds K after norm and RoPE, and V, for every past position of the session: a step's new
- * rows are computed in scratch and stored at the step's position (store_rows).
+ * rows are computed in scratch and stored at the step's position (store_rows). In a batched step each session's
+ * row is stored in its own cache and attends over it.
  */
 #include <math.h>
 
@@ -23,7 +24,6 @@ static void deinterleave_heads(const qw_fwd *f, float *x, int64_t n_rows, int hd
 void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const float *x, float *y) {
     const qw_hparams *hp = f->hp;
     const qw_backend *be = f->be;
-    qw_layer_state *ls = &f->s->ls[il];
     int T = f->n_tok, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
     int64_t nq = (int64_t)nh * hd, nk = (int64_t)nkv * hd;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
@@ -48,16 +48,24 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
     if (w->k_norm) be->rms_norm(be, k, k, w->k_norm, T * nkv, hd, hp->norm_eps, zc);
     be->rope(be, q, T, (int)nq, nh, hd, hp->n_rot, f->rope_cs);
     be->rope(be, k, T, (int)nk, nkv, hd, hp->n_rot, f->rope_cs);
-    be->store_rows(be, ls->k, k, T, nk, f->step);
-    be->store_rows(be, ls->v, v, T, nk, f->step);
+    float *iqk = w->idx_qk ? qw_qsa_project(f, w, x) : NULL;
 
-    int32_t *sel = NULL, *sel_off = NULL;
-    if (w->idx_qk) qw_qsa_select(f, il, w, x, &sel, &sel_off);
-
+    /* each session's rows against its own cache, at its own position */
     float *o = qw_arena_f32(f->ar, (size_t)T * nq);
-    void *work = qw_arena_alloc(f->ar, be->attention_work(be, f->s->n_ctx, hd));
-    be->attention(be, o, q, (int)nq, ls->k, ls->v, T, nh, nkv, hd, 1.0f / sqrtf((float)hd), sel, sel_off, work,
-                  f->step);
+    void *work = qw_arena_alloc(f->ar, be->attention_work(be, f->n_ctx, hd));
+    for (int i = 0; i < qw_fwd_n_seg(f); i++) {
+        qw_seg g = qw_fwd_seg(f, i);
+        qw_layer_state *ls = &g.s->ls[il];
+        int64_t r0 = g.row0;
+        be->store_rows(be, ls->k, k + r0 * nk, g.rows, nk, g.s->step);
+        be->store_rows(be, ls->v, v + r0 * nk, g.rows, nk, g.s->step);
+        qw_arena_mark ms = qw_arena_get_mark(f->ar);
+        int32_t *sel = NULL, *sel_off = NULL;
+        if (iqk) qw_qsa_select(f, il, w, iqk, g, &sel, &sel_off);
+        be->attention(be, o + r0 * nq, q + r0 * nq, (int)nq, ls->k, ls->v, g.rows, nh, nkv, hd, 1.0f / sqrtf((float)hd),
+                      sel, sel_off, work, g.s->step);
+        qw_arena_restore(f->ar, ms);
+    }
     if (gate) be->act_mul(be, o, gate, o, (int64_t)T * nq, QW_ACT_SIGMOID);
     be->matmul(be, y, w->wo, o, T);
     qw_arena_restore(f->ar, mk);

@@ -19,9 +19,13 @@ void qw_rope_inv_freq(const qw_hparams *hp, float *inv_freq);
  * zc: q/k norms zero-centred. x [n_tok][H] -> y [n_tok][H]. */
 void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const float *x, float *y);
 
-/* QSA indexer: updates the layer's raw/pooled key cache and returns, for each new query, the ascending
- * key positions it attends (sel[sel_off[t] .. sel_off[t+1])), allocated in the arena. */
-void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *x, int32_t **sel, int32_t **sel_off);
+/* QSA indexer: the projections of every row, the queries normed and RoPE'd (the raw keys after them): [n_tok]
+ * rows of (n_idx_head + 1) * idx_head_dim, in the arena. */
+float *qw_qsa_project(const qw_fwd *f, const qw_attn_w *w, const float *x);
+/* For a segment's rows: updates its session's raw/pooled key cache and returns, for each of its queries, the
+ * ascending key positions it attends (sel[sel_off[t] .. sel_off[t+1])), allocated in the arena. */
+void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *iqk, qw_seg g, int32_t **sel,
+                   int32_t **sel_off);
 
 /* linear_attn: Gated DeltaNet. x [n_tok][H] -> y [n_tok][H]. gate_sigmoid: sigma output gate, else silu. */
 void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid, const float *x, float *y);

@@ -65,21 +65,35 @@ static void vhead_order(const qw_fwd *f, float *x, int64_t n, int64_t hk, int64_
     f->be->copy_strided(f->be, x, tmp, &back);
 }
 
+/* The causal convolution of a segment's rows and its session's conv state: c rows [row0, row0+rows) from the
+ * state's K-1 rows followed by the segment's projections. xc holds the projections after K-1 free rows when the
+ * step is one session's (they were written there); a batched step's rows are copied beside the state. */
+static void gdn_conv(const qw_fwd *f, const qw_gdn_w *w, qw_seg g, qw_layer_state *ls, float *xc, float *c, int64_t ch,
+                     int K) {
+    const qw_backend *be = f->be;
+    size_t hist = (size_t)(K - 1) * ch * sizeof(float);
+    float *seq = xc; /* the state's rows, then the segment's */
+    if (f->seqs) {
+        seq = qw_arena_f32(f->ar, (size_t)(K - 1 + g.rows) * ch);
+        be->copy(be, seq + (int64_t)(K - 1) * ch, xc + (int64_t)(K - 1 + g.row0) * ch, (size_t)g.rows * ch * sizeof(float));
+    }
+    be->copy(be, seq, ls->conv, hist);
+    be->conv1d_dw(be, c + (int64_t)g.row0 * ch, seq, w->conv, g.rows, (int)ch, K, 1);
+    be->copy(be, ls->conv, seq + (int64_t)g.rows * ch, hist);
+}
+
 void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid, const float *x, float *y) {
     const qw_hparams *hp = f->hp;
     const qw_backend *be = f->be;
-    qw_layer_state *ls = &f->s->ls[il];
     int T = f->n_tok, K = hp->gdn_conv_k, hk = hp->gdn_hk, hv = hp->gdn_hv, dk = hp->gdn_dk, dv = hp->gdn_dv;
     int64_t kd = (int64_t)hk * dk, vd = (int64_t)hv * dv, ch = 2 * kd + vd;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
 
-    /* conv input rows: the K-1 remembered ones, then this call's projections */
+    /* conv input rows: K-1 free rows (the remembered ones go there), then this call's projections */
     float *xc = qw_arena_f32(f->ar, (size_t)(K - 1 + T) * ch);
     float *qkv = xc + (int64_t)(K - 1) * ch;
     float *z = qw_arena_f32(f->ar, (size_t)T * vd);
     float *b = qw_arena_f32(f->ar, (size_t)T * hv), *a = qw_arena_f32(f->ar, (size_t)T * hv);
-    size_t hist = (size_t)(K - 1) * ch * sizeof(float);
-    be->copy(be, xc, ls->conv, hist);
     if (w->qkvz) {
         deinterleave(f, w, x, qkv, z, b, a);
     } else {
@@ -87,8 +101,12 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         be->matmul_batch(be, proj, 4);
     }
     float *c = qw_arena_f32(f->ar, (size_t)T * ch);
-    be->conv1d_dw(be, c, xc, w->conv, T, (int)ch, K, 1);
-    be->copy(be, ls->conv, xc + (int64_t)T * ch, hist);
+    for (int i = 0; i < qw_fwd_n_seg(f); i++) {
+        qw_seg g = qw_fwd_seg(f, i);
+        qw_arena_mark ms = qw_arena_get_mark(f->ar);
+        gdn_conv(f, w, g, &g.s->ls[il], xc, c, ch, K);
+        qw_arena_restore(f->ar, ms);
+    }
     be->silu(be, c, (int64_t)T * ch);
 
     float *q = qw_arena_f32(f->ar, (size_t)T * kd), *k = qw_arena_f32(f->ar, (size_t)T * kd);
@@ -111,7 +129,12 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         vhead_order(f, b, T, hk, r, 1, 1, tmp);
     }
     float *o = qw_arena_f32(f->ar, (size_t)T * vd);
-    be->delta_rule(be, o, ls->ssm, q, k, v, g, b, T, hk, hv, dk, dv);
+    for (int i = 0; i < qw_fwd_n_seg(f); i++) { /* each session's rows through its own recurrent state */
+        qw_seg s = qw_fwd_seg(f, i);
+        int64_t r0 = s.row0;
+        be->delta_rule(be, o + r0 * vd, s.s->ls[il].ssm, q + r0 * kd, k + r0 * kd, v + r0 * vd, g + r0 * hv,
+                       b + r0 * hv, s.rows, hk, hv, dk, dv);
+    }
     if (tmp) vhead_order(f, o, T, hk, r, dv, 0, tmp);
 
     /* gated RMSNorm per value head: RMSNorm(o; w) * act(z) */

@@ -103,7 +103,11 @@ void qw_ple_prefetch(const qw_fwd *f, const qw_ple_w *w) {
     int T = f->n_tok, nh = hp->ngram_heads;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
     int64_t *rows = qw_arena_alloc(f->ar, (size_t)T * nh * sizeof(int64_t));
-    be->ple_rows(be, rows, f->tokens, f->s->ple_hist, T, hp->ngram_n, nh, hp->eos_id, w->mult, w->prime, w->offset);
+    for (int i = 0; i < qw_fwd_n_seg(f); i++) {
+        qw_seg g = qw_fwd_seg(f, i);
+        be->ple_rows(be, rows + (int64_t)g.row0 * nh, f->tokens + g.row0, g.s->ple_hist, g.rows, hp->ngram_n, nh,
+                     hp->eos_id, w->mult, w->prime, w->offset);
+    }
     be->ple_gather(be, NULL, rows, (int64_t)T * nh, w->chunks, w->n_chunks, w->chunk_rows, 1);
     qw_arena_restore(f->ar, mk);
 }
@@ -111,14 +115,17 @@ void qw_ple_prefetch(const qw_fwd *f, const qw_ple_w *w) {
 void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
     const qw_hparams *hp = f->hp;
     const qw_backend *be = f->be;
-    qw_layer_state *ls = &f->s->ls[il];
     int T = f->n_tok, C = hp->hc_count, H = hp->n_embd, P = hp->ple_dim, nh = hp->ngram_heads;
     int kc = hp->ple_conv_k, dil = hp->ngram_n, nhist = (kc - 1) * dil;
     int64_t CH = (int64_t)C * H;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
 
     int64_t *rows = qw_arena_alloc(f->ar, (size_t)T * nh * sizeof(int64_t));
-    be->ple_rows(be, rows, f->tokens, f->s->ple_hist, T, hp->ngram_n, nh, hp->eos_id, w->mult, w->prime, w->offset);
+    for (int i = 0; i < qw_fwd_n_seg(f); i++) { /* each session's n-grams end in its own history */
+        qw_seg g = qw_fwd_seg(f, i);
+        be->ple_rows(be, rows + (int64_t)g.row0 * nh, f->tokens + g.row0, g.s->ple_hist, g.rows, hp->ngram_n, nh,
+                     hp->eos_id, w->mult, w->prime, w->offset);
+    }
     float *e = qw_arena_f32(f->ar, (size_t)T * P);
     be->ple_gather(be, e, rows, (int64_t)T * nh, w->chunks, w->n_chunks, w->chunk_rows, 0);
 
@@ -129,17 +136,29 @@ void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
     be->rms_norm_grouped(be, K, K, w->norm_key, T * C, C, H, hp->norm_eps, 1);
     be->rms_norm_grouped(be, Q, X, w->norm_query, T * C, C, H, hp->norm_eps, 1);
 
-    /* G rows go after the remembered normalised history so the conv sees one contiguous sequence */
+    /* Gn rows go after room for the remembered normalised history so the conv sees one contiguous sequence (a
+     * batched step's rows are copied beside each session's history) */
     float *G = qw_arena_f32(f->ar, (size_t)T * CH);
     float *hist = qw_arena_f32(f->ar, (size_t)(nhist + T) * CH);
     float *Gn = hist + (int64_t)nhist * CH;
     be->ple_gate(be, G, K, Q, V, T, C, H);
     size_t hist_bytes = (size_t)nhist * (size_t)CH * sizeof(float);
-    be->copy(be, hist, ls->ple_hist, hist_bytes);
     be->rms_norm_grouped(be, Gn, G, w->norm_conv, T * C, C, H, hp->norm_eps, 1);
     float *c = qw_arena_f32(f->ar, (size_t)T * CH);
-    be->conv1d_dw(be, c, hist, w->conv, T, (int)CH, kc, dil);
-    be->copy(be, ls->ple_hist, hist + (int64_t)T * CH, hist_bytes);
+    for (int i = 0; i < qw_fwd_n_seg(f); i++) {
+        qw_seg g = qw_fwd_seg(f, i);
+        qw_layer_state *ls = &g.s->ls[il];
+        qw_arena_mark ms = qw_arena_get_mark(f->ar);
+        float *seq = hist;
+        if (f->seqs) {
+            seq = qw_arena_f32(f->ar, (size_t)(nhist + g.rows) * CH);
+            be->copy(be, seq + (int64_t)nhist * CH, Gn + (int64_t)g.row0 * CH, (size_t)g.rows * CH * sizeof(float));
+        }
+        be->copy(be, seq, ls->ple_hist, hist_bytes);
+        be->conv1d_dw(be, c + (int64_t)g.row0 * CH, seq, w->conv, g.rows, (int)CH, kc, dil);
+        be->copy(be, ls->ple_hist, seq + (int64_t)g.rows * CH, hist_bytes);
+        qw_arena_restore(f->ar, ms);
+    }
     be->silu(be, c, (int64_t)T * CH);
     /* X += G + c, summed as written: G + c first (c * 1 is exact) */
     be->axpy(be, G, c, 1.0f, (int64_t)T * CH);

@@ -16,29 +16,35 @@
  */
 #include "blocks/blocks.h"
 
-void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *x, int32_t **sel_out,
+float *qw_qsa_project(const qw_fwd *f, const qw_attn_w *w, const float *x) {
+    const qw_hparams *hp = f->hp;
+    const qw_backend *be = f->be;
+    int T = f->n_tok, ni = hp->idx_n_head, ihd = hp->idx_head_dim;
+    int64_t width = (int64_t)(ni + 1) * ihd;
+    float *iqk = qw_arena_f32(f->ar, (size_t)T * width);
+    be->matmul(be, iqk, w->idx_qk, x, T);
+    /* the queries normed and RoPE'd in place; the raw key after them is left for qsa_keys */
+    for (int t = 0; t < T; t++) be->rms_norm(be, iqk + t * width, iqk + t * width, w->idx_q_norm, ni, ihd, hp->norm_eps, 1);
+    be->rope(be, iqk, T, (int)width, ni, ihd, hp->n_rot, f->rope_cs);
+    return iqk;
+}
+
+void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *iqk, qw_seg g, int32_t **sel_out,
                    int32_t **sel_off_out) {
     const qw_hparams *hp = f->hp;
     const qw_backend *be = f->be;
-    qw_layer_state *ls = &f->s->ls[il];
-    int T = f->n_tok, ni = hp->idx_n_head, ihd = hp->idx_head_dim, R = hp->idx_ratio;
-    int topk = hp->idx_budget / R, n_rot = hp->n_rot;
+    qw_layer_state *ls = &g.s->ls[il];
+    int ni = hp->idx_n_head, ihd = hp->idx_head_dim, R = hp->idx_ratio, topk = hp->idx_budget / R, T = g.rows;
     int64_t width = (int64_t)(ni + 1) * ihd;
-
-    /* indexer projections: the raw key into the cache (and the blocks it completes pooled), the queries
-     * normed and RoPE'd */
-    float *iqk = qw_arena_f32(f->ar, (size_t)T * width);
-    be->matmul(be, iqk, w->idx_qk, x, T);
-    be->qsa_keys(be, ls->idx_raw, ls->idx_blk, iqk + (int64_t)ni * ihd, width, T, ihd, R, w->idx_k_norm, hp->norm_eps,
-                 f->m->rope_inv_freq, n_rot, f->step);
-    for (int t = 0; t < T; t++) be->rms_norm(be, iqk + t * width, iqk + t * width, w->idx_q_norm, ni, ihd, hp->norm_eps, 1);
-    be->rope(be, iqk, T, (int)width, ni, ihd, n_rot, f->rope_cs);
-
+    const float *rows = iqk + (int64_t)g.row0 * width;
+    /* the raw keys into the session's cache, the blocks they complete pooled */
+    be->qsa_keys(be, ls->idx_raw, ls->idx_blk, rows + (int64_t)ni * ihd, width, T, ihd, R, w->idx_k_norm, hp->norm_eps,
+                 f->m->rope_inv_freq, hp->n_rot, g.s->step);
     /* per query: the top blocks and the tail */
     int32_t *sel = qw_arena_alloc(f->ar, (size_t)T * (size_t)(topk + 1) * (size_t)R * sizeof(int32_t));
     int32_t *off = qw_arena_alloc(f->ar, (size_t)(T + 1) * sizeof(int32_t));
-    void *work = qw_arena_alloc(f->ar, be->qsa_select_work(be, f->s->n_ctx, R, topk));
-    be->qsa_select(be, sel, off, iqk, width, ls->idx_blk, T, ni, ihd, R, topk, work, f->step);
+    void *work = qw_arena_alloc(f->ar, be->qsa_select_work(be, f->n_ctx, R, topk));
+    be->qsa_select(be, sel, off, rows, width, ls->idx_blk, T, ni, ihd, R, topk, work, g.s->step);
     *sel_out = sel;
     *sel_off_out = off;
 }

@@ -58,19 +58,33 @@ static size_t layer_state(const qwenc_model *m, int n_ctx, int il, qw_layer_stat
     return n;
 }
 
-/* The ops of one step of T tokens through backend be with the session's arena, its inputs already in backend
- * memory: the model runs; the logits of rows first_logit.. go straight into host_logits on a backend with host
- * memory, else into the arena, whose address is returned (NULL: none asked for). With the plan's dry-run backend
- * nothing is computed and the arena only measures. */
-static float *step_ops(qwenc_session *s, const qw_backend *be, int T, float *host_logits, int want_logits,
-                       int first_logit) {
+/* The ops of one step through backend be in session s's arena: s's T tokens, already in backend memory
+ * (s->tokens) with its position (s->step); or, with seqs, one token of each of T sessions (seqs[0] == s), taken
+ * from host_tokens, each session's position already in its own step. The model runs; the logits of rows
+ * first_logit.. go straight into host_logits on a backend with host memory, else into the arena, whose address is
+ * returned (NULL: none asked for). With the plan's dry-run backend nothing is computed and the arena only
+ * measures. */
+static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_backend *be, int T,
+                       const int32_t *host_tokens, float *host_logits, int want_logits, int first_logit) {
     const qwenc_model *m = s->model;
     const qw_hparams *hp = &m->hp;
     qw_arena_reset(&s->arena);
+    const int32_t *tokens = s->tokens;
+    int n_ctx = s->n_ctx;
     float *cs = qw_arena_f32(&s->arena, (size_t)T * hp->n_rot);
-    be->rope_table(be, cs, m->rope_inv_freq, hp->n_rot, T, s->step);
-    qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .ar = &s->arena, .n_tok = T, .tokens = s->tokens,
-                .rope_cs = cs, .step = s->step};
+    if (!seqs) {
+        be->rope_table(be, cs, m->rope_inv_freq, hp->n_rot, T, s->step);
+    } else {
+        int32_t *tk = qw_arena_alloc(&s->arena, (size_t)T * sizeof(int32_t));
+        be->upload(be, tk, host_tokens, (size_t)T * sizeof(int32_t));
+        tokens = tk;
+        for (int r = 0; r < T; r++) {
+            be->rope_table(be, cs + (int64_t)r * hp->n_rot, m->rope_inv_freq, hp->n_rot, 1, seqs[r]->step);
+            n_ctx = QW_MAX(n_ctx, seqs[r]->n_ctx);
+        }
+    }
+    qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .seqs = seqs, .n_ctx = n_ctx, .ar = &s->arena, .n_tok = T,
+                .tokens = tokens, .rope_cs = cs};
     float *hidden = qw_arena_f32(&s->arena, (size_t)T * hp->n_embd);
     qw_model_forward(&f, hidden);
     float *lg = NULL;
@@ -81,7 +95,11 @@ static float *step_ops(qwenc_session *s, const qw_backend *be, int T, float *hos
         be->matmul(be, lg, m->output, h, n);
     }
     /* the PLE hash history: the last ngram_n-1 ids */
-    if (hp->ngram_n > 1) be->ple_hist_push(be, s->ple_hist, s->tokens, T, hp->ngram_n);
+    if (hp->ngram_n > 1) {
+        if (!seqs) be->ple_hist_push(be, s->ple_hist, tokens, T, hp->ngram_n);
+        else
+            for (int r = 0; r < T; r++) be->ple_hist_push(be, seqs[r]->ple_hist, tokens + r, 1, hp->ngram_n);
+    }
     return lg;
 }
 
@@ -97,7 +115,7 @@ static size_t plan_scratch(qwenc_session *s) {
     qw_backend *dry = qw_backend_interpose(s->model->be, &h);
     if (!dry) return 0;
     qw_arena_init_measure(&s->arena);
-    step_ops(s, dry, s->n_batch, NULL, 1, 0);
+    step_ops(s, NULL, dry, s->n_batch, NULL, NULL, 1, 0);
     dry->release(dry);
     return QW_MAX(s->arena.high_water, (size_t)64);
 }
@@ -194,7 +212,7 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
     float *lg = NULL;
     if (T == 1 && be->graph_begin && s->warm) {
         if (!s->graph[want] && !s->graph_failed && be->graph_begin(be) == 0) {
-            s->graph_lg[want] = step_ops(s, be, T, logits, want, first_logit);
+            s->graph_lg[want] = step_ops(s, NULL, be, T, NULL, logits, want, first_logit);
             s->graph[want] = be->graph_end(be);
             s->graph_failed = !s->graph[want];
         }
@@ -202,10 +220,10 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
             be->graph_launch(be, s->graph[want]);
             lg = s->graph_lg[want];
         } else {
-            lg = step_ops(s, be, T, logits, want, first_logit);
+            lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit);
         }
     } else {
-        lg = step_ops(s, be, T, logits, want, first_logit);
+        lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit);
     }
     if (lg && !be->host_memory)
         be->download(be, logits, lg, (size_t)(T - first_logit) * hp->n_vocab * sizeof(float));
@@ -349,19 +367,76 @@ void qwenc_snapshot_free(qwenc_snapshot *snap) {
     free(snap);
 }
 
-/* ---- several sessions' decode steps at once */
+/* ---- several sessions' decode steps at once: one step whose rows are the sessions' tokens, run in the first
+ * session's scratch (grown once, when a batch is larger than any planned before) */
+
+/* The scratch of a batched step of n sessions, measured as plan_scratch does; the first session's scratch grown
+ * to it when short (its recorded graphs go: their addresses change). */
+static qwenc_status plan_batch(qwenc_session *const *seqs, int n, char *err, size_t errlen) {
+    qwenc_session *s = seqs[0];
+    if (s->batch_planned >= n) return QWENC_OK;
+    const qw_backend *be = s->model->be;
+    qw_backend_hooks h = {.enter = skip_op};
+    qw_backend *dry = qw_backend_interpose(be, &h);
+    if (!dry) return qw_err_nomem(err, errlen, "forward_batch: the plan", 1, sizeof(qw_backend));
+    qw_arena_init_measure(&s->arena);
+    static const int32_t none[1];
+    step_ops(s, seqs, dry, n, none, NULL, 1, 0);
+    dry->release(dry);
+    size_t need = s->arena.high_water;
+    qw_arena_init(&s->arena, s->scratch, s->scratch_bytes);
+    if (need > s->scratch_bytes) {
+        void *p = be->alloc(be, need, QW_MEM_ACT);
+        if (!p)
+            return qw_err(err, errlen, QWENC_ERR_NOMEM,
+                          "forward_batch: out of memory for %.1f MiB of scratch for %d sessions", need / 1048576.0, n);
+        for (int i = 0; i < 2; i++)
+            if (s->graph[i]) be->graph_free(be, s->graph[i]), s->graph[i] = NULL;
+        be->free(be, s->scratch);
+        s->scratch = p;
+        s->scratch_bytes = need;
+        qw_arena_init(&s->arena, s->scratch, s->scratch_bytes);
+    }
+    s->batch_planned = n;
+    return QWENC_OK;
+}
 
 qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const int32_t *tokens, int n, float *logits,
                                          char *err, size_t errlen) {
-    for (int i = 0; i < n; i++)
-        if (sessions[i]->model != sessions[0]->model)
-            return qw_err(err, errlen, QWENC_ERR_ARG, "forward_batch: session %d is of another model", i);
+    if (n <= 0) return qw_err(err, errlen, QWENC_ERR_ARG, "forward_batch: no sessions given");
+    const qwenc_model *m = sessions[0]->model;
     for (int i = 0; i < n; i++) {
-        int V = sessions[i]->model->hp.n_vocab;
-        qwenc_status st = qwenc_session_forward(sessions[i], tokens + i, 1, logits ? logits + (int64_t)i * V : NULL, 0,
-                                                err, errlen);
-        if (st) return st;
+        qwenc_session *s = sessions[i];
+        if (s->model != m) return qw_err(err, errlen, QWENC_ERR_ARG, "forward_batch: session %d is of another model", i);
+        for (int j = 0; j < i; j++)
+            if (sessions[j] == s) return qw_err(err, errlen, QWENC_ERR_ARG, "forward_batch: session %d given twice", i);
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return qw_err(err, errlen, QWENC_ERR_ARG, "forward_batch: token %d of session %d is outside the vocabulary [0, %d)",
+                          tokens[i], i, m->hp.n_vocab);
+        if (s->lost) return qw_err(err, errlen, QWENC_ERR_ARG, "forward_batch: session %d was lost to an earlier error", i);
+        if (s->n_past >= s->n_ctx)
+            return qw_err(err, errlen, QWENC_ERR_CONTEXT, "forward_batch: session %d's context of %d tokens is full", i,
+                          s->n_ctx);
     }
+    if (n == 1) return qwenc_session_forward(sessions[0], tokens, 1, logits, 0, err, errlen);
+    qwenc_status st = plan_batch(sessions, n, err, errlen);
+    if (st) return st;
+    qwenc_session *s = sessions[0];
+    const qw_backend *be = s->be;
+    for (int i = 0; i < n; i++) {
+        qw_step step = {.pos0 = sessions[i]->n_past};
+        be->upload(be, sessions[i]->step, &step, sizeof(step));
+    }
+    unsigned long failed = qw_cpu_scratch_failures();
+    float *lg = step_ops(s, sessions, be, n, tokens, logits, logits != NULL, 0);
+    if (lg && !be->host_memory) be->download(be, logits, lg, (size_t)n * m->hp.n_vocab * sizeof(float));
+    be->sync(be);
+    if (qw_cpu_scratch_failures() != failed) {
+        for (int i = 0; i < n; i++) sessions[i]->lost = 1;
+        return qw_err(err, errlen, QWENC_ERR_NOMEM,
+                      "forward_batch: the kernels ran out of memory for their scratch; the sessions' states are lost");
+    }
+    for (int i = 0; i < n; i++) sessions[i]->n_past++;
     return QWENC_OK;
 }
 

@@ -37,20 +37,35 @@ struct qwenc_session {
     void *graph[2];
     float *graph_lg[2];      /* where the recorded step leaves its logits */
     int graph_failed, warm;  /* recording failed (the steps run op by op); a one-token step has run */
+    int batch_planned;       /* the most sessions a batched step run in this session's scratch has been planned for */
     int lost;                /* a step failed half-way (out of memory): the state is unusable until a reset */
 };
 
-/* What a forward step hands to the model's forward and the blocks: shapes and backend addresses. */
+/* What a forward step hands to the model's forward and the blocks: shapes and backend addresses. A step is
+ * one session's n_tok tokens, or (qwenc_session_forward_batch) one token of each of n_tok sessions: the blocks
+ * run what reads or writes a session's state per segment (qw_fwd_seg below), everything else on all rows. */
 struct qw_fwd {
     const qwenc_model *m;
     const qw_hparams *hp;
     const qw_backend *be;
-    qwenc_session *s;
+    qwenc_session *s;        /* the session whose arena the step uses (the first of a batch) */
+    qwenc_session *const *seqs; /* a batched step: row r is sessions[r]'s token; NULL: every row is s's */
+    int n_ctx;               /* the largest context of the step's sessions */
     qw_arena *ar;
     int n_tok;
     const int32_t *tokens;   /* [n_tok] backend memory */
-    const float *rope_cs;    /* [n_tok][n_rot] cos then sin at the step's positions, backend memory */
-    const qw_step *step;     /* backend memory */
+    const float *rope_cs;    /* [n_tok][n_rot] cos then sin at each row's position, backend memory */
 };
+
+/* The segments of a step: rows [row0, row0 + rows) of one session, at that session's position (its step). */
+typedef struct {
+    qwenc_session *s;
+    int row0, rows;
+} qw_seg;
+static inline int qw_fwd_n_seg(const qw_fwd *f) { return f->seqs ? f->n_tok : 1; }
+static inline qw_seg qw_fwd_seg(const qw_fwd *f, int i) {
+    qw_seg g = {f->seqs ? f->seqs[i] : f->s, f->seqs ? i : 0, f->seqs ? 1 : f->n_tok};
+    return g;
+}
 
 #endif
