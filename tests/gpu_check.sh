@@ -26,13 +26,14 @@ if ! make -j"$J" cuda "${flags[@]}" >build-cuda.log 2>&1; then
     exit 1
 fi
 progs=("$@")
-[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_ops t_model cli_text)
+[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_ops t_model cli_text determinism)
 total_pass=0; total_fail=0
 for p in "${progs[@]}"; do
     echo "== $p"
     case $p in
         t_model) out=$(build-cuda/tests/t_model --backend cuda 2>&1) ;;
         cli_*) out=$(QWENC=build-cuda/qwenc BUILD=build-cuda bash "tests/$p.sh" 2>&1) ;;
+        determinism) out=$(QWENC=build-cuda/qwenc bash tests/gpu/determinism.sh 2>&1) ;;
         *) out=$("build-cuda/tests/gpu/$p" 2>&1) ;;
     esac
     rc=$?
