@@ -235,6 +235,11 @@ struct cJSON;
 /* Read and parse dir/name; a missing file is *out = NULL and QWENC_OK when optional. */
 qwenc_status qw_tok_load_json(const char *dir, const char *name, int optional, struct cJSON **out, char *err,
                               size_t errlen);
+/* A tokenizer from the text of a tokenizer.json: json holds len bytes (rewritten in place), path names it in
+ * messages; dir, when not NULL, is the directory whose optional config files (tokenizer_config.json,
+ * generation_config.json, config.json, chat_template.jinja) are read as qwenc_tokenizer_load reads them. */
+qwenc_status qw_tok_from_json(char *json, size_t len, const char *path, const char *dir, qwenc_tokenizer **out,
+                              char *err, size_t errlen);
 /* Fill byte_token[] and char_id[] from the model vocabulary (after it is complete). */
 void qw_tok_index_chars(qwenc_tokenizer *t);
 void qw_tok_push_id(int32_t **ids, int *n, int32_t id);

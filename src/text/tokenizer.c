@@ -95,7 +95,6 @@ qwenc_status qw_tok_load_json(const char *dir, const char *name, int optional, c
         free(path);
         return s;
     }
-    if (!strcmp(name, "tokenizer.json")) rewrite_nul_escapes(buf, len);
     cJSON *j = cJSON_ParseWithLength(buf, len);
     if (!j) {
         const char *at = cJSON_GetErrorPtr();
@@ -617,19 +616,24 @@ done:
 
 /* ---------------------------------------------------------------- load / free */
 
-/* dir/tokenizer.json and the config files beside it. */
-static qwenc_status load_dir(const char *dir, qwenc_tokenizer **out, char *err, size_t errlen) {
+/* A tokenizer from the text of a tokenizer.json (see tok_internal.h). */
+qwenc_status qw_tok_from_json(char *json, size_t len, const char *path, const char *dir, qwenc_tokenizer **out,
+                              char *err, size_t errlen) {
     *out = NULL;
-    cJSON *root = NULL;
-    qwenc_status s = qw_tok_load_json(dir, "tokenizer.json", 0, &root, err, errlen);
-    if (s) return s;
+    rewrite_nul_escapes(json, len);
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t off = (at && at >= json && at <= json + len) ? (size_t)(at - json) : 0;
+        return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: invalid JSON near byte %zu", path, off);
+    }
     qwenc_tokenizer *t = qw_xcalloc(1, sizeof(*t));
     t->bos_id = -1;
-    char *path = qw_path_join(dir, "tokenizer.json");
     ld l = {path, err, errlen};
     qw_buf arena = {0};
     size_t *tok_off = NULL;
     int fused = 0;
+    qwenc_status s = QWENC_OK;
     if (!cJSON_IsObject(root)) s = bad(&l, "top level", "not a JSON object");
     if (!s) s = load_model(t, &l, root, &arena, &tok_off);
     if (!s) s = load_normalizer(t, &l, JGET(root, "normalizer"), "normalizer");
@@ -653,11 +657,15 @@ static qwenc_status load_dir(const char *dir, qwenc_tokenizer **out, char *err, 
         }
         t->arena = arena.p;
         arena.p = NULL;
-        s = load_configs(t, dir, err, errlen);
+        if (dir) s = load_configs(t, dir, err, errlen);
+        else {
+            t->bos_str = qw_xstrdup("");
+            t->eos_str = qw_xstrdup("");
+            if (t->n_prefix > 0) t->bos_id = t->prefix_ids[0];
+        }
     }
     free(tok_off);
     free(arena.p);
-    free(path);
     if (s) {
         qwenc_tokenizer_free(t);
         return s;
@@ -665,6 +673,18 @@ static qwenc_status load_dir(const char *dir, qwenc_tokenizer **out, char *err, 
     qw_tok_build_pieces(t);
     *out = t;
     return QWENC_OK;
+}
+
+/* dir/tokenizer.json and the config files beside it. */
+static qwenc_status load_dir(const char *dir, qwenc_tokenizer **out, char *err, size_t errlen) {
+    *out = NULL;
+    char *path = qw_path_join(dir, "tokenizer.json"), *buf = NULL;
+    size_t len = 0;
+    qwenc_status s = qw_read_file(path, &buf, &len, err, errlen);
+    if (!s) s = qw_tok_from_json(buf, len, path, dir, out, err, errlen);
+    free(buf);
+    free(path);
+    return s;
 }
 
 static int is_file(const char *path) {
