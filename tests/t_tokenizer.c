@@ -483,6 +483,15 @@ static void run_gguf(const char *root, const char *name, const char *dir, const 
 
 static void run_tokenizer(const char *root, const char *name, const tcase *cs, int n_cases) {
     char dir[1024], err[512] = "", tmp[64];
+    /* a tokenizer that is not redistributed (fetched.txt) and could not be fetched: said, not failed */
+    char marker[1200], tj[1200];
+    struct stat fst;
+    snprintf(marker, sizeof(marker), "%s/%s/fetched.txt", root, name);
+    snprintf(tj, sizeof(tj), "%s/%s/tokenizer.json", root, name);
+    if (stat(marker, &fst) == 0 && stat(tj, &fst) != 0) {
+        printf("SKIP %s: its tokenizer.json is fetched by tests/fetch_test_data.sh and is not here\n", name);
+        return;
+    }
     qwenc_tokenizer *t = NULL;
     qwenc_status st = QWENC_ERR_IO;
     int have_dir = tokenizer_dir(root, name, dir, sizeof(dir), tmp);
