@@ -178,6 +178,65 @@ static qwenc_status render(const char *tpl, const char *req, const char *bos, ch
     return st;
 }
 
+/* Values that recurse: a namespace holding itself prints as Python prints it (the inner dict as {...}, what
+ * Jinja2 3.1 gives); a list or dict 50,000 levels deep (built in a loop) is a RecursionError naming the template
+ * line when printed, compared, sorted, deduplicated, searched or serialized, not a stack overflow. */
+static void run_value_limits(const char *req) {
+    char out[1024], err[512];
+    qwenc_status st = render("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "<Namespace {'a': <Namespace {...}>}>"), "namespace holding itself: %d '%s' %s",
+          st, out, err);
+    st = render("{% set ns = namespace(a=1) %}{% set ns.a = [ns, {'k': ns}] %}{{ ns }}|{{ ns.a }}", req, NULL, out,
+                sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "<Namespace {'a': [<Namespace {...}>, {'k': <Namespace {...}>}]}>|"
+                                         "[<Namespace {'a': [...]}>, {'k': <Namespace {'a': [...]}>}]"),
+          "namespace in its own list: %d '%s' %s", st, out, err);
+    const char *build = "{% set ns = namespace(x=1, y=1, d=1) %}\n{% for i in range(50000) %}"
+                        "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% set ns.d = {'k': ns.d} %}{% endfor %}\n";
+    static const struct {
+        const char *use, *doing;
+    } deep[] = {
+        {"{{ ns.x }}", "repr"},
+        {"{{ ns.d }}", "repr"},
+        {"{{ ns.x | string }}", "repr"},
+        {"{{ ns.x == ns.y }}", "comparison"},
+        {"{{ ns.d != {'k': ns.d} }}", "comparison"},
+        {"{{ [ns.x, ns.y] | unique | list }}", "comparison"},
+        {"{{ [ns.x, ns.y] | sort }}", "comparison"},
+        {"{{ ns.x < ns.y }}", "comparison"},
+        {"{{ ns.x in [ns.y] }}", "comparison"},
+        {"{{ ns.x | tojson }}", "JSON"},
+    };
+    char tpl[1024];
+    for (size_t i = 0; i < sizeof(deep) / sizeof(deep[0]); i++) {
+        snprintf(tpl, sizeof(tpl), "%s%s", build, deep[i].use);
+        st = render(tpl, req, NULL, out, sizeof(out), err);
+        CHECK(st == QWENC_ERR_ARG && strstr(err, "chat template line 3") && strstr(err, "RecursionError") &&
+                  strstr(err, deep[i].doing),
+              "50,000-deep value, %s: status %d, '%s'", deep[i].use, st, err);
+    }
+    /* identity: the same deep list equals itself without a look inside, as in Python */
+    snprintf(tpl, sizeof(tpl), "%s{{ ns.x == ns.x }} {{ [ns.x] == [ns.x] }}", build);
+    st = render(tpl, req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "True True"), "deep list == itself: %d '%s' %s", st, out, err);
+    /* the request is read with the same limit */
+    size_t k = 0;
+    char *deep_req = malloc(4000);
+    k += (size_t)sprintf(deep_req, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"x\": ");
+    for (int i = 0; i < 1000; i++) deep_req[k++] = '[';
+    for (int i = 0; i < 1000; i++) deep_req[k++] = ']';
+    sprintf(deep_req + k, "}]}");
+    st = render("{{ messages }}", deep_req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_FORMAT && strstr(err, "request JSON") && strstr(err, "nested too deeply"),
+          "1000-deep request: status %d, '%s'", st, err);
+    free(deep_req);
+    /* a template that would run for hours stops with an error naming its line */
+    st = render("{% set r = range(100000) | list %}{% for i in range(100000) %}\n{% if -1 in r %}x{% endif %}{% endfor %}",
+                req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "line 2") && strstr(err, "runs too long"),
+          "10^10 iterations: status %d, '%s'", st, err);
+}
+
 static void run_errors(void) {
     char out[1024], err[512];
     const char *req = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
@@ -299,6 +358,7 @@ static void run_errors(void) {
 
     st = qwenc_chat_render(NULL, req, 0, -1, NULL, NULL, &o, err, sizeof(err));
     CHECK(st == QWENC_ERR_ARG && o == NULL, "NULL template: status %d", st);
+    run_value_limits(req);
 }
 
 int main(int argc, char **argv) {

@@ -73,7 +73,9 @@ qwenc_status qwenc_chat_render(const char *template_src, const char *request_jso
         render(c, template_src, request_json, add_generation_prompt, enable_thinking, bos_token, eos_token, buf);
         *out = memchr(buf->p, 0, buf->n) ? NULL : malloc(buf->n + 1);
         if (memchr(buf->p, 0, buf->n)) {
-            st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "the rendered text contains a NUL character at byte %zu",
+            st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                        "the rendered chat template contains a NUL character at byte %zu (from a \\u0000 in the "
+                        "request JSON or an escape in the template)",
                         (size_t)((char *)memchr(buf->p, 0, buf->n) - buf->p));
         } else if (*out) {
             memcpy(*out, buf->p, buf->n + 1);

@@ -121,7 +121,7 @@ tv_value tp_getitem(tp_ctx *c, int line, tv_value obj, tv_value key) {
     switch ((tv_type)obj.type) {
     case TV_UNDEF: tp_undef_fail(c, line, obj);
     case TV_DICT: {
-        long k = tv_dict_find(obj.u.d, key);
+        long k = tv_dict_find(c, obj.u.d, key);
         if (k >= 0) return obj.u.d->vals[k];
         break;
     }
@@ -380,17 +380,17 @@ static int contains(tp_ctx *c, int line, tv_value item, tv_value seq) {
         return 0;
     case TV_LIST:
         for (size_t i = 0; i < seq.u.l->n; i++)
-            if (tv_eq(seq.u.l->items[i], item)) return 1;
+            if (tv_eq(c, seq.u.l->items[i], item)) return 1;
         return 0;
     case TV_DICT:
     case TV_NS:
         if (item.type == TV_LIST && !(item.flags & TV_F_TUPLE))
             tp_fail(c, QWENC_ERR_ARG, line, "TypeError: unhashable type: 'list'");
         if (item.type == TV_DICT) tp_fail(c, QWENC_ERR_ARG, line, "TypeError: unhashable type: 'dict'");
-        return tv_dict_find(seq.u.d, item) >= 0;
+        return tv_dict_find(c, seq.u.d, item) >= 0;
     case TV_LOOP:
         for (size_t i = 0; i < seq.u.loop->items->n; i++)
-            if (tv_eq(seq.u.loop->items->items[i], item)) return 1;
+            if (tv_eq(c, seq.u.loop->items->items[i], item)) return 1;
         return 0;
     default:
         tp_fail(c, QWENC_ERR_ARG, line, "TypeError: argument of type '%s' is not iterable", tv_type_name(seq));
@@ -399,12 +399,12 @@ static int contains(tp_ctx *c, int line, tv_value item, tv_value seq) {
 
 static int compare(tp_ctx *c, int line, int op, tv_value a, tv_value b) {
     switch (op) {
-    case CMP_EQ: return tv_eq(a, b);
-    case CMP_NE: return !tv_eq(a, b);
+    case CMP_EQ: return tv_eq(c, a, b);
+    case CMP_NE: return !tv_eq(c, a, b);
     case CMP_LT: return tv_lt(c, line, a, b);
     case CMP_GT: return tv_lt(c, line, b, a);
-    case CMP_LE: return tv_lt(c, line, a, b) || tv_eq(a, b); /* tv_lt raises for unorderable types, as Python does */
-    case CMP_GE: return tv_lt(c, line, b, a) || tv_eq(a, b);
+    case CMP_LE: return tv_lt(c, line, a, b) || tv_eq(c, a, b); /* tv_lt raises for unorderable types, as Python does */
+    case CMP_GE: return tv_lt(c, line, b, a) || tv_eq(c, a, b);
     case CMP_IN: return contains(c, line, a, b);
     default: return !contains(c, line, a, b);
     }
@@ -473,6 +473,8 @@ tv_value tp_call(tp_ctx *c, int line, tv_value f, const tv_value *args, size_t n
 /* A left-leaning chain such as 1 + 1 + ... + 1 is as deep as it is long: bound the recursion. */
 tv_value tp_eval(tp_ctx *c, const tp_node *e) {
     if (++c->depth > 2000) tp_fail(c, QWENC_ERR_UNSUPPORTED, e->line, "expression nested too deeply (over 2000 levels)");
+    c->cur_line = e->line;
+    tp_tick(c, 1);
     tv_value v = eval_node(c, e);
     c->depth--;
     return v;
@@ -641,6 +643,8 @@ static void exec_set(tp_ctx *c, const tp_node *target, tv_value v, int line) {
 int tp_exec(tp_ctx *c, const tp_nodes *body, tp_buf *out) {
     for (size_t k = 0; k < body->n; k++) {
         const tp_node *n = body->v[k];
+        c->cur_line = n->line;
+        tp_tick(c, 1);
         switch (n->kind) {
         case S_TEXT: tp_buf_add(c, out, n->value.u.s.p, n->value.u.s.n); break;
         case S_OUTPUT: tv_str_append(c, out, tp_eval(c, n->a)); break;

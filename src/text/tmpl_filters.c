@@ -476,7 +476,7 @@ int tp_test(tp_ctx *c, int line, const char *name, tv_value v, const tv_value *a
         case TV_LIST: return v.u.l == o.u.l;
         case TV_DICT:
         case TV_NS: return v.u.d == o.u.d;
-        default: return tv_eq(v, o);
+        default: return tv_eq(c, v, o);
         }
     }
     static const struct { const char *name; int op; } CMP[] = {
@@ -508,7 +508,8 @@ static tv_value select_reject(tp_ctx *c, int line, tv_value v, const tv_value *a
     if (by_attr && nargs == 0) tp_fail(c, QWENC_ERR_ARG, line, "FilterArgumentError: missing parameter for attribute name");
     for (size_t i = 0; i < items->n; i++) {
         tv_value x = by_attr ? get_attr_path(c, line, items->items[i], args[0]) : items->items[i];
-        if (passes(c, line, x, args + by_attr, nargs - (size_t)by_attr) == want) tv_list_push(c, out.u.l, items->items[i]);
+        if (passes(c, line, x, by_attr ? args + 1 : args, nargs - (size_t)by_attr) == want)
+            tv_list_push(c, out.u.l, items->items[i]);
     }
     return out;
 }
@@ -831,7 +832,7 @@ tv_value tp_filter(tp_ctx *c, int line, const char *name, tv_value v, const tv_v
             tv_value r = tv_list_new(c, 0), seen = tv_list_new(c, 0);
             for (size_t i = 0; i < items->n; i++) {
                 int dup = 0;
-                for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = tv_eq(seen.u.l->items[j], keys[i]);
+                for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = tv_eq(c, seen.u.l->items[j], keys[i]);
                 if (dup) continue;
                 tv_list_push(c, seen.u.l, keys[i]);
                 tv_list_push(c, r.u.l, items->items[i]);
@@ -1072,7 +1073,7 @@ tv_value tp_call_method(tp_ctx *c, int line, const tv_func *f, const tv_value *a
     if (self.type == TV_DICT) {
         if (!strcmp(m, "get")) {
             bind(c, line, what, (const char *const[]){"key", "default", NULL}, args, nargs, names, kw, nkw, a, g);
-            long k = tv_dict_find(self.u.d, a[0]);
+            long k = tv_dict_find(c, self.u.d, a[0]);
             return k >= 0 ? self.u.d->vals[k] : a[1];
         }
         bind(c, line, what, (const char *const[]){NULL}, args, nargs, names, kw, nkw, a, g);
@@ -1096,7 +1097,7 @@ tv_value tp_call_method(tp_ctx *c, int line, const tv_func *f, const tv_value *a
         bind(c, line, what, (const char *const[]){"value", NULL}, args, nargs, names, kw, nkw, a, g);
         int64_t n = 0;
         for (size_t i = 0; i < self.u.l->n; i++) {
-            if (!tv_eq(self.u.l->items[i], a[0])) continue;
+            if (!tv_eq(c, self.u.l->items[i], a[0])) continue;
             if (m[0] == 'i') return tv_int((int64_t)i);
             n++;
         }

@@ -65,8 +65,13 @@ _Noreturn void tp_fail(tp_ctx *c, qwenc_status st, int line, const char *fmt, ..
     vsnprintf(c->msg, sizeof(c->msg), fmt, ap);
     va_end(ap);
     c->status = st;
-    c->line = line;
+    c->line = line ? line : c->cur_line;
     longjmp(c->jmp, 1);
+}
+
+_Noreturn void tp_too_long(tp_ctx *c) {
+    tp_fail(c, QWENC_ERR_UNSUPPORTED, 0, "the template runs too long (more than %llu steps)",
+            (unsigned long long)TP_MAX_STEPS);
 }
 
 /* ---------------------------------------------------------------- constructors */
@@ -137,9 +142,9 @@ void tv_list_push(tp_ctx *c, tv_list *l, tv_value v) {
     l->items[l->n++] = v;
 }
 
-long tv_dict_find(const tv_dict *d, tv_value k) {
+long tv_dict_find(tp_ctx *c, const tv_dict *d, tv_value k) {
     for (size_t i = 0; i < d->n; i++)
-        if (tv_eq(d->keys[i], k)) return (long)i;
+        if (tv_eq(c, d->keys[i], k)) return (long)i;
     return -1;
 }
 
@@ -152,7 +157,7 @@ tv_value *tv_dict_get_str(const tv_dict *d, const char *key) {
 }
 
 void tv_dict_set(tp_ctx *c, tv_dict *d, tv_value k, tv_value v) {
-    long i = tv_dict_find(d, k);
+    long i = tv_dict_find(c, d, k);
     if (i >= 0) {
         d->vals[i] = v;
         return;
@@ -359,26 +364,35 @@ int tv_truthy(tv_value v) {
 static int is_num(tv_value v) { return v.type == TV_BOOL || v.type == TV_INT || v.type == TV_FLOAT; }
 static double num_f(tv_value v) { return v.type == TV_FLOAT ? v.u.f : v.type == TV_INT ? (double)v.u.i : v.u.b; }
 
-int tv_eq(tv_value a, tv_value b) {
+_Noreturn static void too_deep(tp_ctx *c, const char *doing) {
+    tp_fail(c, QWENC_ERR_ARG, 0, "RecursionError: maximum recursion depth exceeded %s (values nested more than %d levels)",
+            doing, TV_MAX_DEPTH);
+}
+
+static int eq_rec(tp_ctx *c, tv_value a, tv_value b, int depth) {
+    tp_tick(c, 1);
     if (is_num(a) && is_num(b)) {
         if (a.type != TV_FLOAT && b.type != TV_FLOAT) return (a.type == TV_INT ? a.u.i : a.u.b) == (b.type == TV_INT ? b.u.i : b.u.b);
         return num_f(a) == num_f(b);
     }
     if (a.type != b.type) return 0;
+    if (depth > TV_MAX_DEPTH && (a.type == TV_LIST || a.type == TV_DICT)) too_deep(c, "in comparison");
     switch ((tv_type)a.type) {
     case TV_UNDEF:
     case TV_NONE: return 1;
     case TV_STR: return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
     case TV_LIST:
         if ((a.flags & TV_F_TUPLE) != (b.flags & TV_F_TUPLE) || a.u.l->n != b.u.l->n) return 0;
+        if (a.u.l == b.u.l) return 1; /* Python compares items by identity first */
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!tv_eq(a.u.l->items[i], b.u.l->items[i])) return 0;
+            if (!eq_rec(c, a.u.l->items[i], b.u.l->items[i], depth + 1)) return 0;
         return 1;
     case TV_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
+        if (a.u.d == b.u.d) return 1;
         for (size_t i = 0; i < a.u.d->n; i++) {
-            long j = tv_dict_find(b.u.d, a.u.d->keys[i]);
-            if (j < 0 || !tv_eq(a.u.d->vals[i], b.u.d->vals[j])) return 0;
+            long j = tv_dict_find(c, b.u.d, a.u.d->keys[i]);
+            if (j < 0 || !eq_rec(c, a.u.d->vals[i], b.u.d->vals[j], depth + 1)) return 0;
         }
         return 1;
     case TV_NS: return a.u.d == b.u.d;
@@ -388,7 +402,10 @@ int tv_eq(tv_value a, tv_value b) {
     }
 }
 
-int tv_lt(tp_ctx *c, int line, tv_value a, tv_value b) {
+int tv_eq(tp_ctx *c, tv_value a, tv_value b) { return eq_rec(c, a, b, 0); }
+
+static int lt_rec(tp_ctx *c, int line, tv_value a, tv_value b, int depth) {
+    tp_tick(c, 1);
     if (is_num(a) && is_num(b)) {
         if (a.type != TV_FLOAT && b.type != TV_FLOAT) return (a.type == TV_INT ? a.u.i : a.u.b) < (b.type == TV_INT ? b.u.i : b.u.b);
         return num_f(a) < num_f(b);
@@ -401,14 +418,18 @@ int tv_lt(tp_ctx *c, int line, tv_value a, tv_value b) {
         return r < 0 || (r == 0 && a.u.s.n < b.u.s.n);
     }
     if (a.type == TV_LIST && b.type == TV_LIST && (a.flags & TV_F_TUPLE) == (b.flags & TV_F_TUPLE)) {
+        if (depth > TV_MAX_DEPTH) too_deep(c, "in comparison");
         size_t n = QW_MIN(a.u.l->n, b.u.l->n);
         for (size_t i = 0; i < n; i++)
-            if (!tv_eq(a.u.l->items[i], b.u.l->items[i])) return tv_lt(c, line, a.u.l->items[i], b.u.l->items[i]);
+            if (!eq_rec(c, a.u.l->items[i], b.u.l->items[i], depth + 1))
+                return lt_rec(c, line, a.u.l->items[i], b.u.l->items[i], depth + 1);
         return a.u.l->n < b.u.l->n;
     }
     tp_fail(c, QWENC_ERR_ARG, line, "TypeError: '<' not supported between instances of '%s' and '%s'",
             tv_type_name(a), tv_type_name(b));
 }
+
+int tv_lt(tp_ctx *c, int line, tv_value a, tv_value b) { return lt_rec(c, line, a, b, 0); }
 
 size_t tv_len(tp_ctx *c, int line, tv_value v) {
     switch ((tv_type)v.type) {
@@ -575,7 +596,47 @@ static void scalar_str(tp_ctx *c, tp_buf *b, tv_value v) {
     }
 }
 
+/* 1 if list or dict p is being printed by a caller of this repr (Python's Py_ReprEnter). */
+static int repr_entered(const tp_ctx *c, const void *p) {
+    for (int i = 0; i < c->repr_n; i++)
+        if (c->repr_path[i] == p) return 1;
+    return 0;
+}
+
 void tv_repr_append(tp_ctx *c, tp_buf *b, tv_value v) {
+    tp_tick(c, 1);
+    if (v.type == TV_LIST || v.type == TV_DICT || v.type == TV_NS) {
+        const void *p = v.type == TV_LIST ? (const void *)v.u.l : (const void *)v.u.d;
+        int tup = v.type == TV_LIST && (v.flags & TV_F_TUPLE);
+        if (v.type == TV_NS) tp_buf_addz(c, b, "<Namespace ");
+        if (repr_entered(c, p)) {
+            tp_buf_addz(c, b, v.type != TV_LIST ? "{...}" : tup ? "(...)" : "[...]");
+        } else {
+            if (c->repr_n >= TV_MAX_DEPTH) too_deep(c, "while getting the repr of an object");
+            c->repr_path[c->repr_n++] = p;
+            if (v.type == TV_LIST) {
+                tp_buf_addc(c, b, tup ? '(' : '[');
+                for (size_t i = 0; i < v.u.l->n; i++) {
+                    if (i) tp_buf_addz(c, b, ", ");
+                    tv_repr_append(c, b, v.u.l->items[i]);
+                }
+                if (tup && v.u.l->n == 1) tp_buf_addc(c, b, ',');
+                tp_buf_addc(c, b, tup ? ')' : ']');
+            } else {
+                tp_buf_addc(c, b, '{');
+                for (size_t i = 0; i < v.u.d->n; i++) {
+                    if (i) tp_buf_addz(c, b, ", ");
+                    tv_repr_append(c, b, v.u.d->keys[i]);
+                    tp_buf_addz(c, b, ": ");
+                    tv_repr_append(c, b, v.u.d->vals[i]);
+                }
+                tp_buf_addc(c, b, '}');
+            }
+            c->repr_n--;
+        }
+        if (v.type == TV_NS) tp_buf_addc(c, b, '>');
+        return;
+    }
     switch ((tv_type)v.type) {
     case TV_UNDEF: tp_buf_addz(c, b, "Undefined"); break;
     case TV_STR:
@@ -586,30 +647,6 @@ void tv_repr_append(tp_ctx *c, tp_buf *b, tv_value v) {
         } else {
             str_repr(c, b, v.u.s.p, v.u.s.n);
         }
-        break;
-    case TV_LIST: {
-        int tup = v.flags & TV_F_TUPLE;
-        tp_buf_addc(c, b, tup ? '(' : '[');
-        for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i) tp_buf_addz(c, b, ", ");
-            tv_repr_append(c, b, v.u.l->items[i]);
-        }
-        if (tup && v.u.l->n == 1) tp_buf_addc(c, b, ',');
-        tp_buf_addc(c, b, tup ? ')' : ']');
-        break;
-    }
-    case TV_DICT:
-    case TV_NS:
-        if (v.type == TV_NS) tp_buf_addz(c, b, "<Namespace ");
-        tp_buf_addc(c, b, '{');
-        for (size_t i = 0; i < v.u.d->n; i++) {
-            if (i) tp_buf_addz(c, b, ", ");
-            tv_repr_append(c, b, v.u.d->keys[i]);
-            tp_buf_addz(c, b, ": ");
-            tv_repr_append(c, b, v.u.d->vals[i]);
-        }
-        tp_buf_addc(c, b, '}');
-        if (v.type == TV_NS) tp_buf_addc(c, b, '>');
         break;
     case TV_FUNC:
         tp_buf_addz(c, b, v.u.fn->kind == TF_MACRO ? "<Macro '" : "<function '");
@@ -706,7 +743,11 @@ void tv_json_append(tp_ctx *c, int line, tp_buf *b, tv_value v, const tv_json_op
     const char *item_sep = o->item_sep ? o->item_sep : (o->indent >= 0 ? "," : ", ");
     const char *key_sep = o->key_sep ? o->key_sep : ": ";
     char tmp[40];
-    if (level > 400) tp_fail(c, QWENC_ERR_ARG, line, "RecursionError: value nested too deeply for tojson");
+    tp_tick(c, 1);
+    if (level > TV_MAX_DEPTH)
+        tp_fail(c, QWENC_ERR_ARG, line,
+                "RecursionError: maximum recursion depth exceeded while encoding a JSON object (values nested more than "
+                "%d levels)", TV_MAX_DEPTH);
     switch ((tv_type)v.type) {
     case TV_NONE: tp_buf_addz(c, b, "null"); break;
     case TV_BOOL: tp_buf_addz(c, b, v.u.b ? "true" : "false"); break;
@@ -923,7 +964,7 @@ static tv_value jnumber(json_rd *r) {
 static tv_value jvalue(json_rd *r) {
     jws(r);
     if (r->i >= r->n) jfail(r, "unexpected end of input");
-    if (++r->depth > 500) jfail(r, "nesting too deep");
+    if (++r->depth > TV_MAX_DEPTH) jfail(r, "nested too deeply");
     char ch = r->s[r->i];
     tv_value v;
     if (ch == '{') {

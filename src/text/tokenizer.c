@@ -507,7 +507,8 @@ static qwenc_status load_added(qwenc_tokenizer *t, ld *l, const cJSON *root) {
             if (!content) return bad(l, field, "missing \"content\"");
             int special = jbool(it, "special", 0);
             if (special != (pass == 0)) continue;
-            qw_added *a = &t->added[t->n_added];
+            if (!qw_utf8_is_valid(content, strlen(content))) return bad(l, field, "\"content\" is not valid UTF-8");
+            qw_added *a = &t->added[t->n_added++];
             a->id = (int32_t)JGET(it, "id")->valuedouble;
             qw_buf cb = {0};
             a->content_len = unsentinel(content, strlen(content), &cb);
@@ -520,8 +521,12 @@ static qwenc_status load_added(qwenc_tokenizer *t, ld *l, const cJSON *root) {
             t->special[a->id] = (uint8_t)special;
             if (a->normalized && t->n_norm) {
                 qw_buf nb = {0};
-                qwenc_status s = qw_tok_normalize(t, a->content, a->content_len, &nb, l->err, l->errlen);
-                if (s) return s;
+                char why[256];
+                qwenc_status s = qw_tok_normalize(t, a->content, a->content_len, &nb, why, sizeof(why));
+                if (s) {
+                    free(nb.p);
+                    return qw_err(l->err, l->errlen, s, "%s: %s: %s", l->file, field, why);
+                }
                 a->match = nb.p ? nb.p : qw_xstrdup("");
                 a->match_len = nb.n;
             } else {
@@ -529,8 +534,7 @@ static qwenc_status load_added(qwenc_tokenizer *t, ld *l, const cJSON *root) {
                 memcpy(a->match, a->content, a->content_len);
                 a->match_len = a->content_len;
             }
-            qw_trie_add(a->normalized ? &t->trie_norm : &t->trie_raw, a->match, a->match_len, t->n_added);
-            t->n_added++;
+            qw_trie_add(a->normalized ? &t->trie_norm : &t->trie_raw, a->match, a->match_len, t->n_added - 1);
         }
     }
     for (int k = 0; k < t->n_added; k++)
