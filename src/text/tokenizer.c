@@ -320,9 +320,18 @@ void qw_tok_push_id(int32_t **ids, int *n, int32_t id) {
     (*ids)[(*n)++] = id;
 }
 
-static void add_ids(int32_t **ids, int *n, const cJSON *arr) {
+/* 1 if v is a token id of t (a number in [0, n_vocab)). */
+static int is_id(const qwenc_tokenizer *t, const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < t->n_vocab && v->valuedouble == (int32_t)v->valuedouble;
+}
+
+static qwenc_status add_ids(qwenc_tokenizer *t, ld *l, const char *field, int32_t **ids, int *n, const cJSON *arr) {
     const cJSON *it;
-    cJSON_ArrayForEach(it, arr) if (cJSON_IsNumber(it)) qw_tok_push_id(ids, n, (int32_t)it->valuedouble);
+    cJSON_ArrayForEach(it, arr) {
+        if (!is_id(t, it)) return bad(l, field, "a special token's id is not a token id of the vocabulary");
+        qw_tok_push_id(ids, n, (int32_t)it->valuedouble);
+    }
+    return QWENC_OK;
 }
 
 /* The special tokens the post-processor puts before and after a single sequence. */
@@ -353,14 +362,15 @@ static qwenc_status load_post(qwenc_tokenizer *t, ld *l, const cJSON *o, const c
             const char *name = jstr(JGET(it, "SpecialToken"), "id");
             const cJSON *sp = name ? JGET(specials, name) : NULL;
             if (!sp) return bad(l, field, "a SpecialToken of \"single\" is not in \"special_tokens\"");
-            if (after) add_ids(&t->suffix_ids, &t->n_suffix, JGET(sp, "ids"));
-            else add_ids(&t->prefix_ids, &t->n_prefix, JGET(sp, "ids"));
+            qwenc_status s = after ? add_ids(t, l, field, &t->suffix_ids, &t->n_suffix, JGET(sp, "ids"))
+                                   : add_ids(t, l, field, &t->prefix_ids, &t->n_prefix, JGET(sp, "ids"));
+            if (s) return s;
         }
         return QWENC_OK;
     }
     if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
         const cJSON *cls = cJSON_GetArrayItem(JGET(o, "cls"), 1), *sep = cJSON_GetArrayItem(JGET(o, "sep"), 1);
-        if (!cJSON_IsNumber(cls) || !cJSON_IsNumber(sep)) return bad(l, field, "cls/sep must be [token, id]");
+        if (!is_id(t, cls) || !is_id(t, sep)) return bad(l, field, "cls/sep must be [token, id] with an id of the vocabulary");
         qw_tok_push_id(&t->prefix_ids, &t->n_prefix, (int32_t)cls->valuedouble);
         qw_tok_push_id(&t->suffix_ids, &t->n_suffix, (int32_t)sep->valuedouble);
         return QWENC_OK;
@@ -407,6 +417,14 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 1e9)
             return bad(l, "added_tokens", "an id is not a non-negative integer");
         if ((int)id->valuedouble > max_id) max_id = (int)id->valuedouble;
+    }
+    /* ids index arrays: a sparse vocabulary (one id of 10^9) would cost gigabytes for a small file */
+    int n_tokens = n_v + cJSON_GetArraySize(added);
+    if (max_id >= 2 * n_tokens + 1024) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "token id %d is far beyond the %d tokens of the file (ids must be nearly dense)",
+                 max_id, n_tokens);
+        return bad(l, "model.vocab", msg);
     }
     t->n_vocab = max_id + 1;
     size_t *off = qw_xcalloc((size_t)t->n_vocab, sizeof(size_t));
@@ -553,10 +571,11 @@ void qw_tok_add_eos(qwenc_tokenizer *t, int32_t id) {
     t->eos_ids[t->n_eos++] = id;
 }
 
+/* eos_token_id (an id or a list of ids); ids outside the vocabulary are ignored. */
 static void add_eos_json(qwenc_tokenizer *t, const cJSON *v) {
-    if (cJSON_IsNumber(v)) qw_tok_add_eos(t, (int32_t)v->valuedouble);
+    if (is_id(t, v)) qw_tok_add_eos(t, (int32_t)v->valuedouble);
     const cJSON *it;
-    if (cJSON_IsArray(v)) cJSON_ArrayForEach(it, v) if (cJSON_IsNumber(it)) qw_tok_add_eos(t, (int32_t)it->valuedouble);
+    if (cJSON_IsArray(v)) cJSON_ArrayForEach(it, v) if (is_id(t, it)) qw_tok_add_eos(t, (int32_t)it->valuedouble);
 }
 
 static qwenc_status load_configs(qwenc_tokenizer *t, const char *dir, char *err, size_t errlen) {
