@@ -624,7 +624,9 @@ static void wpad(qw_gguf_writer *w, uint64_t n) {
 qwenc_status qw_gguf_writer_open(qw_gguf_writer **wp, const char *path, char *err, size_t errlen) {
     *wp = NULL;
     FILE *f = fopen(path, "wb");
-    if (!f) return qw_err(err, errlen, QWENC_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (!f)
+        return qw_err(err, errlen, errno == ENOMEM ? QWENC_ERR_NOMEM : QWENC_ERR_IO, "%s: cannot create: %s", path,
+                      strerror(errno));
     qw_gguf_writer *w = calloc(1, sizeof(*w));
     char *p = strdup(path);
     if (!w || !p) {

@@ -27,7 +27,7 @@ struct tp_block {
     _Alignas(16) unsigned char data[];
 };
 
-#define TP_ARENA_MAX ((size_t)1 << 30) /* a render that needs more is an error, not an abort */
+#define TP_ARENA_MAX ((size_t)256 << 20) /* a render that needs more is an error, not an abort */
 
 void *tp_alloc(tp_ctx *c, size_t n) {
     n = (n + 15) & ~(size_t)15;

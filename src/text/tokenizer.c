@@ -54,6 +54,16 @@ static qwenc_status bad(ld *l, const char *field, const char *what) {
     return qw_err(l->err, l->errlen, QWENC_ERR_FORMAT, "%s: %s: %s", l->file, field, what);
 }
 
+static qwenc_status nomem(ld *l, const char *field) {
+    return qw_err(l->err, l->errlen, QWENC_ERR_NOMEM, "%s: %s: out of memory", l->file, field);
+}
+
+/* A copy of s into *out (NULL s: ""); QWENC_ERR_NOMEM naming field when out of memory. */
+static qwenc_status dup_str(ld *l, const char *field, const char *s, char **out) {
+    *out = strdup(s ? s : "");
+    return *out ? QWENC_OK : nomem(l, field);
+}
+
 /* cJSON strings end at a NUL, so a "\u0000" of tokenizer.json (a token of a NUL character) is read as the
  * noncharacter U+FDD0, which no vocabulary uses, and turned back into a NUL byte by unsentinel(). The
  * rewrite keeps the length; escaped backslashes are stepped over. */
@@ -145,8 +155,9 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
         }
         return QWENC_OK;
     }
-    t->norm = realloc(t->norm, (size_t)(t->n_norm + 1) * sizeof(*t->norm));
-    QW_ASSERT(t->norm);
+    qw_norm *nn = realloc(t->norm, (size_t)(t->n_norm + 1) * sizeof(*t->norm));
+    if (!nn) return nomem(l, field);
+    t->norm = nn;
     qw_norm *n = &t->norm[t->n_norm];
     memset(n, 0, sizeof(*n));
     if (!strcmp(type, "NFC")) n->kind = QW_NORM_NFC;
@@ -158,7 +169,7 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
         const char *p = jstr(o, "prepend");
         if (!p) return bad(l, field, "Prepend without \"prepend\"");
         n->kind = QW_NORM_PREPEND;
-        n->str = qw_xstrdup(p);
+        if (dup_str(l, field, p, &n->str)) return QWENC_ERR_NOMEM;
     } else if (!strcmp(type, "Replace")) {
         const char *c = jstr(o, "content");
         if (!c) return bad(l, field, "Replace without \"content\"");
@@ -166,7 +177,8 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
         qwenc_status s = load_pattern(l, JGET(o, "pattern"), sub, &n->rx);
         if (s) return s;
         n->kind = QW_NORM_REPLACE;
-        n->str = qw_xstrdup(c);
+        t->n_norm++; /* freed with t from here on */
+        return dup_str(l, field, c, &n->str);
     } else if (!strcmp(type, "Strip")) {
         n->kind = QW_NORM_STRIP;
         n->left = jbool(o, "strip_left", 1);
@@ -181,9 +193,11 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
 
 /* ---------------------------------------------------------------- pre-tokenizer */
 
+/* A new pre-tokenizer step of t, or NULL when out of memory. */
 static qw_pre *new_pre(qwenc_tokenizer *t) {
-    t->pre = realloc(t->pre, (size_t)(t->n_pre + 1) * sizeof(*t->pre));
-    QW_ASSERT(t->pre);
+    qw_pre *np = realloc(t->pre, (size_t)(t->n_pre + 1) * sizeof(*t->pre));
+    if (!np) return NULL;
+    t->pre = np;
     qw_pre *p = &t->pre[t->n_pre++];
     memset(p, 0, sizeof(*p));
     return p;
@@ -206,6 +220,7 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
     }
     if (!strcmp(type, "Split")) {
         qw_pre *p = new_pre(t);
+        if (!p) return nomem(l, field);
         p->kind = QW_PRE_SPLIT;
         p->invert = jbool(o, "invert", 0);
         snprintf(sub, sizeof(sub), "%s.pattern", field);
@@ -214,6 +229,7 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
     }
     if (!strcmp(type, "ByteLevel")) {
         qw_pre *p = new_pre(t);
+        if (!p) return nomem(l, field);
         p->kind = QW_PRE_BYTELEVEL;
         p->add_prefix_space = jbool(o, "add_prefix_space", 1);
         p->use_regex = jbool(o, "use_regex", 1);
@@ -222,9 +238,10 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
     }
     if (!strcmp(type, "Metaspace")) {
         qw_pre *p = new_pre(t);
+        if (!p) return nomem(l, field);
         p->kind = QW_PRE_METASPACE;
         const char *r = jstr(o, "replacement");
-        p->str = qw_xstrdup(r ? r : "\xe2\x96\x81");
+        if (dup_str(l, field, r ? r : "\xe2\x96\x81", &p->str)) return QWENC_ERR_NOMEM;
         const char *scheme = jstr(o, "prepend_scheme");
         if (scheme) {
             if (!strcmp(scheme, "always")) p->prepend = 2;
@@ -239,6 +256,7 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
     }
     if (!strcmp(type, "Digits")) {
         qw_pre *p = new_pre(t);
+        if (!p) return nomem(l, field);
         p->kind = QW_PRE_DIGITS;
         p->behavior = jbool(o, "individual_digits", 0) ? QW_SPLIT_ISOLATED : QW_SPLIT_CONTIGUOUS;
         return qw_regex_compile(&p->rx, "\\p{N}", 0, l->file, field, l->err, l->errlen);
@@ -249,9 +267,11 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
 
 /* ---------------------------------------------------------------- decoder */
 
+/* A new decoder step of t, or NULL when out of memory. */
 static qw_dec *new_dec(qwenc_tokenizer *t, qw_dec_kind kind) {
-    t->dec = realloc(t->dec, (size_t)(t->n_dec + 1) * sizeof(*t->dec));
-    QW_ASSERT(t->dec);
+    qw_dec *nd = realloc(t->dec, (size_t)(t->n_dec + 1) * sizeof(*t->dec));
+    if (!nd) return NULL;
+    t->dec = nd;
     qw_dec *d = &t->dec[t->n_dec++];
     memset(d, 0, sizeof(*d));
     d->kind = kind;
@@ -273,12 +293,12 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
         return QWENC_OK;
     }
     if (!strcmp(type, "ByteLevel")) {
-        new_dec(t, QW_DEC_BYTELEVEL);
+        if (!new_dec(t, QW_DEC_BYTELEVEL)) return nomem(l, field);
         *fused = 1;
     } else if (!strcmp(type, "ByteFallback")) {
-        new_dec(t, QW_DEC_BYTEFALLBACK);
+        if (!new_dec(t, QW_DEC_BYTEFALLBACK)) return nomem(l, field);
     } else if (!strcmp(type, "Fuse")) {
-        new_dec(t, QW_DEC_FUSE);
+        if (!new_dec(t, QW_DEC_FUSE)) return nomem(l, field);
         *fused = 1;
     } else if (!strcmp(type, "Replace")) {
         const cJSON *pat = JGET(o, "pattern");
@@ -287,14 +307,13 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
         if (!from) return unsupported(l, sub, "a Replace decoder without a String pattern");
         if (!to) return bad(l, field, "Replace without \"content\"");
         qw_dec *d = new_dec(t, QW_DEC_REPLACE);
-        d->str = qw_xstrdup(from);
-        d->str2 = qw_xstrdup(to);
+        if (!d || dup_str(l, field, from, &d->str) || dup_str(l, field, to, &d->str2)) return nomem(l, field);
     } else if (!strcmp(type, "Strip")) {
         const char *c = jstr(o, "content");
         const cJSON *start = JGET(o, "start"), *stop = JGET(o, "stop");
         if (!c || !cJSON_IsNumber(start) || !cJSON_IsNumber(stop)) return bad(l, field, "Strip needs content, start, stop");
         qw_dec *d = new_dec(t, QW_DEC_STRIP);
-        d->str = qw_xstrdup(c);
+        if (!d || dup_str(l, field, c, &d->str)) return nomem(l, field);
         d->start = start->valueint;
         d->stop = stop->valueint;
         if (*fused && d->stop > 0) return unsupported(l, field, "Strip with stop > 0 after Fuse");
@@ -302,7 +321,7 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
     } else if (!strcmp(type, "Metaspace")) {
         qw_dec *d = new_dec(t, QW_DEC_METASPACE);
         const char *r = jstr(o, "replacement"), *scheme = jstr(o, "prepend_scheme");
-        d->str = qw_xstrdup(r ? r : "\xe2\x96\x81");
+        if (!d || dup_str(l, field, r ? r : "\xe2\x96\x81", &d->str)) return nomem(l, field);
         d->prepend = scheme ? strcmp(scheme, "never") != 0 : jbool(o, "add_prefix_space", 1);
         if (d->prepend) t->dec_first = 1;
     } else {
@@ -314,10 +333,12 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
 
 /* ---------------------------------------------------------------- post-processor */
 
-void qw_tok_push_id(int32_t **ids, int *n, int32_t id) {
-    *ids = realloc(*ids, (size_t)(*n + 1) * sizeof(**ids));
-    QW_ASSERT(*ids);
+int qw_tok_push_id(int32_t **ids, int *n, int32_t id) {
+    int32_t *p = realloc(*ids, (size_t)(*n + 1) * sizeof(**ids));
+    if (!p) return -1;
+    *ids = p;
     (*ids)[(*n)++] = id;
+    return 0;
 }
 
 /* 1 if v is a token id of t (a number in [0, n_vocab)). */
@@ -329,7 +350,7 @@ static qwenc_status add_ids(qwenc_tokenizer *t, ld *l, const char *field, int32_
     const cJSON *it;
     cJSON_ArrayForEach(it, arr) {
         if (!is_id(t, it)) return bad(l, field, "a special token's id is not a token id of the vocabulary");
-        qw_tok_push_id(ids, n, (int32_t)it->valuedouble);
+        if (qw_tok_push_id(ids, n, (int32_t)it->valuedouble)) return nomem(l, field);
     }
     return QWENC_OK;
 }
@@ -371,8 +392,9 @@ static qwenc_status load_post(qwenc_tokenizer *t, ld *l, const cJSON *o, const c
     if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
         const cJSON *cls = cJSON_GetArrayItem(JGET(o, "cls"), 1), *sep = cJSON_GetArrayItem(JGET(o, "sep"), 1);
         if (!is_id(t, cls) || !is_id(t, sep)) return bad(l, field, "cls/sep must be [token, id] with an id of the vocabulary");
-        qw_tok_push_id(&t->prefix_ids, &t->n_prefix, (int32_t)cls->valuedouble);
-        qw_tok_push_id(&t->suffix_ids, &t->n_suffix, (int32_t)sep->valuedouble);
+        if (qw_tok_push_id(&t->prefix_ids, &t->n_prefix, (int32_t)cls->valuedouble) ||
+            qw_tok_push_id(&t->suffix_ids, &t->n_suffix, (int32_t)sep->valuedouble))
+            return nomem(l, field);
         return QWENC_OK;
     }
     snprintf(sub, sizeof(sub), "%s.type", field);
@@ -381,18 +403,19 @@ static qwenc_status load_post(qwenc_tokenizer *t, ld *l, const cJSON *o, const c
 
 /* ---------------------------------------------------------------- model */
 
-void qw_tok_index_chars(qwenc_tokenizer *t) {
+int qw_tok_index_chars(qwenc_tokenizer *t) {
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof(name), "<0x%02X>", b);
         t->byte_token[b] = qw_strmap_get(&t->vocab, name, 6);
     }
-    t->char_id = qw_xcalloc(QW_CHAR_TABLE, sizeof(int32_t));
+    if (!(t->char_id = malloc(QW_CHAR_TABLE * sizeof(int32_t)))) return -1;
     for (uint32_t cp = 0; cp < QW_CHAR_TABLE; cp++) {
         char s[4];
         int n = qw_utf8_encode(cp, s);
         t->char_id[cp] = (cp >= 0xd800 && cp < 0xe000) ? -1 : qw_strmap_get(&t->vocab, s, (size_t)n);
     }
+    return 0;
 }
 
 static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_buf *arena, size_t **tok_off) {
@@ -427,11 +450,16 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
         return bad(l, "model.vocab", msg);
     }
     t->n_vocab = max_id + 1;
-    size_t *off = qw_xcalloc((size_t)t->n_vocab, sizeof(size_t));
+    size_t *off = malloc((size_t)t->n_vocab * sizeof(size_t));
+    size_t *key_off = malloc((size_t)(n_v + 1) * sizeof(size_t)), *key_len = malloc((size_t)(n_v + 1) * sizeof(size_t));
+    int32_t *key_id = malloc((size_t)(n_v + 1) * sizeof(int32_t));
+    t->token_len = calloc((size_t)t->n_vocab, sizeof(uint32_t));
+    *tok_off = off;
+    if (!off || !key_off || !key_len || !key_id || !t->token_len) {
+        free(key_off), free(key_len), free(key_id);
+        return nomem(l, "model.vocab");
+    }
     for (int i = 0; i < t->n_vocab; i++) off[i] = SIZE_MAX;
-    size_t *key_off = qw_xcalloc((size_t)n_v, sizeof(size_t)), *key_len = qw_xcalloc((size_t)n_v, sizeof(size_t));
-    int32_t *key_id = qw_xcalloc((size_t)n_v, sizeof(int32_t));
-    t->token_len = qw_xcalloc((size_t)t->n_vocab, sizeof(uint32_t));
     int k = 0;
     cJSON_ArrayForEach(it, vocab) {
         key_off[k] = arena->n;
@@ -442,21 +470,22 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
         t->token_len[key_id[k]] = (uint32_t)key_len[k];
         k++;
     }
-    *tok_off = off;
-    qw_strmap_init(&t->vocab, (size_t)n_v);
     /* arena->p is final for these keys: added tokens are stored separately */
-    for (int i = 0; i < n_v; i++) qw_strmap_put(&t->vocab, arena->p + key_off[i], key_len[i], key_id[i]);
+    int oom = arena->oom || qw_strmap_init(&t->vocab, (size_t)n_v);
+    for (int i = 0; i < n_v && !oom; i++) oom = qw_strmap_put(&t->vocab, arena->p + key_off[i], key_len[i], key_id[i]);
     free(key_off);
     free(key_len);
     free(key_id);
+    if (oom) return nomem(l, "model.vocab");
 
     const char *prefix = jstr(m, "continuing_subword_prefix"), *suffix = jstr(m, "end_of_word_suffix");
-    if (prefix && *prefix) t->subword_prefix = qw_xstrdup(prefix);
-    if (suffix && *suffix) t->word_suffix = qw_xstrdup(suffix);
+    if ((prefix && *prefix && dup_str(l, "model.continuing_subword_prefix", prefix, &t->subword_prefix)) ||
+        (suffix && *suffix && dup_str(l, "model.end_of_word_suffix", suffix, &t->word_suffix)))
+        return QWENC_ERR_NOMEM;
     size_t plen = t->subword_prefix ? strlen(t->subword_prefix) : 0;
 
     int n_m = cJSON_GetArraySize(merges), r = 0;
-    qw_pairmap_init(&t->merges, (size_t)n_m);
+    if (qw_pairmap_init(&t->merges, (size_t)n_m)) return nomem(l, "model.merges");
     qw_buf cat = {0}, pa = {0}, pb = {0};
     char field[96];
     cJSON_ArrayForEach(it, merges) {
@@ -480,12 +509,20 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
             free(cat.p), free(pa.p), free(pb.p);
             return bad(l, field, "a merge must be \"left right\" or [\"left\", \"right\"]");
         }
+        if (pa.oom || pb.oom || cat.oom) {
+            free(cat.p), free(pa.p), free(pb.p);
+            return nomem(l, field);
+        }
         a = pa.p ? pa.p : "";
         b = pb.p ? pb.p : "";
         int32_t ia = qw_strmap_get(&t->vocab, a, al), ib = qw_strmap_get(&t->vocab, b, bl);
         cat.n = 0;
         qw_buf_add(&cat, a, al);
         if (bl >= plen) qw_buf_add(&cat, b + plen, bl - plen);
+        if (cat.oom) {
+            free(cat.p), free(pa.p), free(pb.p);
+            return nomem(l, field);
+        }
         int32_t im = qw_strmap_get(&t->vocab, cat.p, cat.n);
         if (ia < 0 || ib < 0 || im < 0) {
             const char *which = ia < 0 ? a : ib < 0 ? b : cat.p;
@@ -495,7 +532,10 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
             free(cat.p), free(pa.p), free(pb.p);
             return bad(l, field, msg);
         }
-        qw_pairmap_put(&t->merges, ia, ib, r, im);
+        if (cat.oom || qw_pairmap_put(&t->merges, ia, ib, r, im)) {
+            free(cat.p), free(pa.p), free(pb.p);
+            return nomem(l, field);
+        }
         r++;
     }
     free(cat.p), free(pa.p), free(pb.p);
@@ -505,16 +545,15 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
     t->byte_fallback = jbool(m, "byte_fallback", 0);
     t->fuse_unk = jbool(m, "fuse_unk", 0);
     t->ignore_merges = jbool(m, "ignore_merges", 0);
-    qw_tok_index_chars(t);
-    return QWENC_OK;
+    return qw_tok_index_chars(t) ? nomem(l, "model.vocab") : QWENC_OK;
 }
 
 static qwenc_status load_added(qwenc_tokenizer *t, ld *l, const cJSON *root) {
     const cJSON *arr = JGET(root, "added_tokens"), *it;
     int n = cJSON_GetArraySize(arr), i = 0;
-    t->added = qw_xcalloc((size_t)n, sizeof(*t->added));
-    t->special = qw_xcalloc((size_t)t->n_vocab, 1);
-    qw_strmap_init(&t->added_map, (size_t)n);
+    t->added = calloc((size_t)n + 1, sizeof(*t->added));
+    t->special = calloc((size_t)t->n_vocab, 1);
+    if (!t->added || !t->special || qw_strmap_init(&t->added_map, (size_t)n)) return nomem(l, "added_tokens");
     /* the library's trie lists the special tokens first, then the others, each in file order */
     for (int pass = 0; pass < 2; pass++) {
         i = 0;
@@ -530,7 +569,8 @@ static qwenc_status load_added(qwenc_tokenizer *t, ld *l, const cJSON *root) {
             a->id = (int32_t)JGET(it, "id")->valuedouble;
             qw_buf cb = {0};
             a->content_len = unsentinel(content, strlen(content), &cb);
-            a->content = cb.p ? cb.p : qw_xstrdup("");
+            a->content = cb.p ? cb.p : strdup("");
+            if (cb.oom || !a->content) return nomem(l, field);
             a->single_word = (uint8_t)jbool(it, "single_word", 0);
             a->lstrip = (uint8_t)jbool(it, "lstrip", 0);
             a->rstrip = (uint8_t)jbool(it, "rstrip", 0);
@@ -545,37 +585,42 @@ static qwenc_status load_added(qwenc_tokenizer *t, ld *l, const cJSON *root) {
                     free(nb.p);
                     return qw_err(l->err, l->errlen, s, "%s: %s: %s", l->file, field, why);
                 }
-                a->match = nb.p ? nb.p : qw_xstrdup("");
+                a->match = nb.p ? nb.p : strdup("");
                 a->match_len = nb.n;
-            } else {
-                a->match = qw_xcalloc(a->content_len + 1, 1);
-                memcpy(a->match, a->content, a->content_len);
+            } else if ((a->match = malloc(a->content_len + 1))) {
+                memcpy(a->match, a->content, a->content_len + 1);
                 a->match_len = a->content_len;
             }
-            qw_trie_add(a->normalized ? &t->trie_norm : &t->trie_raw, a->match, a->match_len, t->n_added - 1);
+            if (!a->match || qw_trie_add(a->normalized ? &t->trie_norm : &t->trie_raw, a->match, a->match_len, t->n_added - 1))
+                return nomem(l, field);
         }
     }
     for (int k = 0; k < t->n_added; k++)
-        qw_strmap_put(&t->added_map, t->added[k].content, t->added[k].content_len, t->added[k].id);
+        if (qw_strmap_put(&t->added_map, t->added[k].content, t->added[k].content_len, t->added[k].id))
+            return nomem(l, "added_tokens");
     return QWENC_OK;
 }
 
 /* ---------------------------------------------------------------- config files */
 
-void qw_tok_add_eos(qwenc_tokenizer *t, int32_t id) {
-    if (id < 0) return;
+int qw_tok_add_eos(qwenc_tokenizer *t, int32_t id) {
+    if (id < 0) return 0;
     for (int i = 0; i < t->n_eos; i++)
-        if (t->eos_ids[i] == id) return;
-    t->eos_ids = realloc(t->eos_ids, (size_t)(t->n_eos + 1) * sizeof(int32_t));
-    QW_ASSERT(t->eos_ids);
+        if (t->eos_ids[i] == id) return 0;
+    int32_t *p = realloc(t->eos_ids, (size_t)(t->n_eos + 1) * sizeof(int32_t));
+    if (!p) return -1;
+    t->eos_ids = p;
     t->eos_ids[t->n_eos++] = id;
+    return 0;
 }
 
-/* eos_token_id (an id or a list of ids); ids outside the vocabulary are ignored. */
-static void add_eos_json(qwenc_tokenizer *t, const cJSON *v) {
-    if (is_id(t, v)) qw_tok_add_eos(t, (int32_t)v->valuedouble);
+/* eos_token_id (an id or a list of ids); ids outside the vocabulary are ignored. -1 when out of memory. */
+static int add_eos_json(qwenc_tokenizer *t, const cJSON *v) {
+    int oom = is_id(t, v) && qw_tok_add_eos(t, (int32_t)v->valuedouble);
     const cJSON *it;
-    if (cJSON_IsArray(v)) cJSON_ArrayForEach(it, v) if (is_id(t, it)) qw_tok_add_eos(t, (int32_t)it->valuedouble);
+    if (cJSON_IsArray(v))
+        cJSON_ArrayForEach(it, v) oom |= is_id(t, it) && qw_tok_add_eos(t, (int32_t)it->valuedouble);
+    return oom ? -1 : 0;
 }
 
 static qwenc_status load_configs(qwenc_tokenizer *t, const char *dir, char *err, size_t errlen) {
@@ -585,43 +630,47 @@ static qwenc_status load_configs(qwenc_tokenizer *t, const char *dir, char *err,
     if (!s) s = qw_tok_load_json(dir, "config.json", 1, &cc, err, errlen);
     if (s) goto done;
     t->bos_id = -1;
+    int oom = 0;
     if (tc) {
         const char *bos = token_string(JGET(tc, "bos_token")), *eos = token_string(JGET(tc, "eos_token"));
-        t->bos_str = qw_xstrdup(bos ? bos : "");
-        t->eos_str = qw_xstrdup(eos ? eos : "");
+        oom |= !(t->bos_str = strdup(bos ? bos : "")) || !(t->eos_str = strdup(eos ? eos : ""));
         if (bos) t->bos_id = qwenc_tokenizer_token_id(t, bos);
-        if (eos) qw_tok_add_eos(t, qwenc_tokenizer_token_id(t, eos));
+        if (eos) oom |= qw_tok_add_eos(t, qwenc_tokenizer_token_id(t, eos));
         /* transformers' flags, where given, replace what the post-processor adds on their side */
         const cJSON *ab = JGET(tc, "add_bos_token"), *ae = JGET(tc, "add_eos_token");
         int32_t eid = eos ? qwenc_tokenizer_token_id(t, eos) : -1;
         if (cJSON_IsBool(ab)) {
             t->n_prefix = 0;
-            if (cJSON_IsTrue(ab) && t->bos_id >= 0) qw_tok_push_id(&t->prefix_ids, &t->n_prefix, t->bos_id);
+            if (cJSON_IsTrue(ab) && t->bos_id >= 0) oom |= qw_tok_push_id(&t->prefix_ids, &t->n_prefix, t->bos_id);
         }
         if (cJSON_IsBool(ae)) {
             t->n_suffix = 0;
-            if (cJSON_IsTrue(ae) && eid >= 0) qw_tok_push_id(&t->suffix_ids, &t->n_suffix, eid);
+            if (cJSON_IsTrue(ae) && eid >= 0) oom |= qw_tok_push_id(&t->suffix_ids, &t->n_suffix, eid);
         }
         const cJSON *ct = JGET(tc, "chat_template"), *it;
-        if (cJSON_IsString(ct)) t->chat_template = qw_xstrdup(ct->valuestring);
+        if (cJSON_IsString(ct)) oom |= !(t->chat_template = strdup(ct->valuestring));
         else if (cJSON_IsArray(ct))
             cJSON_ArrayForEach(it, ct) {
                 const char *name = jstr(it, "name"), *tmpl = jstr(it, "template");
-                if (name && tmpl && !strcmp(name, "default") && !t->chat_template) t->chat_template = qw_xstrdup(tmpl);
+                if (name && tmpl && !strcmp(name, "default") && !t->chat_template)
+                    oom |= !(t->chat_template = strdup(tmpl));
             }
     } else {
-        t->bos_str = qw_xstrdup("");
-        t->eos_str = qw_xstrdup("");
+        oom |= !(t->bos_str = strdup("")) || !(t->eos_str = strdup(""));
         if (t->n_prefix > 0) t->bos_id = t->prefix_ids[0];
     }
-    if (gc) add_eos_json(t, JGET(gc, "eos_token_id"));
+    if (gc) oom |= add_eos_json(t, JGET(gc, "eos_token_id"));
     if (cc) {
-        add_eos_json(t, JGET(cc, "eos_token_id"));
-        add_eos_json(t, JGET(JGET(cc, "text_config"), "eos_token_id"));
+        oom |= add_eos_json(t, JGET(cc, "eos_token_id"));
+        oom |= add_eos_json(t, JGET(JGET(cc, "text_config"), "eos_token_id"));
+    }
+    if (oom) {
+        s = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory reading the tokenizer's configuration", dir);
+        goto done;
     }
     char *jpath = qw_path_join(dir, "chat_template.jinja");
     struct stat st;
-    if (stat(jpath, &st) == 0) {
+    if (jpath && stat(jpath, &st) == 0) {
         char *buf;
         s = qw_read_file(jpath, &buf, NULL, err, errlen);
         if (!s) {
@@ -650,7 +699,11 @@ qwenc_status qw_tok_from_json(char *json, size_t len, const char *path, const ch
         size_t off = (at && at >= json && at <= json + len) ? (size_t)(at - json) : 0;
         return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: invalid JSON near byte %zu", path, off);
     }
-    qwenc_tokenizer *t = qw_xcalloc(1, sizeof(*t));
+    qwenc_tokenizer *t = calloc(1, sizeof(*t));
+    if (!t) {
+        cJSON_Delete(root);
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", path);
+    }
     t->bos_id = -1;
     ld l = {path, err, errlen};
     qw_buf arena = {0};
@@ -671,7 +724,10 @@ qwenc_status qw_tok_from_json(char *json, size_t len, const char *path, const ch
     cJSON_Delete(root);
     if (!s) {
         /* token strings: the model vocabulary, overridden by the added tokens (as id_to_token) */
-        t->token = qw_xcalloc((size_t)t->n_vocab, sizeof(char *));
+        t->token = calloc((size_t)t->n_vocab, sizeof(char *));
+        if (!t->token) s = nomem(&l, "model.vocab");
+    }
+    if (!s) {
         for (int i = 0; i < t->n_vocab; i++)
             if (tok_off[i] != SIZE_MAX) t->token[i] = arena.p + tok_off[i];
         for (int i = 0; i < t->n_added; i++) {
@@ -682,18 +738,17 @@ qwenc_status qw_tok_from_json(char *json, size_t len, const char *path, const ch
         arena.p = NULL;
         if (dir) s = load_configs(t, dir, err, errlen);
         else {
-            t->bos_str = qw_xstrdup("");
-            t->eos_str = qw_xstrdup("");
+            if (!(t->bos_str = strdup("")) || !(t->eos_str = strdup(""))) s = nomem(&l, "tokenizer");
             if (t->n_prefix > 0) t->bos_id = t->prefix_ids[0];
         }
     }
+    if (!s && qw_tok_build_pieces(t)) s = nomem(&l, "decoder");
     free(tok_off);
     free(arena.p);
     if (s) {
         qwenc_tokenizer_free(t);
         return s;
     }
-    qw_tok_build_pieces(t);
     *out = t;
     return QWENC_OK;
 }
@@ -735,7 +790,8 @@ qwenc_status qwenc_tokenizer_load_model(const char *path, qwenc_tokenizer **out,
     qwenc_status s = qw_tok_load_gguf(path, out, &none, err, errlen);
     if (s || !none) return s;
     const char *slash = strrchr(path, '/');
-    char *dir = slash ? qw_xstrdup(path) : qw_xstrdup(".");
+    char *dir = strdup(slash ? path : ".");
+    if (!dir) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", path);
     if (slash) dir[slash - path + (slash == path)] = 0; /* "/m.gguf" -> "/" */
     char *json = qw_path_join(dir, "tokenizer.json");
     if (is_file(json)) s = load_dir(dir, out, err, errlen);
