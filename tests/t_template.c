@@ -230,6 +230,20 @@ static void run_value_limits(const char *req) {
     CHECK(st == QWENC_ERR_FORMAT && strstr(err, "request JSON") && strstr(err, "nested too deeply"),
           "1000-deep request: status %d, '%s'", st, err);
     free(deep_req);
+    /* big inputs cost linear work, not quadratic (which the step bound would refuse): a request object of
+     * 100,000 members, unique over 20,000 items, tojson(sort_keys) over 100,000 keys */
+    size_t big_cap = 100 + 100000 * 32;
+    char *big = malloc(big_cap), *o = NULL;
+    k = (size_t)sprintf(big, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"chat_template_kwargs\": {\"x\": {");
+    for (int i = 0; i < 100000; i++) k += (size_t)sprintf(big + k, "%s\"key%d\": %d", i ? ", " : "", 99999 - i, i);
+    sprintf(big + k, "}}}");
+    st = qwenc_chat_render("{{ x | length }} {{ x['key5'] }} {{ range(20000) | unique | list | length }} "
+                           "{{ (x | tojson(sort_keys=true))[:28] }}",
+                           big, 1, -1, NULL, NULL, &o, err, sizeof(err));
+    CHECK(st == QWENC_OK && o && !strcmp(o, "100000 99994 20000 {\"key0\": 99999, \"key1\": 9999"),
+          "100,000 keys: status %d, '%s' %s", st, o ? o : "", err);
+    free(o);
+    free(big);
     /* a template that would run for hours stops with an error naming its line */
     st = render("{% set r = range(100000) | list %}{% for i in range(100000) %}\n{% if -1 in r %}x{% endif %}{% endfor %}",
                 req, NULL, out, sizeof(out), err);

@@ -111,7 +111,11 @@ struct tv_list {
 struct tv_dict {
     tv_value *keys, *vals; /* [n] */
     size_t n, cap;
+    uint32_t *index;       /* [index_cap] once n > TV_DICT_INDEX_MIN: entry + 1 of each str, int, float, bool or
+                              None key by its hash (open addressing, 0 empty); other keys are found by a scan */
+    size_t index_cap;
 };
+#define TV_DICT_INDEX_MIN 16
 
 struct tv_loop {
     tv_list *items; /* the (filtered) sequence iterated */
@@ -298,6 +302,8 @@ tv_value tp_call_global(tp_ctx *c, int line, const tv_func *f, const tv_value *a
 /* The global functions Jinja and transformers define (range, namespace, dict, raise_exception,
    strftime_now), or an Undefined. */
 tv_value tp_global(tp_ctx *c, const char *name);
+/* Stable merge sort of items by keys, as Python's sorted() (reverse keeps equal items in order). */
+void tp_sort_by_keys(tp_ctx *c, int line, tv_value *items, tv_value *keys, size_t n, int reverse);
 /* Python str.split / str.replace style helpers shared with filters. */
 tv_value tp_str_replace(tp_ctx *c, tv_value s, tv_value old, tv_value new_, int64_t count);
 

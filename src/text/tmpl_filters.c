@@ -365,11 +365,11 @@ static tv_value get_attr_path(tp_ctx *c, int line, tv_value item, tv_value attr)
 static tv_value ignore_case(tp_ctx *c, tv_value v) { return v.type == TV_STR ? str_case(c, v, CASE_LOWER) : v; }
 
 /* Stable merge sort of items by keys (Python's sorted(); reverse keeps equal items in order). */
-static void sort_by_keys(tp_ctx *c, int line, tv_value *items, tv_value *keys, size_t n, int reverse) {
+void tp_sort_by_keys(tp_ctx *c, int line, tv_value *items, tv_value *keys, size_t n, int reverse) {
     if (n < 2) return;
     size_t h = n / 2;
-    sort_by_keys(c, line, items, keys, h, reverse);
-    sort_by_keys(c, line, items + h, keys + h, n - h, reverse);
+    tp_sort_by_keys(c, line, items, keys, h, reverse);
+    tp_sort_by_keys(c, line, items + h, keys + h, n - h, reverse);
     tv_value *ti = tp_alloc(c, n * sizeof(tv_value)), *tk = tp_alloc(c, n * sizeof(tv_value));
     size_t a = 0, b = h, k = 0;
     while (a < h && b < n) {
@@ -776,7 +776,7 @@ tv_value tp_filter(tp_ctx *c, int line, const char *name, tv_value v, const tv_v
             tv_value k = by_value ? v.u.d->vals[i] : v.u.d->keys[i];
             keys[i] = (g[0] && tv_truthy(a[0])) ? k : ignore_case(c, k);
         }
-        sort_by_keys(c, line, items, keys, n, g[2] && tv_truthy(a[2]));
+        tp_sort_by_keys(c, line, items, keys, n, g[2] && tv_truthy(a[2]));
         tv_value r = tv_list_new(c, n);
         for (size_t i = 0; i < n; i++) tv_list_push(c, r.u.l, items[i]);
         return r;
@@ -825,16 +825,14 @@ tv_value tp_filter(tp_ctx *c, int line, const char *name, tv_value v, const tv_v
         tv_value *keys = keys_of(c, line, items, a[at_i], has_attr, g[cs_i] && tv_truthy(a[cs_i]));
         if (is_sort) {
             tv_value r = copy_list(c, items);
-            sort_by_keys(c, line, r.u.l->items, keys, r.u.l->n, g[0] && tv_truthy(a[0]));
+            tp_sort_by_keys(c, line, r.u.l->items, keys, r.u.l->n, g[0] && tv_truthy(a[0]));
             return r;
         }
         if (name[0] == 'u') {
-            tv_value r = tv_list_new(c, 0), seen = tv_list_new(c, 0);
+            tv_value r = tv_list_new(c, 0), seen = tv_dict_new(c, 0); /* a dict as the set of keys seen */
             for (size_t i = 0; i < items->n; i++) {
-                int dup = 0;
-                for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = tv_eq(c, seen.u.l->items[j], keys[i]);
-                if (dup) continue;
-                tv_list_push(c, seen.u.l, keys[i]);
+                if (tv_dict_find(c, seen.u.d, keys[i]) >= 0) continue;
+                tv_dict_set(c, seen.u.d, keys[i], tv_none());
                 tv_list_push(c, r.u.l, items->items[i]);
             }
             return r;

@@ -142,7 +142,68 @@ void tv_list_push(tp_ctx *c, tv_list *l, tv_value v) {
     l->items[l->n++] = v;
 }
 
+/* Dicts made from a request can hold many keys (a JSON object of 100,000 members): past TV_DICT_INDEX_MIN
+ * entries the keys Python can hash, and that a template can only compare by value, get a hash index. Keys that
+ * are equal hash alike: numbers by their integer value when they have one (1 == 1.0 == True, as in Python). */
+static int indexable(tv_value k) {
+    return k.type == TV_STR || k.type == TV_INT || k.type == TV_BOOL || k.type == TV_FLOAT || k.type == TV_NONE;
+}
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t str_hash(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ULL;
+    return mix64(h);
+}
+
+static uint64_t key_hash(tv_value k) {
+    switch ((tv_type)k.type) {
+    case TV_STR: return str_hash(k.u.s.p, k.u.s.n);
+    case TV_INT: return mix64((uint64_t)k.u.i);
+    case TV_BOOL: return mix64((uint64_t)k.u.b);
+    case TV_FLOAT:
+        if (k.u.f == floor(k.u.f) && k.u.f >= -9223372036854775808.0 && k.u.f < 9223372036854775808.0)
+            return mix64((uint64_t)(int64_t)k.u.f);
+        {
+            uint64_t bits;
+            memcpy(&bits, &k.u.f, 8);
+            return mix64(bits ^ 0x9e3779b97f4a7c15ULL);
+        }
+    default: return 0x51ed270b27c4a3f5ULL;
+    }
+}
+
+static void index_put(tv_dict *d, size_t i) {
+    size_t m = d->index_cap - 1;
+    for (size_t s = key_hash(d->keys[i]) & m;; s = (s + 1) & m)
+        if (!d->index[s]) {
+            d->index[s] = (uint32_t)i + 1;
+            return;
+        }
+}
+
+static void index_build(tp_ctx *c, tv_dict *d) {
+    size_t cap = 64;
+    while (cap < 4 * d->n) cap *= 2;
+    d->index = tp_alloc(c, cap * sizeof(uint32_t));
+    d->index_cap = cap;
+    for (size_t i = 0; i < d->n; i++)
+        if (indexable(d->keys[i])) index_put(d, i);
+}
+
 long tv_dict_find(tp_ctx *c, const tv_dict *d, tv_value k) {
+    if (d->index && indexable(k)) {
+        size_t m = d->index_cap - 1;
+        for (size_t s = key_hash(k) & m; d->index[s]; s = (s + 1) & m)
+            if (tv_eq(c, d->keys[d->index[s] - 1], k)) return (long)d->index[s] - 1;
+        return -1;
+    }
     for (size_t i = 0; i < d->n; i++)
         if (tv_eq(c, d->keys[i], k)) return (long)i;
     return -1;
@@ -150,6 +211,14 @@ long tv_dict_find(tp_ctx *c, const tv_dict *d, tv_value k) {
 
 tv_value *tv_dict_get_str(const tv_dict *d, const char *key) {
     size_t n = strlen(key);
+    if (d->index) {
+        size_t m = d->index_cap - 1;
+        for (size_t s = str_hash(key, n) & m; d->index[s]; s = (s + 1) & m) {
+            const tv_value *k = &d->keys[d->index[s] - 1];
+            if (k->type == TV_STR && k->u.s.n == n && memcmp(k->u.s.p, key, n) == 0) return &d->vals[d->index[s] - 1];
+        }
+        return NULL;
+    }
     for (size_t i = 0; i < d->n; i++)
         if (d->keys[i].type == TV_STR && d->keys[i].u.s.n == n && memcmp(d->keys[i].u.s.p, key, n) == 0)
             return &d->vals[i];
@@ -162,6 +231,7 @@ void tv_dict_set(tp_ctx *c, tv_dict *d, tv_value k, tv_value v) {
         d->vals[i] = v;
         return;
     }
+    if (d->n >= UINT32_MAX - 1) tp_fail(c, QWENC_ERR_ARG, 0, "a dict of more than 2^32 entries");
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
         tv_value *nk = tp_alloc(c, cap * sizeof(tv_value)), *nv = tp_alloc(c, cap * sizeof(tv_value));
@@ -176,6 +246,9 @@ void tv_dict_set(tp_ctx *c, tv_dict *d, tv_value k, tv_value v) {
     d->keys[d->n] = k;
     d->vals[d->n] = v;
     d->n++;
+    if (d->index && 2 * d->n > d->index_cap) d->index = NULL; /* rebuilt larger below */
+    if (!d->index && d->n > TV_DICT_INDEX_MIN) index_build(c, d);
+    else if (d->index && indexable(k)) index_put(d, d->n - 1);
 }
 
 /* ---------------------------------------------------------------- buffers */
@@ -786,17 +859,17 @@ void tv_json_append(tp_ctx *c, int line, tp_buf *b, tv_value v, const tv_json_op
         size_t n = v.u.d->n;
         size_t *order = tp_alloc(c, n * sizeof(size_t));
         for (size_t i = 0; i < n; i++) order[i] = i;
-        if (o->sort_keys) { /* insertion sort: dicts in templates are small */
-            for (size_t i = 0; i < n; i++)
+        if (o->sort_keys) {
+            tv_value *idx = tp_alloc(c, n * sizeof(tv_value)), *keys = tp_alloc(c, n * sizeof(tv_value));
+            for (size_t i = 0; i < n; i++) {
                 if (v.u.d->keys[i].type != TV_STR)
                     tp_fail(c, QWENC_ERR_UNSUPPORTED, line, "tojson(sort_keys=true) supports only string keys, found %s",
                             tv_type_name(v.u.d->keys[i]));
-            for (size_t i = 1; i < n; i++)
-                for (size_t j = i; j > 0 && tv_lt(c, line, v.u.d->keys[order[j]], v.u.d->keys[order[j - 1]]); j--) {
-                    size_t t = order[j];
-                    order[j] = order[j - 1];
-                    order[j - 1] = t;
-                }
+                idx[i] = tv_int((int64_t)i);
+                keys[i] = v.u.d->keys[i];
+            }
+            tp_sort_by_keys(c, line, idx, keys, n, 0);
+            for (size_t i = 0; i < n; i++) order[i] = (size_t)idx[i].u.i;
         }
         tp_buf_addc(c, b, '{');
         for (size_t k = 0; k < n; k++) {
