@@ -105,9 +105,9 @@ qwenc_status qw_tok_load_json(const char *dir, const char *name, int optional, c
         free(path);
         return s;
     }
-    cJSON *j = cJSON_ParseWithLength(buf, len);
+    const char *at = NULL; /* where parsing stopped (cJSON_GetErrorPtr is shared between threads) */
+    cJSON *j = cJSON_ParseWithLengthOpts(buf, len, &at, 0);
     if (!j) {
-        const char *at = cJSON_GetErrorPtr();
         size_t off = (at && at >= buf && at <= buf + len) ? (size_t)(at - buf) : 0;
         s = qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: invalid JSON near byte %zu", path, off);
     }
@@ -693,9 +693,9 @@ qwenc_status qw_tok_from_json(char *json, size_t len, const char *path, const ch
                               char *err, size_t errlen) {
     *out = NULL;
     rewrite_nul_escapes(json, len);
-    cJSON *root = cJSON_ParseWithLength(json, len);
+    const char *at = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &at, 0);
     if (!root) {
-        const char *at = cJSON_GetErrorPtr();
         size_t off = (at && at >= json && at <= json + len) ? (size_t)(at - json) : 0;
         return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: invalid JSON near byte %zu", path, off);
     }
