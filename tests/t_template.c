@@ -369,6 +369,17 @@ static void run_errors(void) {
     free(nots);
     st = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", req, NULL, out, sizeof(out), err);
     CHECK(st == QWENC_ERR_ARG && strstr(err, "Recursion"), "runaway macro recursion: status %d, '%s'", st, err);
+    /* 99 macro calls, each inside 190 nested loops: 19,000 levels of C recursion (a stack overflow before) */
+    char *mac = malloc(20000);
+    k = (size_t)sprintf(mac, "{%% macro f(k) %%}");
+    for (int i = 0; i < 190; i++) k += (size_t)sprintf(mac + k, "{%% for i in [1] %%}");
+    k += (size_t)sprintf(mac + k, "{{ f(k + 1) if k < 99 else k }}");
+    for (int i = 0; i < 190; i++) k += (size_t)sprintf(mac + k, "{%% endfor %%}");
+    sprintf(mac + k, "{%% endmacro %%}{{ f(0) }}");
+    st = render(mac, req, NULL, out, sizeof(out), err);
+    CHECK(st != QWENC_OK && strstr(err, "nested") && strstr(err, "1000"), "macro calls in nested loops: status %d, '%s'", st,
+          err);
+    free(mac);
 
     st = qwenc_chat_render(NULL, req, 0, -1, NULL, NULL, &o, err, sizeof(err));
     CHECK(st == QWENC_ERR_ARG && o == NULL, "NULL template: status %d", st);

@@ -472,7 +472,8 @@ tv_value tp_call(tp_ctx *c, int line, tv_value f, const tv_value *args, size_t n
 
 /* A left-leaning chain such as 1 + 1 + ... + 1 is as deep as it is long: bound the recursion. */
 tv_value tp_eval(tp_ctx *c, const tp_node *e) {
-    if (++c->depth > 2000) tp_fail(c, QWENC_ERR_UNSUPPORTED, e->line, "expression nested too deeply (over 2000 levels)");
+    if (++c->depth > TP_MAX_DEPTH)
+        tp_fail(c, QWENC_ERR_UNSUPPORTED, e->line, "expression nested too deeply (over %d levels)", TP_MAX_DEPTH);
     c->cur_line = e->line;
     tp_tick(c, 1);
     tv_value v = eval_node(c, e);
@@ -640,7 +641,18 @@ static void exec_set(tp_ctx *c, const tp_node *target, tv_value v, int line) {
     assign(c, c->scope, target, v, line);
 }
 
+static int exec_body(tp_ctx *c, const tp_nodes *body, tp_buf *out);
+
+/* Bodies nest in bodies (blocks, loops, macro calls inside them): bounded with the expressions, as together they
+ * are the depth of the C stack. */
 int tp_exec(tp_ctx *c, const tp_nodes *body, tp_buf *out) {
+    if (++c->depth > TP_MAX_DEPTH) tp_fail(c, QWENC_ERR_ARG, 0, "RecursionError: blocks and expressions nested more than %d levels deep", TP_MAX_DEPTH);
+    int ctl = exec_body(c, body, out);
+    c->depth--;
+    return ctl;
+}
+
+static int exec_body(tp_ctx *c, const tp_nodes *body, tp_buf *out) {
     for (size_t k = 0; k < body->n; k++) {
         const tp_node *n = body->v[k];
         c->cur_line = n->line;
