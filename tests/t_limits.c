@@ -1,5 +1,5 @@
 /*
- * t_hostile.c - headers that claim more than their file holds: safetensors shapes, offsets and header lengths,
+ * t_limits.c - headers that claim more than their file holds: safetensors shapes, offsets and header lengths,
  * tokenizer.json ids. Each must be refused with a message that names the file (and the tensor or field), before
  * anything of the claimed size is allocated; the fuzz targets of tests/fuzz found the first of them. (GGUF's are
  * in t_gguf.c, chat template limits in t_template.c.)
@@ -104,7 +104,7 @@ static void test_tokenizer_json(void) {
 
 int main(void) {
     const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/qwenc_t_hostile_XXXXXX", t && *t ? t : "/tmp");
+    snprintf(tmpdir, sizeof(tmpdir), "%s/qwenc_t_limits_XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(tmpdir)) {
         printf("cannot create a directory under %s\n0 passed, 1 failed\n", t && *t ? t : "/tmp");
         return 1;
