@@ -100,6 +100,16 @@ static void test_tokenizer_json(void) {
                      "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [{\"id\": 1, "
                      "\"content\": \"\xff\", \"special\": false}]}",
                      "not valid UTF-8");
+    /* a replacement inserted into the text must be valid UTF-8: the regexes run on it unchecked (an invalid
+     * Metaspace replacement made PCRE2's JIT read outside the text) */
+    expect_tok_error("Metaspace replacement of invalid UTF-8",
+                     "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Sequence\", "
+                     "\"pretokenizers\": [{\"type\": \"Metaspace\", \"replacement\": \"\xe2\xff\"}, {\"type\": \"Digits\"}]}}",
+                     "pre_tokenizer.pretokenizers[0]: a replacement string is not valid UTF-8");
+    expect_tok_error("Prepend of invalid UTF-8",
+                     "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"normalizer\": {\"type\": \"Prepend\", "
+                     "\"prepend\": \"\xc3\"}}",
+                     "normalizer: a replacement string is not valid UTF-8");
 }
 
 int main(void) {

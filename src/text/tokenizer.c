@@ -64,6 +64,14 @@ static qwenc_status dup_str(ld *l, const char *field, const char *s, char **out)
     return *out ? QWENC_OK : nomem(l, field);
 }
 
+/* The same for a string that becomes part of the text being tokenized (a normalizer's or pre-tokenizer's
+ * replacement): it must be valid UTF-8, as the regexes run on the text without checking it again. */
+static qwenc_status text_str(ld *l, const char *field, const char *s, char **out) {
+    *out = NULL;
+    if (!qw_utf8_is_valid(s, strlen(s))) return bad(l, field, "a replacement string is not valid UTF-8");
+    return dup_str(l, field, s, out);
+}
+
 /* cJSON strings end at a NUL, so a "\u0000" of tokenizer.json (a token of a NUL character) is read as the
  * noncharacter U+FDD0, which no vocabulary uses, and turned back into a NUL byte by unsentinel(). The
  * rewrite keeps the length; escaped backslashes are stepped over. */
@@ -169,7 +177,8 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
         const char *p = jstr(o, "prepend");
         if (!p) return bad(l, field, "Prepend without \"prepend\"");
         n->kind = QW_NORM_PREPEND;
-        if (dup_str(l, field, p, &n->str)) return QWENC_ERR_NOMEM;
+        qwenc_status s = text_str(l, field, p, &n->str);
+        if (s) return s;
     } else if (!strcmp(type, "Replace")) {
         const char *c = jstr(o, "content");
         if (!c) return bad(l, field, "Replace without \"content\"");
@@ -178,7 +187,7 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
         if (s) return s;
         n->kind = QW_NORM_REPLACE;
         t->n_norm++; /* freed with t from here on */
-        return dup_str(l, field, c, &n->str);
+        return text_str(l, field, c, &n->str);
     } else if (!strcmp(type, "Strip")) {
         n->kind = QW_NORM_STRIP;
         n->left = jbool(o, "strip_left", 1);
@@ -241,7 +250,7 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
         if (!p) return nomem(l, field);
         p->kind = QW_PRE_METASPACE;
         const char *r = jstr(o, "replacement");
-        if (dup_str(l, field, r ? r : "\xe2\x96\x81", &p->str)) return QWENC_ERR_NOMEM;
+        if ((s = text_str(l, field, r ? r : "\xe2\x96\x81", &p->str))) return s;
         const char *scheme = jstr(o, "prepend_scheme");
         if (scheme) {
             if (!strcmp(scheme, "always")) p->prepend = 2;
@@ -307,13 +316,18 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
         if (!from) return unsupported(l, sub, "a Replace decoder without a String pattern");
         if (!to) return bad(l, field, "Replace without \"content\"");
         qw_dec *d = new_dec(t, QW_DEC_REPLACE);
-        if (!d || dup_str(l, field, from, &d->str) || dup_str(l, field, to, &d->str2)) return nomem(l, field);
+        if (!d) return nomem(l, field);
+        qwenc_status s = text_str(l, field, from, &d->str);
+        if (!s) s = text_str(l, field, to, &d->str2);
+        if (s) return s;
     } else if (!strcmp(type, "Strip")) {
         const char *c = jstr(o, "content");
         const cJSON *start = JGET(o, "start"), *stop = JGET(o, "stop");
         if (!c || !cJSON_IsNumber(start) || !cJSON_IsNumber(stop)) return bad(l, field, "Strip needs content, start, stop");
         qw_dec *d = new_dec(t, QW_DEC_STRIP);
-        if (!d || dup_str(l, field, c, &d->str)) return nomem(l, field);
+        if (!d) return nomem(l, field);
+        qwenc_status s = text_str(l, field, c, &d->str);
+        if (s) return s;
         d->start = start->valueint;
         d->stop = stop->valueint;
         if (*fused && d->stop > 0) return unsupported(l, field, "Strip with stop > 0 after Fuse");
@@ -321,7 +335,9 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
     } else if (!strcmp(type, "Metaspace")) {
         qw_dec *d = new_dec(t, QW_DEC_METASPACE);
         const char *r = jstr(o, "replacement"), *scheme = jstr(o, "prepend_scheme");
-        if (!d || dup_str(l, field, r ? r : "\xe2\x96\x81", &d->str)) return nomem(l, field);
+        if (!d) return nomem(l, field);
+        qwenc_status s = text_str(l, field, r ? r : "\xe2\x96\x81", &d->str);
+        if (s) return s;
         d->prepend = scheme ? strcmp(scheme, "never") != 0 : jbool(o, "add_prefix_space", 1);
         if (d->prepend) t->dec_first = 1;
     } else {
