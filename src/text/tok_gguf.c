@@ -241,6 +241,14 @@ static qwenc_status read_vocab(qwenc_tokenizer *t, rd *r, const qw_gguf *g) {
     for (int pass = 0; pass < 2 && !oom; pass++)
         for (int i = 0; i < n && !oom; i++) {
             if (type[i] != (pass == 0 ? TT_CONTROL : TT_USER_DEFINED) || !t->token_len[i]) continue;
+            if (!qw_utf8_is_valid(t->token[i], t->token_len[i])) {
+                /* matched in the text before it is split: a piece of a character would cut one in two */
+                char key[64];
+                snprintf(key, sizeof(key), "tokenizer.ggml.tokens[%d]", i);
+                free(type);
+                free(off);
+                return rd_bad(r, QWENC_ERR_FORMAT, key, "a control or user-defined token is not valid UTF-8");
+            }
             qw_added *a = &t->added[t->n_added++];
             a->id = i;
             a->content_len = a->match_len = t->token_len[i];
