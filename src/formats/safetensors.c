@@ -46,9 +46,14 @@ const qw_tensor *qw_weightset_find(const qw_weightset *ws, const char *name) {
     return NULL;
 }
 
+/* O(1): t is the qw_tensor of some entry (the shard index asks this of every tensor of a checkpoint that may
+ * have 100,000 of them). */
 const char *qw_weightset_file_of(const qw_weightset *ws, const qw_tensor *t) {
-    for (int i = 0; i < ws->n_entries; i++)
-        if (&ws->entries[i].t == t) return ws->files[ws->entries[i].file].path;
+    uintptr_t p = (uintptr_t)t, lo = (uintptr_t)ws->entries, hi = (uintptr_t)(ws->entries + ws->n_entries);
+    if (ws->n_entries && p >= lo && p < hi) {
+        const qw_st_entry *e = &ws->entries[(p - lo) / sizeof(qw_st_entry)];
+        if (&e->t == t) return ws->files[e->file].path;
+    }
     return ws->dir ? ws->dir : "?";
 }
 
