@@ -249,6 +249,24 @@ static void run_value_limits(const char *req) {
                 req, NULL, out, sizeof(out), err);
     CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "line 2") && strstr(err, "runs too long"),
           "10^10 iterations: status %d, '%s'", st, err);
+    /* so does one that scans a long string (or walks a long list) in a loop: each scan costs its length */
+    static const char *const scans[] = {
+        "{% set s = 'a' * 10000000 %}{% for i in range(100000) %}\n{% if 'b' in s %}{% endif %}{% endfor %}",
+        "{% set s = ' ' * 10000000 %}{% for i in range(100000) %}\n{{ s.strip() }}{% endfor %}",
+        "{% set s = 'ab' * 5000000 %}{% for i in range(100000) %}\n{{ s.count('ab') }}{% endfor %}",
+        "{% set s = 'a' * 10000000 %}{% for i in range(100000) %}\n{{ s[5000000] }}{% endfor %}",
+        "{% set s = [''] * 1000000 %}{% for i in range(100000) %}\n{{ s | join }}{% endfor %}",
+        "{% set s = [0] * 1000000 %}{% for i in range(100000) %}\n{{ s | sum }}{% endfor %}",
+    };
+    for (size_t i = 0; i < sizeof(scans) / sizeof(scans[0]); i++) {
+        st = render(scans[i], req, NULL, out, sizeof(out), err);
+        CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "line 2") && strstr(err, "runs too long"),
+              "long scans in a loop (%zu): status %d, '%s'", i, st, err);
+    }
+    /* a substring search is linear: 'a' * 5e6 in 'a' * 1e7 is true at once (a naive search: 2.5e13 steps) */
+    st = render("{{ ('a' * 5000000) in ('a' * 10000000) }} {{ ('a' * 10000000).find('a' * 4999999 ~ 'b') }}", req, NULL,
+                out, sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "True -1"), "long substring search: status %d, '%s' %s", st, out, err);
 }
 
 static void run_errors(void) {

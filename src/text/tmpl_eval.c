@@ -12,6 +12,7 @@
  * an Undefined that fails only when used. Operators follow Python on the JSON values (int and float
  * arithmetic, str + str, floor division and modulo rounding toward minus infinity, chained comparisons).
  */
+#define _GNU_SOURCE /* memmem */
 #include <math.h>
 #include <string.h>
 
@@ -134,6 +135,7 @@ tv_value tp_getitem(tp_ctx *c, int line, tv_value obj, tv_value key) {
         break;
     case TV_STR:
         if (as_index(key, &i)) {
+            tp_tick(c, 1 + obj.u.s.n / 16);
             int64_t n = (int64_t)tu_len(obj.u.s.p, obj.u.s.n);
             if (i < 0) i += n;
             if (i >= 0 && i < n) {
@@ -375,9 +377,8 @@ static int contains(tp_ctx *c, int line, tv_value item, tv_value seq) {
             tp_fail(c, QWENC_ERR_ARG, line, "TypeError: 'in <string>' requires string as left operand, not %s", tv_type_name(item));
         if (item.u.s.n == 0) return 1;
         if (item.u.s.n > seq.u.s.n) return 0;
-        for (size_t i = 0; i + item.u.s.n <= seq.u.s.n; i++)
-            if (memcmp(seq.u.s.p + i, item.u.s.p, item.u.s.n) == 0) return 1;
-        return 0;
+        tp_tick(c, 1 + seq.u.s.n / 16);
+        return memmem(seq.u.s.p, seq.u.s.n, item.u.s.p, item.u.s.n) != NULL; /* linear (two-way) */
     case TV_LIST:
         for (size_t i = 0; i < seq.u.l->n; i++)
             if (tv_eq(c, seq.u.l->items[i], item)) return 1;

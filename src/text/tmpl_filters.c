@@ -11,7 +11,12 @@
  *
  * Text case mapping uses utf8proc's simple mappings; Python uses the full ones, which differ only for
  * a few characters (German sharp s, dotted capital I...).
+ *
+ * Work: a filter, test or method costs render steps (tp_tick) in proportion to the string it is applied to, the
+ * items it walks without allocating, and the bytes a substring search scans, so a loop over such calls on a long string
+ * stops at the render's bound instead of running for hours.
  */
+#define _GNU_SOURCE /* memmem */
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -144,17 +149,30 @@ static tv_value jinja_title(tp_ctx *c, tv_value s) {
     return tp_buf_value(&b);
 }
 
-static long find_bytes(tv_value s, tv_value sub, size_t from) {
+/* The work of scanning n bytes, in render steps. */
+static void tick_bytes(tp_ctx *c, size_t n) { tp_tick(c, 1 + n / 16); }
+
+/* The work of a filter, test or method on v: on a string, most walk it once. (On a list, those that walk it
+ * allocate as they go, compare, or tick per item: length stays O(1), as in Python.) */
+static void tick_value(tp_ctx *c, tv_value v) { tp_tick(c, 1 + (v.type == TV_STR ? v.u.s.n / 16 : 0)); }
+
+static long find_bytes(tp_ctx *c, tv_value s, tv_value sub, size_t from) {
     if (sub.u.s.n == 0) return from <= s.u.s.n ? (long)from : -1;
-    for (size_t i = from; i + sub.u.s.n <= s.u.s.n; i++)
-        if (memcmp(s.u.s.p + i, sub.u.s.p, sub.u.s.n) == 0) return (long)i;
-    return -1;
+    if (from > s.u.s.n) return -1;
+    const char *hit = memmem(s.u.s.p + from, s.u.s.n - from, sub.u.s.p, sub.u.s.n); /* linear (two-way) */
+    tick_bytes(c, (hit ? (size_t)(hit - s.u.s.p) + sub.u.s.n : s.u.s.n) - from);
+    return hit ? (long)(hit - s.u.s.p) : -1;
 }
 
-static long rfind_bytes(tv_value s, tv_value sub) {
+static long rfind_bytes(tp_ctx *c, tv_value s, tv_value sub) {
     if (sub.u.s.n > s.u.s.n) return -1;
-    for (size_t i = s.u.s.n - sub.u.s.n + 1; i-- > 0;)
+    if (sub.u.s.n == 0) return (long)s.u.s.n;
+    for (size_t i = s.u.s.n - sub.u.s.n + 1; i-- > 0;) {
+        if (s.u.s.p[i] != sub.u.s.p[0]) continue;
+        tick_bytes(c, sub.u.s.n); /* a naive search: each candidate costs the length compared */
         if (memcmp(s.u.s.p + i, sub.u.s.p, sub.u.s.n) == 0) return (long)i;
+    }
+    tick_bytes(c, s.u.s.n);
     return -1;
 }
 
@@ -180,7 +198,7 @@ tv_value tp_str_replace(tp_ctx *c, tv_value s, tv_value old, tv_value new_, int6
     size_t i = 0;
     int64_t done = 0;
     while (count < 0 || done < count) {
-        long k = find_bytes(s, old, i);
+        long k = find_bytes(c, s, old, i);
         if (k < 0) break;
         tp_buf_add(c, &b, s.u.s.p + i, (size_t)k - i);
         tp_buf_add(c, &b, new_.u.s.p, new_.u.s.n);
@@ -238,7 +256,7 @@ static tv_value str_split(tp_ctx *c, int line, tv_value s, tv_value sep, int64_t
         size_t i = 0;
         int64_t done = 0;
         for (;;) {
-            long k = (maxsplit < 0 || done < maxsplit) ? find_bytes(s, sep, i) : -1;
+            long k = (maxsplit < 0 || done < maxsplit) ? find_bytes(c, s, sep, i) : -1;
             if (k < 0) break;
             tv_list_push(c, out.u.l, tv_str(p + i, (size_t)k - i));
             i = (size_t)k + sep.u.s.n;
@@ -252,7 +270,7 @@ static tv_value str_split(tp_ctx *c, int line, tv_value s, tv_value sep, int64_t
     size_t end = n;
     int64_t done = 0;
     while (maxsplit < 0 || done < maxsplit) {
-        long k = rfind_bytes(tv_str(p, end), sep);
+        long k = rfind_bytes(c, tv_str(p, end), sep);
         if (k < 0) break;
         tv_list_push(c, rev.u.l, tv_str(p + k + sep.u.s.n, end - (size_t)k - sep.u.s.n));
         end = (size_t)k;
@@ -288,6 +306,7 @@ static tv_value str_splitlines(tp_ctx *c, tv_value s, int keepends) {
 static tv_value str_join(tp_ctx *c, int line, tv_value sep, tv_list *items, int strict) {
     tp_buf b = {0};
     tp_buf_add(c, &b, "", 0);
+    tp_tick(c, items->n); /* a list of empty strings allocates nothing */
     for (size_t i = 0; i < items->n; i++) {
         if (i) tp_buf_add(c, &b, sep.u.s.p, sep.u.s.n);
         if (strict && items->items[i].type != TV_STR)
@@ -438,6 +457,7 @@ int tp_test(tp_ctx *c, int line, const char *name, tv_value v, const tv_value *a
                                           "greaterthan", "ge", "in", "filter", "test", NULL};
     if (!tp_test_known(name)) tp_fail(c, QWENC_ERR_UNSUPPORTED, line, "no test named '%s'", name);
     need_args(c, line, name, nargs, in_list(ONE_ARG, name) ? 1 : 0);
+    tick_value(c, v);
     if (!strcmp(name, "defined")) return t != TV_UNDEF;
     if (!strcmp(name, "undefined")) return t == TV_UNDEF;
     if (!strcmp(name, "none")) return t == TV_NONE;
@@ -609,6 +629,7 @@ static tv_value *keys_of(tp_ctx *c, int line, tv_list *items, tv_value attr, int
 tv_value tp_filter(tp_ctx *c, int line, const char *name, tv_value v, const tv_value *args, size_t nargs,
                    const char **names, const tv_value *kw, size_t nkw) {
     if (!tp_filter_known(name)) tp_fail(c, QWENC_ERR_UNSUPPORTED, line, "no filter named '%s'", name);
+    tick_value(c, v);
     tv_value a[MAXP];
     int g[MAXP];
     char what[64];
@@ -847,6 +868,7 @@ tv_value tp_filter(tp_ctx *c, int line, const char *name, tv_value v, const tv_v
         BIND("attribute", "start");
         tv_list *items = tv_iter(c, line, v);
         tv_value acc = g[1] ? a[1] : tv_int(0);
+        tp_tick(c, items->n);
         for (size_t i = 0; i < items->n; i++) {
             tv_value x = (g[0] && a[0].type != TV_NONE) ? get_attr_path(c, line, items->items[i], a[0]) : items->items[i];
             acc = tp_binop(c, line, OP_ADD, acc, x);
@@ -1020,14 +1042,15 @@ static tv_value str_method(tp_ctx *c, int line, const tv_func *f, const tv_value
             int64_t n = 0;
             size_t i = 0;
             long k;
-            while ((k = find_bytes(s, sub, i)) >= 0) {
+            while ((k = find_bytes(c, s, sub, i)) >= 0) {
                 n++;
                 i = (size_t)k + sub.u.s.n;
             }
             return tv_int(n);
         }
-        long k = m[0] == 'r' ? rfind_bytes(s, sub) : find_bytes(s, sub, 0);
-        if (k < 0 && (m[0] == 'i' || m[1] == 'i')) tp_fail(c, QWENC_ERR_ARG, line, "ValueError: substring not found");
+        long k = m[0] == 'r' ? rfind_bytes(c, s, sub) : find_bytes(c, s, sub, 0);
+        if (k < 0 && (!strcmp(m, "index") || !strcmp(m, "rindex")))
+            tp_fail(c, QWENC_ERR_ARG, line, "ValueError: substring not found");
         return tv_int(k < 0 ? -1 : (int64_t)tu_len(s.u.s.p, (size_t)k));
     }
     if (!strcmp(m, "join")) {
@@ -1065,6 +1088,7 @@ tv_value tp_call_method(tp_ctx *c, int line, const tv_func *f, const tv_value *a
     tv_value self = f->self, a[MAXP];
     int g[MAXP];
     const char *m = f->name;
+    tick_value(c, self);
     char what[64];
     snprintf(what, sizeof(what), "%s.%s()", tv_type_name(self), m);
     if (self.type == TV_STR) return str_method(c, line, f, args, nargs, names, kw, nkw);

@@ -453,7 +453,10 @@ static int eq_rec(tp_ctx *c, tv_value a, tv_value b, int depth) {
     switch ((tv_type)a.type) {
     case TV_UNDEF:
     case TV_NONE: return 1;
-    case TV_STR: return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
+    case TV_STR:
+        if (a.u.s.n != b.u.s.n) return 0;
+        tp_tick(c, a.u.s.n / 16);
+        return memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
     case TV_LIST:
         if ((a.flags & TV_F_TUPLE) != (b.flags & TV_F_TUPLE) || a.u.l->n != b.u.l->n) return 0;
         if (a.u.l == b.u.l) return 1; /* Python compares items by identity first */
@@ -487,6 +490,7 @@ static int lt_rec(tp_ctx *c, int line, tv_value a, tv_value b, int depth) {
     if (b.type == TV_UNDEF) tp_undef_fail(c, line, b);
     if (a.type == TV_STR && b.type == TV_STR) {
         size_t n = QW_MIN(a.u.s.n, b.u.s.n);
+        tp_tick(c, n / 16);
         int r = memcmp(a.u.s.p, b.u.s.p, n);
         return r < 0 || (r == 0 && a.u.s.n < b.u.s.n);
     }
@@ -507,7 +511,7 @@ int tv_lt(tp_ctx *c, int line, tv_value a, tv_value b) { return lt_rec(c, line, 
 size_t tv_len(tp_ctx *c, int line, tv_value v) {
     switch ((tv_type)v.type) {
     case TV_UNDEF: return 0;
-    case TV_STR: return tu_len(v.u.s.p, v.u.s.n);
+    case TV_STR: tp_tick(c, v.u.s.n / 16); return tu_len(v.u.s.p, v.u.s.n);
     case TV_LIST: return v.u.l->n;
     case TV_DICT: return v.u.d->n;
     case TV_LOOP: return v.u.loop->items->n;
