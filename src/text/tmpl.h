@@ -181,6 +181,7 @@ void tp_buf_add(tp_ctx *c, tp_buf *b, const char *s, size_t n);
 void tp_buf_addz(tp_ctx *c, tp_buf *b, const char *s);
 void tp_buf_addc(tp_ctx *c, tp_buf *b, char ch);
 void tp_buf_addcp(tp_ctx *c, tp_buf *b, uint32_t cp); /* one code point as UTF-8 */
+void tp_buf_fill(tp_ctx *c, tp_buf *b, char ch, int64_t n); /* n copies of ch (none if n <= 0), grown at once */
 tv_value tp_buf_value(tp_buf *b);
 
 /* str(v) appended to b (Undefined appends nothing), and repr(v): a list or dict met again inside itself prints as

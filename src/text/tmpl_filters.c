@@ -353,9 +353,9 @@ static tv_value pad_center(tp_ctx *c, tv_value s, int64_t width) {
     int64_t left = marg / 2 + (marg & width & 1);
     tp_buf b = {0};
     tp_buf_add(c, &b, "", 0);
-    for (int64_t i = 0; i < left; i++) tp_buf_addc(c, &b, ' ');
+    tp_buf_fill(c, &b, ' ', left);
     tp_buf_add(c, &b, s.u.s.p, s.u.s.n);
-    for (int64_t i = 0; i < marg - left; i++) tp_buf_addc(c, &b, ' ');
+    tp_buf_fill(c, &b, ' ', marg - left);
     return tp_buf_value(&b);
 }
 
@@ -595,7 +595,7 @@ static tv_value do_indent(tp_ctx *c, tv_value s, tv_value width, int first, int 
         int64_t w = width.type == TV_INT ? width.u.i : 4;
         tp_buf ib = {0};
         tp_buf_add(c, &ib, "", 0);
-        for (int64_t i = 0; i < w; i++) tp_buf_addc(c, &ib, ' ');
+        tp_buf_fill(c, &ib, ' ', w);
         ind = tp_buf_value(&ib);
     }
     tp_buf sb = {0};

@@ -268,6 +268,25 @@ void tp_buf_add(tp_ctx *c, tp_buf *b, const char *s, size_t n) {
 }
 
 void tp_buf_addz(tp_ctx *c, tp_buf *b, const char *s) { tp_buf_add(c, b, s, strlen(s)); }
+
+void tp_buf_fill(tp_ctx *c, tp_buf *b, char ch, int64_t n) {
+    if (n <= 0) return;
+    if ((uint64_t)n > TP_ARENA_MAX) /* more than a render may hold: fail before growing to it */
+        tp_fail(c, QWENC_ERR_NOMEM, 0, "chat template rendering needs more than %zu MiB", TP_ARENA_MAX >> 20);
+    size_t k = (size_t)n;
+    tp_buf_add(c, b, "", 0);
+    if (b->n + k + 1 > b->cap) { /* room for all of it, then fill in place */
+        size_t cap = b->cap;
+        while (b->n + k + 1 > cap) cap *= 2;
+        char *p = tp_alloc(c, cap);
+        memcpy(p, b->p, b->n);
+        b->p = p;
+        b->cap = cap;
+    }
+    memset(b->p + b->n, ch, k);
+    b->n += k;
+    b->p[b->n] = 0;
+}
 void tp_buf_addc(tp_ctx *c, tp_buf *b, char ch) { tp_buf_add(c, b, &ch, 1); }
 
 void tp_buf_addcp(tp_ctx *c, tp_buf *b, uint32_t cp) {
