@@ -65,6 +65,18 @@ static void test_safetensors(void) {
                     "\"data_offsets\": [0, 1099511627776]}}", 0, 8, "tensor 'w'", "extends past the end");
     expect_st_error("fractional data offset", "{\"w\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0.5, 1.5]}}",
                     0, 8, "tensor 'w'", "bad data_offsets");
+    /* a shard index that names no tensor */
+    char path[700], err[1024] = "";
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", tmpdir);
+    FILE *f = fopen(path, "wb");
+    fputs("{\"metadata\": {}, \"weight_map\": {}}", f);
+    fclose(f);
+    qw_weightset ws;
+    qwenc_status st = qw_weightset_open_dir(&ws, tmpdir, err, sizeof(err));
+    CHECK(st == QWENC_ERR_FORMAT && strstr(err, path) && strstr(err, "empty"), "empty weight_map: status %d, '%s'", (int)st,
+          err);
+    qw_weightset_free(&ws);
+    remove(path);
 }
 
 /* A tokenizer directory holding tokenizer.json = json; the error of loading it must name the file and want. */

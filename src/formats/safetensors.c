@@ -201,6 +201,10 @@ static qwenc_status open_index(qw_weightset *ws, const char *dir, const char *ip
     }
     /* the file names, sorted, each once */
     int n = 0, n_all = cJSON_GetArraySize(wm);
+    if (n_all == 0) {
+        cJSON_Delete(root);
+        return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: \"weight_map\" is empty: the index names no tensor", ipath);
+    }
     const char **names = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof(char *));
     if (!names) st = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory for %d weight_map entries", ipath, n_all);
     for (const cJSON *it = wm->child; it && !st; it = it->next) {
