@@ -40,6 +40,11 @@ typedef enum {
 typedef struct qwenc_model qwenc_model;
 typedef struct qwenc_session qwenc_session;
 
+/* The version of this header, "MAJOR.MINOR.PATCH"; qwenc_version() gives the library's (the same when the
+ * library was built with this header). */
+#define QWENC_VERSION "0.1.0"
+const char *qwenc_version(void);
+
 /* A short name of a status, e.g. "format error". */
 const char *qwenc_status_str(qwenc_status st);
 
@@ -107,7 +112,9 @@ qwenc_gguf_params qwenc_gguf_default_params(void);
 const char *qwenc_gguf_types(void);
 /* Write the model as the GGUF llama.cpp's converter (+ llama-quantize) would write: its architecture,
  * metadata, tensor names, transformations and tensor types; streamed tensor by tensor. The model may have
- * been loaded from a checkpoint directory or from another GGUF (not the file being written). */
+ * been loaded from a checkpoint directory or from another GGUF (not the file being written). The file is
+ * written as PATH.tmp.PID.N beside path and renamed to path once complete: path never holds a partial file,
+ * and on error or cancel the temporary file is removed (so does qwenc_synth_gguf). */
 qwenc_status qwenc_model_save_gguf(const qwenc_model *model, const char *path, const qwenc_gguf_params *params,
                                    char *err, size_t errlen);
 
@@ -133,7 +140,8 @@ qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, co
 
 typedef struct {
     int n_ctx;   /* maximum number of tokens the session holds (0: the model's training context, capped) */
-    int n_batch; /* largest number of tokens one internal forward step processes; longer inputs are split */
+    int n_batch; /* largest number of tokens one internal forward step processes; longer inputs are split;
+                  * 0: 512; larger than 65536 counts as 65536 */
 } qwenc_session_params;
 
 qwenc_session_params qwenc_session_default_params(void);
@@ -151,7 +159,8 @@ int qwenc_session_n_ctx(const qwenc_session *session);
  * Feed n_tokens tokens that follow the ones already in the session. Any split of a sequence into calls
  * gives the same logits (up to f32 rounding). If logits is not NULL it receives, row by row, the
  * n_vocab logits of every fed position when logits_all is non-zero ([n_tokens][n_vocab]), else only
- * those of the last position ([n_vocab]). On error the session is left as before the call.
+ * those of the last position ([n_vocab]). On error the session is left as before the call, except after
+ * QWENC_ERR_NOMEM from inside a step: the session then answers QWENC_ERR_ARG until qwenc_session_reset.
  */
 qwenc_status qwenc_session_forward(qwenc_session *session, const int32_t *tokens, int n_tokens,
                                    float *logits, int logits_all, char *err, size_t errlen);
@@ -225,7 +234,8 @@ typedef enum {
 const char *qwenc_stop_reason_str(qwenc_stop_reason r);
 
 typedef struct {
-    int n_predict;              /* most tokens to generate; -1: until the context is full */
+    int n_predict;              /* most tokens to generate; -1: until the context is full; 0: none (the prompt
+                                 * is fed, nothing is sampled) */
     const int32_t *eos;         /* stop ids (e.g. from qwenc_tokenizer_eos) */
     int n_eos;
     const char *const *stop;    /* stop strings: generation ends before the first occurrence */
@@ -247,7 +257,7 @@ typedef struct {
 struct qwenc_tokenizer;
 /* Feed the prompt (at least one token), then sample and feed tokens until a stop condition. The session
  * keeps every fed token; the final sampled token is left unfed (result->unfed) so that a caller may feed
- * it with what follows (the next chat turn). */
+ * it with what follows (the next chat turn). result may be NULL. */
 qwenc_status qwenc_generate(qwenc_session *session, const struct qwenc_tokenizer *tok, qwenc_sampler *sampler,
                             const int32_t *prompt, int n_prompt, const qwenc_gen_params *params,
                             qwenc_text_fn on_text, void *user, qwenc_gen_result *result, char *err,

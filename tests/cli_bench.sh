@@ -80,7 +80,7 @@ else
 fi
 
 # bad input: a message and exit 1
-expect_error "bad -p" "-p expects a number" $QWENC bench -m $M -p many
+expect_error "bad -p" "-p expects an integer >= 0" $QWENC bench -m $M -p many
 expect_error "bad -t" "expects an integer >= 0" $QWENC bench -m $M -t -2
 expect_error "unknown kernels" 'kernels "avx9" are not available' $QWENC bench -m $M --kernels avx9 -p 4 -n 0
 expect_error "nothing to run" "nothing to run" $QWENC bench -m $M -p 0 -n 0

@@ -9,8 +9,8 @@ for d in tests/fixtures/*/; do
     [ -f "$d/config.json" ] || continue
     toks=$(cat "$d/tokens.txt"); n=$(echo "$toks" | tr ',' '\n' | grep -c .)
     vocab=$(( $(stat -c %s "$d/logits_full.f32") / 4 / n ))
-    if ! $QWENC quantize -m "$d" -t F32 -o "$tmp/$name.gguf" 2>"$tmp/err"; then
-        bad "$name: quantize -t F32 failed: $(tail -c 300 "$tmp/err")"; continue
+    if ! $QWENC quantize -m "$d" --type F32 -o "$tmp/$name.gguf" 2>"$tmp/err"; then
+        bad "$name: quantize --type F32 failed: $(tail -c 300 "$tmp/err")"; continue
     fi
     grep -q "100%" "$tmp/err" && grep -q "output" "$tmp/err" && ok || bad "$name: no progress shown on stderr"
     for mode in full decode; do
@@ -29,7 +29,7 @@ out=$($QWENC info -m "$tmp/qwen4_exp.gguf" 2>&1)
 for want in "architecture qwen4_exp" "GGUF v3" "DD+pleDS" "routed experts" "f32"; do
     case "$out" in *"$want"*) ok ;; *) bad "info on a GGUF lacks '$want'";; esac
 done
-if $QWENC quantize -m "$tmp/qwen4_exp.gguf" -t Q8_0 -o "$tmp/q8.gguf" 2>"$tmp/err"; then
+if $QWENC quantize -m "$tmp/qwen4_exp.gguf" --type Q8_0 -o "$tmp/q8.gguf" 2>"$tmp/err"; then
     out=$($QWENC info -m "$tmp/q8.gguf" 2>&1)
     case "$out" in *q8_0*f32*|*f32*q8_0*) ok ;; *) bad "Q8_0 file: info shows no q8_0 and f32 tensors";; esac
     toks=$(cat tests/fixtures/qwen4_exp/tokens.txt)
@@ -38,14 +38,14 @@ if $QWENC quantize -m "$tmp/qwen4_exp.gguf" -t Q8_0 -o "$tmp/q8.gguf" 2>"$tmp/er
 else
     bad "quantize a GGUF to Q8_0: $(tail -c 300 "$tmp/err")"
 fi
-$QWENC quantize -m tests/fixtures/llama -t q4_k -o "$tmp/q4.gguf" 2>"$tmp/err" && ok || bad "lower-case type name"
+$QWENC quantize -m tests/fixtures/llama --type q4_k -o "$tmp/q4.gguf" 2>"$tmp/err" && ok || bad "lower-case type name"
 
 # --- the bundled model's GGUF carries its tokenizer: run, tokenize, detokenize and chat-template read it
 # from the file alone and agree with the checkpoint directory byte for byte
 mkdir -p "$tmp/tf"
-if $QWENC quantize -m models/tiny-flash -t F32 -o "$tmp/tf/m.gguf" 2>"$tmp/err"; then
-    a=$($QWENC run -m models/tiny-flash -p "And it came to pass" -n 12 --temp 0 2>/dev/null)
-    b=$($QWENC run -m "$tmp/tf/m.gguf" -p "And it came to pass" -n 12 --temp 0 2>/dev/null)
+if $QWENC quantize -m models/tiny-flash --type F32 -o "$tmp/tf/m.gguf" 2>"$tmp/err"; then
+    a=$($QWENC run -m models/tiny-flash -p "And it came to pass" -n 12 --temp 0 --no-display-prompt 2>/dev/null)
+    b=$($QWENC run -m "$tmp/tf/m.gguf" -p "And it came to pass" -n 12 --temp 0 --no-display-prompt 2>/dev/null)
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run: the GGUF generates '$b', the checkpoint '$a'"
     # the corpus of the tokenizer tests as one text (invalid UTF-8 included), part of its 100 KB case, and
     # NFC text that must round-trip
@@ -85,15 +85,15 @@ mkdir -p "$tmp/spm"
 cp tests/fixtures/llama/config.json "$tmp/spm/" && ln -s "$PWD/tests/fixtures/llama/model.safetensors" "$tmp/spm/"
 cp tests/tokenizers/spm_bpe/tokenizer.json "$tmp/spm/"
 expect_error "unwritable tokenizer" "cannot be written as a llama.cpp GGUF tokenizer" \
-    $QWENC quantize -m "$tmp/spm" -t F32 -o "$tmp/spm.gguf"
+    $QWENC quantize -m "$tmp/spm" --type F32 -o "$tmp/spm.gguf"
 [ ! -e "$tmp/spm.gguf" ] && ok || bad "a file was left after refusing the tokenizer"
 
 # --- bad input
-expect_error "unknown type" "one of F32, F16, BF16" $QWENC quantize -m tests/fixtures/qwen3 -t Q3_K -o "$tmp/x.gguf"
+expect_error "unknown type" "one of F32, F16, BF16" $QWENC quantize -m tests/fixtures/qwen3 --type Q3_K -o "$tmp/x.gguf"
 [ ! -e "$tmp/x.gguf" ] && ok || bad "a file was left for an unknown type"
-expect_error "no type" "-t TYPE is required" $QWENC quantize -m tests/fixtures/qwen3 -o "$tmp/x.gguf"
-expect_error "no output" "-o OUT.gguf is required" $QWENC quantize -m tests/fixtures/qwen3 -t F16
-expect_error "overwrite input" "overwrite" $QWENC quantize -m "$tmp/qwen3.gguf" -t F16 -o "$tmp/qwen3.gguf"
+expect_error "no type" "the type is required: --type TYPE" $QWENC quantize -m tests/fixtures/qwen3 -o "$tmp/x.gguf"
+expect_error "no output" "-o OUT.gguf is required" $QWENC quantize -m tests/fixtures/qwen3 --type F16
+expect_error "overwrite input" "overwrite" $QWENC quantize -m "$tmp/qwen3.gguf" --type F16 -o "$tmp/qwen3.gguf"
 printf 'GGUF\003\000\000\000' >"$tmp/trunc.gguf"
 expect_error "truncated gguf" "trunc.gguf" $QWENC info -m "$tmp/trunc.gguf"
 head -c 4096 "$tmp/qwen3.gguf" >"$tmp/cut.gguf"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # qwenc against llama.cpp on the same quantized GGUF: tests/gen/make_llama_refs.sh ran llama.cpp on the files
-# `qwenc quantize -t Q8_0 / Q4_K` writes from four fixtures and committed its logits; here qwenc writes the
+# `qwenc quantize --type Q8_0 / Q4_K` writes from four fixtures and committed its logits; here qwenc writes the
 # same files again (their sha256 must match: else the references are stale) and runs them itself.
 #
 # Both engines dequantize the same blocks but round the activations to 8 bits in different formats (llama.cpp:
@@ -18,7 +18,7 @@ while read -r fx ty sum; do
     case $fx in '#'*|'') continue ;; esac
     n=$((n + 1))
     d=tests/fixtures/$fx
-    if ! $QWENC quantize -m $d -t $ty -o "$tmp/q.gguf" 2>"$tmp/err"; then
+    if ! $QWENC quantize -m $d --type $ty -o "$tmp/q.gguf" 2>"$tmp/err"; then
         bad "$fx $ty: quantize: $(tail -c 300 "$tmp/err")"; continue
     fi
     if [ "$(sha256sum "$tmp/q.gguf" | cut -d' ' -f1)" != "$sum" ]; then

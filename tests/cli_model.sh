@@ -37,7 +37,7 @@ done
 
 # --- a Q8_0 GGUF: the SIMD integer kernels (8-bit activations, kernels/q8a.h) give the logits of the scalar
 # integer reference (rel L2 < 1e-4: the same integer products, only the f32 additions are ordered differently)
-$QWENC quantize -m tests/fixtures/qwen3_5_moe -t Q8_0 -o "$tmp/q8.gguf" >/dev/null 2>&1 && ok || bad "quantize Q8_0"
+$QWENC quantize -m tests/fixtures/qwen3_5_moe --type Q8_0 -o "$tmp/q8.gguf" >/dev/null 2>&1 && ok || bad "quantize Q8_0"
 toks=$(cat tests/fixtures/qwen3_5_moe/tokens.txt)
 $QWENC logits -m "$tmp/q8.gguf" --kernels scalar --tokens "$toks" --out "$tmp/ref.f32" 2>/dev/null &&
 $QWENC logits -m "$tmp/q8.gguf" --tokens "$toks" --out "$tmp/simd.f32" 2>/dev/null &&

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of `--quant TYPE` (quantizing at load) on the bundled model and a fixture: the logits and
-# the perplexity equal, bit for bit, those of the GGUF `qwenc quantize -t TYPE` writes from the same checkpoint;
+# the perplexity equal, bit for bit, those of the GGUF `qwenc quantize --type TYPE` writes from the same checkpoint;
 # info shows the converted types; the other model commands accept the option; bad input gives named errors.
 # (tests/t_load_quant.c compares the converted tensors with the file's byte for byte on every fixture.)
 source "$(dirname "$0")/lib_cli.sh"
@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib_cli.sh"
 M=models/tiny-flash
 toks=$(cat tests/fixtures/tiny-flash/tokens.txt)
 for ty in Q8_0 Q4_K; do
-    if ! $QWENC quantize -m $M -t $ty -o "$tmp/tf-$ty.gguf" 2>"$tmp/err"; then
+    if ! $QWENC quantize -m $M --type $ty -o "$tmp/tf-$ty.gguf" 2>"$tmp/err"; then
         bad "quantize -t $ty: $(tail -c 300 "$tmp/err")"; continue
     fi
     $QWENC logits -m "$tmp/tf-$ty.gguf" --tokens "$toks" --out "$tmp/file.f32" 2>"$tmp/err" \
@@ -24,7 +24,7 @@ done
 # a fixture, token by token through the caches
 d=tests/fixtures/qwen4_exp
 ftoks=$(cat $d/tokens.txt)
-$QWENC quantize -m $d -t Q4_K -o "$tmp/fx.gguf" 2>/dev/null &&
+$QWENC quantize -m $d --type Q4_K -o "$tmp/fx.gguf" 2>/dev/null &&
 $QWENC logits -m "$tmp/fx.gguf" --tokens "$ftoks" --batch 1 --out "$tmp/file.f32" 2>/dev/null &&
 $QWENC logits -m $d --quant q4_k --tokens "$ftoks" --batch 1 --out "$tmp/load.f32" 2>"$tmp/err" &&
 cmp -s "$tmp/file.f32" "$tmp/load.f32" && ok || bad "qwen4_exp --quant q4_k --batch 1: logits differ ($(cat "$tmp/err"))"
@@ -41,8 +41,8 @@ fi
 
 # run, bench and info take the option; run generates the GGUF's text
 cp $M/tokenizer.json $M/tokenizer_config.json "$tmp/"
-a=$($QWENC run -m $M --quant Q8_0 -p "And it came to pass" -n 10 --temp 0 2>/dev/null)
-b=$($QWENC run -m "$tmp/tf-Q8_0.gguf" -p "And it came to pass" -n 10 --temp 0 2>/dev/null)
+a=$($QWENC run -m $M --quant Q8_0 -p "And it came to pass" -n 10 --temp 0 --no-display-prompt 2>/dev/null)
+b=$($QWENC run -m "$tmp/tf-Q8_0.gguf" -p "And it came to pass" -n 10 --temp 0 --no-display-prompt 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "run --quant Q8_0 generates '$a', the GGUF '$b'"
 $QWENC bench -m $M --quant Q4_K -p 8 -n 4 -r 1 --json >"$tmp/bench" 2>"$tmp/err" && grep -q '"tg' "$tmp/bench" && ok \
     || bad "bench --quant: $(tail -c 300 "$tmp/err")"
@@ -60,6 +60,6 @@ expect_error "unknown --quant type" 'unknown quantization type "Q3_K" (one of F3
     $QWENC logits -m $M --quant Q3_K --tokens 1,2 --out "$tmp/x.f32"
 expect_error "unknown --quant type (run)" "IQ4_XS" $QWENC run -m $M --quant q2 -p hi -n 1
 expect_error "--quant without a value" "--quant needs a value" $QWENC info -m $M --quant
-expect_error "quantize --quant" "--quant does not apply" $QWENC quantize -m $M --quant Q8_0 -t Q4_K -o "$tmp/y.gguf"
+expect_error "quantize --quant" "quantize does not take --quant" $QWENC quantize -m $M --quant Q8_0 --type Q4_K -o "$tmp/y.gguf"
 
 finish

@@ -43,7 +43,7 @@ small=(--hidden 256 --vocab 1024)
 
 # --- flash-next: 2 layers (QSA + DeltaNet with the PLE), 4 experts (top-k capped), a small n-gram table
 if $QWENC synth --arch qwen4exp --preset flash-next --layers 2 --experts 4 --ngram-base 1000 "${small[@]}" \
-        -t Q8_0 -o "$tmp/fn.gguf" 2>"$tmp/err"; then
+        --type Q8_0 -o "$tmp/fn.gguf" 2>"$tmp/err"; then
     ok
     grep -q "100%" "$tmp/err" && grep -q "ple_token_embd\|per_layer_token_embd" "$tmp/err" && ok \
         || bad "flash-next: no progress shown: $(tail -c 300 "$tmp/err")"
@@ -55,15 +55,15 @@ if $QWENC synth --arch qwen4exp --preset flash-next --layers 2 --experts 4 --ngr
     expect_logits flash-next "$tmp/fn.gguf" 1024
     # deterministic in the seed (42 by default), different for another seed
     $QWENC synth --preset flash-next --layers 2 --experts 4 --ngram-base 1000 "${small[@]}" --seed 42 \
-        -t Q8_0 -o "$tmp/fn2.gguf" 2>/dev/null
+        --type Q8_0 -o "$tmp/fn2.gguf" 2>/dev/null
     cmp -s "$tmp/fn.gguf" "$tmp/fn2.gguf" && ok || bad "flash-next: --seed 42 did not give the same file"
     $QWENC synth --preset flash-next --layers 2 --experts 4 --ngram-base 1000 "${small[@]}" --seed 7 \
-        -t Q8_0 -o "$tmp/fn3.gguf" 2>/dev/null
+        --type Q8_0 -o "$tmp/fn3.gguf" 2>/dev/null
     [ -f "$tmp/fn3.gguf" ] && ! cmp -s "$tmp/fn.gguf" "$tmp/fn3.gguf" && ok \
         || bad "flash-next: --seed 7 gave the same file as --seed 42"
     # the same geometry, more threads: the same bytes
     $QWENC synth --preset flash-next --layers 2 --experts 4 --ngram-base 1000 "${small[@]}" --threads 3 \
-        -t Q8_0 -o "$tmp/fn4.gguf" 2>/dev/null
+        --type Q8_0 -o "$tmp/fn4.gguf" 2>/dev/null
     cmp -s "$tmp/fn.gguf" "$tmp/fn4.gguf" && ok || bad "flash-next: --threads 3 changed the file"
 else
     bad "flash-next: synth failed: $(tail -c 400 "$tmp/err")"
@@ -71,7 +71,7 @@ fi
 
 # --- qwen3.5-35b-a3b: 5 layers (attention at layer 3), Q4_K
 if $QWENC synth --arch qwen35moe --preset qwen3.5-35b-a3b --layers 5 --experts 4 "${small[@]}" \
-        -t Q4_K -o "$tmp/q35.gguf" 2>"$tmp/err"; then
+        --type Q4_K -o "$tmp/q35.gguf" 2>"$tmp/err"; then
     ok
     expect_info qwen3.5 "$tmp/q35.gguf" 'llama.cpp architecture "qwen35moe"' 'vocab +1024 +hidden 256 +layers 5' \
         '16 heads, 2 kv heads, head dim 256' '16 key heads x 128, 32 value heads x 128' \
@@ -82,7 +82,7 @@ else
 fi
 
 # --- one layer keeps an attention layer; 16 experts keep top-8
-if $QWENC synth --preset qwen3.5-35b-a3b --layers 1 --experts 16 "${small[@]}" -t F16 -o "$tmp/one.gguf" 2>"$tmp/err"
+if $QWENC synth --preset qwen3.5-35b-a3b --layers 1 --experts 16 "${small[@]}" --type F16 -o "$tmp/one.gguf" 2>"$tmp/err"
 then
     expect_info one-layer "$tmp/one.gguf" 'layer plan +A$' '16 experts, top 8,'
 else
@@ -90,14 +90,14 @@ else
 fi
 
 # --- errors
-expect_error "unknown preset" 'unknown preset "nope"' $QWENC synth --preset nope -t Q8_0 -o "$tmp/x.gguf"
+expect_error "unknown preset" 'unknown preset "nope"' $QWENC synth --preset nope --type Q8_0 -o "$tmp/x.gguf"
 expect_error "arch mismatch" 'is architecture qwen35moe, not qwen4exp' \
-    $QWENC synth --arch qwen4exp --preset qwen3.5-35b-a3b -t Q8_0 -o "$tmp/x.gguf"
+    $QWENC synth --arch qwen4exp --preset qwen3.5-35b-a3b --type Q8_0 -o "$tmp/x.gguf"
 expect_error "flash-next 1 layer" 'needs --layers >= 2' \
-    $QWENC synth --preset flash-next --layers 1 -t Q8_0 -o "$tmp/x.gguf"
-expect_error "no output" '-o OUT.gguf are required' $QWENC synth --preset flash-next -t Q8_0
+    $QWENC synth --preset flash-next --layers 1 --type Q8_0 -o "$tmp/x.gguf"
+expect_error "no output" '-o OUT.gguf are required' $QWENC synth --preset flash-next --type Q8_0
 expect_error "bad type" 'unknown GGUF type "Q3_X"' \
-    $QWENC synth --preset flash-next --layers 2 --experts 4 "${small[@]}" -t Q3_X -o "$tmp/x.gguf"
+    $QWENC synth --preset flash-next --layers 2 --experts 4 "${small[@]}" --type Q3_X -o "$tmp/x.gguf"
 [ ! -e "$tmp/x.gguf" ] && ok || bad "a failed synth left $tmp/x.gguf behind"
 
 finish

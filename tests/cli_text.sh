@@ -14,28 +14,28 @@ for i in 0 1; do
     jget $G "['prompts'][$i]['output_text']" >"$tmp/want"
     ids=$($QWENC tokenize -m $M --file "$tmp/prompt" 2>&1)
     [ "$ids" = "$(jget $G "['prompts'][$i]['prompt_ids']")" ] && ok || bad "$kind prompt ids: $ids"
-    $QWENC run -m $M -f "$tmp/prompt" -n 32 --temp 0 >"$tmp/got" 2>"$tmp/err"
+    $QWENC run -m $M -f "$tmp/prompt" -n 32 --temp 0 --no-display-prompt >"$tmp/got" 2>"$tmp/err"
     cmp -s "$tmp/got" "$tmp/want" && ok || bad "$kind greedy text differs from transformers: '$(cat "$tmp/got")'"
     grep -q "generated 32 tokens" "$tmp/err" && grep -q "stop: token limit" "$tmp/err" && ok || bad "$kind stats: $(cat "$tmp/err")"
 done
 # the chat prompt of greedy.json is what `run --chat` renders from the user message
 user_msg=$(jget $G "['prompts'][1]['prompt'].split('<|im_start|>user\\n')[1].split('<|im_end|>')[0]")
-$QWENC run -m $M --chat -p "$user_msg" -n 32 --temp 0 >"$tmp/got" 2>"$tmp/err"
+$QWENC run -m $M --chat -p "$user_msg" -n 32 --temp 0 --no-display-prompt >"$tmp/got" 2>"$tmp/err"
 jget $G "['prompts'][1]['output_text']" >"$tmp/want"
 cmp -s "$tmp/got" "$tmp/want" && ok || bad "run --chat greedy: '$(cat "$tmp/got")' $(cat "$tmp/err")"
 grep -q "load .* s | prompt 29 tokens .* tok/s) | generated 32 tokens .* tok/s)" "$tmp/err" && ok || bad "run stats line: $(cat "$tmp/err")"
 
 # --- seeds: the same seed gives the same text, another seed other text
-$QWENC run -m $M -p "And the LORD" -n 40 --seed 7 >"$tmp/a" 2>/dev/null
-$QWENC run -m $M -p "And the LORD" -n 40 --seed 7 >"$tmp/b" 2>/dev/null
-$QWENC run -m $M -p "And the LORD" -n 40 --seed 8 >"$tmp/c" 2>/dev/null
+$QWENC run -m $M -p "And the LORD" -n 40 --seed 7 --no-display-prompt >"$tmp/a" 2>/dev/null
+$QWENC run -m $M -p "And the LORD" -n 40 --seed 7 --no-display-prompt >"$tmp/b" 2>/dev/null
+$QWENC run -m $M -p "And the LORD" -n 40 --seed 8 --no-display-prompt >"$tmp/c" 2>/dev/null
 [ -s "$tmp/a" ] && cmp -s "$tmp/a" "$tmp/b" && ok || bad "same seed, different text"
 cmp -s "$tmp/a" "$tmp/c" && bad "seeds 7 and 8 gave the same 40 tokens" || ok
 $QWENC run -m $M -p "And the LORD" -n 40 --temp 0.9 --top-k 5 --top-p 0.9 --min-p 0.1 --repeat-penalty 1.1 \
-    --presence-penalty 0.2 --frequency-penalty 0.1 --seed 3 >"$tmp/a" 2>"$tmp/err" && [ -s "$tmp/a" ] && ok || bad "sampling flags: $(cat "$tmp/err")"
+    --presence-penalty 0.2 --frequency-penalty 0.1 --seed 3 --no-display-prompt >"$tmp/a" 2>"$tmp/err" && [ -s "$tmp/a" ] && ok || bad "sampling flags: $(cat "$tmp/err")"
 
 # --- stop strings: the text ends before the first occurrence, which is never printed
-$QWENC run -m $M -f <(jget $G "['prompts'][0]['prompt']") -n 32 --temp 0 --stop "Egypt" >"$tmp/got" 2>"$tmp/err"
+$QWENC run -m $M -f <(jget $G "['prompts'][0]['prompt']") -n 32 --temp 0 --stop "Egypt" --no-display-prompt >"$tmp/got" 2>"$tmp/err"
 [ "$(cat "$tmp/got")" = " I will go up and destroy the land of " ] && ok || bad "stop string: '$(cat "$tmp/got")'"
 grep -q "stop: stop string" "$tmp/err" && ok || bad "stop reason: $(cat "$tmp/err")"
 
@@ -111,6 +111,6 @@ $QWENC run -m $T -p hi 2>"$tmp/err"; [ $? -eq 1 ] && grep -q "config.json" "$tmp
 $QWENC tokenize -m tests/fixtures/qwen3 hi 2>"$tmp/err"; [ $? -eq 1 ] && grep -q "tokenizer.json" "$tmp/err" && ok || bad "tokenize without tokenizer.json: $(cat "$tmp/err")"
 echo '{"messages": [' >"$tmp/broken.json"
 $QWENC chat-template -m $T --request "$tmp/broken.json" 2>"$tmp/err"; [ $? -eq 1 ] && grep -q "broken.json" "$tmp/err" && ok || bad "broken request: $(cat "$tmp/err")"
-$QWENC run -m $M -p hi --temp -1 2>"$tmp/err"; [ $? -eq 1 ] && grep -q "temperature" "$tmp/err" && ok || bad "bad temperature: $(cat "$tmp/err")"
+$QWENC run -m $M -p hi --temp -1 2>"$tmp/err"; [ $? -eq 1 ] && grep -q -- "--temp must be >= 0" "$tmp/err" && ok || bad "bad temperature: $(cat "$tmp/err")"
 
 finish

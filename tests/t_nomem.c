@@ -10,9 +10,6 @@
  * safetensors file, writing a GGUF, rendering a chat template. The inputs are seeds of tests/fuzz/corpus.
  *
  * Under AddressSanitizer (make asan) malloc belongs to the sanitizer: the program says so and checks nothing.
- * The calloc of qw_xcalloc, qw_xstrdup and qw_path_join (src/core/common.c, where the first is inlined into the
- * others), which abort by design where they are still used, is never made to fail: weak references, so that once
- * they are gone nothing is spared.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -42,21 +39,6 @@ extern void *__libc_realloc(void *, size_t);
 extern void __libc_free(void *);
 extern void *__libc_memalign(size_t, size_t);
 
-extern void *qw_xcalloc(size_t n, size_t size);
-extern char *qw_xstrdup(const char *s);
-extern char *qw_path_join(const char *dir, const char *name);
-#pragma weak qw_xcalloc
-#pragma weak qw_xstrdup
-#pragma weak qw_path_join
-
-/* 1 if the code at address from is the start of one of the aborting allocators (their call of calloc). */
-static int in_aborting_allocator(const char *from) {
-    const char *f[3] = {(const char *)(uintptr_t)&qw_xcalloc, (const char *)(uintptr_t)&qw_xstrdup,
-                        (const char *)(uintptr_t)&qw_path_join};
-    for (int i = 0; i < 3; i++)
-        if (f[i] && from >= f[i] && from < f[i] + 160) return 1;
-    return 0;
-}
 
 static long live;          /* allocations not yet freed */
 static long count;         /* allocations since arming */
@@ -81,7 +63,7 @@ void *malloc(size_t n) {
 }
 
 void *calloc(size_t n, size_t s) {
-    if (!in_aborting_allocator(__builtin_return_address(0)) && should_fail()) return NULL;
+    if (should_fail()) return NULL;
     void *p = __libc_calloc(n, s);
     if (p) live++;
     return p;

@@ -1,5 +1,6 @@
 /*
- * bench.c - `qwenc bench -m DIR [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]`, after llama-bench:
+ * bench.c - `qwenc bench -m DIR [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]`, after llama-bench; -p, -n
+ * and -t take comma lists (-p 128,512): every test runs at every thread count, a row each.
  *
  *   pp   prompt processing: a fresh session fed p random tokens in one call (one forward step)
  *   tg   text generation: a fresh session fed n random tokens one at a time, logits at every step
@@ -279,10 +280,35 @@ static cJSON *prof_json(const bench_prof *p) {
     return j;
 }
 
-static void print_table(const cli_opts *o, qwenc_model *m, int p, int n, const bench_stat *pp, const bench_stat *tg,
-                        int64_t total, int64_t per_tok, int64_t rss, double bw, double bound) {
+/* One thread count: the model as loaded with it, and its read bandwidth. */
+typedef struct {
+    int threads; /* as the model runs (-t 0: one per core) */
+    char kernels[16];
+    double bw, bound; /* bytes/s (0: not measured), decode tok/s */
+} bench_cfg;
+
+typedef struct {
+    int cfg;     /* index into the bench_cfg */
+    int gen, n;  /* tg n (gen) or pp n */
+    bench_stat st;
+} bench_row;
+
+typedef struct {
+    const cli_opts *o;
+    char arch[32];
+    int reps, lists; /* lists: a -p, -n or -t list was given */
+    bench_cfg cfg[CLI_MAX_LIST];
+    int n_cfg;
+    bench_row *rows;
+    int n_rows;
+    int64_t total, per_tok, rss;
+} bench_run;
+
+static void test_name(const bench_row *r, char *buf, size_t n) { snprintf(buf, n, "%s%d", r->gen ? "tg" : "pp", r->n); }
+
+static void print_table(const bench_run *b) {
     char path[512], *name = path; /* the last component of the model path, trailing slashes dropped */
-    snprintf(path, sizeof(path), "%s", o->model);
+    snprintf(path, sizeof(path), "%s", b->o->model);
     for (size_t n = strlen(path); n > 1 && path[n - 1] == '/'; n--) path[n - 1] = 0;
     if (strrchr(path, '/')) name = strrchr(path, '/') + 1;
     printf("| %-20s | %-12s | %11s | %-7s | %7s | %8s | %20s |\n", "model", "arch", "size", "kernels", "threads", "test",
@@ -290,76 +316,90 @@ static void print_table(const cli_opts *o, qwenc_model *m, int p, int n, const b
     printf("| %.20s | %.12s | %.11s | %.7s | %.7s | %.8s | %.20s |\n", "--------------------------------",
            "----------------", "----------------", "--------", "--------", "--------", "-----------------------");
     char size[32], test[32], tps[64];
-    snprintf(size, sizeof(size), "%.2f MiB", total / 1048576.0);
-    for (int k = 0; k < 2; k++) {
-        const bench_stat *s = k ? tg : pp;
-        if (!s->ran) continue;
-        snprintf(test, sizeof(test), "%s%d", k ? "tg" : "pp", k ? n : p);
-        snprintf(tps, sizeof(tps), "%.2f ± %.2f", s->mean, s->sd);
-        printf("| %-20.20s | %-12s | %11s | %-7s | %7d | %8s | %21s |\n", name, qwenc_model_arch(m), size,
-               qwenc_model_kernels(m), qwenc_model_n_threads(m), test, tps);
+    snprintf(size, sizeof(size), "%.2f MiB", b->total / 1048576.0);
+    for (int i = 0; i < b->n_rows; i++) {
+        const bench_row *r = &b->rows[i];
+        const bench_cfg *c = &b->cfg[r->cfg];
+        test_name(r, test, sizeof(test));
+        snprintf(tps, sizeof(tps), "%.2f ± %.2f", r->st.mean, r->st.sd);
+        printf("| %-20.20s | %-12s | %11s | %-7s | %7d | %8s | %21s |\n", name, b->arch, size, c->kernels, c->threads,
+               test, tps);
     }
-    printf("\nactivations     %s\n", o->f32_act ? "f32 (--f32-act)" : "8-bit per block of 32 for quantized weights");
-    printf("peak RSS        %.1f MiB\n", rss / 1048576.0);
+    printf("\nactivations     %s\n", b->o->f32_act ? "f32 (--f32-act)" : "8-bit per block of 32 for quantized weights");
+    printf("peak RSS        %.1f MiB\n", b->rss / 1048576.0);
     printf("decode reads    %.2f MiB of weights per token (every matrix, one embedding row, the used share of\n"
            "                routed experts, PLE rows; not the KV cache or recurrent state)\n",
-           per_tok / 1048576.0);
-    if (bw > 0) {
+           b->per_tok / 1048576.0);
+    for (int k = 0; k < b->n_cfg; k++) {
+        const bench_cfg *c = &b->cfg[k];
+        if (c->bw <= 0) {
+            printf("read bandwidth  not measured (no memory for the %zu MiB buffer)\n", BW_BYTES >> 20);
+            continue;
+        }
         printf("read bandwidth  %.2f GB/s (%d thread%s summing a %zu MiB buffer, best of %d passes each as 1, 2\n"
-               "                and 4 streams per thread and one stream with the decode kernels' prefetch)\n", bw / 1e9,
-               qwenc_model_n_threads(m), qwenc_model_n_threads(m) == 1 ? "" : "s", BW_BYTES >> 20, BW_PASSES);
-        printf("decode bound    %.2f tok/s", bound);
-        if (tg->ran) printf("; tg%d reaches %.1f %% of it", n, 100.0 * tg->mean / bound);
+               "                and 4 streams per thread and one stream with the decode kernels' prefetch)\n",
+               c->bw / 1e9, c->threads, c->threads == 1 ? "" : "s", BW_BYTES >> 20, BW_PASSES);
+        printf("decode bound    %.2f tok/s", c->bound);
+        if (b->n_cfg > 1) printf(" at %d thread%s", c->threads, c->threads == 1 ? "" : "s");
+        const char *sep = "; ";
+        for (int i = 0; i < b->n_rows; i++) {
+            const bench_row *r = &b->rows[i];
+            if (r->cfg != k || !r->gen) continue;
+            printf("%stg%d reaches %.1f %%", sep, r->n, 100.0 * r->st.mean / c->bound);
+            sep = ", ";
+        }
         printf("\n");
-    } else {
-        printf("read bandwidth  not measured (no memory for the %zu MiB buffer)\n", BW_BYTES >> 20);
     }
-    for (int k = 0; k < 2; k++) {
-        const bench_stat *s = k ? tg : pp;
-        if (!s->prof) continue;
-        snprintf(test, sizeof(test), "%s%d", k ? "tg" : "pp", k ? n : p);
-        print_prof(test, s->prof);
+    for (int i = 0; i < b->n_rows; i++) {
+        const bench_row *r = &b->rows[i];
+        if (!r->st.prof) continue;
+        test_name(r, test, sizeof(test));
+        size_t k = strlen(test);
+        if (b->n_cfg > 1) snprintf(test + k, sizeof(test) - k, " at %d threads", b->cfg[r->cfg].threads);
+        print_prof(test, r->st.prof);
     }
 }
 
-static void print_json(const cli_opts *o, qwenc_model *m, int p, int n, int reps, const bench_stat *pp,
-                       const bench_stat *tg, int64_t total, int64_t per_tok, int64_t rss, double bw, double bound) {
+/* The fields every JSON object has: the run's settings and the machine's numbers. */
+static cJSON *json_head(const bench_run *b, const bench_cfg *c, int p, int n) {
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "model", o->model);
-    cJSON_AddStringToObject(j, "arch", qwenc_model_arch(m));
-    cJSON_AddStringToObject(j, "kernels", qwenc_model_kernels(m));
-    cJSON_AddNumberToObject(j, "n_threads", qwenc_model_n_threads(m));
-    cJSON_AddBoolToObject(j, "f32_activations", o->f32_act);
+    cJSON_AddStringToObject(j, "model", b->o->model);
+    cJSON_AddStringToObject(j, "arch", b->arch);
+    cJSON_AddStringToObject(j, "kernels", c->kernels);
+    cJSON_AddNumberToObject(j, "n_threads", c->threads);
+    cJSON_AddBoolToObject(j, "f32_activations", b->o->f32_act);
     cJSON_AddNumberToObject(j, "n_prompt", p);
     cJSON_AddNumberToObject(j, "n_gen", n);
-    cJSON_AddNumberToObject(j, "reps", reps);
-    if (pp->ran) {
-        cJSON_AddNumberToObject(j, "pp_tps", pp->mean);
-        cJSON_AddNumberToObject(j, "pp_tps_sd", pp->sd);
+    cJSON_AddNumberToObject(j, "reps", b->reps);
+    return j;
+}
+
+static void json_stat(cJSON *j, const char *key, const bench_stat *s) {
+    char sd[32];
+    snprintf(sd, sizeof(sd), "%s_sd", key);
+    if (s && s->ran) {
+        cJSON_AddNumberToObject(j, key, s->mean);
+        cJSON_AddNumberToObject(j, sd, s->sd);
     } else {
-        cJSON_AddNullToObject(j, "pp_tps");
-        cJSON_AddNullToObject(j, "pp_tps_sd");
+        cJSON_AddNullToObject(j, key);
+        cJSON_AddNullToObject(j, sd);
     }
-    if (tg->ran) {
-        cJSON_AddNumberToObject(j, "tg_tps", tg->mean);
-        cJSON_AddNumberToObject(j, "tg_tps_sd", tg->sd);
-    } else {
-        cJSON_AddNullToObject(j, "tg_tps");
-        cJSON_AddNullToObject(j, "tg_tps_sd");
-    }
-    cJSON_AddNumberToObject(j, "peak_rss_bytes", (double)rss);
-    cJSON_AddNumberToObject(j, "weight_bytes", (double)total);
-    cJSON_AddNumberToObject(j, "decode_bytes_per_token", (double)per_tok);
-    cJSON_AddNumberToObject(j, "read_bw_bytes_per_s", bw);
-    cJSON_AddNumberToObject(j, "bound_tg_tps", bound);
-    if (tg->ran && bound > 0)
-        cJSON_AddNumberToObject(j, "tg_fraction_of_bound", tg->mean / bound);
+}
+
+static void json_tail(cJSON *j, const bench_run *b, const bench_cfg *c, const bench_stat *pp, const bench_stat *tg) {
+    cJSON_AddNumberToObject(j, "peak_rss_bytes", (double)b->rss);
+    cJSON_AddNumberToObject(j, "weight_bytes", (double)b->total);
+    cJSON_AddNumberToObject(j, "decode_bytes_per_token", (double)b->per_tok);
+    cJSON_AddNumberToObject(j, "read_bw_bytes_per_s", c->bw);
+    cJSON_AddNumberToObject(j, "bound_tg_tps", c->bound);
+    if (tg && tg->ran && c->bound > 0)
+        cJSON_AddNumberToObject(j, "tg_fraction_of_bound", tg->mean / c->bound);
     else
         cJSON_AddNullToObject(j, "tg_fraction_of_bound");
-    if (pp->prof || tg->prof) {
+    if ((pp && pp->prof) || (tg && tg->prof)) {
         cJSON *pr = cJSON_CreateObject();
-        if (pp->prof) cJSON_AddItemToObject(pr, "pp", prof_json(pp->prof));
-        if (tg->prof) cJSON_AddItemToObject(pr, "tg", prof_json(tg->prof));
+        if (pp && pp->prof) cJSON_AddItemToObject(pr, "pp", prof_json(pp->prof));
+        if (tg && tg->prof) cJSON_AddItemToObject(pr, "tg", prof_json(tg->prof));
         cJSON_AddItemToObject(j, "profile", pr);
     }
     char *s = cJSON_PrintUnformatted(j);
@@ -368,55 +408,118 @@ static void print_json(const cli_opts *o, qwenc_model *m, int p, int n, int reps
     cJSON_Delete(j);
 }
 
-int cmd_bench(cli_opts *o) {
-    int p = 512, n = o->n_predict == INT_MIN ? 128 : o->n_predict, reps = o->reps ? o->reps : 5;
-    if (o->prompt) {
-        char *end;
-        long v = strtol(o->prompt, &end, 10);
-        if (*o->prompt == 0 || *end || v < 0 || v > INT_MAX)
-            return fprintf(stderr, "qwenc: bench: -p expects a number of prompt tokens, got \"%s\"\n", o->prompt), 1;
-        p = (int)v;
+/* One object: pp and tg of the single -p, -n and -t; with lists, one object per line and test, its "test"
+ * named as in the table. */
+static void print_json(const bench_run *b) {
+    if (!b->lists) {
+        const bench_stat *pp = NULL, *tg = NULL;
+        int p = 0, n = 0;
+        for (int i = 0; i < b->n_rows; i++) {
+            if (b->rows[i].gen) tg = &b->rows[i].st, n = b->rows[i].n;
+            else pp = &b->rows[i].st, p = b->rows[i].n;
+        }
+        cJSON *j = json_head(b, &b->cfg[0], p, n);
+        json_stat(j, "pp_tps", pp);
+        json_stat(j, "tg_tps", tg);
+        json_tail(j, b, &b->cfg[0], pp, tg);
+        return;
     }
-    if (n < 0) return fprintf(stderr, "qwenc: bench: -n expects a number of tokens >= 0\n"), 1;
-    if (p == 0 && n == 0) return fprintf(stderr, "qwenc: bench: nothing to run (-p 0 -n 0)\n"), 1;
-    qwenc_model *m = cli_load_model(o);
-    if (!m) return 1;
-    int rc = 1, V = qwenc_model_n_vocab(m), len = p > n ? p : n;
+    for (int i = 0; i < b->n_rows; i++) {
+        const bench_row *r = &b->rows[i];
+        char test[32];
+        test_name(r, test, sizeof(test));
+        cJSON *j = json_head(b, &b->cfg[r->cfg], r->gen ? 0 : r->n, r->gen ? r->n : 0);
+        cJSON_AddStringToObject(j, "test", test);
+        json_stat(j, "pp_tps", r->gen ? NULL : &r->st);
+        json_stat(j, "tg_tps", r->gen ? &r->st : NULL);
+        json_tail(j, b, &b->cfg[r->cfg], r->gen ? NULL : &r->st, r->gen ? &r->st : NULL);
+    }
+}
+
+/* Every test at one thread count; 0 (message printed) on failure. */
+static int bench_threads(bench_run *b, int threads, const int *P, int nP, const int *N, int nN) {
+    cli_opts ot = *b->o;
+    ot.threads = threads;
+    qwenc_model *m = cli_load_model(&ot);
+    if (!m) return 0;
+    int ok = 0, V = qwenc_model_n_vocab(m), len = 1, max_p = 1;
+    for (int i = 0; i < nP; i++) len = P[i] > len ? P[i] : len, max_p = P[i] > max_p ? P[i] : max_p;
+    for (int i = 0; i < nN; i++) len = N[i] > len ? N[i] : len;
     char err[1024];
     qwenc_session_params sp = qwenc_session_default_params();
     sp.n_ctx = len;
-    sp.n_batch = p > 0 ? p : 1;
+    sp.n_batch = max_p;
     qwenc_session *s = NULL;
     int32_t *ids = malloc((size_t)len * sizeof(int32_t));
     float *logits = malloc((size_t)V * sizeof(float));
-    bench_stat pp = {0}, tg = {0};
+    bench_cfg *c = &b->cfg[b->n_cfg];
     if (!ids || !logits) {
         fprintf(stderr, "qwenc: bench: out of memory\n");
         goto done;
     }
     if (qwenc_session_init(m, &sp, &s, err, sizeof(err))) {
-        fprintf(stderr, "qwenc: bench: %s\n", err);
+        fprintf(stderr, "qwenc: bench: %s (lower -p or -n)\n", err);
         goto done;
     }
+    snprintf(b->arch, sizeof(b->arch), "%s", qwenc_model_arch(m));
+    c->threads = qwenc_model_n_threads(m);
+    snprintf(c->kernels, sizeof(c->kernels), "%s", qwenc_model_kernels(m));
     uint64_t seed = 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < len; i++) ids[i] = (int32_t)(rng_next(&seed) % (uint64_t)V);
-    if (p > 0 && !bench_test(s, ids, p, 0, reps, o->profile, logits, &pp)) goto done;
-    if (n > 0 && !bench_test(s, ids, n, 1, reps, o->profile, logits, &tg)) goto done;
-    int64_t rss = peak_rss(), total = 0, per_tok = 0;
-    qwenc_model_weight_bytes(m, &total, &per_tok);
-    double bw = read_bandwidth(qwenc_model_n_threads(m));
-    double bound = bw > 0 && per_tok > 0 ? bw / (double)per_tok : 0;
-    if (o->json)
-        print_json(o, m, p, n, reps, &pp, &tg, total, per_tok, rss, bw, bound);
-    else
-        print_table(o, m, p, n, &pp, &tg, total, per_tok, rss, bw, bound);
-    rc = 0;
+    for (int gen = 0; gen < 2; gen++)
+        for (int i = 0; i < (gen ? nN : nP); i++) {
+            int n = gen ? N[i] : P[i];
+            if (n == 0) continue;
+            bench_row *r = &b->rows[b->n_rows];
+            memset(r, 0, sizeof(*r));
+            r->cfg = b->n_cfg;
+            r->gen = gen;
+            r->n = n;
+            if (!bench_test(s, ids, n, gen, b->reps, b->o->profile, logits, &r->st)) goto done;
+            b->n_rows++;
+        }
+    qwenc_model_weight_bytes(m, &b->total, &b->per_tok);
+    b->n_cfg++;
+    ok = 1;
 done:
-    prof_free(pp.prof);
-    prof_free(tg.prof);
     qwenc_session_free(s);
     free(logits);
     free(ids);
     qwenc_model_free(m);
+    return ok;
+}
+
+int cmd_bench(cli_opts *o) {
+    static const int def_p[] = {512}, def_n[] = {128};
+    const int *P = o->n_bench_p ? o->bench_p : def_p, *N = o->n_bench_n ? o->bench_n : def_n;
+    int nP = o->n_bench_p ? o->n_bench_p : 1, nN = o->n_bench_n ? o->n_bench_n : 1;
+    int T1[1] = {o->threads}, *T = o->n_bench_t ? o->bench_t : T1, nT = o->n_bench_t ? o->n_bench_t : 1;
+    int tests = 0;
+    for (int i = 0; i < nP; i++) tests += P[i] > 0;
+    for (int i = 0; i < nN; i++) tests += N[i] > 0;
+    if (tests == 0) return fprintf(stderr, "qwenc: bench: nothing to run (-p 0 -n 0): give -p or -n a count > 0\n"), 1;
+    bench_run b = {.o = o, .reps = o->reps ? o->reps : 5, .lists = nP > 1 || nN > 1 || nT > 1};
+    b.rows = calloc((size_t)(tests * nT), sizeof(bench_row));
+    int rc = 1;
+    if (!b.rows) {
+        fprintf(stderr, "qwenc: bench: out of memory\n");
+        return 1;
+    }
+    for (int k = 0; k < nT; k++)
+        if (!bench_threads(&b, T[k], P, nP, N, nN)) goto done;
+    b.rss = peak_rss(); /* before the bandwidth buffer exists */
+    for (int k = 0; k < b.n_cfg; k++) {
+        bench_cfg *c = &b.cfg[k];
+        c->bw = read_bandwidth(c->threads);
+        c->bound = c->bw > 0 && b.per_tok > 0 ? c->bw / (double)b.per_tok : 0;
+    }
+    if (o->json)
+        print_json(&b);
+    else
+        print_table(&b);
+    rc = 0;
+done:
+    for (int i = 0; i < b.n_rows; i++) prof_free(b.rows[i].st.prof);
+    free(b.rows);
     return rc;
 }

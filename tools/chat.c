@@ -1,5 +1,6 @@
 /*
- * chat.c - `qwenc run` (one prompt, streamed answer) and `qwenc chat` (interactive multi-turn chat).
+ * chat.c - `qwenc run` (one prompt, echoed, then the streamed answer) and `qwenc chat` (interactive multi-turn
+ * chat).
  *
  * A chat keeps one session for the whole conversation and feeds each new turn only. The text of a new
  * turn is found by rendering the chat template with two markers: one in place of the last assistant
@@ -7,10 +8,20 @@
  * end of the previous turn, the new user turn, the generation prompt) is fed, with the real message put
  * back for the second marker. This holds however the template re-renders older turns (Qwen3 templates
  * drop the reasoning of earlier replies, which would break a plain prefix comparison).
+ *
+ * A bad turn never ends the conversation: a message is read as the tokenizer reads text (invalid UTF-8 as
+ * U+FFFD), one the template refuses to render is not sent, and one that does not fit in the context is
+ * refused with /reset offered. With --context-shift the conversation slides instead: DeltaNet and
+ * convolution states cannot drop their oldest tokens, so sliding re-renders the system message and the
+ * latest turns that fit (leaving -n tokens, or a quarter of the context, for the reply), resets the session
+ * and feeds them again. Ctrl-C stops a reply and keeps what was said; at the prompt it quits, as Ctrl-D does.
+ * SIGTERM stops the reply and quits.
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <editline/readline.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +57,7 @@ static int engine_init(engine *e, cli_opts *o) {
     if (!(e->model = cli_load_model(o)) || !(e->tok = cli_load_tokenizer(o))) return 0;
     qwenc_session_params sp = qwenc_session_default_params();
     if (o->ctx) sp.n_ctx = o->ctx;
+    if (o->batch) sp.n_batch = o->batch;
     if (qwenc_session_init(e->model, &sp, &e->session, err, sizeof(err))) {
         fprintf(stderr, "qwenc: %s\n", err);
         return 0;
@@ -60,7 +72,46 @@ static int engine_init(engine *e, cli_opts *o) {
     return 1;
 }
 
-/* The template's text for a request body; NULL (message printed) on failure. */
+/*
+ * s as valid UTF-8: each maximal part of an ill-formed sequence becomes U+FFFD, as the tokenizer reads text
+ * (Python's bytes.decode("utf-8", errors="replace")). JSON and chat templates take only valid text.
+ */
+static char *utf8_clean(const char *s, size_t len) {
+    char *out = malloc(len * 3 + 1), *w = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < len;) {
+        unsigned char b = (unsigned char)s[i];
+        int need = b < 0x80                ? 0
+                   : b >= 0xC2 && b <= 0xDF ? 1
+                   : b >= 0xE0 && b <= 0xEF ? 2
+                   : b >= 0xF0 && b <= 0xF4 ? 3
+                                            : -1; /* continuation bytes and C0, C1, F5..FF cannot lead */
+        if (need == 0) {
+            *w++ = (char)b;
+            i++;
+            continue;
+        }
+        /* the range of the second byte excludes overlong forms and surrogates */
+        unsigned char lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80, hi = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
+        int k = 1;
+        for (; need > 0 && k <= need && i + k < len; k++) {
+            unsigned char c = (unsigned char)s[i + k];
+            if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) break;
+        }
+        if (need > 0 && k == need + 1) {
+            memcpy(w, s + i, (size_t)k);
+            w += k;
+        } else {
+            memcpy(w, "\xEF\xBF\xBD", 3);
+            w += 3;
+        }
+        i += (size_t)k;
+    }
+    *w = 0;
+    return out;
+}
+
+/* The template's text for a list of messages; NULL (message printed) on failure. */
 static char *render(engine *e, cJSON *messages, int add_gen, int no_think) {
     const char *tmpl = qwenc_tokenizer_chat_template(e->tok);
     if (!tmpl) {
@@ -72,9 +123,9 @@ static char *render(engine *e, cJSON *messages, int add_gen, int no_think) {
     cJSON_AddItemReferenceToObject(req, "messages", messages);
     char *body = cJSON_PrintUnformatted(req), err[1024], *out = NULL;
     cJSON_Delete(req);
-    if (qwenc_chat_render(tmpl, body, add_gen, no_think ? 0 : -1, cli_bos_token(e->tok),
-                          qwenc_tokenizer_eos_str(e->tok), &out, err, sizeof(err))) {
-        fprintf(stderr, "qwenc: chat template: %s\n", err);
+    if (!body || qwenc_chat_render(tmpl, body, add_gen, no_think ? 0 : -1, cli_bos_token(e->tok),
+                                   qwenc_tokenizer_eos_str(e->tok), &out, err, sizeof(err))) {
+        fprintf(stderr, "qwenc: chat template: %s\n", body ? err : "out of memory");
         out = NULL;
     }
     free(body);
@@ -88,10 +139,10 @@ static void add_message(cJSON *messages, const char *role, const char *content) 
     cJSON_AddItemToArray(messages, m);
 }
 
-static int32_t *tokenize(engine *e, const char *text, int add_bos, int *n) {
+static int32_t *tokenize(engine *e, const char *text, size_t len, int add_bos, int *n) {
     int32_t *ids = NULL;
     char err[1024];
-    if (qwenc_tokenize(e->tok, text, strlen(text), add_bos, 1, &ids, n, err, sizeof(err))) {
+    if (qwenc_tokenize(e->tok, text, len, add_bos, 1, &ids, n, err, sizeof(err))) {
         fprintf(stderr, "qwenc: %s\n", err);
         return NULL;
     }
@@ -104,6 +155,7 @@ typedef struct {
     size_t len, cap;
 } text_buf;
 
+/* Prints the text as it comes; stops the generation once SIGINT or SIGTERM has arrived. */
 static int on_text(const char *text, size_t len, void *user) {
     text_buf *b = user;
     fwrite(text, 1, len, stdout);
@@ -119,32 +171,54 @@ static int on_text(const char *text, size_t len, void *user) {
         b->len += len;
         b->buf[b->len] = 0;
     }
-    return 0;
+    return cli_stop_signal != 0;
 }
 
 static void print_stats(const engine *e, const qwenc_gen_result *r, const cli_opts *o) {
     fprintf(stderr, "\nqwenc: load %.2f s | prompt %d tokens %.3f s (%.1f tok/s) | generated %d tokens %.3f s "
                     "(%.1f tok/s) | stop: %s | seed %llu\n",
             e->load_s, r->n_prompt, r->prompt_s, r->prompt_s > 0 ? r->n_prompt / r->prompt_s : 0.0, r->n_gen,
-            r->gen_s, r->gen_s > 0 ? r->n_gen / r->gen_s : 0.0, qwenc_stop_reason_str(r->reason),
+            r->gen_s, r->gen_s > 0 ? r->n_gen / r->gen_s : 0.0,
+            r->reason == QWENC_STOP_CALLER && cli_stop_signal ? "interrupted" : qwenc_stop_reason_str(r->reason),
             (unsigned long long)o->sp.seed);
 }
 
 static qwenc_gen_params gen_params(const engine *e, const cli_opts *o, int default_n) {
-    qwenc_gen_params gp = {.n_predict = o->n_predict == -2147483647 - 1 ? default_n : o->n_predict,
+    qwenc_gen_params gp = {.n_predict = o->n_predict == CLI_UNSET ? default_n : o->n_predict,
                            .eos = e->eos, .n_eos = e->n_eos, .stop = o->stop, .n_stop = o->n_stop,
                            .skip_special = !o->show_special};
     return gp;
 }
 
+/* Print the prompt as the model reads it (its tokens decoded; special tokens only with --show-special). */
+static void echo_prompt(engine *e, const int32_t *ids, int n, int show_special) {
+    char *text = NULL, err[256];
+    size_t len = 0;
+    if (!qwenc_detokenize(e->tok, ids, n, !show_special, &text, &len, err, sizeof(err))) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
+    free(text);
+}
+
 int cmd_run(cli_opts *o) {
     char *prompt = NULL;
+    size_t len = 0;
+    const char *src = o->file ? o->file : "-p";
     if (o->file) {
-        if (!(prompt = cli_slurp(o->file, NULL))) return 1;
+        if (!(prompt = cli_slurp(o->file, &len))) return 1;
     } else if (o->prompt) {
         prompt = strdup(o->prompt);
+        len = strlen(prompt);
     } else {
         fprintf(stderr, "qwenc: run: give a prompt with -p TEXT or -f FILE\n");
+        return 1;
+    }
+    const char *nul = memchr(prompt, 0, len);
+    if (o->chat && nul) { /* a plain prompt keeps it: the tokenizer reads U+0000 as any character */
+        fprintf(stderr, "qwenc: %s: a NUL byte at offset %td; a chat message cannot hold one (chat templates take "
+                        "text): remove it, or run without --chat\n", src, nul - prompt);
+        free(prompt);
         return 1;
     }
     engine e;
@@ -153,15 +227,18 @@ int cmd_run(cli_opts *o) {
     char *text = NULL, err[1024];
     if (!engine_init(&e, o)) goto done;
     if (o->chat) {
+        char *user = utf8_clean(prompt, len), *sys = o->system ? utf8_clean(o->system, strlen(o->system)) : NULL;
         cJSON *msgs = cJSON_CreateArray();
-        if (o->system) add_message(msgs, "system", o->system);
-        add_message(msgs, "user", prompt);
+        if (sys) add_message(msgs, "system", sys);
+        add_message(msgs, "user", user ? user : "");
         text = render(&e, msgs, 1, o->no_think);
         cJSON_Delete(msgs);
+        free(user);
+        free(sys);
         if (!text) goto done;
-        ids = tokenize(&e, text, 0, &n);
+        ids = tokenize(&e, text, strlen(text), 0, &n);
     } else {
-        ids = tokenize(&e, prompt, 1, &n);
+        ids = tokenize(&e, prompt, len, 1, &n);
     }
     if (!ids) goto done;
     if (n == 0) {
@@ -169,13 +246,29 @@ int cmd_run(cli_opts *o) {
         goto done;
     }
     qwenc_gen_params gp = gen_params(&e, o, 256);
+    int n_ctx = qwenc_session_n_ctx(e.session), train = qwenc_model_n_ctx_train(e.model);
+    /* the last generated token is not fed: n tokens of prompt leave room for n_ctx - n + 1 */
+    if (n > n_ctx || (gp.n_predict > 0 && (int64_t)n + gp.n_predict - 1 > n_ctx)) {
+        if (gp.n_predict > 0)
+            fprintf(stderr, "qwenc: run: a prompt of %d tokens and -n %d exceed the context of %d tokens: raise -c "
+                            "(the model was trained on %d), lower -n or shorten the prompt\n", n, gp.n_predict,
+                    n_ctx, train);
+        else
+            fprintf(stderr, "qwenc: run: a prompt of %d tokens exceeds the context of %d tokens: raise -c (the model "
+                            "was trained on %d) or shorten the prompt\n", n, n_ctx, train);
+        goto done;
+    }
+    if (!o->no_display_prompt) echo_prompt(&e, ids, n, o->show_special);
     qwenc_gen_result r;
-    if (qwenc_generate(e.session, e.tok, e.sampler, ids, n, &gp, on_text, NULL, &r, err, sizeof(err))) {
+    cli_signals(CLI_SIG_STOP);
+    qwenc_status st = qwenc_generate(e.session, e.tok, e.sampler, ids, n, &gp, on_text, NULL, &r, err, sizeof(err));
+    cli_signals(CLI_SIG_DEFAULT);
+    if (st) {
         fprintf(stderr, "\nqwenc: %s\n", err);
         goto done;
     }
     print_stats(&e, &r, o);
-    rc = 0;
+    rc = cli_stop_signal ? 128 + cli_stop_signal : 0;
 done:
     free(ids);
     free(text);
@@ -184,11 +277,15 @@ done:
     return rc;
 }
 
-/* Read one line; NULL at end of input. Line editing and history on a terminal. */
-static char *read_line(int tty) {
+/* ------------------------------------------------------------------ chat */
+
+/* Read one line (*len bytes, which may include NUL bytes); NULL at the end of input or on a signal. Line
+ * editing and history on a terminal. */
+static char *read_line(int tty, size_t *len) {
     if (tty) {
         char *l = readline("> ");
         if (l && *l) add_history(l);
+        if (l) *len = strlen(l);
         return l;
     }
     char *l = NULL;
@@ -199,17 +296,33 @@ static char *read_line(int tty) {
         return NULL;
     }
     while (n > 0 && (l[n - 1] == '\n' || l[n - 1] == '\r')) l[--n] = 0;
+    *len = (size_t)n;
     return l;
+}
+
+typedef struct {
+    engine *e;
+    const cli_opts *o;
+    cJSON *messages; /* the conversation as the template sees it */
+    const char *system;  /* valid UTF-8, or NULL */
+    int32_t unfed;   /* the sampled end of the last reply, not yet fed (-1: none) */
+} chat_state;
+
+static void chat_restart(chat_state *c) {
+    cJSON_Delete(c->messages);
+    c->messages = cJSON_CreateArray();
+    if (c->system) add_message(c->messages, "system", c->system);
+    c->unfed = -1;
 }
 
 /* The text to feed for a new user turn after at least one reply (see the file comment); NULL if the
  * template does not place the markers as expected. */
-static char *turn_text(engine *e, cJSON *messages, const char *user_msg, int no_think) {
-    cJSON *m = cJSON_Duplicate(messages, 1);
+static char *turn_text(chat_state *c, const char *user_msg) {
+    cJSON *m = cJSON_Duplicate(c->messages, 1);
     cJSON *last = cJSON_GetArrayItem(m, cJSON_GetArraySize(m) - 1);
     cJSON_ReplaceItemInObject(last, "content", cJSON_CreateString(MARK_REPLY));
     add_message(m, "user", MARK_USER);
-    char *r = render(e, m, 1, no_think);
+    char *r = render(c->e, m, 1, c->o->no_think);
     cJSON_Delete(m);
     if (!r) return NULL;
     char *a = strstr(r, MARK_REPLY), *u = a ? strstr(a, MARK_USER) : NULL;
@@ -226,6 +339,94 @@ static char *turn_text(engine *e, cJSON *messages, const char *user_msg, int no_
     return out;
 }
 
+/* The whole conversation of `messages` followed by the user message, tokenized; NULL (message printed) if the
+ * template refuses it. */
+static int32_t *whole_tokens(chat_state *c, cJSON *messages, const char *msg, int *n) {
+    add_message(messages, "user", msg);
+    char *text = render(c->e, messages, 1, c->o->no_think);
+    cJSON_DeleteItemFromArray(messages, cJSON_GetArraySize(messages) - 1);
+    int32_t *ids = text ? tokenize(c->e, text, strlen(text), 0, n) : NULL;
+    free(text);
+    return ids;
+}
+
+/*
+ * The tokens to feed for a new user message: the new turn only when the session holds the conversation
+ * (*restart = 0), else the whole conversation (*restart = 1: the session must start over). NULL (message
+ * printed) when the template cannot render the conversation with this message.
+ */
+static int32_t *turn_tokens(chat_state *c, const char *msg, int *n, int *restart) {
+    engine *e = c->e;
+    /* the whole conversation first: a message the template refuses is refused here */
+    int32_t *whole = whole_tokens(c, c->messages, msg, n);
+    *restart = 1;
+    if (!whole || qwenc_session_n_past(e->session) == 0) return whole;
+    char *text = turn_text(c, msg);
+    if (!text) {
+        fprintf(stderr, "(the chat template re-renders the history: processing it again)\n");
+        return whole;
+    }
+    int feed_unfed = 0;
+    if (c->unfed >= 0) {
+        /* the sampled end-of-turn token opens the text to feed: feed the id itself */
+        const char *t = qwenc_tokenizer_token_text(e->tok, c->unfed);
+        int is_eos = 0;
+        for (int i = 0; i < e->n_eos; i++) is_eos |= e->eos[i] == c->unfed;
+        size_t lt = t ? strlen(t) : 0;
+        if (is_eos && lt && !strncmp(text, t, lt)) memmove(text, text + lt, strlen(text + lt) + 1);
+        feed_unfed = 1;
+    }
+    int k = 0;
+    int32_t *ids = tokenize(e, text, strlen(text), 0, &k);
+    free(text);
+    if (!ids) return whole;
+    free(whole);
+    *restart = 0;
+    *n = k;
+    if (feed_unfed) { /* prepend the unfed token */
+        int32_t *all = malloc((size_t)(k + 1) * sizeof(int32_t));
+        all[0] = c->unfed;
+        memcpy(all + 1, ids, (size_t)k * sizeof(int32_t));
+        free(ids);
+        ids = all;
+        (*n)++;
+    }
+    return ids;
+}
+
+/*
+ * --context-shift: drop the oldest turns (a user message and its reply) until the system message, the turns
+ * kept and the new message leave `reserve` tokens for the reply (or, with no turn left, fit at all). On
+ * success c->messages holds what is kept and the tokens of the whole conversation are returned.
+ */
+static int32_t *slide(chat_state *c, const char *msg, int reserve, int *n) {
+    int n_ctx = qwenc_session_n_ctx(c->e->session), first = c->system ? 1 : 0;
+    cJSON *m = cJSON_Duplicate(c->messages, 1);
+    for (int dropped = 0;; dropped++) {
+        int32_t *ids = whole_tokens(c, m, msg, n);
+        if (!ids) break;
+        int turns_left = (cJSON_GetArraySize(m) - first) / 2;
+        if (*n + reserve <= n_ctx || (turns_left == 0 && *n < n_ctx)) {
+            fprintf(stderr, "(context full: dropped the %d oldest turn%s; the system message and %d turn%s are fed "
+                            "again)\n", dropped, dropped == 1 ? "" : "s", turns_left, turns_left == 1 ? "" : "s");
+            cJSON_Delete(c->messages);
+            c->messages = m;
+            c->unfed = -1;
+            return ids;
+        }
+        free(ids);
+        if (turns_left == 0) {
+            fprintf(stderr, "qwenc: this message takes %d tokens with the system message; the context holds %d: "
+                            "shorten it, or start chat with a larger -c\n", *n, n_ctx);
+            break;
+        }
+        cJSON_DeleteItemFromArray(m, first);
+        cJSON_DeleteItemFromArray(m, first);
+    }
+    cJSON_Delete(m);
+    return NULL;
+}
+
 int cmd_chat(cli_opts *o) {
     engine e;
     if (!engine_init(&e, o)) {
@@ -239,14 +440,18 @@ int cmd_chat(cli_opts *o) {
     }
     int tty = isatty(0);
     if (tty)
-        fprintf(stderr, "qwenc chat: %s. Type a message; /reset starts over, /exit (or Ctrl-D) quits.\n",
-                qwenc_model_arch(e.model));
-    cJSON *messages = cJSON_CreateArray();
-    if (o->system) add_message(messages, "system", o->system);
-    int32_t unfed = -1;
+        fprintf(stderr, "qwenc chat: %s. Type a message; /reset starts over, /exit or Ctrl-D quits, Ctrl-C stops a "
+                        "reply.\n", qwenc_model_arch(e.model));
+    char *system = o->system ? utf8_clean(o->system, strlen(o->system)) : NULL;
+    chat_state c = {.e = &e, .o = o, .system = system, .unfed = -1};
+    chat_restart(&c);
     qwenc_gen_params gp = gen_params(&e, o, -1);
-    int rc = 0;
-    for (char *line; (line = read_line(tty)); free(line)) {
+    int n_ctx = qwenc_session_n_ctx(e.session);
+    int reserve = gp.n_predict >= 0 ? gp.n_predict : n_ctx / 4; /* room --context-shift leaves for a reply */
+    cli_signals(CLI_SIG_KEEP);
+    size_t len = 0;
+    /* a signal after the last reply was accounted for is a Ctrl-C at the prompt */
+    for (char *line; !cli_stop_signal && (line = read_line(tty, &len)); free(line)) {
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) {
             free(line);
             break;
@@ -254,78 +459,79 @@ int cmd_chat(cli_opts *o) {
         if (!strcmp(line, "/reset")) {
             qwenc_session_reset(e.session);
             qwenc_sampler_reset(e.sampler);
-            cJSON_Delete(messages);
-            messages = cJSON_CreateArray();
-            if (o->system) add_message(messages, "system", o->system);
-            unfed = -1;
+            chat_restart(&c);
             fprintf(stderr, "(conversation reset)\n");
             continue;
         }
-        if (!*line) continue;
-        char *text = NULL;
-        int n = 0, feed_unfed = 0;
-        if (qwenc_session_n_past(e.session) > 0) text = turn_text(&e, messages, line, o->no_think);
-        if (text && unfed >= 0) {
-            /* the sampled end-of-turn token opens the text to feed: feed the id itself */
-            const char *t = qwenc_tokenizer_token_text(e.tok, unfed);
-            int is_eos = 0;
-            for (int i = 0; i < e.n_eos; i++) is_eos |= e.eos[i] == unfed;
-            if (is_eos && t && *t && !strncmp(text, t, strlen(t))) memmove(text, text + strlen(t), strlen(text + strlen(t)) + 1);
-            feed_unfed = 1;
+        if (len == 0) continue;
+        const char *nul = memchr(line, 0, len);
+        if (nul) {
+            fprintf(stderr, "qwenc: the message holds a NUL byte at offset %td (chat templates take text)\n"
+                            "(the message was not sent; the conversation goes on)\n", nul - line);
+            continue;
         }
-        if (!text) { /* first turn, or a template the markers cannot follow: feed everything */
-            if (qwenc_session_n_past(e.session) > 0)
-                fprintf(stderr, "(the chat template re-renders the history: processing it again)\n");
-            qwenc_session_reset(e.session);
-            add_message(messages, "user", line);
-            text = render(&e, messages, 1, o->no_think);
-            cJSON_DeleteItemFromArray(messages, cJSON_GetArraySize(messages) - 1);
-            feed_unfed = 0;
+        char *msg = utf8_clean(line, len);
+        int n = 0, restart = 0;
+        int32_t *ids = msg ? turn_tokens(&c, msg, &n, &restart) : NULL;
+        if (ids) {
+            int past = restart ? 0 : qwenc_session_n_past(e.session);
+            if (past + n >= n_ctx || (o->context_shift && past + n + reserve > n_ctx)) {
+                free(ids);
+                ids = NULL;
+                if (o->context_shift) {
+                    ids = slide(&c, msg, reserve, &n);
+                    restart = 1;
+                } else {
+                    fprintf(stderr, "qwenc: context full: %d of %d tokens are in use and this turn needs %d more: type "
+                                    "/reset to start over (or start chat with --context-shift, to drop the oldest "
+                                    "turns, or a larger -c)\n", past, n_ctx, n);
+                }
+            }
         }
-        int32_t *ids = text ? tokenize(&e, text, 0, &n) : NULL;
-        free(text);
         if (!ids) {
-            rc = 1;
-            free(line);
-            break;
+            fprintf(stderr, "(the message was not sent; the conversation goes on)\n");
+            free(msg);
+            continue;
         }
-        if (feed_unfed) { /* prepend the unfed token */
-            int32_t *all = malloc((size_t)(n + 1) * sizeof(int32_t));
-            all[0] = unfed;
-            memcpy(all + 1, ids, (size_t)n * sizeof(int32_t));
-            free(ids);
-            ids = all;
-            n++;
-        }
-        add_message(messages, "user", line);
+        if (restart) qwenc_session_reset(e.session);
+        add_message(c.messages, "user", msg);
+        free(msg);
         text_buf reply = {0};
         qwenc_gen_result r;
         char err[1024];
-        qwenc_status st = n ? qwenc_generate(e.session, e.tok, e.sampler, ids, n, &gp, on_text, &reply, &r, err, sizeof(err))
-                            : QWENC_ERR_ARG;
+        qwenc_status st =
+            qwenc_generate(e.session, e.tok, e.sampler, ids, n, &gp, on_text, &reply, &r, err, sizeof(err));
         free(ids);
         printf("\n");
-        if (st) {
-            fprintf(stderr, "qwenc: %s\n", n ? err : "the turn has no tokens");
+        fflush(stdout);
+        if (st) { /* the session is as before the failed step: the turn is taken back */
+            fprintf(stderr, "qwenc: %s\n(the message was not sent; the conversation goes on)\n", err);
             free(reply.buf);
-            if (st == QWENC_ERR_CONTEXT) {
-                fprintf(stderr, "(type /reset to start a new conversation)\n");
-                cJSON_DeleteItemFromArray(messages, cJSON_GetArraySize(messages) - 1);
-                continue;
-            }
-            rc = 1;
-            free(line);
-            break;
+            cJSON_DeleteItemFromArray(c.messages, cJSON_GetArraySize(c.messages) - 1);
+            if (restart) c.unfed = -1; /* the session is empty: the next turn feeds the whole conversation */
+            continue;
         }
-        add_message(messages, "assistant", reply.buf ? reply.buf : "");
+        add_message(c.messages, "assistant", reply.buf ? reply.buf : "");
         free(reply.buf);
-        unfed = r.unfed;
-        if (r.reason == QWENC_STOP_CONTEXT) fprintf(stderr, "(context full: type /reset to start over)\n");
+        c.unfed = r.unfed;
+        int interrupted = cli_stop_signal;
+        if (cli_stop_signal != SIGTERM) cli_stop_signal = 0; /* SIGTERM ends the chat once the reply stops */
+        if (r.reason == QWENC_STOP_CONTEXT)
+            fprintf(stderr, "(context full at %d tokens: the reply was cut; %s)\n", n_ctx,
+                    o->context_shift ? "the next turn drops the oldest turns"
+                                     : "type /reset to start over, or start chat with --context-shift to drop the "
+                                       "oldest turns");
         fprintf(stderr, "[fed %d tokens, generated %d tokens at %.1f tok/s, %d in context; stop: %s]\n", r.n_prompt,
                 r.n_gen, r.gen_s > 0 ? r.n_gen / r.gen_s : 0.0, qwenc_session_n_past(e.session),
-                qwenc_stop_reason_str(r.reason));
+                interrupted == SIGTERM ? "terminated (SIGTERM)"
+                : interrupted          ? "interrupted (Ctrl-C)"
+                                       : qwenc_stop_reason_str(r.reason));
     }
-    cJSON_Delete(messages);
+    int sig = cli_stop_signal;
+    if (sig == SIGINT) fprintf(stderr, "\n(interrupted at the prompt: bye)\n");
+    cli_signals(CLI_SIG_DEFAULT);
+    cJSON_Delete(c.messages);
+    free(system);
     engine_free(&e);
-    return rc;
+    return sig == SIGTERM ? 128 + SIGTERM : 0;
 }

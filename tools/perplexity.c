@@ -17,6 +17,9 @@
 
 int cmd_perplexity(cli_opts *o) {
     if (!o->file) return fprintf(stderr, "qwenc: perplexity: -f TEXT_FILE is required\n"), 1;
+    if (o->ctx == 1) /* every chunk's first token has nothing before it: a chunk of 1 scores nothing */
+        return fprintf(stderr, "qwenc: perplexity: -c 1 leaves no token to score (each chunk scores its tokens "
+                               "after the first): give -c 2 or more (default 512)\n"), 1;
     size_t len = 0;
     char *text = cli_slurp(o->file, &len);
     if (!text) return 1;
@@ -33,9 +36,11 @@ int cmd_perplexity(cli_opts *o) {
         goto done;
     }
     if (n < 2) {
-        fprintf(stderr, "qwenc: perplexity: %s has %d tokens; at least 2 are needed\n", o->file, n);
+        fprintf(stderr, "qwenc: perplexity: %s is %d token%s long; at least 2 are needed (one to score after "
+                        "another): give a longer text\n", o->file, n, n == 1 ? "" : "s");
         goto done;
     }
+    if (chunk > n) chunk = n; /* a text shorter than a chunk is one chunk: no room for tokens that never come */
     int V = qwenc_model_n_vocab(m);
     qwenc_session_params sp = qwenc_session_default_params();
     sp.n_ctx = chunk;
@@ -74,6 +79,10 @@ int cmd_perplexity(cli_opts *o) {
         }
         n_chunks++;
         fprintf(stderr, "[%d]%.4f,", n_chunks, exp(nll / scored));
+    }
+    if (scored == 0 || !isfinite(nll)) { /* cannot happen with chunks of 2 or more and finite logits */
+        fprintf(stderr, "qwenc: perplexity: %s\n", scored ? "the model gave non-finite logits" : "no token scored");
+        goto done;
     }
     double mean = nll / scored, sd = sqrt(fmax(nll2 / scored - mean * mean, 0) / (scored > 1 ? scored - 1 : 1));
     fprintf(stderr, "\nqwenc: %ld tokens scored in %.2f s\n", scored, cli_now_s() - t0);

@@ -1,9 +1,11 @@
 /*
- * quantize.c - `qwenc quantize -m HF_DIR|FILE.gguf -t TYPE -o OUT.gguf`: write the model as the GGUF that
- * llama.cpp's converter (+ llama-quantize for block types) would write, with a progress bar on stderr.
- * `qwenc synth --preset NAME ... -t TYPE -o OUT.gguf`: the same for a model with random weights.
- * The work is the library's (qwenc_model_save_gguf, qwenc_synth_gguf); this file parses, reports and draws
- * (the progress bar is also the one of quantizing at load, --quant).
+ * quantize.c - `qwenc quantize -m HF_DIR|FILE.gguf -o OUT.gguf --type TYPE` (or `qwenc quantize MODEL OUT.gguf
+ * TYPE`, as llama-quantize): write the model as the GGUF that llama.cpp's converter (+ llama-quantize for block
+ * types) would write, with a progress bar on stderr. `qwenc synth --preset NAME ... --type TYPE -o OUT.gguf`:
+ * the same for a model with random weights. The work is the library's (qwenc_model_save_gguf,
+ * qwenc_synth_gguf), which writes a temporary file beside OUT.gguf and renames it when complete; this file
+ * reports and draws (the progress bar is also the one of quantizing at load, --quant). SIGINT or SIGTERM
+ * cancels through the progress callback: the library removes the temporary file and OUT.gguf is untouched.
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 /* A bar redrawn in place on a terminal; one line per finished tensor otherwise (logs, pipes). */
 int cli_show_progress(const char *tensor, const char *type, int i, int n, uint64_t done, uint64_t total, void *user) {
     cli_progress *ps = user;
+    if (cli_stop_signal) return 1;
     if (total < ps->min_bytes) return 0;
     ps->shown = 1;
     double now = cli_now_s(), frac = total ? (double)done / (double)total : 1.0;
@@ -45,17 +48,27 @@ static void report_written(const char *path, double t0) {
     fprintf(stderr, "qwenc: wrote %s: %.1f MiB in %.1f s\n", path, size / 1048576.0, cli_now_s() - t0);
 }
 
+/* The end of a write the library refused or a signal cancelled. */
+static int write_failed(const char *cmd, const char *out, const char *err, const cli_progress *ps) {
+    if (ps->tty && ps->shown) fprintf(stderr, "\n");
+    int sig = cli_stop_signal;
+    cli_signals(CLI_SIG_DEFAULT);
+    if (sig) {
+        fprintf(stderr, "qwenc: %s: interrupted; %s was not written\n", cmd, out);
+        return 128 + sig;
+    }
+    fprintf(stderr, "qwenc: %s: %s\n", cmd, err);
+    return 1;
+}
+
 int cmd_quantize(cli_opts *o) {
     if (!o->type) {
-        fprintf(stderr, "qwenc: quantize: -t TYPE is required (one of %s)\n", qwenc_gguf_types());
+        fprintf(stderr, "qwenc: quantize: the type is required: --type TYPE, or the last argument (one of %s)\n",
+                qwenc_gguf_types());
         return 1;
     }
     if (!o->out) {
         fprintf(stderr, "qwenc: quantize: -o OUT.gguf is required\n");
-        return 1;
-    }
-    if (o->quant) { /* quantizing twice would only lose precision */
-        fprintf(stderr, "qwenc: quantize: --quant does not apply; -t TYPE is the type written\n");
         return 1;
     }
     qwenc_model *m = cli_load_model(o);
@@ -68,20 +81,18 @@ int cmd_quantize(cli_opts *o) {
     gp.user = &ps;
     char err[1024];
     fprintf(stderr, "qwenc: writing %s (%s, %s) as %s\n", o->out, qwenc_model_arch(m), o->model, o->type);
+    cli_signals(CLI_SIG_STOP);
     qwenc_status st = qwenc_model_save_gguf(m, o->out, &gp, err, sizeof(err));
     qwenc_model_free(m);
-    if (st) {
-        if (ps.tty) fprintf(stderr, "\n");
-        fprintf(stderr, "qwenc: quantize: %s\n", err);
-        return 1;
-    }
+    if (st) return write_failed("quantize", o->out, err, &ps);
+    cli_signals(CLI_SIG_DEFAULT);
     report_written(o->out, ps.t0);
     return 0;
 }
 
 int cmd_synth(cli_opts *o) {
     if (!o->preset || !o->type || !o->out) {
-        fprintf(stderr, "qwenc: synth: --preset NAME (%s), -t TYPE (%s) and -o OUT.gguf are required\n",
+        fprintf(stderr, "qwenc: synth: --preset NAME (%s), --type TYPE (%s) and -o OUT.gguf are required\n",
                 qwenc_synth_presets(), qwenc_gguf_types());
         return 1;
     }
@@ -102,11 +113,9 @@ int cmd_synth(cli_opts *o) {
     gp.user = &ps;
     char err[1024];
     fprintf(stderr, "qwenc: writing %s (random %s, seed %llu) as %s\n", o->out, o->preset, sp.seed, o->type);
-    if (qwenc_synth_gguf(&sp, o->out, &gp, err, sizeof(err))) {
-        if (ps.tty) fprintf(stderr, "\n");
-        fprintf(stderr, "qwenc: synth: %s\n", err);
-        return 1;
-    }
+    cli_signals(CLI_SIG_STOP);
+    if (qwenc_synth_gguf(&sp, o->out, &gp, err, sizeof(err))) return write_failed("synth", o->out, err, &ps);
+    cli_signals(CLI_SIG_DEFAULT);
     report_written(o->out, ps.t0);
     return 0;
 }

@@ -8,7 +8,7 @@
 #ifndef QW_BLOCKS_H
 #define QW_BLOCKS_H
 
-#include "models/model.h"
+#include "runtime/session.h"
 
 /* RoPE: inv_freq [n_rot/2] (default, linear or llama3 scaling); cs [n_tok][n_rot] (cos then sin). */
 void qw_rope_inv_freq(const qw_hparams *hp, float *inv_freq);

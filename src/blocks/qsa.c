@@ -106,9 +106,10 @@ void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *x, 
         ops->rope(ops, kb, 1, ihd, 1, ihd, n_rot, cs);
     }
 
-    /* per query: score the complete blocks, keep the top ones and the tail */
+    /* per query: score the complete blocks, keep the top ones and the tail: at most min(i + 1, topk * R + R - 1)
+     * positions for query i (qw_qsa_positions), so the selection does not grow with the context */
     int64_t cap = 0;
-    for (int t = 0; t < T; t++) cap += f->pos0 + t + 1;
+    for (int t = 0; t < T; t++) cap += QW_MIN((int64_t)f->pos0 + t + 1, (int64_t)(topk + 1) * R);
     int32_t *sel = qw_arena_alloc(f->ar, (size_t)cap * sizeof(int32_t));
     int32_t *off = qw_arena_alloc(f->ar, (size_t)(T + 1) * sizeof(int32_t));
     float *score = qw_arena_f32(f->ar, (size_t)(blk_now ? blk_now : 1));

@@ -6,32 +6,32 @@
 #define ARENA_ALIGN 64
 #define HDR ((sizeof(qw_arena_block) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN)
 
+/* NULL when out of memory */
 static qw_arena_block *block_new(size_t size, qw_arena_block *prev) {
-    qw_arena_block *b = aligned_alloc(ARENA_ALIGN, (HDR + size + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN);
-    if (!b) {
-        fprintf(stderr, "qwenc: out of memory allocating %zu bytes of scratch\n", size);
-        abort();
-    }
+    if (size > SIZE_MAX - HDR - ARENA_ALIGN) return NULL;
+    qw_arena_block *b = qw_aligned_alloc(ARENA_ALIGN, HDR + size);
+    if (!b) return NULL;
     b->prev = prev;
     b->size = size;
     b->used = 0;
     return b;
 }
 
-void qw_arena_init(qw_arena *a, size_t size) {
-    memset(a, 0, sizeof(*a));
-    if (size < 4096) size = 4096;
-    a->cur = block_new(size, NULL);
-    a->total = size;
-}
-
-void qw_arena_free(qw_arena *a) {
+static void free_blocks(qw_arena *a) {
     qw_arena_block *b = a->cur;
     while (b) {
         qw_arena_block *p = b->prev;
         free(b);
         b = p;
     }
+    a->cur = NULL;
+    a->total = 0;
+}
+
+void qw_arena_init(qw_arena *a) { memset(a, 0, sizeof(*a)); }
+
+void qw_arena_free(qw_arena *a) {
+    free_blocks(a);
     memset(a, 0, sizeof(*a));
 }
 
@@ -52,28 +52,43 @@ void qw_arena_restore(qw_arena *a, qw_arena_mark mk) {
     a->in_use = mk.in_use;
 }
 
+int qw_arena_reserve(qw_arena *a, size_t bytes) {
+    if (a->cur) a->cur->used = 0;
+    a->in_use = 0;
+    if (bytes < 4096) bytes = 4096;
+    size_t need = QW_MAX(bytes, a->high_water);
+    if (a->cur && !a->cur->prev && a->cur->size >= need) return 0;
+    free_blocks(a);
+    qw_arena_block *b = block_new(need, NULL);
+    if (!b) return -1;
+    a->cur = b;
+    a->total = need;
+    return 0;
+}
+
 void qw_arena_reset(qw_arena *a) {
     if (a->cur && (a->cur->prev || a->high_water > a->cur->size)) {
-        /* merge: one block as large as everything used so far */
+        /* merge: one block as large as everything used so far (when that fails, the next reservation
+         * or allocation tries again) */
         size_t need = QW_MAX(a->total, a->high_water);
-        qw_arena_block *b = a->cur;
-        while (b) {
-            qw_arena_block *p = b->prev;
-            free(b);
-            b = p;
-        }
+        free_blocks(a);
         a->cur = block_new(need, NULL);
-        a->total = need;
+        if (a->cur) a->total = need;
     }
     if (a->cur) a->cur->used = 0;
     a->in_use = 0;
 }
 
 void *qw_arena_alloc(qw_arena *a, size_t bytes) {
-    bytes = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    bytes = QW_ARENA_BYTES(bytes);
     if (!a->cur || a->cur->used + bytes > a->cur->size) {
         size_t sz = QW_MAX(bytes, a->total);
-        a->cur = block_new(sz, a->cur);
+        qw_arena_block *b = block_new(sz, a->cur);
+        if (!b) {
+            fprintf(stderr, "qwenc: scratch arena: out of memory growing by %zu bytes past its reservation\n", sz);
+            QW_ASSERT(!"the scratch bound of a forward step was too small");
+        }
+        a->cur = b;
         a->total += sz;
     }
     void *p = (uint8_t *)a->cur + HDR + a->cur->used;

@@ -30,11 +30,30 @@
 qwenc_status qw_err(char *err, size_t errlen, qwenc_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* Allocation that aborts on failure: used only at load/init time for small bookkeeping. */
+/* Checked allocation, for everything the library allocates: NULL when memory runs out or n * size overflows
+ * size_t (n or size 0 counts as 1, so NULL always means failure). The caller reports it with qw_err_nomem(),
+ * naming what was being allocated, and returns QWENC_ERR_NOMEM: the library never aborts for lack of memory. */
+void *qw_calloc(size_t n, size_t size);
+void *qw_malloc(size_t n, size_t size);
+/* p is left as it was (and still owned by the caller) on failure. */
+void *qw_realloc(void *p, size_t n, size_t size);
+/* bytes rounded up to a multiple of align (a power of two, at least sizeof(void *)); free() it. */
+void *qw_aligned_alloc(size_t align, size_t bytes);
+char *qw_strdup(const char *s);
+/* dir and name joined with one '/' into a new string. */
+char *qw_path_new(const char *dir, const char *name);
+/* QWENC_ERR_NOMEM with "<what>: out of memory allocating <n * size> bytes" (what names the file or object). */
+qwenc_status qw_err_nomem(char *err, size_t errlen, const char *what, size_t n, size_t size);
+
+/* For tests: the n-th checked allocation from now on (0: the next one) fails, once; n < 0 disarms.
+ * qw_alloc_fail_fired() says whether the armed failure has happened. */
+void qw_alloc_fail_at(long n);
+int qw_alloc_fail_fired(void);
+
+/* Deprecated: allocation that aborts on failure, left for the code not yet converted to the checked
+ * functions above (src/text, src/formats/gguf.c, safetensors.c). New code must not use them. */
 void *qw_xcalloc(size_t n, size_t size);
 char *qw_xstrdup(const char *s);
-
-/* Join a directory and a file name into a new string. */
 char *qw_path_join(const char *dir, const char *name);
 
 #endif /* QW_COMMON_H */

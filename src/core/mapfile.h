@@ -5,6 +5,8 @@
 #ifndef QW_MAPFILE_H
 #define QW_MAPFILE_H
 
+#include <sys/stat.h>
+
 #include "core/common.h"
 
 typedef struct {
@@ -36,7 +38,23 @@ void qw_advise_sparse(const void *p, size_t n);
  * waiting (MADV_WILLNEED), so a read of them soon after finds them there or on their way. Advice only. */
 void qw_advise_willneed(const void *p, size_t n);
 
-/* Read a whole (small) file into a NUL-terminated heap buffer; *len gets its length. */
+/* Open a file to read without ever blocking in open() (O_NONBLOCK, cleared once open): a FIFO, device,
+ * socket or directory in its place is refused at once with an error naming it and its kind. Returns the
+ * descriptor, its stat in *st; -1 with err filled (QWENC_ERR_IO) on failure. */
+int qw_open_regular(const char *path, struct stat *st, char *err, size_t errlen);
+
+/* The most a whole-file read takes by default: a tokenizer.json is the largest such file (the largest
+ * released ones, 250k-token vocabularies with their merges, are ~35 MB); 256 MiB is 7x that. */
+#define QW_READ_FILE_MAX ((size_t)256 << 20)
+/* The limit for configuration files (config.json, generation_config.json, tokenizer_config.json,
+ * model.safetensors.index.json, chat_template.jinja): those are kilobytes; the largest, a shard index of
+ * ~100k tensors, ~10 MB. */
+#define QW_READ_CONFIG_MAX ((size_t)64 << 20)
+
+/* Read a whole regular file (qw_open_regular) of at most QW_READ_FILE_MAX bytes into a NUL-terminated heap
+ * buffer; *len gets its length. A larger file is refused (QWENC_ERR_FORMAT) before it is read. */
 qwenc_status qw_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen);
+/* The same with a limit of max bytes. */
+qwenc_status qw_read_file_max(const char *path, size_t max, char **out, size_t *len, char *err, size_t errlen);
 
 #endif

@@ -9,8 +9,11 @@
 #include "formats/gguf.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gguf.c reads and writes little-endian data in place: a big-endian host needs byte swapping"
@@ -593,7 +596,8 @@ typedef struct {
 
 struct qw_gguf_writer {
     FILE *f;
-    char *path;
+    char *path;          /* the file asked for (named in messages); it appears only at close */
+    char *tmp;           /* the file written: a temporary name beside path */
     uint32_t alignment;
     wkv *kv;
     size_t n_kv, cap_kv;
@@ -621,24 +625,46 @@ static void wpad(qw_gguf_writer *w, uint64_t n) {
     }
 }
 
+/* The file is written under a temporary name in the same directory and renamed to path once complete, so
+ * path never holds a partial file (interrupted, failed, or being written) and an existing file there stays
+ * whole until the new one replaces it. */
 qwenc_status qw_gguf_writer_open(qw_gguf_writer **wp, const char *path, char *err, size_t errlen) {
+    static atomic_uint serial;
     *wp = NULL;
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return qw_err(err, errlen, errno == ENOMEM ? QWENC_ERR_NOMEM : QWENC_ERR_IO, "%s: cannot create: %s", path,
-                      strerror(errno));
+    size_t n = strlen(path) + 48;
+    char *tmp = malloc(n);
+    if (!tmp) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory opening the file for writing", path);
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 100; tries++) {
+        snprintf(tmp, n, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1));
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        int e = errno;
+        if (fd >= 0) {
+            close(fd);
+            remove(tmp);
+        }
+        free(tmp);
+        return qw_err(err, errlen, e == ENOMEM ? QWENC_ERR_NOMEM : QWENC_ERR_IO, "%s: cannot create: %s", path,
+                      strerror(e));
+    }
     qw_gguf_writer *w = calloc(1, sizeof(*w));
     char *p = strdup(path);
     if (!w || !p) {
         free(w);
         free(p);
         fclose(f);
-        remove(path);
+        remove(tmp);
+        free(tmp);
         return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory opening the file for writing", path);
     }
     w->f = f;
     setvbuf(f, NULL, _IOFBF, 1 << 20);
     w->path = p;
+    w->tmp = tmp;
     w->alignment = QW_GGUF_DEFAULT_ALIGNMENT;
     *wp = w;
     return QWENC_OK;
@@ -923,6 +949,7 @@ static void writer_free(qw_gguf_writer *w) {
     free(w->kv);
     free(w->t);
     free(w->path);
+    free(w->tmp);
     free(w);
 }
 
@@ -933,16 +960,20 @@ qwenc_status qw_gguf_writer_close(qw_gguf_writer *w, char *err, size_t errlen) {
         st = qw_err(err, errlen, QWENC_ERR_ARG,
                     "%s: closed with tensor '%s' (%zu of %zu) at %" PRIu64 " of its %" PRIu64 " bytes", w->path,
                     w->t[w->cur].name, w->cur + 1, w->n_t, w->cur_done, w->t[w->cur].nbytes);
+    /* on disk before the rename, so that a crash cannot leave path naming a file without its data */
     if (fflush(w->f) != 0 && !w->io_errno) w->io_errno = errno;
+    if (!st && !w->io_errno && fsync(fileno(w->f)) != 0 && errno != EINVAL && errno != EROFS) w->io_errno = errno;
     if (fclose(w->f) != 0 && !w->io_errno) w->io_errno = errno;
     if (!st && w->io_errno) st = io_error(w, err, errlen);
-    if (st) remove(w->path);
+    if (!st && rename(w->tmp, w->path) != 0)
+        st = qw_err(err, errlen, QWENC_ERR_IO, "%s: cannot rename %s to it: %s", w->path, w->tmp, strerror(errno));
+    if (st) remove(w->tmp);
     writer_free(w);
     return st;
 }
 
 void qw_gguf_writer_abort(qw_gguf_writer *w) {
     fclose(w->f);
-    remove(w->path);
+    remove(w->tmp);
     writer_free(w);
 }

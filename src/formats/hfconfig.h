@@ -79,6 +79,36 @@ typedef struct {
     uint8_t *layer_moe;        /* [n_layer] 1: sparse MoE FFN, 0: dense MLP */
 } qw_hparams;
 
+/* ---- bounds of the integer hyper-parameters (hfconfig.c): one table for both readers ---- */
+typedef enum {
+    QW_HP_VOCAB, QW_HP_EMBD, QW_HP_LAYER, QW_HP_MTP_LAYER, QW_HP_HEAD, QW_HP_HEAD_KV, QW_HP_HEAD_DIM, QW_HP_ROT,
+    QW_HP_FF, QW_HP_CTX, QW_HP_ROPE_ORIG_CTX, QW_HP_TOKEN_ID,
+    QW_HP_GDN_CONV, QW_HP_GDN_DK, QW_HP_GDN_DV, QW_HP_GDN_HK, QW_HP_GDN_HV, QW_HP_GDN_INNER, QW_HP_ATTN_INTERVAL,
+    QW_HP_EXPERT, QW_HP_EXPERT_USED, QW_HP_FF_EXP, QW_HP_FF_SHEXP, QW_HP_SPARSE_STEP,
+    QW_HP_HC_COUNT, QW_HP_HC_LOWRANK,
+    QW_HP_IDX_HEAD, QW_HP_IDX_HEAD_DIM, QW_HP_IDX_BUDGET, QW_HP_IDX_RATIO,
+    QW_HP_PLE_DIM, QW_HP_PLE_DH, QW_HP_PLE_CONV, QW_HP_NGRAM_N, QW_HP_NGRAM_HPN, QW_HP_NGRAM_BASE, QW_HP_NGRAM_DIV,
+    QW_HP_SEED,
+    QW_HP_COUNT
+} qw_hp_field;
+
+typedef struct {
+    const char *config; /* the config.json field, NULL where config.json has none */
+    const char *gguf;   /* the GGUF metadata key after "<arch>.", NULL where the metadata has none */
+    int64_t lo, hi;     /* the values accepted, lo..hi */
+} qw_hp_limit;
+
+const qw_hp_limit *qw_hp_limit_of(qw_hp_field f);
+/* QWENC_OK when lo <= v <= hi (v a whole number); else QWENC_ERR_FORMAT with "<path>: <name> is <v>, expected
+ * <lo>..<hi>" and, when note is not NULL, " (<note>)". name is the field as the message shows it: "\"head_dim\""
+ * for config.json, "metadata key 'qwen4exp.ple.heads_per_ngram'" for a GGUF. */
+qwenc_status qw_hp_check(double v, int64_t lo, int64_t hi, const char *path, const char *name, const char *note,
+                         char *err, size_t errlen);
+/* The checks across fields of a filled qw_hparams that the per-field bounds leave open (the primes of the PLE
+ * hash tables, which a GGUF gives rather than asks for); gguf: the fields as a GGUF's metadata names them.
+ * Called by both readers before anything is derived from the totals. */
+qwenc_status qw_hparams_check(const qw_hparams *hp, const char *path, int gguf, char *err, size_t errlen);
+
 /* Parse config.json of directory dir (the path is used in messages). */
 qwenc_status qw_hparams_load(qw_hparams *hp, const char *dir, char *err, size_t errlen);
 /* The same from the text of a config.json (path names it in messages). */

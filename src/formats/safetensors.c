@@ -189,7 +189,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 static qwenc_status open_index(qw_weightset *ws, const char *dir, const char *ipath, char *err, size_t errlen) {
     char *txt = NULL;
-    qwenc_status st = qw_read_file(ipath, &txt, NULL, err, errlen);
+    qwenc_status st = qw_read_file_max(ipath, QW_READ_CONFIG_MAX, &txt, NULL, err, errlen);
     if (st) return st;
     cJSON *root = cJSON_Parse(txt);
     free(txt);
@@ -223,8 +223,8 @@ static qwenc_status open_index(qw_weightset *ws, const char *dir, const char *ip
         n = u;
     }
     for (int i = 0; i < n && !st; i++) {
-        char *p = qw_path_join(dir, names[i]);
-        st = qw_weightset_add_file(ws, p, err, errlen);
+        char *p = qw_path_new(dir, names[i]);
+        st = p ? qw_weightset_add_file(ws, p, err, errlen) : qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", ipath);
         free(p);
     }
     for (const cJSON *it = wm->child; it && !st; it = it->next) {
@@ -245,7 +245,8 @@ static qwenc_status open_index(qw_weightset *ws, const char *dir, const char *ip
 qwenc_status qw_weightset_open_dir(qw_weightset *ws, const char *dir, char *err, size_t errlen) {
     memset(ws, 0, sizeof(*ws));
     if (!(ws->dir = strdup(dir))) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
-    char *ipath = qw_path_join(dir, "model.safetensors.index.json");
+    char *ipath = qw_path_new(dir, "model.safetensors.index.json");
+    if (!ipath) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     struct stat sb;
     qwenc_status st;
     if (stat(ipath, &sb) == 0) {
@@ -254,7 +255,8 @@ qwenc_status qw_weightset_open_dir(qw_weightset *ws, const char *dir, char *err,
         return st;
     }
     free(ipath);
-    char *single = qw_path_join(dir, "model.safetensors");
+    char *single = qw_path_new(dir, "model.safetensors");
+    if (!single) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     if (stat(single, &sb) == 0) {
         st = qw_weightset_add_file(ws, single, err, errlen);
         free(single);
@@ -288,8 +290,8 @@ qwenc_status qw_weightset_open_dir(qw_weightset *ws, const char *dir, char *err,
                                                  "*.safetensors file in this directory", dir);
     for (int i = 0; i < n; i++) {
         if (!st) {
-            char *p = qw_path_join(dir, names[i]);
-            st = qw_weightset_add_file(ws, p, err, errlen);
+            char *p = qw_path_new(dir, names[i]);
+            st = p ? qw_weightset_add_file(ws, p, err, errlen) : qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
             free(p);
         }
         free(names[i]);

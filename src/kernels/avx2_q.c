@@ -432,6 +432,7 @@ QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t
                          int nr, int nt, int64_t n) {
     int64_t ng = n / 32;
     qw_rp_scratch b = qw_rp_scratch_get(x, ldx, nt, ng, rp_sub(T), type_offset(T), type_has_min(T), RP_ROWS);
+    if (!b.wq) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
     const int64_t ldo = b.ldo;
     for (int r = 0; r < nr; r += RP_ROWS) {
         int nb = nr - r < RP_ROWS ? nr - r : RP_ROWS;
@@ -592,6 +593,7 @@ QW_INLINE void ksb_matmul(qw_type T, int PF, float *y, int64_t ldy, const void *
                           int nr, int nt, int64_t n) {
     int64_t nsb = n / QW_QK_K;
     act_sb *pre = qw_qtile_scratch(0, (size_t)(nt * nsb) * sizeof(act_sb));
+    if (!pre) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
     for (int t = 0; t < nt; t++)
         for (int64_t sb = 0; sb < nsb; sb++) act_prep_sb(T, x + t * ldx, sb, &pre[t * nsb + sb]);
     for (int r = 0; r < nr; r++) {

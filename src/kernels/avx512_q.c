@@ -620,12 +620,14 @@ QW_INLINE void step_1tok(qw_type T, int PF, __m512 *acc, float *accB, const void
 QW_INLINE void qrows_1tok(qw_type T, int PF, float *y, const void *w, size_t ws, const qw_q8a *x, int nr, int64_t n) {
     if (ksb_rows(T, n)) {
         act_sb *pre = qw_qtile_scratch(0, (size_t)(n / QW_QK_K) * sizeof(act_sb));
+        if (!pre) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
         for (int64_t sb = 0; sb < n / QW_QK_K; sb++) act_prep_sb(T, x, sb, &pre[sb]);
         for (int r = 0; r < nr; r++) ksb_tile(T, PF, 1, 1, y + r, 1, (const char *)w + r * ws, ws, pre, 0, n);
         return;
     }
     int64_t ng = n / 32, np = (ng + 1) / 2;
     __m512i *a = qw_qtile_scratch(0, (size_t)np * (sizeof(__m512i) + sizeof(act_scal)));
+    if (!a) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
     act_scal *sc = (act_scal *)(a + np);
     for (int64_t g = 0; g < ng; g += 2) act_prep1(T, x, g, g + 1 < ng, &a[g / 2], &sc[g / 2]);
     for (int r = 0; r < nr; r++) {
@@ -730,6 +732,7 @@ QW_INLINE void rp_matmul(qw_type T, float *y, int64_t ldy, const void *w, size_t
                          int nr, int nt, int64_t n) {
     int64_t ng = n / 32;
     qw_rp_scratch b = qw_rp_scratch_get(x, ldx, nt, ng, rp_sub(T), type_offset(T), type_has_min(T), RP_ROWS);
+    if (!b.wq) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
     const int64_t ldo = b.ldo;
     for (int r = 0; r < nr; r += RP_ROWS) {
         int nb = nr - r < RP_ROWS ? nr - r : RP_ROWS;
@@ -833,6 +836,7 @@ QW_INLINE AMX_TARGET void amx_matmul(qw_type T, float *y, int64_t ldy, const voi
     const int sub = rp_sub(T), o = type_offset(T), tail = nt % 16, nt16 = nt - tail;
     /* the tokens' d * s (mins), zero for the padding */
     float *dsm = qw_qtile_scratch(2, (size_t)(nt16 + 16) * ng * sizeof(float) + (size_t)16 * ng * sizeof(qw_q8a));
+    if (!dsm) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
     qw_q8a *pad = (qw_q8a *)(dsm + (size_t)(nt16 + 16) * ng);
     if (type_has_min(T)) {
         qw_q8a_group_terms(x, ldx, nt, ng, 1, 0, NULL, dsm);
@@ -844,6 +848,7 @@ QW_INLINE AMX_TARGET void amx_matmul(qw_type T, float *y, int64_t ldy, const voi
     }
     size_t wq_bytes = (size_t)ng * 8 * 64, a_bytes = (size_t)ng * sub * RP_ROWS * sizeof(float);
     uint8_t *wq = qw_qtile_scratch(1, wq_bytes + a_bytes + (size_t)ng * RP_ROWS * sizeof(float));
+    if (!wq) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
     float *A = (float *)(wq + wq_bytes), *B = A + (size_t)ng * sub * RP_ROWS;
     amx_config cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -883,6 +888,7 @@ QW_INLINE void q4tok(qw_type T, int PF, float *y, int64_t ldy, const void *w, si
     if (ksb_rows(T, n)) { /* a row at a time against the nt tokens (4 x 4 would spill the weight vectors) */
         int64_t nsb = n / QW_QK_K;
         act_sb *pre = qw_qtile_scratch(0, (size_t)(nt * nsb) * sizeof(act_sb));
+        if (!pre) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
         for (int t = 0; t < nt; t++)
             for (int64_t sb = 0; sb < nsb; sb++) act_prep_sb(T, x + t * ldx, sb, &pre[t * nsb + sb]);
         for (int r = 0; r < nr; r++) {
@@ -896,6 +902,7 @@ QW_INLINE void q4tok(qw_type T, int PF, float *y, int64_t ldy, const void *w, si
     }
     int64_t ng = n / 32, ldp = (ng + 1) / 2;
     act_pair *pre = pre_scratch(nt * ldp);
+    if (!pre) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
     for (int t = 0; t < nt; t++)
         for (int64_t g = 0; g < ng; g += 2) act_prep(T, x + t * ldx, g, g + 1 < ng, &pre[t * ldp + g / 2]);
     int r = 0;

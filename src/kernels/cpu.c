@@ -28,6 +28,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
@@ -142,28 +143,43 @@ typedef struct {
 } scratch_set;
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_made;
+/* kernel scratch that could not be allocated, ever (qw_cpu_scratch_failures) */
+static atomic_ulong scratch_failures;
 
 static void scratch_free(void *v) {
     scratch_set *b = v;
     for (int i = 0; i < QW_QTILE_SCRATCH; i++) free(b->p[i]);
     free(b);
 }
-static void scratch_init(void) {
-    if (pthread_key_create(&scratch_key, scratch_free) != 0) abort();
+static void scratch_init(void) { scratch_key_made = pthread_key_create(&scratch_key, scratch_free) == 0; }
+
+unsigned long qw_cpu_scratch_failures(void) { return atomic_load(&scratch_failures); }
+
+static void *scratch_failed(void) {
+    atomic_fetch_add(&scratch_failures, 1);
+    return NULL;
 }
 
 void *qw_qtile_scratch(int slot, size_t bytes) {
     pthread_once(&scratch_once, scratch_init);
+    if (!scratch_key_made) return scratch_failed();
     scratch_set *b = pthread_getspecific(scratch_key);
     if (!b) {
-        b = qw_xcalloc(1, sizeof(*b));
-        if (pthread_setspecific(scratch_key, b) != 0) abort();
+        b = qw_calloc(1, sizeof(*b));
+        if (!b) return scratch_failed();
+        if (pthread_setspecific(scratch_key, b) != 0) {
+            free(b);
+            return scratch_failed();
+        }
     }
     if (bytes > b->cap[slot]) {
         free(b->p[slot]);
-        b->cap[slot] = (bytes + bytes / 4 + 63) / 64 * 64;
-        b->p[slot] = aligned_alloc(64, b->cap[slot]);
-        if (!b->p[slot]) abort();
+        b->cap[slot] = 0;
+        size_t cap = bytes > SIZE_MAX / 2 ? bytes : (bytes + bytes / 4 + 63) / 64 * 64;
+        b->p[slot] = qw_aligned_alloc(64, cap);
+        if (!b->p[slot]) return scratch_failed();
+        b->cap[slot] = cap;
     }
     return b->p[slot];
 }
@@ -172,10 +188,12 @@ qw_rp_scratch qw_rp_scratch_get(const qw_q8a *x, int64_t ldx, int nt, int64_t ng
                                 int rows) {
     qw_rp_scratch b = {.ldo = ng * sub};
     b.ofs = qw_qtile_scratch(2, (size_t)nt * b.ldo * (sizeof(int32_t) + sizeof(float)));
+    if (!b.ofs) return b; /* wq NULL: the caller skips the call */
     b.dsm = (float *)(b.ofs + (size_t)nt * b.ldo);
     qw_q8a_group_terms(x, ldx, nt, ng, sub, o, b.ofs, has_min ? b.dsm : NULL);
     size_t wq_bytes = (size_t)ng * 8 * 4 * rows, a_bytes = (size_t)ng * sub * rows * sizeof(float);
     b.wq = qw_qtile_scratch(1, wq_bytes + a_bytes + (size_t)ng * rows * sizeof(float));
+    if (!b.wq) return b;
     b.A = (float *)(b.wq + wq_bytes);
     b.B = b.A + (size_t)ng * sub * rows;
     return b;
@@ -387,18 +405,12 @@ static int64_t decode_chunk(const cpu_backend *b, int64_t n, size_t row_bytes, i
     return QW_MIN(chunk_for(b, n, align), (QW_MAX(per16, min_rows) + align - 1) / align * align);
 }
 
-/* The calling thread's scratch for 8-bit activations: grown, never shrunk, so decoding allocates nothing
- * once the largest matmul has run. (Per thread: a model's table may be used by several threads at once.) */
-static _Thread_local qw_q8a *q8a_buf;
-static _Thread_local int64_t q8a_cap;
-
+/* The calling thread's scratch for 8-bit activations (slot 3 of the kernels' scratch): grown, never shrunk, so
+ * decoding allocates nothing once the largest matmul has run, and freed when the thread ends. (Per thread: a
+ * model's table may be used by several threads at once.) NULL when out of memory. */
 static qw_q8a *q8a_scratch(int64_t n_blocks) {
-    if (n_blocks > q8a_cap) {
-        free(q8a_buf);
-        q8a_cap = n_blocks + n_blocks / 4;
-        q8a_buf = qw_xcalloc((size_t)q8a_cap, sizeof(qw_q8a));
-    }
-    return q8a_buf;
+    if (n_blocks <= 0) return NULL;
+    return qw_qtile_scratch(3, (size_t)n_blocks * sizeof(qw_q8a));
 }
 
 /* Blocks of 8-bit activations a matmul needs (0 when it takes f32 activations). */
@@ -430,7 +442,11 @@ static void cpu_matmul(const qw_ops *ops, float *y, const qw_tensor *w, const fl
     const cpu_backend *b = backend_of(ops);
     matmul_ctx c;
     matmul_setup(b, &c, y, w, x, n_tok);
-    if (c.qtile) q8a_fill(b, &c, q8a_scratch(q8a_blocks(&c)));
+    if (c.qtile) {
+        qw_q8a *xq = q8a_scratch(q8a_blocks(&c));
+        if (!xq) return; /* out of memory: counted (qw_cpu_scratch_failures), the matmul skipped */
+        q8a_fill(b, &c, xq);
+    }
     if (b->n_threads == 1 || c.rows * c.cols * n_tok < PAR_MIN_WORK) {
         matmul_rows(&c, 0, c.rows);
         return;
@@ -476,6 +492,7 @@ static void cpu_matmul_batch(const qw_ops *ops, const qw_matmul_job *jobs, int n
         }
         /* jobs reading the same activations (an expert's gate and up) share one rounded copy */
         qw_q8a *xq = q8a_scratch(n_q8a);
+        if (!xq && n_q8a) return; /* out of memory: counted, the batch skipped */
         for (int j = 0; j < bc.n; j++) {
             matmul_ctx *mc = &bc.mc[j];
             if (!mc->qtile) continue;
@@ -847,7 +864,8 @@ static const qw_ops cpu_table = {
 
 qwenc_status qw_ops_cpu_new(int n_threads, const char *kernels, const qw_ops **out, char *err, size_t errlen) {
     *out = NULL;
-    cpu_backend *b = qw_xcalloc(1, sizeof(*b));
+    cpu_backend *b = qw_calloc(1, sizeof(*b));
+    if (!b) return qw_err_nomem(err, errlen, "cpu backend", 1, sizeof(*b));
     b->n_threads = 1;
     if (kernels && !strcmp(kernels, "ref")) {
         b->ops = *qw_ops_ref();

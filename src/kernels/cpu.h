@@ -87,6 +87,10 @@ void qw_ops_cpu_free(const qw_ops *ops);
 /* Quantized weights meet f32 activations (1: the exact dequantized dot, slower) or, by default (0),
  * activations rounded once per matmul to 8 bits per block of 32 (q8a.h), as llama.cpp does. */
 void qw_ops_cpu_set_f32_activations(const qw_ops *ops, int on);
+/* How many times, since the process started, a kernel's scratch (kernels/qtiles.h, the 8-bit activations of
+ * a matmul) could not be allocated: the op that needed it was skipped, its output left unwritten. A caller
+ * compares the count before and after a forward step (runtime/session.c). */
+unsigned long qw_cpu_scratch_failures(void);
 /* The threads a table made by qw_ops_cpu_new uses. */
 int qw_ops_cpu_n_threads(const qw_ops *ops);
 

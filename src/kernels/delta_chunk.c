@@ -324,7 +324,7 @@ int qw_delta_chunk_heads(const qw_cpu_kernels *kern, float *o, float *state, con
                          int64_t j0, int64_t j1) {
     QW_ASSERT(hk > 0 && hv % hk == 0 && dk > 0 && dv > 0);
     if (n_tok <= 0 || j0 >= j1) return 1;
-    float *buf = aligned_alloc(64, round_up((int64_t)dc_work_floats(dk, dv) * sizeof(float), 64));
+    float *buf = qw_aligned_alloc(64, (size_t)round_up((int64_t)dc_work_floats(dk, dv) * sizeof(float), 64));
     if (!buf) return 0;
     dc_args a = {.o = o, .state = state, .q = q, .k = k, .v = v, .g = g, .beta = beta, .n_tok = n_tok, .hk = hk,
                  .hv = hv, .dk = dk, .dv = dv, .j0 = j0, .j1 = j1};

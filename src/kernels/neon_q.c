@@ -372,6 +372,7 @@ QW_INLINE void ksb_rows(idot_fn idot, qw_type T, float *y, int64_t ldy, const vo
                         int64_t ldx, int nr, int nt, int64_t n) {
     int64_t nsb = n / QW_QK_K;
     act_sb *pre = qw_qtile_scratch(0, (size_t)nt * (size_t)nsb * sizeof(act_sb));
+    if (!pre) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
     for (int t = 0; t < nt; t++)
         for (int64_t sb = 0; sb < nsb; sb++) act_prep_sb(x + t * ldx, sb, &pre[t * nsb + sb]);
     for (int r = 0; r < nr; r++) {
@@ -533,10 +534,12 @@ QW_INLINE void rp_matmul(ldot_fn ldot, qw_type T, float *y, int64_t ldy, const v
     float *dsm = NULL;
     if (type_has_min(T)) {
         dsm = qw_qtile_scratch(2, (size_t)nt * (size_t)ng * sizeof(float));
+        if (!dsm) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
         qw_q8a_group_terms(x, ldx, nt, ng, 1, 0, NULL, dsm);
     }
     size_t wq_bytes = (size_t)ng * 256;
     int8_t *wq = qw_qtile_scratch(1, wq_bytes + (size_t)ng * RP_ROWS * 4 * sizeof(float));
+    if (!wq) return; /* out of memory: counted by qw_qtile_scratch (cpu.c); the call is skipped */
     float *A = (float *)(wq + wq_bytes), *B = A + ng * RP_ROWS;
     int32_t *SC = (int32_t *)(B + ng * RP_ROWS);
     for (int r = 0; r < nr; r += RP_ROWS) {

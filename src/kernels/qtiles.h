@@ -24,8 +24,9 @@
 /* The calling thread's kernel scratch buffer `slot` (< QW_QTILE_SCRATCH), at least `bytes` long, 64-byte
  * aligned: grown, never shrunk (decode allocates nothing once the widest matmul has run), freed when the
  * thread ends (cpu.c). Slot 0: per-call activation layouts, 1: a repacked row block, 2: the tokens' group
- * terms. */
-#define QW_QTILE_SCRATCH 3
+ * terms, 3: a matmul's activations rounded to 8 bits (cpu.c, the calling thread's). NULL when out of memory
+ * (counted: qw_cpu_scratch_failures): the caller skips its work. */
+#define QW_QTILE_SCRATCH 4
 void *qw_qtile_scratch(int slot, size_t bytes);
 
 /* The scratch of a call of the repacked tiles (avx512_q.c: rows = 16, avx2_q.c: 8) on the calling thread: the

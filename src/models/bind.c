@@ -41,17 +41,29 @@ int qw_bind_has(qw_binder *b, const char *fmt, ...) {
 
 void *qw_model_own(qwenc_model *m, size_t bytes) {
     if (m->n_owned == m->cap_owned) {
-        m->cap_owned = m->cap_owned ? m->cap_owned * 2 : 64;
-        void **no = realloc(m->owned, (size_t)m->cap_owned * sizeof(void *));
-        QW_ASSERT(no);
+        int cap = m->cap_owned ? m->cap_owned * 2 : 64;
+        void **no = qw_realloc(m->owned, (size_t)cap, sizeof(void *));
+        if (!no) return NULL;
         m->owned = no;
+        m->cap_owned = cap;
     }
-    void *p = qw_xcalloc(bytes ? bytes : 1, 1);
-    m->owned[m->n_owned++] = p;
+    void *p = qw_calloc(bytes, 1);
+    if (p) m->owned[m->n_owned++] = p;
     return p;
 }
 
 float *qw_model_own_f32(qwenc_model *m, int64_t n) { return qw_model_own(m, (size_t)n * sizeof(float)); }
+
+void *qw_bind_own(qw_binder *b, size_t bytes, const char *what) {
+    if (b->st) return NULL;
+    void *p = qw_model_own(b->m, bytes);
+    if (!p) {
+        char w[320];
+        snprintf(w, sizeof(w), "%s: %s", b->m->path, what);
+        b->st = qw_err_nomem(b->err, b->errlen, w, bytes, 1);
+    }
+    return p;
+}
 
 const qw_tensor *qw_bind_tensor(qw_binder *b, int n_dims, const int64_t *shape, const char *name) {
     if (b->st) return NULL;
@@ -100,8 +112,8 @@ float *qw_bind_vec(qw_binder *b, int64_t n, const char *fmt, ...) {
     int64_t shape[1] = {n};
     const qw_tensor *t = qw_bind_tensor(b, 1, shape, b->name);
     if (!t) return NULL;
-    float *v = qw_model_own_f32(b->m, n);
-    qw_tensor_to_f32(t, 0, n, v);
+    float *v = qw_bind_own(b, (size_t)n * sizeof(float), b->name);
+    if (v) qw_tensor_to_f32(t, 0, n, v);
     return v;
 }
 
@@ -114,8 +126,8 @@ float *qw_bind_conv(qw_binder *b, int64_t ch, int64_t k, const char *fmt, ...) {
     int64_t shape[3] = {ch, 1, k};
     const qw_tensor *t = qw_bind_tensor(b, 3, shape, b->name);
     if (!t) return NULL;
-    float *v = qw_model_own_f32(b->m, ch * k);
-    qw_tensor_to_f32(t, 0, ch * k, v);
+    float *v = qw_bind_own(b, (size_t)(ch * k) * sizeof(float), b->name);
+    if (v) qw_tensor_to_f32(t, 0, ch * k, v);
     return v;
 }
 
@@ -140,7 +152,8 @@ void qw_bind_moe(qw_binder *b, int il, qw_moe_w *w) {
     int64_t E = hp->n_expert, I = hp->n_ff_exp, H = hp->n_embd;
     w->router = qw_bind_mat(b, E, H, "~layers.%d.mlp.gate.weight", il);
     if (b->st) return;
-    w->experts = qw_model_own(b->m, (size_t)E * sizeof(qw_ffn_w));
+    w->experts = qw_bind_own(b, (size_t)E * sizeof(qw_ffn_w), "the experts' views");
+    if (!w->experts) return;
     if (qw_bind_has(b, "~layers.%d.mlp.experts.gate_up_proj", il)) {
         int64_t s_gu[3] = {E, 2 * I, H}, s_d[3] = {E, H, I};
         char n_gu[256], n_d[256];

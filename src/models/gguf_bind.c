@@ -49,6 +49,18 @@ static const qw_tensor *gb_find(const gbinder *b, const char *name) {
     return NULL;
 }
 
+/* A zeroed buffer freed with the model; NULL and b->st set (naming what it was for) when out of memory. */
+static void *gb_own(gbinder *b, size_t bytes, const char *what) {
+    if (b->st) return NULL;
+    void *p = qw_model_own(b->m, bytes);
+    if (!p) {
+        char w[320];
+        snprintf(w, sizeof(w), "%s: %s", b->m->path, what);
+        b->st = qw_err_nomem(b->err, b->errlen, w, bytes, 1);
+    }
+    return p;
+}
+
 static const char *shape_str(int n_dims, const int64_t *shape, char *buf, size_t n) {
     qw_tensor t = {.n_dims = n_dims};
     for (int i = 0; i < n_dims; i++) t.shape[i] = shape[i];
@@ -99,7 +111,8 @@ static float *gb_vec(gbinder *b, qw_gt role, int il, int64_t n, int minus_one) {
     int64_t s[1] = {n};
     const qw_tensor *t = gb_tensor(b, role, il, 1, s, 1);
     if (!t) return NULL;
-    float *v = qw_model_own_f32(b->m, n);
+    float *v = gb_own(b, (size_t)n * sizeof(float), t->name);
+    if (!v) return NULL;
     qw_tensor_to_f32(t, 0, n, v);
     if (minus_one)
         for (int64_t i = 0; i < n; i++) v[i] -= 1.0f;
@@ -115,8 +128,8 @@ static float *gb_conv(gbinder *b, qw_gt role, int il, int64_t ch, int64_t k) {
         t = gb_tensor(b, role, il, 3, s3, 1);
     }
     if (!t) return NULL;
-    float *v = qw_model_own_f32(b->m, ch * k);
-    qw_tensor_to_f32(t, 0, ch * k, v);
+    float *v = gb_own(b, (size_t)(ch * k) * sizeof(float), t->name);
+    if (v) qw_tensor_to_f32(t, 0, ch * k, v);
     return v;
 }
 
@@ -124,12 +137,14 @@ static float *gb_conv(gbinder *b, qw_gt role, int il, int64_t ch, int64_t k) {
 static const qw_tensor *gather_rows(gbinder *b, const qw_tensor *src, const int64_t *rows, int64_t n, const char *name) {
     int64_t len = qw_tensor_row_len(src);
     size_t rs = qw_type_row_size(src->type, len);
-    uint8_t *data = qw_model_own(b->m, (size_t)n * rs);
+    uint8_t *data = gb_own(b, (size_t)n * rs, name);
+    qw_tensor *t = gb_own(b, sizeof(qw_tensor), name);
+    char *nm = gb_own(b, strlen(name) + 1, name);
+    if (b->st) return NULL;
     for (int64_t i = 0; i < n; i++) memcpy(data + (size_t)i * rs, (const uint8_t *)src->data + (size_t)rows[i] * rs, rs);
-    qw_tensor *t = qw_model_own(b->m, sizeof(qw_tensor));
     *t = *src;
-    t->name = qw_model_own(b->m, strlen(name) + 1);
-    strcpy((char *)t->name, name);
+    strcpy(nm, name);
+    t->name = nm;
     t->data = data;
     t->n_dims = 2;
     t->shape[0] = n;
@@ -151,7 +166,8 @@ static void bind_moe(gbinder *b, int il, qw_moe_w *w) {
     int64_t E = hp->n_expert, I = hp->n_ff_exp, H = hp->n_embd;
     w->router = gb_mat(b, QW_GT_FFN_GATE_INP, il, E, H);
     if (b->st) return;
-    w->experts = qw_model_own(b->m, (size_t)E * sizeof(qw_ffn_w));
+    w->experts = gb_own(b, (size_t)E * sizeof(qw_ffn_w), "the experts' views");
+    if (!w->experts) return;
     int64_t s_gu[3] = {E, 2 * I, H}, s_e[3] = {E, I, H}, s_d[3] = {E, H, I};
     char fused[96];
     snprintf(fused, sizeof(fused), "blk.%d.ffn_gate_up_exps.weight", il); /* convert_hf_to_gguf --fuse-gate-up-exps */
@@ -186,8 +202,8 @@ static void bind_attn(gbinder *b, int il, qw_attn_w *w, int qk_norm, int gated, 
         /* convert_hf_to_gguf --fuse-qkv: one attn_qkv [q | k | v], bound as three row views */
         int64_t s[2] = {nqg + 2 * nkv, H};
         const qw_tensor *qkv = gb_tensor(b, QW_GT_SSM_QKV, il, 2, s, 0);
-        if (qkv) {
-            qw_tensor *v = qw_model_own(m, 3 * sizeof(qw_tensor));
+        qw_tensor *v = qkv ? gb_own(b, 3 * sizeof(qw_tensor), "the q, k, v views") : NULL;
+        if (v) {
             v[0] = qw_tensor_rows(qkv, 0, nqg, H);
             v[1] = qw_tensor_rows(qkv, nqg, nkv, H);
             v[2] = qw_tensor_rows(qkv, nqg + nkv, nkv, H);
@@ -211,7 +227,8 @@ static void bind_attn(gbinder *b, int il, qw_attn_w *w, int qk_norm, int gated, 
     w->idx_k_norm = gb_vec(b, QW_GT_INDEXER_K_NORM, il, ihd, 1);
     if (b->st) return;
     /* indexer.py: one projection [(ni+1)*ihd, H], queries first */
-    qw_tensor *t = qw_model_own(m, sizeof(qw_tensor));
+    qw_tensor *t = gb_own(b, sizeof(qw_tensor), "the indexer's view");
+    if (!t) return;
     *t = *q;
     t->shape[0] = nqi + ihd;
     size_t qb = qw_type_row_size(q->type, nqi * H);
@@ -220,12 +237,14 @@ static void bind_attn(gbinder *b, int il, qw_attn_w *w, int qk_norm, int gated, 
         return;
     }
     if (k->type == q->type) {
-        uint8_t *d = qw_model_own(m, qb + qw_type_row_size(k->type, ihd * H));
+        uint8_t *d = gb_own(b, qb + qw_type_row_size(k->type, ihd * H), "the indexer's q and k rows");
+        if (!d) return;
         memcpy(d, q->data, qb);
         memcpy(d + qb, k->data, qw_type_row_size(k->type, ihd * H));
         t->data = d;
     } else {
-        float *d = qw_model_own_f32(m, (nqi + ihd) * H);
+        float *d = gb_own(b, (size_t)((nqi + ihd) * H) * sizeof(float), "the indexer's q and k rows");
+        if (!d) return;
         qw_tensor_to_f32(q, 0, nqi * H, d);
         qw_tensor_to_f32(k, 0, ihd * H, d + nqi * H);
         t->data = d;
@@ -247,7 +266,9 @@ static void bind_gdn(gbinder *b, int il, qw_gdn_w *w) {
         const qw_tensor *ba = gb_mat(b, QW_GT_SSM_BA, il, 2 * hv, H);
         if (ba) {
             int r = hp->gdn_hv / hp->gdn_hk;
-            int64_t *rb = qw_model_own(m, (size_t)hv * sizeof(int64_t)), *ra = qw_model_own(m, (size_t)hv * sizeof(int64_t));
+            int64_t *rb = gb_own(b, (size_t)hv * sizeof(int64_t), "the ssm_ba row map");
+            int64_t *ra = gb_own(b, (size_t)hv * sizeof(int64_t), "the ssm_ba row map");
+            if (b->st) return;
             for (int64_t j = 0; j < hv; j++) {
                 rb[j] = (j / r) * 2 * r + j % r;
                 ra[j] = rb[j] + r;
@@ -310,7 +331,8 @@ static qw_ple_w *bind_ple(gbinder *b, int il, int li) {
     qwenc_model *m = b->m;
     const qw_hparams *hp = &m->hp;
     int64_t CH = (int64_t)hp->hc_count * hp->n_embd, P = hp->ple_dim, nh = hp->ngram_heads, dh = P / nh;
-    qw_ple_w *w = qw_model_own(m, sizeof(qw_ple_w));
+    qw_ple_w *w = gb_own(b, sizeof(qw_ple_w), "the PLE layer");
+    if (!w) return NULL;
     w->li = li;
     w->key_proj = gb_mat(b, QW_GT_PLE_KEY, il, CH, P);
     w->value_proj = gb_mat(b, QW_GT_PLE_VALUE, il, hp->n_embd, P);
@@ -320,8 +342,9 @@ static qw_ple_w *bind_ple(gbinder *b, int il, int li) {
     w->conv = gb_conv(b, QW_GT_PLE_CONV, il, CH, hp->ple_conv_k);
     if (b->st) return w;
 
-    w->prime = qw_model_own(m, (size_t)nh * sizeof(int64_t));
-    w->offset = qw_model_own(m, (size_t)nh * sizeof(int64_t));
+    w->prime = gb_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table sizes");
+    w->offset = gb_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table offsets");
+    if (b->st) return w;
     if (b->g) {
         ple_hash_from_file(b, w, il, li);
         if (b->st) return w;
@@ -333,7 +356,7 @@ static qw_ple_w *bind_ple(gbinder *b, int il, int li) {
     }
     int64_t need = 0;
     for (int64_t h = 0; h < nh; h++) {
-        if (w->prime[h] <= 0 || w->offset[h] < 0) need = -1;
+        if (w->prime[h] <= 0 || w->offset[h] < 0 || w->prime[h] > INT64_MAX - w->offset[h]) need = -1;
         if (need >= 0 && w->offset[h] + w->prime[h] > need) need = w->offset[h] + w->prime[h];
     }
     char tn[128];
@@ -350,8 +373,9 @@ static qw_ple_w *bind_ple(gbinder *b, int il, int li) {
     int64_t shape[2] = {rows, dh};
     t = gb_named(b, tn, 2, shape, 1);
     if (!t) return w;
+    w->chunks = gb_own(b, sizeof(qw_tensor), "the n-gram table's view");
+    if (!w->chunks) return w;
     w->n_chunks = 1;
-    w->chunks = qw_model_own(m, sizeof(qw_tensor));
     w->chunks[0] = *t;
     w->chunk_rows = w->n_rows = rows;
     return w;
@@ -416,10 +440,12 @@ static void bind_rope(gbinder *b) {
     /* a checkpoint's llama3 scaling (converted at load) travels as rope_freqs too */
     qw_hparams plain = *hp;
     if (rf) plain.rope_type = QW_ROPE_DEFAULT;
-    m->rope_inv_freq = qw_model_own_f32(m, hp->n_rot / 2);
+    m->rope_inv_freq = gb_own(b, (size_t)(hp->n_rot / 2) * sizeof(float), "the RoPE frequencies");
+    if (!m->rope_inv_freq) return;
     qw_rope_inv_freq(&plain, m->rope_inv_freq);
     if (!rf) return;
-    float *f = qw_model_own_f32(m, hp->n_rot / 2);
+    float *f = gb_own(b, (size_t)(hp->n_rot / 2) * sizeof(float), "the RoPE frequencies");
+    if (!f) return;
     qw_tensor_to_f32(rf, 0, hp->n_rot / 2, f);
     for (int k = 0; k < hp->n_rot / 2; k++) m->rope_inv_freq[k] /= f[k];
 }
@@ -435,19 +461,21 @@ static qwenc_status bind_model(gbinder *b) {
         bind_hc(b, 0, &m->hc_final, QW_GT_HC_HEAD_NORM, QW_GT_HC_HEAD_DOWN, QW_GT_HC_HEAD_UP, QW_GT_COUNT);
     else
         m->out_norm = gb_vec(b, QW_GT_OUTPUT_NORM, 0, hp->n_embd, qw_gguf_norm_plus_one(hp->arch));
-    if (!b->st) bind_rope(b);
+    bind_rope(b);
     return b->st;
 }
 
 qwenc_status qw_gguf_model_load(qwenc_model *m, const char *path, char *err, size_t errlen) {
-    m->gguf = qw_xcalloc(1, sizeof(qw_gguf));
+    m->gguf = qw_calloc(1, sizeof(qw_gguf));
+    if (!m->gguf) return qw_err_nomem(err, errlen, path, 1, sizeof(qw_gguf));
     qwenc_status st = qw_gguf_open(m->gguf, path, err, errlen);
     if (!st) st = qw_hparams_from_gguf(&m->hp, m->gguf, path, m->gguf_note, sizeof(m->gguf_note), err, errlen);
     if (st) return st;
     const qw_hparams *hp = &m->hp;
     m->prefix = "";
     gbinder b = {.m = m, .g = m->gguf, .err = err, .errlen = errlen};
-    m->layers = qw_xcalloc((size_t)hp->n_layer, sizeof(qw_layer));
+    m->layers = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer));
+    if (!m->layers) return qw_err_nomem(err, errlen, path, (size_t)hp->n_layer, sizeof(qw_layer));
     st = bind_model(&b);
     if (st) return st;
     /* the MTP draft head sits in blocks n_layer.. (nextn_predict_layers) */
@@ -466,7 +494,11 @@ qwenc_status qw_gguf_bind_converted(qwenc_model *m, char *err, size_t errlen) {
     qw_layer *src = m->layers; /* the source's bindings: their buffers stay owned by m until it is freed */
     memset(&m->hc_final, 0, sizeof(m->hc_final));
     m->out_norm = NULL;
-    m->layers = qw_xcalloc((size_t)m->hp.n_layer, sizeof(qw_layer));
+    m->layers = qw_calloc((size_t)m->hp.n_layer, sizeof(qw_layer));
+    if (!m->layers) {
+        m->layers = src;
+        return qw_err_nomem(err, errlen, m->path, (size_t)m->hp.n_layer, sizeof(qw_layer));
+    }
     gbinder b = {.m = m, .g = NULL, .src_layers = src, .err = err, .errlen = errlen};
     qwenc_status st = bind_model(&b);
     free(src);

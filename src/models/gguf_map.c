@@ -19,6 +19,7 @@
 #include "models/gguf_map.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <string.h>
 
 static const char *const arch_names[QW_ARCH_COUNT] = {
@@ -150,40 +151,64 @@ static const qw_gguf_kv *mr_find(meta_reader *r, const char *suffix, char *key, 
     return qw_gguf_find_kv(r->g, key);
 }
 
-/* An integer key (a per-layer array is accepted when all its entries agree); def when absent and optional. */
-static int64_t mr_int(meta_reader *r, const char *suffix, int64_t def, int required) {
-    char key[128];
-    const qw_gguf_kv *kv = mr_find(r, suffix, key, sizeof(key));
-    if (r->st) return def;
-    if (!kv) {
-        if (required)
-            r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' is missing (required for %s)",
-                           r->path, key, qw_gguf_arch_name(r->arch));
-        return def;
-    }
-    if (kv->type == QW_GGUF_ARRAY) {
-        if (kv->n == 0 || kv->arr_type == QW_GGUF_STRING || kv->arr_type == QW_GGUF_F32 || kv->arr_type == QW_GGUF_F64) {
-            r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' should be an integer", r->path, key);
-            return def;
-        }
-        int64_t v = qw_gguf_arr_i64(kv, 0);
-        for (uint64_t i = 1; i < kv->n; i++)
-            if (qw_gguf_arr_i64(kv, i) != v) {
-                r->st = qw_err(r->err, r->errlen, QWENC_ERR_UNSUPPORTED,
-                               "%s: metadata key '%s' differs between layers; qwenc supports one value", r->path, key);
-                return def;
-            }
-        return v;
-    }
-    if (kv->type == QW_GGUF_STRING || kv->type == QW_GGUF_F32 || kv->type == QW_GGUF_F64) {
-        r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' should be an integer, found %s",
-                       r->path, key, qw_gguf_type_name(kv->type));
-        return def;
-    }
-    return qw_gguf_kv_i64(kv);
+/* A value of key out of lo..hi: the first error names the key (note: where the value came from, or NULL). */
+static void mr_range(meta_reader *r, const char *key, double v, int64_t lo, int64_t hi, const char *note) {
+    if (r->st) return;
+    char name[160];
+    snprintf(name, sizeof(name), "metadata key '%s'", key);
+    r->st = qw_hp_check(v, lo, hi, r->path, name, note, r->err, r->errlen);
 }
 
-static double mr_num(meta_reader *r, const char *suffix, double def, int required) {
+static int is_float_type(qw_gguf_type t) { return t == QW_GGUF_F32 || t == QW_GGUF_F64; }
+
+/* An integer key in lo..hi (a per-layer array is accepted when all its entries agree); def when absent (an
+ * error when required). The value returned is always in lo..hi (lo after an error): nothing computed from it
+ * can overflow. */
+static int64_t mr_int_in(meta_reader *r, const char *suffix, int64_t def, int required, int64_t lo, int64_t hi) {
+    char key[128];
+    const qw_gguf_kv *kv = mr_find(r, suffix, key, sizeof(key));
+    if (r->st) return lo;
+    double v = (double)def;
+    if (!kv) {
+        if (required) {
+            r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' is missing (required for %s)",
+                           r->path, key, qw_gguf_arch_name(r->arch));
+            return lo;
+        }
+    } else if (kv->type == QW_GGUF_ARRAY) {
+        if (kv->n == 0 || kv->arr_type == QW_GGUF_STRING || kv->arr_type == QW_GGUF_ARRAY || is_float_type(kv->arr_type)) {
+            r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' should be an integer", r->path, key);
+            return lo;
+        }
+        v = qw_gguf_arr_f64(kv, 0);
+        for (uint64_t i = 1; i < kv->n; i++)
+            if (qw_gguf_arr_f64(kv, i) != v) {
+                r->st = qw_err(r->err, r->errlen, QWENC_ERR_UNSUPPORTED,
+                               "%s: metadata key '%s' differs between layers; qwenc supports one value", r->path, key);
+                return lo;
+            }
+    } else if (kv->type == QW_GGUF_STRING || is_float_type(kv->type)) {
+        r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' should be an integer, found %s",
+                       r->path, key, qw_gguf_type_name(kv->type));
+        return lo;
+    } else {
+        v = qw_gguf_kv_f64(kv);
+    }
+    if (!(v >= (double)lo && v <= (double)hi)) {
+        mr_range(r, key, v, lo, hi, kv ? NULL : "its default");
+        return lo;
+    }
+    return (int64_t)v;
+}
+
+/* An integer key with the bounds of its row of the hyper-parameter limits (formats/hfconfig.c). */
+static int64_t mr_hp(meta_reader *r, qw_hp_field f, int64_t def, int required) {
+    const qw_hp_limit *lim = qw_hp_limit_of(f);
+    return mr_int_in(r, lim->gguf, def, required, lim->lo, lim->hi);
+}
+
+/* A number in (lo, hi] (open_lo) or [lo, hi]; def when absent (an error when required) and after an error. */
+static double mr_num(meta_reader *r, const char *suffix, double def, int required, double lo, double hi, int open_lo) {
     char key[128];
     const qw_gguf_kv *kv = mr_find(r, suffix, key, sizeof(key));
     if (r->st) return def;
@@ -196,7 +221,13 @@ static double mr_num(meta_reader *r, const char *suffix, double def, int require
         r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' should be a number", r->path, key);
         return def;
     }
-    return qw_gguf_kv_f64(kv);
+    double v = qw_gguf_kv_f64(kv);
+    if (!(open_lo ? v > lo : v >= lo) || !(v <= hi)) {
+        r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' is %.15g, expected a number in %c%g, %g]",
+                       r->path, key, v, open_lo ? '(' : '[', lo, hi);
+        return def;
+    }
+    return v;
 }
 
 /* An integer array of at least n_min entries, or NULL (an error when required). */
@@ -209,8 +240,8 @@ static const qw_gguf_kv *mr_arr(meta_reader *r, const char *suffix, uint64_t n_m
             r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT, "%s: metadata key '%s' is missing", r->path, key);
         return NULL;
     }
-    if (kv->type != QW_GGUF_ARRAY || kv->arr_type == QW_GGUF_STRING || kv->arr_type == QW_GGUF_F32 ||
-        kv->arr_type == QW_GGUF_F64 || kv->n < n_min) {
+    if (kv->type != QW_GGUF_ARRAY || kv->arr_type == QW_GGUF_STRING || kv->arr_type == QW_GGUF_ARRAY ||
+        is_float_type(kv->arr_type) || kv->n < n_min) {
         r->st = qw_err(r->err, r->errlen, QWENC_ERR_FORMAT,
                        "%s: metadata key '%s' should be an array of at least %llu integers", r->path, key,
                        (unsigned long long)n_min);
@@ -229,26 +260,36 @@ static void add_note(char *note, size_t n, const char *text) {
     snprintf(note + l, n - l, "%s%s", l ? "; " : "", text);
 }
 
-static int64_t opt_token_id(const qw_gguf *g, const char *key) {
-    const qw_gguf_kv *kv = qw_gguf_find_kv(g, key);
+/* An optional token id key (tokenizer.ggml.eos_token_id ...): -1 when absent; an error when not in
+ * -1..INT32_MAX. */
+static int opt_token_id(meta_reader *r, const char *key) {
+    const qw_gguf_kv *kv = qw_gguf_find_kv(r->g, key);
     if (!kv || kv->type == QW_GGUF_ARRAY || kv->type == QW_GGUF_STRING) return -1;
-    return qw_gguf_kv_i64(kv);
+    double v = qw_gguf_kv_f64(kv);
+    if (!(v >= -1 && v <= INT32_MAX) || v != floor(v)) {
+        mr_range(r, key, v, -1, INT32_MAX, NULL);
+        return -1;
+    }
+    return (int)v;
 }
 
 static void read_gdn(meta_reader *r, qw_hparams *hp) {
-    hp->gdn_conv_k = (int)mr_int(r, "ssm.conv_kernel", 0, 1);
-    hp->gdn_dk = (int)mr_int(r, "ssm.state_size", 0, 1);
-    hp->gdn_hk = (int)mr_int(r, "ssm.group_count", 0, 1);
-    hp->gdn_hv = (int)mr_int(r, "ssm.time_step_rank", 0, 1);
-    int64_t inner = mr_int(r, "ssm.inner_size", 0, 1);
+    hp->gdn_conv_k = (int)mr_hp(r, QW_HP_GDN_CONV, 0, 1);
+    hp->gdn_dk = (int)mr_hp(r, QW_HP_GDN_DK, 0, 1);
+    hp->gdn_hk = (int)mr_hp(r, QW_HP_GDN_HK, 0, 1);
+    hp->gdn_hv = (int)mr_hp(r, QW_HP_GDN_HV, 0, 1);
+    int64_t inner = mr_hp(r, QW_HP_GDN_INNER, 0, 1);
     if (r->st) return;
-    if (hp->gdn_conv_k <= 0 || hp->gdn_dk <= 0 || hp->gdn_hk <= 0 || hp->gdn_hv <= 0 || inner <= 0 ||
-        inner % hp->gdn_hv || hp->gdn_hv % hp->gdn_hk) {
+    if (inner % hp->gdn_hv || hp->gdn_hv % hp->gdn_hk) {
         mr_fail(r, QWENC_ERR_FORMAT,
-                "ssm.{conv_kernel, state_size, group_count, time_step_rank, inner_size} must be positive, "
-                "inner_size a multiple of time_step_rank and time_step_rank of group_count");
+                "ssm.inner_size must be a multiple of ssm.time_step_rank and ssm.time_step_rank of ssm.group_count");
         return;
     }
+    const qw_hp_limit *dv = qw_hp_limit_of(QW_HP_GDN_DV);
+    char key[128];
+    qw_gguf_key(key, sizeof(key), r->arch, "ssm.inner_size");
+    mr_range(r, key, (double)inner, hp->gdn_hv * dv->lo, hp->gdn_hv * dv->hi,
+             "the value head dim, ssm.inner_size / ssm.time_step_rank, is at most 1024");
     hp->gdn_dv = (int)(inner / hp->gdn_hv);
 }
 
@@ -257,63 +298,68 @@ static void read_layer_kinds(meta_reader *r, qw_hparams *hp) {
     char key[128];
     const qw_gguf_kv *rec = mr_find(r, "attention.recurrent_layers", key, sizeof(key));
     if (rec) {
-        if (rec->type != QW_GGUF_ARRAY || rec->arr_type == QW_GGUF_STRING || rec->n < (uint64_t)hp->n_layer) {
+        if (rec->type != QW_GGUF_ARRAY || rec->arr_type == QW_GGUF_STRING || rec->arr_type == QW_GGUF_ARRAY ||
+            rec->n < (uint64_t)hp->n_layer) {
             mr_fail(r, QWENC_ERR_FORMAT, "attention.recurrent_layers should be an array of one flag per layer");
             return;
         }
-        for (int l = 0; l < hp->n_layer; l++) hp->layer_kind[l] = qw_gguf_arr_i64(rec, l) ? QW_LAYER_GDN : attn;
+        for (int l = 0; l < hp->n_layer; l++) hp->layer_kind[l] = qw_gguf_arr_f64(rec, l) != 0 ? QW_LAYER_GDN : attn;
         return;
     }
-    int interval = (int)mr_int(r, "full_attention_interval", 4, 0);
-    if (interval <= 0) mr_fail(r, QWENC_ERR_FORMAT, "full_attention_interval must be positive");
-    for (int l = 0; l < hp->n_layer && interval > 0; l++)
+    int interval = (int)mr_hp(r, QW_HP_ATTN_INTERVAL, 4, 0);
+    for (int l = 0; l < hp->n_layer && !r->st; l++)
         hp->layer_kind[l] = (l + 1) % interval == 0 ? attn : QW_LAYER_GDN;
 }
 
 static void read_moe(meta_reader *r, qw_hparams *hp) {
-    hp->n_expert = (int)mr_int(r, "expert_count", 0, 1);
-    hp->n_expert_used = (int)mr_int(r, "expert_used_count", 0, 1);
-    hp->n_ff_exp = (int)mr_int(r, "expert_feed_forward_length", 0, 1);
-    hp->n_ff_shexp = (int)mr_int(r, "expert_shared_feed_forward_length", 0, 1);
+    const qw_hp_limit *e = qw_hp_limit_of(QW_HP_EXPERT);
+    hp->n_expert = (int)mr_int_in(r, e->gguf, 0, 1, 1, e->hi); /* (a config.json may say 0: dense qwen3_next) */
+    hp->n_expert_used = (int)mr_hp(r, QW_HP_EXPERT_USED, 0, 1);
+    hp->n_ff_exp = (int)mr_hp(r, QW_HP_FF_EXP, 0, 1);
+    hp->n_ff_shexp = (int)mr_hp(r, QW_HP_FF_SHEXP, 0, 1);
     /* llama.cpp always renormalises the top-k weights of these architectures */
-    hp->norm_topk_prob = hp->arch == QW_ARCH_QWEN35_MOE ? 1 : (int)mr_int(r, "expert_weights_norm", 1, 0);
+    hp->norm_topk_prob = hp->arch == QW_ARCH_QWEN35_MOE ? 1 : (int)mr_int_in(r, "expert_weights_norm", 1, 0, 0, 1);
     if (r->st) return;
-    if (hp->n_expert <= 0 || hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0 ||
-        hp->n_ff_shexp <= 0)
-        mr_fail(r, QWENC_ERR_FORMAT,
-                "expert_count, expert_used_count (1..expert_count), expert_feed_forward_length and "
-                "expert_shared_feed_forward_length must be positive");
+    char key[128];
+    mr_range(r, qw_gguf_key(key, sizeof(key), r->arch, qw_hp_limit_of(QW_HP_EXPERT_USED)->gguf), hp->n_expert_used, 1,
+             hp->n_expert, "1..expert_count");
 }
 
 static void read_qwen4exp(meta_reader *r, qw_hparams *hp, char *note, size_t notelen) {
-    const qw_gguf *g = r->g;
-    hp->hc_count = (int)mr_int(r, "hyper_connection.count", 0, 1);
-    hp->hc_lowrank = (int)mr_int(r, "hyper_connection.low_rank", 0, 1);
-    if (!r->st && (hp->hc_count <= 1 || hp->hc_lowrank <= 0))
-        mr_fail(r, QWENC_ERR_FORMAT, "hyper_connection.count must be > 1 and hyper_connection.low_rank > 0");
+    hp->hc_count = (int)mr_hp(r, QW_HP_HC_COUNT, 0, 1);
+    hp->hc_lowrank = (int)mr_hp(r, QW_HP_HC_LOWRANK, 0, 1);
     char key[128];
     const qw_gguf_kv *gate = mr_find(r, "ssm.gate_activation", key, sizeof(key));
     hp->gdn_gate_sigmoid = 1; /* llama.cpp's qwen4exp always gates with sigmoid */
     if (gate && gate->type == QW_GGUF_STRING && strcmp(gate->str, "silu") == 0) hp->gdn_gate_sigmoid = 0;
+    if (r->st) return;
 
     int has_qsa = 0;
     for (int l = 0; l < hp->n_layer; l++) has_qsa |= hp->layer_kind[l] == QW_LAYER_QSA;
     if (has_qsa) {
-        hp->idx_n_head = (int)mr_int(r, "attention.indexer.head_count", 0, 1);
-        hp->idx_head_dim = (int)mr_int(r, "attention.indexer.key_length", 0, 1);
-        hp->idx_budget = (int)mr_int(r, "attention.indexer.top_k", 0, 1);
-        const qw_gguf_kv *cr = mr_find(r, "attention.compress_ratios", key, sizeof(key));
+        hp->idx_n_head = (int)mr_hp(r, QW_HP_IDX_HEAD, 0, 1);
+        hp->idx_head_dim = (int)mr_hp(r, QW_HP_IDX_HEAD_DIM, 0, 1);
+        hp->idx_budget = (int)mr_hp(r, QW_HP_IDX_BUDGET, 0, 1);
+        const qw_hp_limit *lr = qw_hp_limit_of(QW_HP_IDX_RATIO);
+        const qw_gguf_kv *cr = mr_find(r, lr->gguf, key, sizeof(key));
         int ratio = 0;
-        if (cr && cr->type == QW_GGUF_ARRAY && cr->arr_type != QW_GGUF_STRING) {
-            for (int l = 0; l < hp->n_layer && (uint64_t)l < cr->n; l++) {
-                int v = (int)qw_gguf_arr_i64(cr, l);
-                if (hp->layer_kind[l] != QW_LAYER_QSA || v == 0) continue;
-                if (ratio && v != ratio) mr_fail(r, QWENC_ERR_UNSUPPORTED, "attention.compress_ratios differ between QSA layers");
-                ratio = v;
+        if (cr && (cr->type == QW_GGUF_STRING || is_float_type(cr->type) ||
+                   (cr->type == QW_GGUF_ARRAY && (cr->arr_type == QW_GGUF_STRING || cr->arr_type == QW_GGUF_ARRAY ||
+                                                  is_float_type(cr->arr_type))))) {
+            mr_fail(r, QWENC_ERR_FORMAT, "attention.compress_ratios should be integers");
+        } else if (cr) {
+            /* 0: a layer the converter marks dense; else the ratio, one for every QSA layer */
+            uint64_t n = cr->type == QW_GGUF_ARRAY ? cr->n : 1;
+            for (int l = 0; l < hp->n_layer && (uint64_t)l < n && !r->st; l++) {
+                if (cr->type == QW_GGUF_ARRAY && hp->layer_kind[l] != QW_LAYER_QSA) continue;
+                double v = qw_gguf_arr_f64(cr, cr->type == QW_GGUF_ARRAY ? (uint64_t)l : 0);
+                mr_range(r, key, v, 0, lr->hi, NULL);
+                if (r->st || v == 0) continue;
+                if (ratio && (int)v != ratio) mr_fail(r, QWENC_ERR_UNSUPPORTED, "attention.compress_ratios differ between QSA layers");
+                ratio = (int)v;
             }
-        } else if (cr && cr->type != QW_GGUF_ARRAY) {
-            ratio = (int)qw_gguf_kv_i64(cr);
         }
+        if (r->st) return;
         if (!ratio) {
             /* the converter writes 0 for layers transformers >= 5.16 names qwen_sparse_attention */
             ratio = 4;
@@ -323,43 +369,50 @@ static void read_qwen4exp(meta_reader *r, qw_hparams *hp, char *note, size_t not
                      "released Flash-Next value");
         }
         hp->idx_ratio = ratio;
-        if (!r->st && (hp->idx_n_head <= 0 || hp->idx_head_dim <= 0 || hp->idx_budget <= 0 || hp->idx_ratio <= 0 ||
-                       hp->idx_budget % hp->idx_ratio || hp->n_rot > hp->idx_head_dim))
+        if (hp->idx_budget % hp->idx_ratio || hp->n_rot > hp->idx_head_dim)
             mr_fail(r, QWENC_ERR_FORMAT,
-                    "attention.indexer.{head_count, key_length, top_k} must be positive, top_k a multiple of the "
-                    "compress ratio and key_length at least rope.dimension_count");
+                    "attention.indexer.top_k must be a multiple of the compress ratio and attention.indexer.key_length "
+                    "at least rope.dimension_count");
     }
 
     const qw_gguf_kv *ple = mr_find(r, "ple.layers", key, sizeof(key));
-    if (!ple) return;
-    if (ple->type != QW_GGUF_ARRAY || ple->arr_type == QW_GGUF_STRING || ple->n == 0) {
+    if (!ple || r->st) return;
+    if (ple->type != QW_GGUF_ARRAY || ple->arr_type == QW_GGUF_STRING || ple->arr_type == QW_GGUF_ARRAY ||
+        is_float_type(ple->arr_type) || ple->n == 0) {
         mr_fail(r, QWENC_ERR_FORMAT, "ple.layers should be a non-empty array of layer indices");
         return;
     }
+    char name[160];
+    snprintf(name, sizeof(name), "the length of metadata key '%s'", key);
+    r->st = qw_hp_check((double)ple->n, 1, hp->n_layer, r->path, name, "at most one entry per layer", r->err, r->errlen);
+    if (r->st) return;
+    hp->ple_layers = qw_calloc(ple->n, sizeof(int));
+    if (!hp->ple_layers) {
+        r->st = qw_err_nomem(r->err, r->errlen, r->path, ple->n, sizeof(int));
+        return;
+    }
     hp->n_ple = (int)ple->n;
-    hp->ple_layers = qw_xcalloc(ple->n, sizeof(int));
     for (uint64_t i = 0; i < ple->n; i++) {
-        int64_t il = qw_gguf_arr_i64(ple, i);
-        if (il < 0 || il >= hp->n_layer || (i && il <= hp->ple_layers[i - 1]) || hp->layer_kind[il] != QW_LAYER_GDN) {
+        double il = qw_gguf_arr_f64(ple, i);
+        if (!(il >= 0 && il < hp->n_layer) || (i && il <= hp->ple_layers[i - 1]) ||
+            hp->layer_kind[(int)il] != QW_LAYER_GDN) {
             mr_fail(r, QWENC_ERR_FORMAT, "ple.layers must be ascending linear-attention layer indices");
             return;
         }
         hp->ple_layers[i] = (int)il;
     }
-    hp->ngram_n = (int)mr_int(r, "ple.ngram_size", 0, 1);
-    int hpn = (int)mr_int(r, "ple.heads_per_ngram", 0, 1);
-    hp->ple_conv_k = (int)mr_int(r, "ple.conv_kernel", 0, 1);
-    int64_t eos = mr_int(r, "ple.eos_token_id", 0, 1);
-    int64_t dh = mr_int(r, "embedding_length_per_layer_input", 0, 1);
+    hp->ngram_n = (int)mr_hp(r, QW_HP_NGRAM_N, 0, 1);
+    int hpn = (int)mr_hp(r, QW_HP_NGRAM_HPN, 0, 1);
+    hp->ple_conv_k = (int)mr_hp(r, QW_HP_PLE_CONV, 0, 1);
+    int64_t eos = mr_int_in(r, "ple.eos_token_id", 0, 1, 0, hp->n_vocab - 1);
+    int64_t dh = mr_hp(r, QW_HP_PLE_DH, 0, 1);
     if (r->st) return;
-    if (hp->ngram_n < 2 || hp->ngram_n > 8 || hpn <= 0 || hp->ple_conv_k <= 0 || dh <= 0 || eos < 0 ||
-        eos >= hp->n_vocab) {
-        mr_fail(r, QWENC_ERR_FORMAT,
-                "ple.{ngram_size (2..8), heads_per_ngram, conv_kernel}, embedding_length_per_layer_input must be "
-                "positive and ple.eos_token_id inside the vocabulary");
-        return;
-    }
     hp->ngram_heads = (hp->ngram_n - 1) * hpn;
+    const qw_hp_limit *pd = qw_hp_limit_of(QW_HP_PLE_DIM);
+    mr_range(r, qw_gguf_key(key, sizeof(key), r->arch, qw_hp_limit_of(QW_HP_PLE_DH)->gguf), (double)dh, 1,
+             pd->hi / hp->ngram_heads,
+             "the PLE width, (ple.ngram_size - 1) x ple.heads_per_ngram x this, is at most 65536");
+    if (r->st) return;
     hp->ple_dim = (int)(hp->ngram_heads * dh);
     hp->eos_id = (int)eos;
     /* the hash constants come from ple.{layer_multipliers, head_offsets, head_vocab_sizes} (gguf_bind.c);
@@ -369,7 +422,6 @@ static void read_qwen4exp(meta_reader *r, qw_hparams *hp, char *note, size_t not
     mr_arr(r, "ple.layer_multipliers", (uint64_t)hp->ngram_n, 1);
     mr_arr(r, "ple.head_offsets", (uint64_t)hp->ngram_heads, 1);
     mr_arr(r, "ple.head_vocab_sizes", (uint64_t)hp->ngram_heads, 1);
-    (void)g;
 }
 
 qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *path, char *note, size_t notelen,
@@ -387,34 +439,39 @@ qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *
     snprintf(hp->model_type, sizeof(hp->model_type), "%s", an);
     meta_reader r = {.g = g, .arch = hp->arch, .path = path, .err = err, .errlen = errlen};
 
-    int64_t n_all = mr_int(&r, "block_count", 0, 1);
-    int64_t n_mtp = mr_int(&r, "nextn_predict_layers", 0, 0);
+    int64_t n_all = mr_hp(&r, QW_HP_LAYER, 0, 1);
+    int64_t n_mtp = mr_hp(&r, QW_HP_MTP_LAYER, 0, 0);
+    if (!r.st && n_mtp >= n_all) {
+        char key[128];
+        mr_range(&r, qw_gguf_key(key, sizeof(key), hp->arch, "nextn_predict_layers"), (double)n_mtp, 0, n_all - 1,
+                 "fewer than block_count");
+    }
     hp->n_layer = (int)(n_all - n_mtp);
-    hp->n_embd = (int)mr_int(&r, "embedding_length", 0, 1);
-    hp->n_ctx_train = (int)mr_int(&r, "context_length", 4096, 0);
-    hp->n_head = (int)mr_int(&r, "attention.head_count", 0, 1);
-    hp->n_head_kv = (int)mr_int(&r, "attention.head_count_kv", hp->n_head, 0);
+    hp->n_embd = (int)mr_hp(&r, QW_HP_EMBD, 0, 1);
+    hp->n_ctx_train = (int)mr_hp(&r, QW_HP_CTX, 4096, 0);
+    hp->n_head = (int)mr_hp(&r, QW_HP_HEAD, 0, 1);
     if (r.st) goto done;
-    if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv) {
-        mr_fail(&r, QWENC_ERR_FORMAT,
-                "block_count (minus nextn_predict_layers), embedding_length and the head counts must be positive, "
-                "head_count a multiple of head_count_kv");
+    hp->n_head_kv = (int)mr_hp(&r, QW_HP_HEAD_KV, hp->n_head, 0);
+    if (r.st) goto done;
+    if (hp->n_head % hp->n_head_kv) {
+        mr_fail(&r, QWENC_ERR_FORMAT, "attention.head_count must be a multiple of attention.head_count_kv");
         goto done;
     }
-    hp->head_dim = (int)mr_int(&r, "attention.key_length", hp->n_embd / hp->n_head, 0);
-    int64_t vlen = mr_int(&r, "attention.value_length", hp->head_dim, 0);
-    hp->norm_eps = (float)mr_num(&r, "attention.layer_norm_rms_epsilon", 0, 1);
-    hp->n_rot = (int)mr_int(&r, "rope.dimension_count", hp->head_dim, 0);
-    hp->rope_theta = (float)mr_num(&r, "rope.freq_base", 10000.0, 0);
+    hp->head_dim = (int)mr_hp(&r, QW_HP_HEAD_DIM, hp->n_embd / hp->n_head, 0);
+    int64_t vlen = mr_int_in(&r, "attention.value_length", hp->head_dim, 0, qw_hp_limit_of(QW_HP_HEAD_DIM)->lo,
+                             qw_hp_limit_of(QW_HP_HEAD_DIM)->hi);
+    hp->norm_eps = (float)mr_num(&r, "attention.layer_norm_rms_epsilon", 0, 1, 0, 1, 0);
+    hp->n_rot = (int)mr_hp(&r, QW_HP_ROT, hp->head_dim, 0);
+    hp->rope_theta = (float)mr_num(&r, "rope.freq_base", 10000.0, 0, 0, 1e18, 1);
     if (r.st) goto done;
     if (vlen != hp->head_dim) mr_fail(&r, QWENC_ERR_UNSUPPORTED, "attention.value_length must equal key_length");
-    if (hp->head_dim <= 0 || hp->n_rot <= 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim)
+    if (hp->n_rot % 2 || hp->n_rot > hp->head_dim)
         mr_fail(&r, QWENC_ERR_FORMAT, "rope.dimension_count must be even and in (0, attention.key_length]");
     {
         char key[128];
         const qw_gguf_kv *ty = mr_find(&r, "rope.scaling.type", key, sizeof(key));
         const char *type = ty && ty->type == QW_GGUF_STRING ? ty->str : "none";
-        double factor = mr_num(&r, "rope.scaling.factor", 0, 0);
+        double factor = mr_num(&r, "rope.scaling.factor", 0, 0, 0, 1e18, 0);
         if (strcmp(type, "linear") == 0 && factor > 0) {
             hp->rope_type = QW_ROPE_LINEAR;
             hp->rope_factor = (float)factor;
@@ -428,26 +485,38 @@ qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *
     /* vocabulary: the llama key, else the tokenizer's list, else the embedding rows */
     {
         char key[128];
+        const qw_hp_limit *lv = qw_hp_limit_of(QW_HP_VOCAB);
         const qw_gguf_kv *vs = mr_find(&r, "vocab_size", key, sizeof(key));
         const qw_gguf_kv *toks = qw_gguf_find_kv(g, "tokenizer.ggml.tokens");
         const qw_tensor *te = qw_gguf_find(g, "token_embd.weight");
-        if (vs && vs->type != QW_GGUF_ARRAY && vs->type != QW_GGUF_STRING)
-            hp->n_vocab = (int)qw_gguf_kv_i64(vs);
-        else if (toks && toks->type == QW_GGUF_ARRAY)
-            hp->n_vocab = (int)toks->n;
-        else if (te && te->n_dims == 2)
-            hp->n_vocab = (int)te->shape[0];
+        if (vs && vs->type != QW_GGUF_ARRAY && vs->type != QW_GGUF_STRING) {
+            hp->n_vocab = (int)mr_hp(&r, QW_HP_VOCAB, 0, 1);
+        } else if (toks && toks->type == QW_GGUF_ARRAY) {
+            if (!r.st)
+                r.st = qw_hp_check((double)toks->n, lv->lo, lv->hi, path,
+                                   "the length of metadata key 'tokenizer.ggml.tokens'", NULL, err, errlen);
+            hp->n_vocab = r.st ? 0 : (int)toks->n;
+        } else if (te && te->n_dims == 2) {
+            if (!r.st)
+                r.st = qw_hp_check((double)te->shape[0], lv->lo, lv->hi, path, "the rows of tensor 'token_embd.weight'",
+                                   NULL, err, errlen);
+            hp->n_vocab = r.st ? 0 : (int)te->shape[0];
+        }
         if (hp->n_vocab <= 0) mr_fail(&r, QWENC_ERR_FORMAT, "no vocabulary size (vocab_size, tokenizer.ggml.tokens or token_embd.weight)");
     }
     hp->tie_embd = qw_gguf_find(g, "output.weight") == NULL;
-    hp->eos_id = (int)opt_token_id(g, "tokenizer.ggml.eos_token_id");
-    hp->bos_id = (int)opt_token_id(g, "tokenizer.ggml.bos_token_id");
-    hp->n_ff = (int)mr_int(&r, "feed_forward_length", 0,
-                           hp->arch == QW_ARCH_LLAMA || hp->arch == QW_ARCH_QWEN3 || hp->arch == QW_ARCH_QWEN35);
+    hp->eos_id = opt_token_id(&r, "tokenizer.ggml.eos_token_id");
+    hp->bos_id = opt_token_id(&r, "tokenizer.ggml.bos_token_id");
+    hp->n_ff = (int)mr_hp(&r, QW_HP_FF, 0,
+                          hp->arch == QW_ARCH_LLAMA || hp->arch == QW_ARCH_QWEN3 || hp->arch == QW_ARCH_QWEN35);
     if (r.st) goto done;
 
-    hp->layer_kind = qw_xcalloc((size_t)hp->n_layer, sizeof(qw_layer_kind));
-    hp->layer_moe = qw_xcalloc((size_t)hp->n_layer, 1);
+    hp->layer_kind = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer_kind));
+    hp->layer_moe = qw_calloc((size_t)hp->n_layer, 1);
+    if (!hp->layer_kind || !hp->layer_moe) {
+        r.st = qw_err_nomem(err, errlen, path, (size_t)hp->n_layer, sizeof(qw_layer_kind) + 1);
+        goto done;
+    }
     switch (hp->arch) {
     case QW_ARCH_LLAMA:
     case QW_ARCH_QWEN3:
@@ -478,6 +547,7 @@ qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *
     default:
         break;
     }
+    if (!r.st) r.st = qw_hparams_check(hp, path, 1, err, errlen);
 done:
     if (r.st) qw_hparams_free(hp);
     return r.st;

@@ -17,8 +17,13 @@
  * The tokenizer of a checkpoint directory is written as llama.cpp's tokenizer.ggml.* keys (text/tok_gguf.h;
  * without a tokenizer.json the file says tokenizer.ggml.model "none"); a .gguf source's tokenizer is copied.
  * Not written: the MTP draft head and the vision tower (qwenc does not bind them).
+ *
+ * Out of memory: the plan's bookkeeping (tensor list, row and column maps, f32 copies; all owned by the plan)
+ * is allocated at some twenty places while it is built; a failure there unwinds with longjmp to
+ * qw_gguf_plan_new, which frees the plan and returns QWENC_ERR_NOMEM. Nothing else is live across the jump.
  */
 #include <pthread.h>
+#include <setjmp.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,26 +55,37 @@ typedef struct {
     int n, cap;
     void **own; /* buffers freed at the end */
     int n_own, cap_own;
+    jmp_buf oom;          /* where an allocation failure while planning unwinds to */
+    size_t oom_bytes;     /* the allocation that failed */
 } plan;
+
+/* The allocation failed: back to qw_gguf_plan_new (see the top of the file). */
+static _Noreturn void plan_oom(plan *p, size_t bytes) {
+    p->oom_bytes = bytes;
+    longjmp(p->oom, 1);
+}
 
 static void *plan_alloc(plan *p, size_t bytes) {
     if (p->n_own == p->cap_own) {
-        p->cap_own = p->cap_own ? 2 * p->cap_own : 256;
-        void **no = realloc(p->own, (size_t)p->cap_own * sizeof(void *));
-        QW_ASSERT(no);
+        int cap = p->cap_own ? 2 * p->cap_own : 256;
+        void **no = qw_realloc(p->own, (size_t)cap, sizeof(void *));
+        if (!no) plan_oom(p, (size_t)cap * sizeof(void *));
         p->own = no;
+        p->cap_own = cap;
     }
-    void *b = qw_xcalloc(bytes ? bytes : 1, 1);
+    void *b = qw_calloc(bytes, 1);
+    if (!b) plan_oom(p, bytes);
     p->own[p->n_own++] = b;
     return b;
 }
 
 static out_tensor *plan_add(plan *p, qw_gt role, int il, int n_dims, const int64_t *shape) {
     if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 256;
-        out_tensor *nt = realloc(p->t, (size_t)p->cap * sizeof(out_tensor));
-        QW_ASSERT(nt);
+        int cap = p->cap ? 2 * p->cap : 256;
+        out_tensor *nt = qw_realloc(p->t, (size_t)cap, sizeof(out_tensor));
+        if (!nt) plan_oom(p, (size_t)cap * sizeof(out_tensor));
         p->t = nt;
+        p->cap = cap;
     }
     out_tensor *t = &p->t[p->n++];
     memset(t, 0, sizeof(*t));
@@ -374,6 +390,13 @@ static void put_u32(qw_gguf_writer *w, qw_arch a, const char *suffix, int64_t v)
     qw_gguf_writer_set_u32(w, qw_gguf_key(k, sizeof(k), a, suffix), (uint32_t)v);
 }
 
+/* A metadata array could not be allocated: the file fails with QWENC_ERR_NOMEM. */
+static void meta_oom(qw_gguf_writer *w, const char *keys, size_t bytes) {
+    char msg[256];
+    qw_err_nomem(msg, sizeof(msg), keys, bytes, 1);
+    qw_gguf_writer_fail(w, QWENC_ERR_NOMEM, msg);
+}
+
 static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_gguf_policy *pol) {
     const qw_hparams *hp = &m->hp;
     qw_arch a = hp->arch;
@@ -445,7 +468,11 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
         put_u32(w, a, "ssm.group_count", hp->gdn_hk);
         put_u32(w, a, "ssm.time_step_rank", hp->gdn_hv);
         put_u32(w, a, "ssm.inner_size", (int64_t)hp->gdn_dv * hp->gdn_hv);
-        uint8_t *rec = qw_xcalloc((size_t)hp->n_layer, 1);
+        uint8_t *rec = qw_calloc((size_t)hp->n_layer, 1);
+        if (!rec) {
+            meta_oom(w, "attention.recurrent_layers", (size_t)hp->n_layer);
+            return;
+        }
         for (int l = 0; l < hp->n_layer; l++) rec[l] = hp->layer_kind[l] == QW_LAYER_GDN;
         qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "attention.recurrent_layers"), QW_GGUF_BOOL, rec,
                                (uint64_t)hp->n_layer);
@@ -461,7 +488,11 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
             put_u32(w, a, "attention.indexer.head_count", hp->idx_n_head);
             put_u32(w, a, "attention.indexer.key_length", hp->idx_head_dim);
             put_u32(w, a, "attention.indexer.top_k", hp->idx_budget);
-            int32_t *cr = qw_xcalloc((size_t)hp->n_layer, sizeof(int32_t));
+            int32_t *cr = qw_calloc((size_t)hp->n_layer, sizeof(int32_t));
+            if (!cr) {
+                meta_oom(w, "attention.compress_ratios", (size_t)hp->n_layer * sizeof(int32_t));
+                return;
+            }
             for (int l = 0; l < hp->n_layer; l++) cr[l] = hp->layer_kind[l] == QW_LAYER_QSA ? hp->idx_ratio : 0;
             qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "attention.compress_ratios"), QW_GGUF_I32, cr,
                                    (uint64_t)hp->n_layer);
@@ -469,9 +500,18 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
         }
         if (hp->n_ple > 0) {
             int n = hp->ngram_n, nh = hp->ngram_heads, np = hp->n_ple;
-            int32_t *layers = qw_xcalloc((size_t)np, sizeof(int32_t));
-            uint64_t *mult = qw_xcalloc((size_t)np * n, sizeof(uint64_t));
-            uint64_t *off = qw_xcalloc((size_t)np * nh, sizeof(uint64_t)), *voc = qw_xcalloc((size_t)np * nh, sizeof(uint64_t));
+            int32_t *layers = qw_calloc((size_t)np, sizeof(int32_t));
+            uint64_t *mult = qw_calloc((size_t)np * n, sizeof(uint64_t));
+            uint64_t *off = qw_calloc((size_t)np * nh, sizeof(uint64_t)), *voc = qw_calloc((size_t)np * nh, sizeof(uint64_t));
+            if (!layers || !mult || !off || !voc) {
+                free(layers);
+                free(mult);
+                free(off);
+                free(voc);
+                meta_oom(w, "ple.layers, ple.layer_multipliers, ple.head_offsets, ple.head_vocab_sizes",
+                         (size_t)np * (4 + 8 * (size_t)(n + 2 * nh)));
+                return;
+            }
             for (int i = 0; i < np; i++) {
                 const qw_ple_w *pw = m->layers[hp->ple_layers[i]].ple;
                 layers[i] = hp->ple_layers[i];
@@ -593,7 +633,8 @@ qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_thre
                               qw_gguf_plan **out, char *err, size_t errlen) {
     *out = NULL;
     const qw_hparams *hp = &m->hp;
-    qw_gguf_plan *pl = qw_xcalloc(1, sizeof(*pl));
+    qw_gguf_plan *pl = qw_calloc(1, sizeof(*pl));
+    if (!pl) return qw_err_nomem(err, errlen, m->path, 1, sizeof(*pl));
     if (!qw_gguf_policy_parse(&pl->pol, type)) {
         free(pl);
         return qw_err(err, errlen, QWENC_ERR_ARG, "unknown GGUF type \"%s\" (one of %s)", type, qw_gguf_policy_names());
@@ -604,6 +645,11 @@ qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_thre
     pl->gen_user = gen_user;
     plan *p = &pl->p;
     p->m = m;
+    if (setjmp(p->oom)) {
+        qwenc_status st = qw_err_nomem(err, errlen, m->path, p->oom_bytes, 1);
+        qw_gguf_plan_free(pl);
+        return st;
+    }
     plan_model(p);
     qw_gguf_policy *pol = &pl->pol;
     pol->n_layer = hp->n_layer;
@@ -671,19 +717,23 @@ int64_t qw_gguf_plan_batch_rows(const qw_gguf_plan *pl, int i) {
     return QW_MAX((int64_t)1, QW_MIN(per, rows));
 }
 
-void qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, void *dst) {
+qwenc_status qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, void *dst, char *err, size_t errlen) {
     const out_tensor *t = &pl->p.t[i];
     int64_t cols = t->shape[t->n_dims - 1];
     size_t row_bytes = qw_type_row_size(t->type, cols);
     if ((size_t)(n * cols) > pl->cap_f32) {
         free(pl->f32);
+        pl->cap_f32 = 0;
+        pl->f32 = qw_calloc((size_t)(n * cols), sizeof(float));
+        if (!pl->f32) return qw_err_nomem(err, errlen, t->name, (size_t)(n * cols), sizeof(float));
         pl->cap_f32 = (size_t)(n * cols);
-        pl->f32 = qw_xcalloc(pl->cap_f32, sizeof(float));
     }
     if ((size_t)cols > pl->cap_tmp) {
         free(pl->tmp);
+        pl->cap_tmp = 0;
+        pl->tmp = qw_calloc((size_t)cols * (size_t)pl->nt, sizeof(float));
+        if (!pl->tmp) return qw_err_nomem(err, errlen, t->name, (size_t)cols * (size_t)pl->nt, sizeof(float));
         pl->cap_tmp = (size_t)cols;
-        pl->tmp = qw_xcalloc(pl->cap_tmp * (size_t)pl->nt, sizeof(float));
     }
     job jobs[64];
     pthread_t th[64];
@@ -705,6 +755,7 @@ void qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, void *dst
     run_job(&jobs[0]);
     for (int k = 1; k < used; k++)
         if (started[k]) pthread_join(th[k], NULL);
+    return QWENC_OK;
 }
 
 /* ---------------------------------------------------------------- the file */
@@ -759,13 +810,17 @@ qwenc_status qw_model_save_gguf_gen(const qwenc_model *m, const char *path, cons
         if ((size_t)per * row_bytes > cap_out) {
             free(out);
             cap_out = (size_t)per * row_bytes;
-            out = qw_xcalloc(cap_out, 1);
+            out = qw_calloc(cap_out, 1);
+            if (!out) {
+                st = qw_err_nomem(err, errlen, path, cap_out, 1);
+                break;
+            }
         }
         for (int64_t r0 = 0; r0 < rows && !st; r0 += per) {
             int64_t n = QW_MIN(per, rows - r0);
             qw_gguf_plan_sources(pl, i, r0, n, 1, willneed, NULL);
-            qw_gguf_plan_rows(pl, i, r0, n, out);
-            st = qw_gguf_writer_write(w, out, (size_t)n * row_bytes, err, errlen);
+            st = qw_gguf_plan_rows(pl, i, r0, n, out, err, errlen);
+            if (!st) st = qw_gguf_writer_write(w, out, (size_t)n * row_bytes, err, errlen);
             done += (uint64_t)n * row_bytes;
             if (!st && prm.progress &&
                 prm.progress(t->name, qw_type_name(t->type), i, p->n, done, pl->total, prm.user) != 0)

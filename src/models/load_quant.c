@@ -2,7 +2,7 @@
  * load_quant.c - quantizing at load (qwenc_model_params.quant, `qwenc ... --quant TYPE`).
  *
  * The bound model (a checkpoint directory, or a .gguf, which is then requantized) is converted into the tensors
- * `qwenc quantize -t TYPE` would write: gguf_save.c's plan, with llama.cpp's tensor names, the converter's
+ * `qwenc quantize --type TYPE` would write: gguf_save.c's plan, with llama.cpp's tensor names, the converter's
  * transformations, llama-quantize's per-tensor types and qwenc's Q8_0 floor for the fragile tensors
  * (gguf_map.h), and the reference quantizers of tensor/quant.h. The tensors are held in one owned buffer
  * (qw_converted) and the model is bound again from them exactly as from that file (gguf_bind.c). So a model
@@ -56,12 +56,18 @@ qwenc_status qw_model_quantize_at_load(qwenc_model *m, char *err, size_t errlen)
     qwenc_status st = qw_gguf_plan_new(m, mp->quant, mp->n_threads, NULL, NULL, &pl, err, errlen);
     if (st) return st;
     int n = qw_gguf_plan_n_tensors(pl);
-    qw_converted *c = qw_xcalloc(1, sizeof(*c));
+    qw_converted *c = qw_calloc(1, sizeof(*c));
+    size_t *offset = qw_calloc((size_t)n + 1, sizeof(size_t));
+    if (c) {
+        c->tensors = qw_calloc((size_t)n, sizeof(qw_tensor));
+        c->names = qw_calloc((size_t)n, 64);
+    }
+    if (!c || !c->tensors || !c->names || !offset) {
+        st = qw_err_nomem(err, errlen, m->path, (size_t)n, sizeof(qw_tensor) + 64 + sizeof(size_t));
+        goto done;
+    }
     for (size_t k = 0; mp->quant[k] && k + 1 < sizeof(c->type); k++) c->type[k] = (char)toupper((unsigned char)mp->quant[k]);
     c->n_tensors = n;
-    c->tensors = qw_xcalloc((size_t)n, sizeof(qw_tensor));
-    c->names = qw_xcalloc((size_t)n, 64);
-    size_t *offset = qw_xcalloc((size_t)n + 1, sizeof(size_t));
     for (int i = 0; i < n; i++) {
         qw_tensor t = qw_gguf_plan_tensor(pl, i);
         size_t bytes = qw_type_row_size(t.type, qw_tensor_nelem(&t));
@@ -69,11 +75,11 @@ qwenc_status qw_model_quantize_at_load(qwenc_model *m, char *err, size_t errlen)
         c->n_bytes += bytes;
     }
     size_t cap = (offset[n] + QW_HUGE_PAGE_BYTES - 1) / QW_HUGE_PAGE_BYTES * QW_HUGE_PAGE_BYTES; /* whole pages */
-    c->data = aligned_alloc(QW_HUGE_PAGE_BYTES, cap ? cap : QW_HUGE_PAGE_BYTES);
+    c->data = qw_aligned_alloc(QW_HUGE_PAGE_BYTES, cap);
     if (c->data) qw_advise_huge(c->data, cap);
     if (!c->data) {
-        st = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: cannot allocate %.1f MiB for the weights quantized to %s",
-                    m->path, (double)offset[n] / 1048576.0, c->type);
+        st = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory allocating %zu bytes (%.1f MiB) for the "
+                    "weights quantized to %s", m->path, cap, (double)cap / 1048576.0, c->type);
         goto done;
     }
     uint64_t done = 0, total = qw_gguf_plan_bytes(pl);
@@ -87,7 +93,8 @@ qwenc_status qw_model_quantize_at_load(qwenc_model *m, char *err, size_t errlen)
         size_t row_bytes = qw_type_row_size(t->type, t->shape[t->n_dims - 1]);
         for (int64_t r0 = 0; r0 < rows && !st; r0 += per) {
             int64_t k = QW_MIN(per, rows - r0);
-            qw_gguf_plan_rows(pl, i, r0, k, c->data + offset[i] + (size_t)r0 * row_bytes);
+            st = qw_gguf_plan_rows(pl, i, r0, k, c->data + offset[i] + (size_t)r0 * row_bytes, err, errlen);
+            if (st) break;
             qw_gguf_plan_sources(pl, i, r0, k, 0, release, m);
             done += (uint64_t)k * row_bytes;
             if (mp->progress && mp->progress(t->name, qw_type_name(t->type), i, n, done, total, mp->progress_user))

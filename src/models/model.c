@@ -55,8 +55,13 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
     if (mp.quant && !qw_gguf_policy_parse(&pol, mp.quant))
         return qw_err(err, errlen, QWENC_ERR_ARG, "unknown quantization type \"%s\" (one of %s)", mp.quant,
                       qw_gguf_policy_names());
-    qwenc_model *m = qw_xcalloc(1, sizeof(*m));
-    m->path = qw_xstrdup(path);
+    qwenc_model *m = qw_calloc(1, sizeof(*m));
+    if (!m) return qw_err_nomem(err, errlen, path, 1, sizeof(*m));
+    m->path = qw_strdup(path);
+    if (!m->path) {
+        free(m);
+        return qw_err_nomem(err, errlen, path, strlen(path) + 1, 1);
+    }
     m->params = mp;
     qwenc_status st = qw_ops_cpu_new(mp.n_threads, mp.kernels, &m->ops, err, errlen);
     if (st) {
@@ -95,14 +100,18 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
     }
     st = b.st;
     if (!st) {
-        m->layers = qw_xcalloc((size_t)hp->n_layer, sizeof(qw_layer));
-        st = arch_impl[hp->arch].bind(m, err, errlen);
+        m->layers = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer));
+        st = m->layers ? arch_impl[hp->arch].bind(m, err, errlen)
+                       : qw_err_nomem(err, errlen, path, (size_t)hp->n_layer, sizeof(qw_layer));
+    }
+    if (!st) {
+        m->rope_inv_freq = qw_model_own_f32(m, hp->n_rot / 2);
+        if (!m->rope_inv_freq) st = qw_err_nomem(err, errlen, path, (size_t)hp->n_rot / 2, sizeof(float));
     }
     if (st) {
         qwenc_model_free(m);
         return st;
     }
-    m->rope_inv_freq = qw_model_own_f32(m, hp->n_rot / 2);
     qw_rope_inv_freq(hp, m->rope_inv_freq);
     for (int i = 0; i < m->ws.n_entries; i++) {
         const qw_tensor *t = &m->ws.entries[i].t;
@@ -209,7 +218,7 @@ void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
                 m->ws.n_files == 1 ? "" : "s", m->ws.n_entries, m->prefix);
     if (m->gguf_note[0]) fprintf(f, "note         %s\n", m->gguf_note);
     if (m->conv)
-        fprintf(f, "quantized    at load to %s (the tensors of qwenc quantize -t %s): %d tensors, %.1f MiB\n",
+        fprintf(f, "quantized    at load to %s (the tensors of qwenc quantize --type %s): %d tensors, %.1f MiB\n",
                 m->conv->type, m->conv->type, m->conv->n_tensors, (double)m->conv->n_bytes / 1048576.0);
     fprintf(f, "vocab        %d   hidden %d   layers %d   context %d\n", hp->n_vocab, hp->n_embd, hp->n_layer,
             hp->n_ctx_train);

@@ -1,93 +1,22 @@
 /*
- * model.h - the loaded model (weights bound per layer) and the per-call forward context, shared by the
- * model files (llama.c, qwen35.c, qwen4exp.c) and the building blocks (blocks/).
- *
- * Big matrices are qw_tensor views into the mapped checkpoint (or, quantized at load, into m->conv). Small vectors (norm weights, conv
- * kernels, A_log, dt_bias) are converted to f32 once at load: they are read at every token and are a
- * negligible fraction of the bytes.
+ * model.h - the loaded model: hyper-parameters, the weights bound per layer (blocks/weights.h), the files
+ * they are mapped from; loading, binding, GGUF reading and writing, quantizing at load.
  */
 #ifndef QW_MODEL_H
 #define QW_MODEL_H
 
-#include "core/arena.h"
 #include "core/common.h"
 #include "formats/gguf.h"
 #include "formats/hfconfig.h"
 #include "formats/safetensors.h"
 #include "kernels/ops.h"
 #include "tensor/tensor.h"
+#include "blocks/weights.h"
 
-typedef struct {
-    const qw_tensor *wq; /* [n_head*hd*(gated?2:1), H]; gated: per head [q_h | gate_h] */
-    const qw_tensor *wk, *wv; /* [n_head_kv*hd, H] */
-    const qw_tensor *wo;      /* [H, n_head*hd] */
-    float *q_norm, *k_norm;   /* [hd] or NULL */
-    int gated;                /* sigma(gate) multiplies the head outputs before wo */
-    int rope_interleaved;     /* llama GGUF: wq/wk rows of each head in llama.cpp's interleaved RoPE order
-                               * (HF row i < hd/2 at 2i, row hd/2+i at 2i+1); undone on the activations */
-    /* QSA indexer (NULL for plain attention) */
-    const qw_tensor *idx_qk;  /* [(n_idx_head+1)*ihd, H]: queries then the one key */
-    float *idx_q_norm, *idx_k_norm; /* [ihd] */
-} qw_attn_w;
+/* One forward step's context (runtime/session.h). */
+typedef struct qw_fwd qw_fwd;
 
-typedef struct {
-    const qw_tensor *qkv, *z, *b, *a; /* split layout: [2*hk*dk + hv*dv, H], [hv*dv, H], [hv, H], [hv, H] */
-    const qw_tensor *qkvz, *ba;       /* qwen3_next fused layout grouped by key head (qkv == NULL) */
-    float *conv;                      /* [conv_ch][K] */
-    float *dt_bias;                   /* [hv] */
-    float *neg_exp_a;                 /* [hv] -exp(A_log) */
-    float *norm;                      /* [dv] gated RMSNorm weight (plain w) */
-    const qw_tensor *out;             /* [H, hv*dv] */
-    int v_tiled;                      /* GGUF: value heads in llama.cpp's tiled order (value head i of key head
-                                       * g at i*hk + g) in qkv, z, b, a, conv, dt_bias, A and out's columns */
-} qw_gdn_w;
-
-typedef struct {
-    qw_tensor gate, up, down; /* [I, H], [I, H], [H, I] */
-} qw_ffn_w;
-
-typedef struct {
-    const qw_tensor *router;  /* [E, H] */
-    qw_ffn_w *experts;        /* [E] */
-    qw_ffn_w shared;          /* shared expert */
-    const qw_tensor *shared_gate; /* [1, H] */
-} qw_moe_w;
-
-typedef struct {
-    float *norm;              /* [C*H] hc_norm, zero-centred, grouped per stream */
-    const qw_tensor *down;    /* [r, C*H] */
-    const qw_tensor *up;      /* [C*H, r] */
-    const qw_tensor *inject;  /* [C, C*H] or NULL (final mixer) */
-} qw_hc_w;
-
-typedef struct {
-    int li;                   /* ple_layer_index: position in the sorted PLE layer list */
-    const qw_tensor *key_proj;   /* [C*H, P] */
-    const qw_tensor *value_proj; /* [H, P] */
-    float *norm_key, *norm_query, *norm_conv; /* [C*H] */
-    float *conv;              /* [C*H][k] */
-    qw_tensor *chunks;        /* the n-gram table, in pieces of rows [*, dh] */
-    int n_chunks;
-    int64_t chunk_rows;       /* rows of every piece but the last */
-    int64_t n_rows;           /* padded table rows */
-    uint64_t mult[8];         /* [ngram_n] hash multipliers */
-    int64_t *prime;           /* [n_heads] table size of each head */
-    int64_t *offset;          /* [n_heads] first row of each head */
-} qw_ple_w;
-
-typedef struct {
-    qw_layer_kind kind;
-    float *attn_norm, *ffn_norm; /* [H] pre-norms (not qwen4_exp) */
-    qw_attn_w attn;
-    qw_gdn_w gdn;
-    int moe;
-    qw_moe_w moe_w;
-    qw_ffn_w mlp;
-    qw_hc_w hc_attn, hc_mlp;  /* qwen4_exp */
-    qw_ple_w *ple;            /* qwen4_exp PLE layers, else NULL */
-} qw_layer;
-
-/* Weights converted at load (--quant): the tensors `qwenc quantize -t type` would write, under their GGUF
+/* Weights converted at load (--quant): the tensors `qwenc quantize --type TYPE` would write, under their GGUF
  * names, their data in one owned buffer. The model's views point into it; the source stays mapped (for
  * qwenc info's listing) but its pages are released as each tensor is converted. */
 typedef struct {
@@ -122,38 +51,6 @@ struct qwenc_model {
     int n_owned, cap_owned;
 };
 
-/* Per-layer state owned by a session. */
-typedef struct {
-    float *k, *v;            /* [n_ctx][n_head_kv][hd] attention / QSA layers */
-    float *idx_raw;          /* [n_ctx][ihd] raw indexer keys (QSA) */
-    float *idx_blk;          /* [n_ctx/R][ihd] pooled, normed, RoPE'd key of every complete block (QSA) */
-    float *conv;             /* [K-1][conv_ch] last conv inputs (GDN) */
-    float *ssm;              /* [hv][dk][dv] recurrent state (GDN) */
-    float *ple_hist;         /* [(k-1)*n][C*H] last normalised gated values (PLE layers) */
-} qw_layer_state;
-
-struct qwenc_session {
-    const qwenc_model *model;
-    int n_ctx, n_batch, n_past;
-    qw_layer_state *ls;      /* [n_layer] */
-    int32_t ple_last[8];     /* the last ngram_n-1 token ids, oldest first (EOS before the start) */
-    float *state_mem;        /* one allocation behind every state buffer */
-    size_t state_floats;
-    qw_arena arena;          /* per-call scratch */
-    struct qw_prof *prof;    /* qwenc_session_profile's timing table, or NULL */
-};
-
-/* What a forward call hands to the blocks. */
-typedef struct {
-    const qwenc_model *m;
-    const qw_hparams *hp;
-    const qw_ops *ops;
-    qwenc_session *s;
-    qw_arena *ar;
-    int n_tok, pos0;
-    const int32_t *tokens;   /* [n_tok] */
-    const float *rope_cs;    /* [n_tok][n_rot] cos then sin at positions pos0.. */
-} qw_fwd;
 
 /* Per-architecture entry points (llama.c, qwen35.c, qwen4exp.c). */
 qwenc_status qw_llama_bind(qwenc_model *m, char *err, size_t errlen);
@@ -181,7 +78,8 @@ qwenc_status qw_model_save_gguf_gen(const qwenc_model *m, const char *path, cons
  * converted into memory by --quant (models/load_quant.c). Not thread-safe: one user at a time. */
 typedef struct qw_gguf_plan qw_gguf_plan;
 /* The plan for `type` (a name of qwenc_gguf_types), converting on n_threads threads (0: one per core); gen
- * supplies the rows of tensors without data (NULL when all have data). QWENC_ERR_ARG for an unknown type. */
+ * supplies the rows of tensors without data (NULL when all have data). QWENC_ERR_ARG for an unknown type,
+ * QWENC_ERR_NOMEM when out of memory. */
 qwenc_status qw_gguf_plan_new(const qwenc_model *m, const char *type, int n_threads, qw_row_gen gen, void *gen_user,
                               qw_gguf_plan **out, char *err, size_t errlen);
 void qw_gguf_plan_free(qw_gguf_plan *pl);
@@ -198,8 +96,9 @@ void qw_gguf_plan_sources(const qw_gguf_plan *pl, int i, int64_t r0, int64_t n, 
                           void (*fn)(const void *data, size_t bytes, void *user), void *user);
 /* Rows per conversion batch of tensor i (the f32 scratch of a batch is bounded, ~64 MiB). */
 int64_t qw_gguf_plan_batch_rows(const qw_gguf_plan *pl, int i);
-/* Rows [r0, r0+n) of tensor i converted to f32, reordered and quantized into dst (n rows of its type). */
-void qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, void *dst);
+/* Rows [r0, r0+n) of tensor i converted to f32, reordered and quantized into dst (n rows of its type). Fails only
+ * for lack of memory for the conversion's scratch (QWENC_ERR_NOMEM). */
+qwenc_status qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, void *dst, char *err, size_t errlen);
 
 /* ---- quantizing at load (qwenc_model_params.quant; models/load_quant.c, gguf_bind.c) ---- */
 /* Replace the bound weights of m by the tensors of the plan for m->params.quant, converted into one owned
@@ -241,8 +140,11 @@ void qw_bind_mlp(qw_binder *b, int il, qw_ffn_w *w, int64_t n_ff);
 /* Full / gated / QSA attention and Gated DeltaNet weights of layer il. */
 void qw_bind_attn(qw_binder *b, int il, qw_attn_w *w, int qk_norm, int gated, int qsa);
 void qw_bind_gdn(qw_binder *b, int il, qw_gdn_w *w);
-/* Zeroed buffers freed with the model. */
+/* Zeroed buffers freed with the model; NULL when out of memory. */
 void *qw_model_own(qwenc_model *m, size_t bytes);
 float *qw_model_own_f32(qwenc_model *m, int64_t n);
+/* The same for a binder: NULL and b->st set (QWENC_ERR_NOMEM naming the model and `what`) on failure, or NULL
+ * at once after an earlier error. */
+void *qw_bind_own(qw_binder *b, size_t bytes, const char *what);
 
 #endif

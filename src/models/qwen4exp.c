@@ -50,10 +50,12 @@ static qw_ple_w *bind_ple(qw_binder *b, int il, int li) {
     qwenc_model *m = b->m;
     const qw_hparams *hp = &m->hp;
     int64_t CH = (int64_t)hp->hc_count * hp->n_embd, P = hp->ple_dim, nh = hp->ngram_heads, dh = P / nh;
-    qw_ple_w *w = qw_model_own(m, sizeof(qw_ple_w));
+    qw_ple_w *w = qw_bind_own(b, sizeof(qw_ple_w), "the PLE layer");
+    if (!w) return NULL;
     w->li = li;
-    w->prime = qw_model_own(m, (size_t)nh * sizeof(int64_t));
-    w->offset = qw_model_own(m, (size_t)nh * sizeof(int64_t));
+    w->prime = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table sizes");
+    w->offset = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table offsets");
+    if (b->st) return w;
     qw_ple_constants(hp, li, w->mult, w->prime, w->offset, &w->n_rows);
     w->key_proj = qw_bind_mat(b, CH, P, "~layers.%d.ple.key_proj.weight", il);
     w->value_proj = qw_bind_mat(b, hp->n_embd, P, "~layers.%d.ple.value_proj.weight", il);
@@ -71,8 +73,9 @@ static qw_ple_w *bind_ple(qw_binder *b, int il, int li) {
 
     /* the table: one tensor, or shards concatenated in numeric order (torch.chunk: equal pieces, last shorter) */
     if (qw_bind_has(b, "~layers.%d.ple.ple_embedding.ngram_embedding.weight", il)) {
+        w->chunks = qw_bind_own(b, sizeof(qw_tensor), "the n-gram table's view");
+        if (!w->chunks) return w;
         w->n_chunks = 1;
-        w->chunks = qw_model_own(m, sizeof(qw_tensor));
         const qw_tensor *t = qw_bind_mat(b, w->n_rows, dh, "~layers.%d.ple.ple_embedding.ngram_embedding.weight", il);
         if (t) w->chunks[0] = *t;
         w->chunk_rows = w->n_rows;
@@ -86,8 +89,9 @@ static qw_ple_w *bind_ple(qw_binder *b, int il, int li) {
                        qw_bind_name(b, "~layers.%d.ple.ple_embedding.ngram_embedding.weight", il));
         return w;
     }
+    w->chunks = qw_bind_own(b, (size_t)n * sizeof(qw_tensor), "the n-gram table shards' views");
+    if (!w->chunks) return w;
     w->n_chunks = n;
-    w->chunks = qw_model_own(m, (size_t)n * sizeof(qw_tensor));
     int64_t total = 0;
     for (int i = 0; i < n && !b->st; i++) {
         const qw_tensor *t = qw_weightset_find(&m->ws, qw_bind_name(b, "~layers.%d.ple.ple_embedding.ngram_embedding.shard_%d.weight", il, i));

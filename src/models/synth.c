@@ -99,17 +99,30 @@ static void gen_row(const qw_tensor *t, int64_t row, int64_t cols, float *out, v
 typedef struct {
     qwenc_model *m;
     uint64_t s; /* the stream of the small f32 vectors */
+    qw_tensor none; /* what mat() gives after running out of memory (st set) */
+    qwenc_status st;
+    char *err;
+    size_t errlen;
 } synth;
+
+/* A buffer owned by the model; NULL and y->st set when out of memory (or after an earlier failure). */
+static void *own(synth *y, size_t bytes) {
+    if (y->st) return NULL;
+    void *p = qw_model_own(y->m, bytes);
+    if (!p) y->st = qw_err_nomem(y->err, y->errlen, y->m->path, bytes, 1);
+    return p;
+}
 
 /* A matrix [d0, d1] without data, named for the generator. */
 static const qw_tensor *mat(synth *y, int64_t d0, int64_t d1, const char *fmt, ...) {
-    qw_tensor *t = qw_model_own(y->m, sizeof(qw_tensor));
     char name[96];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(name, sizeof(name), fmt, ap);
     va_end(ap);
-    char *nm = qw_model_own(y->m, strlen(name) + 1);
+    qw_tensor *t = own(y, sizeof(qw_tensor));
+    char *nm = own(y, strlen(name) + 1);
+    if (y->st) return &y->none;
     memcpy(nm, name, strlen(name) + 1);
     t->name = nm;
     t->data = NULL;
@@ -121,8 +134,8 @@ static const qw_tensor *mat(synth *y, int64_t d0, int64_t d1, const char *fmt, .
 }
 
 static float *vec(synth *y, int64_t n, float mean, float sigma) {
-    float *v = qw_model_own_f32(y->m, n);
-    normals(&y->s, v, n, mean, sigma);
+    float *v = own(y, (size_t)n * sizeof(float));
+    if (v) normals(&y->s, v, n, mean, sigma);
     return v;
 }
 
@@ -137,7 +150,8 @@ static void lay_moe(synth *y, int il, qw_moe_w *w) {
     const qw_hparams *hp = &y->m->hp;
     char base[64];
     w->router = mat(y, hp->n_expert, hp->n_embd, "blk.%d.router", il);
-    w->experts = qw_model_own(y->m, (size_t)hp->n_expert * sizeof(qw_ffn_w));
+    w->experts = own(y, (size_t)hp->n_expert * sizeof(qw_ffn_w));
+    if (!w->experts) return;
     for (int e = 0; e < hp->n_expert; e++) {
         snprintf(base, sizeof(base), "blk.%d.exp.%d", il, e);
         lay_ffn(y, &w->experts[e], hp->n_ff_exp, base);
@@ -175,8 +189,9 @@ static void lay_gdn(synth *y, int il, qw_gdn_w *w) {
     w->b = mat(y, hv, H, "blk.%d.b", il);
     w->a = mat(y, hv, H, "blk.%d.a", il);
     w->conv = vec(y, (2 * kd + vd) * hp->gdn_conv_k, 0.0f, 0.1f);
-    w->dt_bias = qw_model_own_f32(y->m, hv);
-    w->neg_exp_a = qw_model_own_f32(y->m, hv);
+    w->dt_bias = own(y, (size_t)hv * sizeof(float));
+    w->neg_exp_a = own(y, (size_t)hv * sizeof(float));
+    if (y->st) return;
     for (int h = 0; h < hv; h++) {
         double dt = exp(log(1e-3) + unif(&y->s) * (log(1e-1) - log(1e-3)));
         w->dt_bias[h] = (float)(dt + log(-expm1(-dt))); /* softplus^-1(dt) */
@@ -199,10 +214,12 @@ static qw_ple_w *lay_ple(synth *y, int il, int li) {
     qwenc_model *m = y->m;
     const qw_hparams *hp = &m->hp;
     int64_t CH = (int64_t)hp->hc_count * hp->n_embd, P = hp->ple_dim, nh = hp->ngram_heads;
-    qw_ple_w *w = qw_model_own(m, sizeof(qw_ple_w));
+    qw_ple_w *w = own(y, sizeof(qw_ple_w));
+    if (!w) return NULL;
     w->li = li;
-    w->prime = qw_model_own(m, (size_t)nh * sizeof(int64_t));
-    w->offset = qw_model_own(m, (size_t)nh * sizeof(int64_t));
+    w->prime = own(y, (size_t)nh * sizeof(int64_t));
+    w->offset = own(y, (size_t)nh * sizeof(int64_t));
+    if (y->st) return w;
     qw_ple_constants(hp, li, w->mult, w->prime, w->offset, &w->n_rows);
     w->key_proj = mat(y, CH, P, "blk.%d.ple_key", il);
     w->value_proj = mat(y, hp->n_embd, P, "blk.%d.ple_value", il);
@@ -221,9 +238,13 @@ static void lay_model(synth *y) {
     const qw_hparams *hp = &m->hp;
     m->tok_embd = mat(y, hp->n_vocab, hp->n_embd, "token_embd");
     m->output = mat(y, hp->n_vocab, hp->n_embd, "output");
-    m->layers = qw_xcalloc((size_t)hp->n_layer, sizeof(qw_layer));
+    m->layers = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer));
+    if (!m->layers) {
+        y->st = qw_err_nomem(y->err, y->errlen, m->path, (size_t)hp->n_layer, sizeof(qw_layer));
+        return;
+    }
     char base[64];
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < hp->n_layer && !y->st; il++) {
         qw_layer *L = &m->layers[il];
         L->kind = hp->layer_kind[il];
         L->moe = hp->layer_moe[il];
@@ -260,26 +281,26 @@ static void put(char *buf, size_t n, size_t *at, const char *fmt, ...) {
     if (k > 0) *at += (size_t)k;
 }
 
-/* The config.json a checkpoint of this geometry would have; NULL (err filled) on a bad override. */
-static char *config_json(const synth_preset *pr, const qwenc_synth_params *sp, char *err, size_t errlen) {
+/* The config.json a checkpoint of this geometry would have, in *out (QWENC_ERR_ARG for a bad override). */
+static qwenc_status config_json(const synth_preset *pr, const qwenc_synth_params *sp, char **out, char *err,
+                                size_t errlen) {
+    *out = NULL;
     int L = sp->n_layer > 0 ? sp->n_layer : pr->n_layer, E = sp->n_expert > 0 ? sp->n_expert : pr->n_expert;
     int H = sp->n_embd > 0 ? sp->n_embd : pr->n_embd, V = sp->n_vocab > 0 ? sp->n_vocab : pr->n_vocab;
     int k = QW_MIN(pr->n_expert_used, E), eos = pr->eos < V ? pr->eos : V - 1;
     int64_t base = sp->ngram_base > 0 ? sp->ngram_base : 20000000;
     if (pr->qwen4exp && L < 2) {
-        qw_err(err, errlen, QWENC_ERR_ARG, "synth: %s needs --layers >= 2 (its PLE layer is layer 1)", pr->name);
-        return NULL;
+        return qw_err(err, errlen, QWENC_ERR_ARG, "synth: %s needs --layers >= 2 (its PLE layer is layer 1)", pr->name);
     }
     if (H % 32 || H < 64) {
-        qw_err(err, errlen, QWENC_ERR_ARG, "synth: --hidden must be a multiple of 32 and at least 64, got %d", H);
-        return NULL;
+        return qw_err(err, errlen, QWENC_ERR_ARG, "synth: --hidden must be a multiple of 32 and at least 64, got %d", H);
     }
     if (V < 16) {
-        qw_err(err, errlen, QWENC_ERR_ARG, "synth: --vocab must be at least 16, got %d", V);
-        return NULL;
+        return qw_err(err, errlen, QWENC_ERR_ARG, "synth: --vocab must be at least 16, got %d", V);
     }
     size_t n = 4096 + (size_t)L * 24, at = 0;
-    char *j = qw_xcalloc(n, 1);
+    char *j = qw_calloc(n, 1);
+    if (!j) return qw_err_nomem(err, errlen, "synth: config.json", n, 1);
     put(j, n, &at, "{\"model_type\": \"%s\", \"vocab_size\": %d, \"hidden_size\": %d, \"num_hidden_layers\": %d, "
                    "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
                    "\"max_position_embeddings\": 262144, \"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": false, "
@@ -306,7 +327,8 @@ static char *config_json(const synth_preset *pr, const qwenc_synth_params *sp, c
             SYNTH_PLE_LAYER + 1, (long long)base);
     put(j, n, &at, "}\n");
     QW_ASSERT(at < n);
-    return j;
+    *out = j;
+    return QWENC_OK;
 }
 
 static const synth_preset *find_preset(const char *name) {
@@ -327,19 +349,29 @@ qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, co
                       pr->gguf_arch, sp->arch);
     if (sp->n_layer < 0 || sp->n_expert < 0 || sp->n_embd < 0 || sp->n_vocab < 0 || sp->ngram_base < 0)
         return qw_err(err, errlen, QWENC_ERR_ARG, "synth: sizes must not be negative");
-    char *json = config_json(pr, sp, err, errlen);
-    if (!json) return QWENC_ERR_ARG;
-    qwenc_model *m = qw_xcalloc(1, sizeof(*m));
+    if (sp->n_layer > 1024 || sp->n_expert > 4096 || sp->n_embd > 65536 || sp->n_vocab > (1 << 24))
+        return qw_err(err, errlen, QWENC_ERR_ARG, "synth: at most 1024 layers, 4096 experts, hidden size 65536 and "
+                      "vocabulary 16777216 (the bounds of config.json, formats/hfconfig.c)");
+    char *json = NULL;
+    qwenc_status st = config_json(pr, sp, &json, err, errlen);
+    if (st) return st;
     char label[160];
     snprintf(label, sizeof(label), "synth-%s", pr->name);
-    m->path = qw_xstrdup(label);
-    qwenc_status st = qw_hparams_parse(&m->hp, json, label, err, errlen);
+    qwenc_model *m = qw_calloc(1, sizeof(*m));
+    if (m) m->path = qw_strdup(label);
+    if (!m || !m->path) {
+        free(json);
+        free(m);
+        return qw_err_nomem(err, errlen, label, 1, sizeof(*m));
+    }
+    st = qw_hparams_parse(&m->hp, json, label, err, errlen);
     free(json);
     if (!st) {
-        synth y = {.m = m, .s = sp->seed * 0x2545F4914F6CDD1Dull + 1};
+        synth y = {.m = m, .s = sp->seed * 0x2545F4914F6CDD1Dull + 1, .err = err, .errlen = errlen};
         lay_model(&y);
+        st = y.st;
         gen_state g = {.seed = sp->seed};
-        st = qw_model_save_gguf_gen(m, path, gp, gen_row, &g, err, errlen);
+        if (!st) st = qw_model_save_gguf_gen(m, path, gp, gen_row, &g, err, errlen);
     }
     qwenc_model_free(m);
     return st;

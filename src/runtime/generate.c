@@ -1,6 +1,7 @@
 /*
  * generate.c - the generation loop: feed the prompt, then sample, stream text and feed each token until
- * an end-of-sequence id, a stop string, the token limit or a full context.
+ * an end-of-sequence id, a stop string, the token limit or a full context. The limit is checked before each
+ * token is sampled, so n_predict 0 feeds the prompt and samples nothing.
  *
  * Text goes out through the tokenizer's streaming decoder (whole UTF-8 characters only). Stop strings
  * are matched on the decoded text: text that could still be the beginning of a stop string is held back
@@ -43,13 +44,16 @@ static void out_emit(text_out *o, const char *s, size_t n) {
     if (n && o->fn && !o->stopped_by_caller) o->stopped_by_caller = o->fn(s, n, o->user) != 0;
 }
 
-/* Append decoded text; hand out what cannot begin a stop string. final: hand out everything left. */
-static void out_push(text_out *o, const char *s, size_t n, int final) {
+/* Append decoded text; hand out what cannot begin a stop string. final: hand out everything left.
+ * The buffer holds at most a stop string's length of held-back text and one token's piece, so it is sized once
+ * before the loop; only a piece longer than that grows it. 0, or -1 when that growth fails. */
+static int out_push(text_out *o, const char *s, size_t n, int final) {
     if (o->len + n + 1 > o->cap) {
-        o->cap = (o->len + n + 1) * 2;
-        char *nb = realloc(o->buf, o->cap);
-        QW_ASSERT(nb);
+        size_t cap = (o->len + n + 1) * 2;
+        char *nb = qw_realloc(o->buf, cap, 1);
+        if (!nb) return -1;
         o->buf = nb;
+        o->cap = cap;
     }
     memcpy(o->buf + o->len, s, n);
     o->len += n;
@@ -69,7 +73,7 @@ static void out_push(text_out *o, const char *s, size_t n, int final) {
         out_emit(o, o->buf, cut);
         o->len = 0;
         o->hit_stop = 1;
-        return;
+        return 0;
     }
     size_t keep = 0; /* the longest tail that is a proper prefix of a stop string */
     if (!final)
@@ -84,26 +88,38 @@ static void out_push(text_out *o, const char *s, size_t n, int final) {
     out_emit(o, o->buf, o->len - keep);
     memmove(o->buf, o->buf + o->len - keep, keep);
     o->len = keep;
+    return 0;
 }
 
 qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_sampler *smp, const int32_t *prompt,
                             int n_prompt, const qwenc_gen_params *gp, qwenc_text_fn on_text, void *user,
-                            qwenc_gen_result *res, char *err, size_t errlen) {
+                            qwenc_gen_result *result, char *err, size_t errlen) {
+    qwenc_gen_result local;
+    qwenc_gen_result *res = result ? result : &local;
     memset(res, 0, sizeof(*res));
     res->unfed = -1;
     if (n_prompt <= 0) return qw_err(err, errlen, QWENC_ERR_ARG, "generate: the prompt is empty");
     int V = s->model->hp.n_vocab;
-    float *logits = malloc((size_t)V * sizeof(float));
-    if (!logits) return qw_err(err, errlen, QWENC_ERR_NOMEM, "generate: out of memory");
-    qwenc_detok *dt = qwenc_detok_new(tok, gp->skip_special);
-    text_out o = {.gp = gp, .fn = on_text, .user = user};
+    size_t held = 256; /* one token's piece, and the longest stop string */
+    for (int i = 0; i < gp->n_stop; i++) held += strlen(gp->stop[i]);
+    text_out o = {.gp = gp, .fn = on_text, .user = user, .cap = held};
+    if (!tok) return qw_err(err, errlen, QWENC_ERR_ARG, "generate: no tokenizer given");
+    float *logits = qw_malloc((size_t)V, sizeof(float));
+    o.buf = qw_malloc(o.cap, 1);
+    qwenc_detok *dt = logits && o.buf ? qwenc_detok_new(tok, gp->skip_special) : NULL;
+    if (!dt) {
+        free(logits);
+        free(o.buf);
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "generate: out of memory for the %d logits and the text buffer", V);
+    }
 
     double t0 = now_s();
     qwenc_status st = qwenc_session_forward(s, prompt, n_prompt, logits, 0, err, errlen);
     res->n_prompt = n_prompt;
     res->prompt_s = now_s() - t0;
     t0 = now_s();
-    while (!st) {
+    if (!st && gp->n_predict == 0) res->reason = QWENC_STOP_LIMIT; /* the prompt only: nothing is sampled */
+    while (!st && res->reason == QWENC_STOP_NONE) {
         int32_t t = qwenc_sampler_sample(smp, logits);
         qwenc_sampler_accept(smp, t);
         res->unfed = t;
@@ -116,7 +132,10 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
         res->n_gen++;
         const char *piece;
         size_t n = qwenc_detok_push(dt, t, &piece);
-        out_push(&o, piece, n, 0);
+        if (out_push(&o, piece, n, 0)) {
+            st = qw_err(err, errlen, QWENC_ERR_NOMEM, "generate: out of memory for a piece of %zu bytes of text", n);
+            break;
+        }
         if (o.hit_stop) {
             res->reason = QWENC_STOP_STRING;
             break;
@@ -136,10 +155,11 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
         st = qwenc_session_forward(s, &t, 1, logits, 0, err, errlen);
         if (!st) res->unfed = -1;
     }
-    if (!o.hit_stop) {
+    if (!o.hit_stop && !st) {
         const char *piece;
         size_t n = qwenc_detok_flush(dt, &piece);
-        out_push(&o, piece, n, 1);
+        if (out_push(&o, piece, n, 1))
+            st = qw_err(err, errlen, QWENC_ERR_NOMEM, "generate: out of memory for %zu bytes of text", n);
     }
     res->gen_s = now_s() - t0;
     qwenc_detok_free(dt);

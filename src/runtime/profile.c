@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/common.h"
+
 #define PROF_MAX 256
 /* power of two: the (name, type) pairs seen, several to a label (a layer's, or with a checkpoint that stores
  * every expert apart, an expert's: flash-next has 94 x 512 x 3 of them) */
@@ -190,8 +192,10 @@ static void p_delta_rule(const qw_ops *ops, float *o, float *state, const float 
     TIMED(E_DELTA_RULE, in->delta_rule(in, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv));
 }
 
+size_t qw_prof_size(void) { return sizeof(qw_prof); }
+
 qw_prof *qw_prof_new(const qw_ops *inner) {
-    qw_prof *p = calloc(1, sizeof(*p));
+    qw_prof *p = qw_calloc(1, sizeof(*p));
     if (!p) return NULL;
     p->inner = inner;
     p->ops = (qw_ops){.name = inner->name,

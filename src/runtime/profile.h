@@ -18,6 +18,8 @@ typedef struct qw_prof qw_prof;
 
 /* A profiler around `inner` (which must outlive it); NULL if out of memory. */
 qw_prof *qw_prof_new(const qw_ops *inner);
+/* Bytes of a profile, for the message when it cannot be allocated. */
+size_t qw_prof_size(void);
 void qw_prof_free(qw_prof *p);
 /* The table to run the forward with. */
 const qw_ops *qw_prof_ops(qw_prof *p);

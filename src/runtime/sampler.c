@@ -60,14 +60,22 @@ qwenc_status qwenc_sampler_init(const qwenc_sampler_params *params, int n_vocab,
         return qw_err(err, errlen, QWENC_ERR_ARG,
                       "sampler: need temperature >= 0, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, "
                       "repeat_penalty > 0, repeat_last_n >= -1");
-    qwenc_sampler *s = qw_xcalloc(1, sizeof(*s));
+    qwenc_sampler *s = qw_calloc(1, sizeof(*s));
+    if (!s) return qw_err_nomem(err, errlen, "sampler", 1, sizeof(*s));
     s->p = p;
     s->n_vocab = n_vocab;
-    s->c = qw_xcalloc((size_t)n_vocab, sizeof(cand));
-    s->prob = qw_xcalloc((size_t)n_vocab, sizeof(float));
-    s->count = qw_xcalloc((size_t)n_vocab, sizeof(int32_t));
+    s->c = qw_calloc((size_t)n_vocab, sizeof(cand));
+    s->prob = qw_calloc((size_t)n_vocab, sizeof(float));
+    s->count = qw_calloc((size_t)n_vocab, sizeof(int32_t));
     s->hist_cap = p.repeat_last_n > 0 ? p.repeat_last_n : 1;
-    s->hist = qw_xcalloc((size_t)s->hist_cap, sizeof(int32_t));
+    s->hist = qw_calloc((size_t)s->hist_cap, sizeof(int32_t));
+    if (!s->c || !s->prob || !s->count || !s->hist) {
+        int hist = s->c && s->prob && s->count;
+        qwenc_sampler_free(s);
+        if (hist) return qw_err_nomem(err, errlen, "sampler: repeat_last_n history", (size_t)p.repeat_last_n, 4);
+        return qw_err_nomem(err, errlen, "sampler: candidates, probabilities and counts", (size_t)n_vocab,
+                            sizeof(cand) + sizeof(float) + sizeof(int32_t));
+    }
     qwenc_sampler_reset(s);
     *out = s;
     return QWENC_OK;

@@ -424,7 +424,8 @@ static const char *unwritable(const qwenc_tokenizer *t, const pre_def **def) {
 qwenc_status qw_tok_gguf_write(qw_gguf_writer *w, const char *dir, int n_vocab, int *written, char *err,
                                size_t errlen) {
     *written = 0;
-    char *json = qw_path_join(dir, "tokenizer.json");
+    char *json = qw_path_new(dir, "tokenizer.json");
+    if (!json) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     struct stat st;
     int have = stat(json, &st) == 0;
     free(json);
@@ -439,7 +440,8 @@ qwenc_status qw_tok_gguf_write(qw_gguf_writer *w, const char *dir, int n_vocab, 
 
 qwenc_status qw_tok_gguf_put(qw_gguf_writer *w, const qwenc_tokenizer *t, const char *dir, int n_vocab, char *err,
                              size_t errlen) {
-    char *json = qw_path_join(dir, "tokenizer.json");
+    char *json = qw_path_new(dir, "tokenizer.json");
+    if (!json) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     cJSON *tc = NULL, *cc = NULL;
     char **tokens = NULL, **merges = NULL;
     int32_t *types = NULL;

@@ -100,7 +100,8 @@ static size_t unsentinel(const char *s, size_t n, qw_buf *out) {
 /* Read and parse a JSON file. Missing file: *out = NULL and QWENC_OK when optional. */
 qwenc_status qw_tok_load_json(const char *dir, const char *name, int optional, cJSON **out, char *err, size_t errlen) {
     *out = NULL;
-    char *path = qw_path_join(dir, name);
+    char *path = qw_path_new(dir, name);
+    if (!path) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     struct stat st;
     if (optional && stat(path, &st) != 0) {
         free(path);
@@ -108,7 +109,8 @@ qwenc_status qw_tok_load_json(const char *dir, const char *name, int optional, c
     }
     char *buf;
     size_t len;
-    qwenc_status s = qw_read_file(path, &buf, &len, err, errlen);
+    /* tokenizer_config.json, generation_config.json and config.json are small; tokenizer.json is read by load_dir */
+    qwenc_status s = qw_read_file_max(path, QW_READ_CONFIG_MAX, &buf, &len, err, errlen);
     if (s) {
         free(path);
         return s;
@@ -684,11 +686,13 @@ static qwenc_status load_configs(qwenc_tokenizer *t, const char *dir, char *err,
         s = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory reading the tokenizer's configuration", dir);
         goto done;
     }
-    char *jpath = qw_path_join(dir, "chat_template.jinja");
+    char *jpath = qw_path_new(dir, "chat_template.jinja");
     struct stat st;
-    if (jpath && stat(jpath, &st) == 0) {
+    if (!jpath) {
+        s = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
+    } else if (stat(jpath, &st) == 0) {
         char *buf;
-        s = qw_read_file(jpath, &buf, NULL, err, errlen);
+        s = qw_read_file_max(jpath, QW_READ_CONFIG_MAX, &buf, NULL, err, errlen);
         if (!s) {
             free(t->chat_template);
             t->chat_template = buf;
@@ -772,7 +776,8 @@ qwenc_status qw_tok_from_json(char *json, size_t len, const char *path, const ch
 /* dir/tokenizer.json and the config files beside it. */
 static qwenc_status load_dir(const char *dir, qwenc_tokenizer **out, char *err, size_t errlen) {
     *out = NULL;
-    char *path = qw_path_join(dir, "tokenizer.json"), *buf = NULL;
+    char *path = qw_path_new(dir, "tokenizer.json"), *buf = NULL;
+    if (!path) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     size_t len = 0;
     qwenc_status s = qw_read_file(path, &buf, &len, err, errlen);
     if (!s) s = qw_tok_from_json(buf, len, path, dir, out, err, errlen);
@@ -809,8 +814,9 @@ qwenc_status qwenc_tokenizer_load_model(const char *path, qwenc_tokenizer **out,
     char *dir = strdup(slash ? path : ".");
     if (!dir) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", path);
     if (slash) dir[slash - path + (slash == path)] = 0; /* "/m.gguf" -> "/" */
-    char *json = qw_path_join(dir, "tokenizer.json");
-    if (is_file(json)) s = load_dir(dir, out, err, errlen);
+    char *json = qw_path_new(dir, "tokenizer.json");
+    if (!json) s = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", path);
+    else if (is_file(json)) s = load_dir(dir, out, err, errlen);
     else
         s = qw_err(err, errlen, QWENC_ERR_FORMAT,
                    "%s has no tokenizer (tokenizer.ggml.model is \"none\" or missing) and there is no %s beside it", path,

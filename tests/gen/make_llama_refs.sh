@@ -19,7 +19,7 @@ out=tests/fixtures/llama_refs.txt
 echo "# fixture type sha256 of the qwenc-quantized GGUF (tests/gen/make_llama_refs.sh)" >"$out"
 for fx in llama qwen3 qwen3_5 qwen3_5_moe; do
     for ty in Q8_0 Q4_K; do
-        build/qwenc quantize -m tests/fixtures/$fx -t $ty -o "$tmp/q.gguf" 2>/dev/null
+        build/qwenc quantize -m tests/fixtures/$fx --type $ty -o "$tmp/q.gguf" 2>/dev/null
         build/llama_logits "$tmp/q.gguf" "$(cat tests/fixtures/$fx/tokens.txt)" tests/fixtures/$fx/llama_$ty.f32 >/dev/null
         echo "$fx $ty $(sha256sum "$tmp/q.gguf" | cut -d' ' -f1)" >>"$out"
     done
