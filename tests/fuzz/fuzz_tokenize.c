@@ -5,7 +5,8 @@
  * picks the tokenizer (bits 0-2) and the flags add_bos (bit 3) and parse_special (bit 4); the rest is the
  * text. Properties: fuzz_tok.h's (every id in range, decode == streaming decode, valid UTF-8); for the
  * byte-level tokenizers without lossy steps (no normalizer but NFC, no lstrip/rstrip tokens) and text that
- * is valid UTF-8 already in NFC, decode(encode(text)) == text.
+ * is valid UTF-8 already in NFC, decode(encode(text)) == text; without parse_special and add_bos, text never
+ * encodes to a special token other than the unknown token (user text cannot forge <|im_end|>).
  */
 #include <utf8proc.h>
 
@@ -61,6 +62,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t dl = 0;
     int n = 0;
     int32_t *ids = fz_tok_roundtrip(toks[k], text, len, add_bos, parse_special, &n, &dec, &dl);
+    if (!parse_special && !add_bos)
+        for (int i = 0; i < n; i++)
+            FZ_CHECK(!qwenc_tokenizer_is_special(toks[k], ids[i]) || ids[i] == toks[k]->unk_id,
+                     "tokenizer %d: plain text gave special token %d at %d", k, ids[i], i);
     if (TOKS[k].lossless && !add_bos && is_nfc(text, len))
         FZ_CHECK(dl == len && !memcmp(dec, text, len), "tokenizer %d: decode(encode(x)) != x (%zu vs %zu bytes)", k, dl,
                  len);
