@@ -94,9 +94,17 @@ FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 FUZZ_HDR := $(wildcard tests/fuzz/*.h)
 REPLAY_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 
-.PHONY: fuzz clean-fuzz
+.PHONY: fuzz clean-fuzz check-fuzz-deps
 
 fuzz: check-deps $(FUZZ_BIN)
+
+check-fuzz-deps:
+	@printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' | \
+	  $(FUZZ_CC) -x c -fsanitize=fuzzer,address -o /dev/null - 2>/dev/null || { \
+	  echo "qwenc: make fuzz needs $(FUZZ_CC) with libFuzzer; on Debian/Ubuntu:" >&2; \
+	  echo "  sudo apt-get install clang libclang-rt-dev   (or libclang-rt-N-dev for clang-N)" >&2; exit 1; }
+
+$(FUZZ_OBJ): | check-fuzz-deps
 
 $(FUZZ_BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
@@ -113,7 +121,8 @@ $(BUILD)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_HDR) $(LI
 	@mkdir -p $(dir $@)
 	$(CC) $(QW_CFLAGS) -D_GNU_SOURCE -Itests/fuzz $(CFLAGS) $(LDFLAGS) -o $@ $< tests/fuzz/replay.c $(LIB) $(LDLIBS)
 
-test: $(REPLAY_BIN)
+# make test's inner make builds the test programs after installing what is missing: the replay drivers with them
+$(TEST_BIN): | $(REPLAY_BIN)
 
 clean: clean-fuzz
 clean-fuzz:
