@@ -81,8 +81,9 @@ clean:
 # ---- fuzzing (tests/fuzz; docs/TESTING.md, Fuzzing) ----
 # `make fuzz` builds every tests/fuzz/fuzz_<target>.c as a libFuzzer program FUZZ_BUILD/fuzz_<target>, with clang
 # and ASan + UBSan over the library sources the parsers are made of. `make test` builds the same targets with the
-# project's compiler and tests/fuzz/replay.c (BUILD/fuzz/replay_<target>); tests/cli_fuzz.sh replays the seeds
-# and regression inputs with them, then runs each libFuzzer program for a few seconds where clang has libFuzzer.
+# project's compiler and tests/fuzz/replay.c (`make fuzz-replay`: BUILD/fuzz/replay_<target>); tests/cli_fuzz.sh
+# builds those, replays the seeds and regression inputs with them, then runs each libFuzzer program for a few
+# seconds where clang has libFuzzer.
 FUZZ_CC    ?= clang
 FUZZ_BUILD ?= build-fuzz
 FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -94,7 +95,7 @@ FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 FUZZ_HDR := $(wildcard tests/fuzz/*.h)
 REPLAY_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 
-.PHONY: fuzz clean-fuzz check-fuzz-deps
+.PHONY: fuzz fuzz-replay clean-fuzz check-fuzz-deps
 
 fuzz: check-deps $(FUZZ_BIN)
 
@@ -121,8 +122,8 @@ $(BUILD)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_HDR) $(LI
 	@mkdir -p $(dir $@)
 	$(CC) $(QW_CFLAGS) -D_GNU_SOURCE -Itests/fuzz $(CFLAGS) $(LDFLAGS) -o $@ $< tests/fuzz/replay.c $(LIB) $(LDLIBS)
 
-# make test's inner make builds the test programs after installing what is missing: the replay drivers with them
-$(TEST_BIN): | $(REPLAY_BIN)
+# the replay drivers, built by tests/cli_fuzz.sh (run by make test, with make asan's flags under make asan)
+fuzz-replay: $(REPLAY_BIN)
 
 clean: clean-fuzz
 clean-fuzz:

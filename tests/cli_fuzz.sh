@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cli_fuzz.sh - the fuzz targets of tests/fuzz (docs/TESTING.md, Fuzzing), in two steps:
 #   1. every target's seeds (tests/fuzz/corpus/<target>) and regression inputs (tests/fuzz/regress/<target>)
-#      replayed through BUILD/fuzz/replay_<target>, built by `make test` with the project's compiler (and by
-#      `make asan` with the sanitizers), so they run wherever the suite runs;
+#      replayed through BUILD/fuzz/replay_<target>, built here (`make fuzz-replay`) with the project's compiler
+#      (and under `make asan` with the sanitizers), so they run wherever the suite runs;
 #   2. where clang has libFuzzer: `make fuzz`, then each libFuzzer program for QWENC_FUZZ_SECONDS (default 12)
 #      seconds, two at a time, from the seeds and regression inputs, with ASan + UBSan, a 2 GiB RSS limit and a
 #      256 MiB limit on any one allocation; any finding fails the test and its input is kept under
@@ -20,10 +20,20 @@ inputs_of() {
     [ -d "tests/fuzz/regress/$t" ] && echo "tests/fuzz/regress/$t"
 }
 
+# a make of its own (the suite's make is idle while the tests run), with the flags of make asan when under it
+submake() {
+    env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make -s -j2 BUILD="$BUILD" ${CFLAGS+CFLAGS="$CFLAGS"} \
+        ${LDFLAGS+LDFLAGS="$LDFLAGS"} "$@"
+}
+
 # 1. replay
+if ! submake fuzz-replay >"$tmp/make_replay.log" 2>&1; then
+    bad "make fuzz-replay failed:"
+    tail -n 30 "$tmp/make_replay.log"
+fi
 for t in $targets; do
     bin=$BUILD/fuzz/replay_$t
-    if [ ! -x "$bin" ]; then bad "$t: $bin is missing (make test builds it)"; continue; fi
+    if [ ! -x "$bin" ]; then bad "$t: $bin is missing (make fuzz-replay builds it)"; continue; fi
     # shellcheck disable=SC2046
     if "$bin" $(inputs_of "$t") >"$tmp/replay_$t.log" 2>&1; then
         ok
@@ -55,7 +65,6 @@ if ! command -v "$FUZZ_CC" >/dev/null ||
     finish
     exit
 fi
-# a make of its own: the suite's make is idle while the tests run
 if ! env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make -s -j2 FUZZ_CC="$FUZZ_CC" FUZZ_BUILD="$FUZZ_BUILD" fuzz \
         >"$tmp/make.log" 2>&1; then
     bad "make fuzz failed:"
