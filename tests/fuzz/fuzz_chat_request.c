@@ -3,7 +3,8 @@
  * the real templates of tests/templates do with whatever messages, tools and chat_template_kwargs it holds).
  *
  * Input: byte 0 picks the template (bits 0-2), add_generation_prompt (bit 3) and enable_thinking (bits 4-5:
- * -1, 0, 1); the rest is the request JSON. Properties: as fuzz_template.c's; an error about the request
+ * -1, 0, 1); the rest is the request JSON. Properties: as fuzz_template.c's (output valid UTF-8: the reader
+ * refuses invalid UTF-8 and the templates are valid); an error about the request
  * names it ("request JSON") unless the template raised (its line is named then) or rendered a NUL.
  */
 #include "fuzz_util.h"
@@ -53,6 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                  "the message names neither the request nor a template line: '%s'", err);
     } else {
         FZ_CHECK(out, "no output");
+        FZ_CHECK(fz_utf8_valid(out, strlen(out)), "rendered invalid UTF-8");
         free(out);
     }
     free(req);

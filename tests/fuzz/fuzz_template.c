@@ -4,8 +4,8 @@
  * messages with tool calls and tool results, a tools list, non-ASCII text).
  *
  * Input: byte 0 sets add_generation_prompt (bit 0) and enable_thinking (bits 1-2: -1, 0, 1); the rest is
- * the template. Properties: the render succeeds with NUL-free output, or fails with a known status and a
- * message; it never recurses without bound, aborts, or runs for more than a few seconds.
+ * the template. Properties: the render succeeds with NUL-free output (valid UTF-8 when the template is), or fails
+ * with a known status and a message; it never recurses without bound, aborts, or runs for more than a few seconds.
  */
 #include "fuzz_util.h"
 
@@ -23,6 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FZ_CHECK(st >= QWENC_ERR_FORMAT && st <= QWENC_ERR_NOMEM && err[0] && !out, "status %d, '%s'", (int)st, err);
     } else {
         FZ_CHECK(out, "no output");
+        FZ_CHECK(!fz_utf8_valid(src, strlen(src)) || fz_utf8_valid(out, strlen(out)),
+                 "a valid UTF-8 template rendered invalid UTF-8");
         free(out);
     }
     free(src);

@@ -87,6 +87,22 @@ static inline char *fz_strndup(const uint8_t *data, size_t size) {
     return s;
 }
 
+/* 1 if s[0..n) is valid UTF-8 (Python's strings are: what a template renders from valid text must be too). */
+static inline int fz_utf8_valid(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t len = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >= 0xe0 && c <= 0xef) ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
+        if (!len || i + len > n) return 0;
+        unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+        if (len > 1 && (u[i + 1] < lo || u[i + 1] > hi)) return 0;
+        for (size_t k = 2; k < len; k++)
+            if ((u[i + k] & 0xc0) != 0x80) return 0;
+        i += len;
+    }
+    return 1;
+}
+
 /* With FUZZ_VERBOSE set in the environment, say what became of each input (to check that seeds parse). */
 static inline void fz_note(const char *what, int st, const char *err) {
     static int verbose = -1;
