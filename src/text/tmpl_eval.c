@@ -135,7 +135,7 @@ tv_value tp_getitem(tp_ctx *c, int line, tv_value obj, tv_value key) {
         break;
     case TV_STR:
         if (as_index(key, &i)) {
-            tp_tick(c, 1 + obj.u.s.n / 16);
+            tp_tick(c, 1 + obj.u.s.n / 8);
             int64_t n = (int64_t)tu_len(obj.u.s.p, obj.u.s.n);
             if (i < 0) i += n;
             if (i >= 0 && i < n) {
@@ -377,7 +377,7 @@ static int contains(tp_ctx *c, int line, tv_value item, tv_value seq) {
             tp_fail(c, QWENC_ERR_ARG, line, "TypeError: 'in <string>' requires string as left operand, not %s", tv_type_name(item));
         if (item.u.s.n == 0) return 1;
         if (item.u.s.n > seq.u.s.n) return 0;
-        tp_tick(c, 1 + seq.u.s.n / 16);
+        tp_tick(c, 1 + seq.u.s.n / 8);
         return memmem(seq.u.s.p, seq.u.s.n, item.u.s.p, item.u.s.n) != NULL; /* linear (two-way) */
     case TV_LIST:
         for (size_t i = 0; i < seq.u.l->n; i++)

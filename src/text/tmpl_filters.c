@@ -150,11 +150,11 @@ static tv_value jinja_title(tp_ctx *c, tv_value s) {
 }
 
 /* The work of scanning n bytes, in render steps. */
-static void tick_bytes(tp_ctx *c, size_t n) { tp_tick(c, 1 + n / 16); }
+static void tick_bytes(tp_ctx *c, size_t n) { tp_tick(c, 1 + n / 8); }
 
 /* The work of a filter, test or method on v: on a string, most walk it once. (On a list, those that walk it
  * allocate as they go, compare, or tick per item: length stays O(1), as in Python.) */
-static void tick_value(tp_ctx *c, tv_value v) { tp_tick(c, 1 + (v.type == TV_STR ? v.u.s.n / 16 : 0)); }
+static void tick_value(tp_ctx *c, tv_value v) { tp_tick(c, 1 + (v.type == TV_STR ? v.u.s.n / 8 : 0)); }
 
 static long find_bytes(tp_ctx *c, tv_value s, tv_value sub, size_t from) {
     if (sub.u.s.n == 0) return from <= s.u.s.n ? (long)from : -1;
@@ -164,16 +164,18 @@ static long find_bytes(tp_ctx *c, tv_value s, tv_value sub, size_t from) {
     return hit ? (long)(hit - s.u.s.p) : -1;
 }
 
+/* s reversed, in the arena (searching it forward searches s backward, in linear time). */
+static tv_value reversed(tp_ctx *c, tv_value s) {
+    char *r = tp_alloc(c, s.u.s.n + 1);
+    for (size_t k = 0; k < s.u.s.n; k++) r[k] = s.u.s.p[s.u.s.n - 1 - k];
+    return tv_str(r, s.u.s.n);
+}
+
 static long rfind_bytes(tp_ctx *c, tv_value s, tv_value sub) {
     if (sub.u.s.n > s.u.s.n) return -1;
     if (sub.u.s.n == 0) return (long)s.u.s.n;
-    for (size_t i = s.u.s.n - sub.u.s.n + 1; i-- > 0;) {
-        if (s.u.s.p[i] != sub.u.s.p[0]) continue;
-        tick_bytes(c, sub.u.s.n); /* a naive search: each candidate costs the length compared */
-        if (memcmp(s.u.s.p + i, sub.u.s.p, sub.u.s.n) == 0) return (long)i;
-    }
-    tick_bytes(c, s.u.s.n);
-    return -1;
+    long k = find_bytes(c, reversed(c, s), reversed(c, sub), 0);
+    return k < 0 ? -1 : (long)(s.u.s.n - (size_t)k - sub.u.s.n);
 }
 
 tv_value tp_str_replace(tp_ctx *c, tv_value s, tv_value old, tv_value new_, int64_t count) {
@@ -265,18 +267,20 @@ static tv_value str_split(tp_ctx *c, int line, tv_value s, tv_value sep, int64_t
         tv_list_push(c, out.u.l, tv_str(p + i, n - i));
         return out;
     }
-    /* from the right: collect pieces backwards, then reverse */
-    tv_value rev = tv_list_new(c, 0);
-    size_t end = n;
+    /* from the right: the occurrences a forward search finds in the reversed string, which are the ones Python's
+     * rsplit takes (non-overlapping, rightmost first); pieces collected backwards, then reversed. Reversed [i, k)
+     * is s[n - k, n - i). */
+    tv_value rs = reversed(c, s), rsep = reversed(c, sep), rev = tv_list_new(c, 0);
+    size_t i = 0;
     int64_t done = 0;
     while (maxsplit < 0 || done < maxsplit) {
-        long k = rfind_bytes(c, tv_str(p, end), sep);
+        long k = find_bytes(c, rs, rsep, i);
         if (k < 0) break;
-        tv_list_push(c, rev.u.l, tv_str(p + k + sep.u.s.n, end - (size_t)k - sep.u.s.n));
-        end = (size_t)k;
+        tv_list_push(c, rev.u.l, tv_str(p + n - (size_t)k, (size_t)k - i));
+        i = (size_t)k + sep.u.s.n;
         done++;
     }
-    tv_list_push(c, rev.u.l, tv_str(p, end));
+    tv_list_push(c, rev.u.l, tv_str(p, n - i));
     for (size_t k = rev.u.l->n; k-- > 0;) tv_list_push(c, out.u.l, rev.u.l->items[k]);
     return out;
 }

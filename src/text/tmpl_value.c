@@ -367,6 +367,10 @@ static int in_chars(uint32_t cp, const char *chars, size_t nchars) {
 tv_value tu_strip(tv_value s, const char *chars, size_t nchars, int which) {
     const char *p = s.u.s.p;
     size_t a = 0, b = s.u.s.n;
+    if (!chars) { /* ASCII whitespace first, a byte at a time (long runs of spaces are what takes time) */
+        while ((which & 1) && a < b && tu_isspace((unsigned char)p[a]) && (unsigned char)p[a] < 0x80) a++;
+        while ((which & 2) && b > a && tu_isspace((unsigned char)p[b - 1]) && (unsigned char)p[b - 1] < 0x80) b--;
+    }
     if (which & 1) {
         while (a < b) {
             size_t j = a;
@@ -474,7 +478,7 @@ static int eq_rec(tp_ctx *c, tv_value a, tv_value b, int depth) {
     case TV_NONE: return 1;
     case TV_STR:
         if (a.u.s.n != b.u.s.n) return 0;
-        tp_tick(c, a.u.s.n / 16);
+        tp_tick(c, a.u.s.n / 8);
         return memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
     case TV_LIST:
         if ((a.flags & TV_F_TUPLE) != (b.flags & TV_F_TUPLE) || a.u.l->n != b.u.l->n) return 0;
@@ -509,7 +513,7 @@ static int lt_rec(tp_ctx *c, int line, tv_value a, tv_value b, int depth) {
     if (b.type == TV_UNDEF) tp_undef_fail(c, line, b);
     if (a.type == TV_STR && b.type == TV_STR) {
         size_t n = QW_MIN(a.u.s.n, b.u.s.n);
-        tp_tick(c, n / 16);
+        tp_tick(c, n / 8);
         int r = memcmp(a.u.s.p, b.u.s.p, n);
         return r < 0 || (r == 0 && a.u.s.n < b.u.s.n);
     }
@@ -530,7 +534,7 @@ int tv_lt(tp_ctx *c, int line, tv_value a, tv_value b) { return lt_rec(c, line, 
 size_t tv_len(tp_ctx *c, int line, tv_value v) {
     switch ((tv_type)v.type) {
     case TV_UNDEF: return 0;
-    case TV_STR: tp_tick(c, v.u.s.n / 16); return tu_len(v.u.s.p, v.u.s.n);
+    case TV_STR: tp_tick(c, v.u.s.n / 8); return tu_len(v.u.s.p, v.u.s.n);
     case TV_LIST: return v.u.l->n;
     case TV_DICT: return v.u.d->n;
     case TV_LOOP: return v.u.loop->items->n;
