@@ -108,5 +108,58 @@ asan:
 clean:
 	rm -rf build build-asan build-cuda
 
+# ---- fuzzing (tests/fuzz; docs/TESTING.md, Fuzzing) ----
+# `make fuzz` builds every tests/fuzz/fuzz_<target>.c as a libFuzzer program FUZZ_BUILD/fuzz_<target>, with clang
+# and ASan + UBSan over the library sources the parsers are made of. `make test` builds the same targets with the
+# project's compiler and tests/fuzz/replay.c (`make fuzz-replay`: BUILD/fuzz/replay_<target>); tests/cli_fuzz.sh
+# builds those, replays the seeds and regression inputs with them, then runs each libFuzzer program for a few
+# seconds where clang has libFuzzer.
+FUZZ_CC    ?= clang
+FUZZ_BUILD ?= build-fuzz
+FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SRC := $(wildcard src/core/*.c src/formats/*.c src/tensor/*.c src/text/*.c)
+FUZZ_OBJ := $(FUZZ_SRC:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_LIB := $(FUZZ_BUILD)/libqwenc_fuzz.a
+FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+FUZZ_HDR := $(wildcard tests/fuzz/*.h)
+REPLAY_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
+
+.PHONY: fuzz fuzz-replay clean-fuzz check-fuzz-deps
+
+fuzz: check-deps $(FUZZ_BIN)
+
+check-fuzz-deps:
+	@printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' | \
+	  $(FUZZ_CC) -x c -fsanitize=fuzzer,address -o /dev/null - 2>/dev/null || { \
+	  echo "qwenc: make fuzz needs $(FUZZ_CC) with libFuzzer; on Debian/Ubuntu:" >&2; \
+	  echo "  sudo apt-get install clang libclang-rt-dev   (or libclang-rt-N-dev for clang-N)" >&2; exit 1; }
+
+$(FUZZ_OBJ): | check-fuzz-deps
+
+$(FUZZ_BUILD)/src/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(QW_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_LIB): $(FUZZ_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_HDR) $(FUZZ_LIB)
+	$(FUZZ_CC) $(QW_CFLAGS) -D_GNU_SOURCE -Itests/fuzz $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(LDLIBS)
+
+$(BUILD)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_HDR) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(QW_CFLAGS) -D_GNU_SOURCE -Itests/fuzz $(CFLAGS) $(LDFLAGS) -o $@ $< tests/fuzz/replay.c $(LIB) $(LDLIBS)
+
+# the replay drivers, built by tests/cli_fuzz.sh (run by make test, with make asan's flags under make asan)
+fuzz-replay: $(REPLAY_BIN)
+
+clean: clean-fuzz
+clean-fuzz:
+	rm -rf $(FUZZ_BUILD)
+
+-include $(FUZZ_OBJ:.o=.d)
+
 .SECONDARY:
 -include $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BIN:%=%.d)

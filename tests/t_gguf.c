@@ -370,6 +370,57 @@ static size_t info_after_name(const uint8_t *p, size_t n, const char *name) {
     return 0;
 }
 
+/* Offset of the value of metadata key name (the byte after its type field). */
+static size_t kv_value_at(const uint8_t *p, size_t n, const char *name) {
+    size_t at = info_after_name(p, n, name);
+    return at ? at + 4 : 0;
+}
+
+/* Counts, lengths and shapes that claim more than the file holds are refused, naming the file and the key or
+ * tensor, before anything of the claimed size is allocated: the message says how many bytes the claim needs and
+ * how many the file has left (a claim of 2^60 elements would otherwise be a 2^63-byte allocation). */
+static void test_huge_claims(const uint8_t *good, size_t n, uint8_t *p) {
+    const uint64_t huge[] = {1ull << 32, 1ull << 60, UINT64_MAX / 8, UINT64_MAX};
+    for (size_t k = 0; k < sizeof(huge) / sizeof(huge[0]); k++) {
+        size_t at = kv_value_at(good, n, "t.arr.str"); /* u32 element type, u64 count, the strings */
+        CHECK(at > 0, "t.arr.str not found");
+        if (!at) return;
+        memcpy(p, good, n);
+        memcpy(p + at + 4, &huge[k], 8);
+        expect_error("string array of a huge count", p, n, "'t.arr.str'", "truncated");
+        memcpy(p, good, n);
+        memcpy(p + at + 4 + 8, &huge[k], 8); /* the length of its first string */
+        expect_error("string in an array of a huge length", p, n, "'t.arr.str'", "truncated");
+        at = kv_value_at(good, n, "t.arr.u64");
+        memcpy(p, good, n);
+        memcpy(p + at + 4, &huge[k], 8);
+        expect_error("u64 array of a huge count", p, n, "'t.arr.u64'", "truncated");
+        at = kv_value_at(good, n, "general.name"); /* u64 length, the bytes */
+        memcpy(p, good, n);
+        memcpy(p + at, &huge[k], 8);
+        expect_error("string of a huge length", p, n, "'general.name'", "truncated");
+        memcpy(p, good, n);
+        memcpy(p + 8, &huge[k], 8);
+        expect_error("huge tensor count", p, n, "claims", "tensors");
+        memcpy(p, good, n);
+        memcpy(p + 16, &huge[k], 8);
+        expect_error("huge key count", p, n, "claims", "metadata keys");
+    }
+    /* a shape of 2^62 x 2^62 elements overflows; one of 2^40 x 2^20 needs more bytes than the file has */
+    size_t at = info_after_name(good, n, "token_embd.weight"); /* u32 n_dims = 2, ne[0] = 64, ne[1] = 5 */
+    CHECK(at > 0, "token_embd.weight not found");
+    if (!at) return;
+    int64_t ne[2] = {(int64_t)1 << 62, (int64_t)1 << 62};
+    memcpy(p, good, n);
+    memcpy(p + at + 4, ne, 16);
+    expect_error("shape whose element count overflows", p, n, "tensor 'token_embd.weight'", "overflows");
+    ne[0] = (int64_t)1 << 40;
+    ne[1] = (int64_t)1 << 20;
+    memcpy(p, good, n);
+    memcpy(p + at + 4, ne, 16);
+    expect_error("shape larger than the file", p, n, "tensor 'token_embd.weight'", "extends past the end");
+}
+
 static void test_broken(void) {
     char err[512] = "";
     char path_buf[700];
@@ -422,7 +473,7 @@ static void test_broken(void) {
     memcpy(p, good, n);
     memcpy(p, "GGUX", 4);
     expect_error("bad magic", p, n, "not a GGUF file", "'GGUX'");
-    expect_error("empty file", p, 0, "truncated", NULL);
+    expect_error("empty file", p, 0, "empty", NULL);
 
     uint32_t v = 2; /* version 2 has the same layout as 3 (3 only added big-endian files) */
     memcpy(p, good, n);
@@ -464,6 +515,7 @@ static void test_broken(void) {
     memcpy(p, good, n);
     memcpy(p + 24 + 8 + 4, "alignment\0", 10); /* "general.architecture" -> "general.alignment\0..." */
     expect_error("key with a NUL byte", p, n, "NUL", NULL);
+    test_huge_claims(good, n, p);
 
     /* tensor infos: name, n_dims u32, ne[n_dims] i64, type u32, offset u64 */
     size_t at = info_after_name(good, n, "blk.0.attn_q.weight");

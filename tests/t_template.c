@@ -178,6 +178,97 @@ static qwenc_status render(const char *tpl, const char *req, const char *bos, ch
     return st;
 }
 
+/* Values that recurse: a namespace holding itself prints as Python prints it (the inner dict as {...}, what
+ * Jinja2 3.1 gives); a list or dict 50,000 levels deep (built in a loop) is a RecursionError naming the template
+ * line when printed, compared, sorted, deduplicated, searched or serialized, not a stack overflow. */
+static void run_value_limits(const char *req) {
+    char out[1024], err[512];
+    qwenc_status st = render("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "<Namespace {'a': <Namespace {...}>}>"), "namespace holding itself: %d '%s' %s",
+          st, out, err);
+    st = render("{% set ns = namespace(a=1) %}{% set ns.a = [ns, {'k': ns}] %}{{ ns }}|{{ ns.a }}", req, NULL, out,
+                sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "<Namespace {'a': [<Namespace {...}>, {'k': <Namespace {...}>}]}>|"
+                                         "[<Namespace {'a': [...]}>, {'k': <Namespace {'a': [...]}>}]"),
+          "namespace in its own list: %d '%s' %s", st, out, err);
+    const char *build = "{% set ns = namespace(x=1, y=1, d=1) %}\n{% for i in range(50000) %}"
+                        "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% set ns.d = {'k': ns.d} %}{% endfor %}\n";
+    static const struct {
+        const char *use, *doing;
+    } deep[] = {
+        {"{{ ns.x }}", "repr"},
+        {"{{ ns.d }}", "repr"},
+        {"{{ ns.x | string }}", "repr"},
+        {"{{ ns.x == ns.y }}", "comparison"},
+        {"{{ ns.d != {'k': ns.d} }}", "comparison"},
+        {"{{ [ns.x, ns.y] | unique | list }}", "comparison"},
+        {"{{ [ns.x, ns.y] | sort }}", "comparison"},
+        {"{{ ns.x < ns.y }}", "comparison"},
+        {"{{ ns.x in [ns.y] }}", "comparison"},
+        {"{{ ns.x | tojson }}", "JSON"},
+    };
+    char tpl[1024];
+    for (size_t i = 0; i < sizeof(deep) / sizeof(deep[0]); i++) {
+        snprintf(tpl, sizeof(tpl), "%s%s", build, deep[i].use);
+        st = render(tpl, req, NULL, out, sizeof(out), err);
+        CHECK(st == QWENC_ERR_ARG && strstr(err, "chat template line 3") && strstr(err, "RecursionError") &&
+                  strstr(err, deep[i].doing),
+              "50,000-deep value, %s: status %d, '%s'", deep[i].use, st, err);
+    }
+    /* identity: the same deep list equals itself without a look inside, as in Python */
+    snprintf(tpl, sizeof(tpl), "%s{{ ns.x == ns.x }} {{ [ns.x] == [ns.x] }}", build);
+    st = render(tpl, req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "True True"), "deep list == itself: %d '%s' %s", st, out, err);
+    /* the request is read with the same limit */
+    size_t k = 0;
+    char *deep_req = malloc(4000);
+    k += (size_t)sprintf(deep_req, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"x\": ");
+    for (int i = 0; i < 1000; i++) deep_req[k++] = '[';
+    for (int i = 0; i < 1000; i++) deep_req[k++] = ']';
+    sprintf(deep_req + k, "}]}");
+    st = render("{{ messages }}", deep_req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_FORMAT && strstr(err, "request JSON") && strstr(err, "nested too deeply"),
+          "1000-deep request: status %d, '%s'", st, err);
+    free(deep_req);
+    /* big inputs cost linear work, not quadratic (which the step bound would refuse): a request object of
+     * 100,000 members, unique over 20,000 items, tojson(sort_keys) over 100,000 keys */
+    size_t big_cap = 100 + 100000 * 32;
+    char *big = malloc(big_cap), *o = NULL;
+    k = (size_t)sprintf(big, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"chat_template_kwargs\": {\"x\": {");
+    for (int i = 0; i < 100000; i++) k += (size_t)sprintf(big + k, "%s\"key%d\": %d", i ? ", " : "", 99999 - i, i);
+    sprintf(big + k, "}}}");
+    st = qwenc_chat_render("{{ x | length }} {{ x['key5'] }} {{ range(20000) | unique | list | length }} "
+                           "{{ (x | tojson(sort_keys=true))[:28] }}",
+                           big, 1, -1, NULL, NULL, &o, err, sizeof(err));
+    CHECK(st == QWENC_OK && o && !strcmp(o, "100000 99994 20000 {\"key0\": 99999, \"key1\": 9999"),
+          "100,000 keys: status %d, '%s' %s", st, o ? o : "", err);
+    free(o);
+    free(big);
+    /* a template that would run for hours stops with an error naming its line */
+    st = render("{% set r = range(100000) | list %}{% for i in range(100000) %}\n{% if -1 in r %}x{% endif %}{% endfor %}",
+                req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "line 2") && strstr(err, "runs too long"),
+          "10^10 iterations: status %d, '%s'", st, err);
+    /* so does one that scans a long string (or walks a long list) in a loop: each scan costs its length */
+    static const char *const scans[] = {
+        "{% set s = 'a' * 10000000 %}{% for i in range(100000) %}\n{% if 'b' in s %}{% endif %}{% endfor %}",
+        "{% set s = ' ' * 10000000 %}{% for i in range(100000) %}\n{{ s.strip() }}{% endfor %}",
+        "{% set s = 'ab' * 5000000 %}{% for i in range(100000) %}\n{{ s.count('ab') }}{% endfor %}",
+        "{% set s = 'a' * 10000000 %}{% for i in range(100000) %}\n{{ s[5000000] }}{% endfor %}",
+        "{% set s = [''] * 1000000 %}{% for i in range(100000) %}\n{{ s | join }}{% endfor %}",
+        "{% set s = [0] * 1000000 %}{% for i in range(100000) %}\n{{ s | sum }}{% endfor %}",
+    };
+    for (size_t i = 0; i < sizeof(scans) / sizeof(scans[0]); i++) {
+        st = render(scans[i], req, NULL, out, sizeof(out), err);
+        CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "line 2") && strstr(err, "runs too long"),
+              "long scans in a loop (%zu): status %d, '%s'", i, st, err);
+    }
+    /* a substring search is linear: 'a' * 5e6 in 'a' * 1e7 is true at once (a naive search: 2.5e13 steps) */
+    st = render("{{ ('a' * 5000000) in ('a' * 10000000) }} {{ ('a' * 10000000).find('a' * 4999999 ~ 'b') }}", req, NULL,
+                out, sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "True -1"), "long substring search: status %d, '%s' %s", st, out, err);
+}
+
 static void run_errors(void) {
     char out[1024], err[512];
     const char *req = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
@@ -296,9 +387,21 @@ static void run_errors(void) {
     free(nots);
     st = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", req, NULL, out, sizeof(out), err);
     CHECK(st == QWENC_ERR_ARG && strstr(err, "Recursion"), "runaway macro recursion: status %d, '%s'", st, err);
+    /* 99 macro calls, each inside 190 nested loops: 19,000 levels of C recursion (a stack overflow before) */
+    char *mac = malloc(20000);
+    k = (size_t)sprintf(mac, "{%% macro f(k) %%}");
+    for (int i = 0; i < 190; i++) k += (size_t)sprintf(mac + k, "{%% for i in [1] %%}");
+    k += (size_t)sprintf(mac + k, "{{ f(k + 1) if k < 99 else k }}");
+    for (int i = 0; i < 190; i++) k += (size_t)sprintf(mac + k, "{%% endfor %%}");
+    sprintf(mac + k, "{%% endmacro %%}{{ f(0) }}");
+    st = render(mac, req, NULL, out, sizeof(out), err);
+    CHECK(st != QWENC_OK && strstr(err, "nested") && strstr(err, "1000"), "macro calls in nested loops: status %d, '%s'", st,
+          err);
+    free(mac);
 
     st = qwenc_chat_render(NULL, req, 0, -1, NULL, NULL, &o, err, sizeof(err));
     CHECK(st == QWENC_ERR_ARG && o == NULL, "NULL template: status %d", st);
+    run_value_limits(req);
 }
 
 int main(int argc, char **argv) {

@@ -56,11 +56,12 @@ static uint64_t hash_str(const char *s) {
     return h;
 }
 
-/* A table of 2^k slots, at least twice n; names(i) gives the key of index i. */
+/* A table of 2^k slots, at least twice n, all empty; NULL when out of memory. */
 static int32_t *hash_alloc(size_t n, size_t *n_slots) {
     size_t m = 16;
     while (m < 2 * n + 2) m *= 2;
-    int32_t *s = qw_xcalloc(m, sizeof(int32_t));
+    int32_t *s = malloc(m * sizeof(int32_t));
+    if (!s) return NULL;
     for (size_t i = 0; i < m; i++) s[i] = -1;
     *n_slots = m;
     return s;
@@ -137,10 +138,18 @@ static qwenc_status rd_str(cursor *c, const char *item, const char **s, uint64_t
     return QWENC_OK;
 }
 
-static char *dup_n(const char *s, uint64_t n) {
-    char *d = qw_xcalloc((size_t)n + 1, 1);
-    memcpy(d, s, (size_t)n);
-    return d;
+static qwenc_status nomem(cursor *c, const char *item, uint64_t bytes) {
+    return qw_err(c->err, c->errlen, QWENC_ERR_NOMEM, "%s: out of memory allocating %" PRIu64 " bytes for %s of %s",
+                  c->path, bytes, item, c->what);
+}
+
+/* A NUL-terminated copy of n bytes of the file into *d. */
+static qwenc_status dup_n(cursor *c, const char *item, const char *s, uint64_t n, char **d) {
+    *d = malloc((size_t)n + 1);
+    if (!*d) return nomem(c, item, n + 1);
+    memcpy(*d, s, (size_t)n);
+    (*d)[n] = 0;
+    return QWENC_OK;
 }
 
 static qwenc_status read_kv(qw_gguf *g, cursor *c, int64_t i) {
@@ -151,7 +160,7 @@ static qwenc_status read_kv(qw_gguf *g, cursor *c, int64_t i) {
     qwenc_status st = rd_str(c, "the key", &ks, &kl);
     if (st) return st;
     if (kl == 0) return qw_err(c->err, c->errlen, QWENC_ERR_FORMAT, "%s: metadata key %" PRId64 " is empty", c->path, i);
-    kv->key = dup_n(ks, kl);
+    if ((st = dup_n(c, "the key", ks, kl, &kv->key))) return st;
     if (strlen(kv->key) != kl)
         return qw_err(c->err, c->errlen, QWENC_ERR_FORMAT, "%s: metadata key %" PRId64 " ('%s') contains a NUL byte",
                       c->path, i, kv->key);
@@ -185,8 +194,7 @@ static qwenc_status read_kv(qw_gguf *g, cursor *c, int64_t i) {
         const char *s = NULL;
         uint64_t n = 0;
         if ((st = rd_str(c, "the string value", &s, &n))) return st;
-        kv->str = dup_n(s, n);
-        return QWENC_OK;
+        return dup_n(c, "the string value", s, n, &kv->str);
     }
     /* a string array: check every length first, then copy them into one block (pointers, then chars) */
     if (kv->n > left(c) / 8) return truncated(c, "the string array", kv->n * 8);
@@ -198,7 +206,8 @@ static qwenc_status read_kv(qw_gguf *g, cursor *c, int64_t i) {
         if ((st = rd_str(c, "a string of the array", &s, &n))) return st;
         chars += n + 1;
     }
-    char **strs = qw_xcalloc((size_t)(kv->n * sizeof(char *) + chars) + 1, 1);
+    char **strs = malloc((size_t)(kv->n * sizeof(char *) + chars) + 1);
+    if (!strs) return nomem(c, "the string array", kv->n * sizeof(char *) + chars + 1);
     char *out = (char *)(strs + kv->n);
     c->p = start;
     for (uint64_t k = 0; k < kv->n; k++) {
@@ -206,6 +215,7 @@ static qwenc_status read_kv(qw_gguf *g, cursor *c, int64_t i) {
         uint64_t n = 0;
         rd_str(c, "a string of the array", &s, &n);
         memcpy(out, s, (size_t)n);
+        out[n] = 0;
         strs[k] = out;
         out += n + 1;
     }
@@ -220,8 +230,11 @@ static qwenc_status read_tensor_info(qw_gguf *g, cursor *c, int64_t i) {
     snprintf(c->what, sizeof(c->what), "tensor info %" PRId64, i);
     qwenc_status st = rd_str(c, "the name", &ns, &nl);
     if (st) return st;
-    t->name = dup_n(ns, nl);
+    if ((st = dup_n(c, "the name", ns, nl, &t->name))) return st;
     t->t.name = t->name;
+    if (strlen(t->name) != nl)
+        return qw_err(c->err, c->errlen, QWENC_ERR_FORMAT, "%s: the name of tensor %" PRId64 " ('%s') contains a NUL byte",
+                      c->path, i, t->name);
     snprintf(c->what, sizeof(c->what), "tensor %" PRId64 " ('%.100s')", i, t->name);
     if (hash_lookup(g->t_slots, g->n_t_slots, t->name, tensor_key, g, (int32_t)i) >= 0)
         return qw_err(c->err, c->errlen, QWENC_ERR_FORMAT, "%s: tensor '%s' appears twice", c->path, t->name);
@@ -262,10 +275,10 @@ static qwenc_status read_tensor_info(qw_gguf *g, cursor *c, int64_t i) {
         return qw_err(c->err, c->errlen, QWENC_ERR_FORMAT,
                       "%s: tensor '%s' of type %s has rows of %" PRId64 " elements, not a multiple of its block of %d",
                       c->path, t->name, tt->name, row, tt->block_elems);
-    t->nbytes = nel / (uint64_t)tt->block_elems * (uint64_t)tt->block_bytes; /* nel < 2^63, block_bytes small */
     if (nel / (uint64_t)tt->block_elems > UINT64_MAX / (uint64_t)tt->block_bytes)
         return qw_err(c->err, c->errlen, QWENC_ERR_FORMAT, "%s: tensor '%s': the size in bytes overflows", c->path,
                       t->name);
+    t->nbytes = nel / (uint64_t)tt->block_elems * (uint64_t)tt->block_bytes;
     t->t.type = qt;
     t->t.n_dims = (int)nd;
     for (int d = 0; d < (int)nd; d++) t->t.shape[d] = t->ne[nd - 1 - d];
@@ -287,6 +300,7 @@ static qwenc_status check_alignment(qw_gguf *g, const char *path, char *err, siz
 }
 
 static qwenc_status parse(qw_gguf *g, const char *path, char *err, size_t errlen) {
+    if (!g->file.size) return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: the file is empty, not a GGUF file", path);
     cursor c = {g->file.data, g->file.data, g->file.data + g->file.size, path, "the header", err, errlen};
     char magic[4];
     qwenc_status st = rd_bytes(&c, "the magic", magic, 4);
@@ -316,10 +330,13 @@ static qwenc_status parse(qw_gguf *g, const char *path, char *err, size_t errlen
                       "%s: the header claims %" PRIu64 " metadata keys and %" PRIu64 " tensors, more than the %" PRIu64
                       " bytes that follow can hold: truncated or corrupt",
                       path, nkv, nt, left(&c));
-    g->kv = qw_xcalloc((size_t)nkv + 1, sizeof(qw_gguf_kv));
-    g->tensors = qw_xcalloc((size_t)nt + 1, sizeof(qw_gguf_tensor));
+    g->kv = calloc((size_t)nkv + 1, sizeof(qw_gguf_kv));
+    g->tensors = calloc((size_t)nt + 1, sizeof(qw_gguf_tensor));
     g->kv_slots = hash_alloc((size_t)nkv, &g->n_kv_slots);
     g->t_slots = hash_alloc((size_t)nt, &g->n_t_slots);
+    if (!g->kv || !g->tensors || !g->kv_slots || !g->t_slots)
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory for the index of %" PRIu64 " metadata keys and %"
+                      PRIu64 " tensors", path, nkv, nt);
     for (int64_t i = 0; i < (int64_t)nkv; i++) {
         g->n_kv = i + 1; /* so that qw_gguf_free releases what was read */
         if ((st = read_kv(g, &c, i))) return st;
@@ -421,7 +438,12 @@ int64_t qw_gguf_arr_i64(const qw_gguf_kv *kv, uint64_t i) {
     double f = 0;
     num_at(kv, i, &s, &u, &f);
     qw_gguf_type t = kv->type == QW_GGUF_ARRAY ? kv->arr_type : kv->type;
-    return t == QW_GGUF_F32 || t == QW_GGUF_F64 ? (int64_t)f : s;
+    if (t != QW_GGUF_F32 && t != QW_GGUF_F64) return s;
+    /* a float read as an integer: truncated toward zero, saturated (NaN as 0) rather than undefined */
+    if (!(f == f)) return 0;
+    if (f >= 9223372036854775808.0) return INT64_MAX;
+    if (f <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)f;
 }
 
 double qw_gguf_arr_f64(const qw_gguf_kv *kv, uint64_t i) {
@@ -586,8 +608,8 @@ struct qw_gguf_writer {
     size_t cur;          /* the tensor being written */
     uint64_t cur_done;   /* bytes of it written */
     int io_errno;        /* first write error */
-    qwenc_status fail_st; /* set by qw_gguf_writer_fail: every later call returns it */
-    char *fail_msg;
+    qwenc_status fail_st; /* set by qw_gguf_writer_fail (or an allocation failure): every later call returns it */
+    char fail_msg[512];
 };
 
 static void wput(qw_gguf_writer *w, const void *p, size_t n) {
@@ -610,7 +632,8 @@ qwenc_status qw_gguf_writer_open(qw_gguf_writer **wp, const char *path, char *er
     static atomic_uint serial;
     *wp = NULL;
     size_t n = strlen(path) + 48;
-    char *tmp = qw_xcalloc(n, 1);
+    char *tmp = malloc(n);
+    if (!tmp) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory opening the file for writing", path);
     int fd = -1;
     for (int tries = 0; fd < 0 && tries < 100; tries++) {
         snprintf(tmp, n, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1));
@@ -625,12 +648,22 @@ qwenc_status qw_gguf_writer_open(qw_gguf_writer **wp, const char *path, char *er
             remove(tmp);
         }
         free(tmp);
-        return qw_err(err, errlen, QWENC_ERR_IO, "%s: cannot create: %s", path, strerror(e));
+        return qw_err(err, errlen, e == ENOMEM ? QWENC_ERR_NOMEM : QWENC_ERR_IO, "%s: cannot create: %s", path,
+                      strerror(e));
     }
-    qw_gguf_writer *w = qw_xcalloc(1, sizeof(*w));
+    qw_gguf_writer *w = calloc(1, sizeof(*w));
+    char *p = strdup(path);
+    if (!w || !p) {
+        free(w);
+        free(p);
+        fclose(f);
+        remove(tmp);
+        free(tmp);
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory opening the file for writing", path);
+    }
     w->f = f;
     setvbuf(f, NULL, _IOFBF, 1 << 20);
-    w->path = qw_xstrdup(path);
+    w->path = p;
     w->tmp = tmp;
     w->alignment = QW_GGUF_DEFAULT_ALIGNMENT;
     *wp = w;
@@ -640,25 +673,37 @@ qwenc_status qw_gguf_writer_open(qw_gguf_writer **wp, const char *path, char *er
 void qw_gguf_writer_fail(qw_gguf_writer *w, qwenc_status st, const char *msg) {
     if (w->fail_st || !st) return;
     w->fail_st = st;
-    w->fail_msg = qw_xstrdup(msg ? msg : "failed");
+    snprintf(w->fail_msg, sizeof(w->fail_msg), "%s", msg ? msg : "failed");
+}
+
+/* An allocation failed: the file fails as qw_gguf_writer_fail makes it fail. */
+static void writer_nomem(qw_gguf_writer *w, const char *what, const char *name) {
+    char msg[300];
+    snprintf(msg, sizeof(msg), "%s: out of memory for %s '%.200s'", w->path, what, name);
+    qw_gguf_writer_fail(w, QWENC_ERR_NOMEM, msg);
 }
 
 static qwenc_status failed(const qw_gguf_writer *w, char *err, size_t errlen) {
     return qw_err(err, errlen, w->fail_st, "%s", w->fail_msg);
 }
 
-/* A growing byte buffer for serialized values. */
+/* A growing byte buffer for serialized values; oom is set (and nothing more is added) when it cannot grow. */
 typedef struct {
     uint8_t *p;
     size_t n, cap;
+    int oom;
 } bbuf;
 
 static void bput(bbuf *b, const void *p, size_t n) {
+    if (b->oom) return;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + n) cap *= 2;
         uint8_t *np = realloc(b->p, cap);
-        QW_ASSERT(np);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
         b->p = np;
         b->cap = cap;
     }
@@ -675,6 +720,11 @@ static void bput_str(bbuf *b, const char *s) {
 /* Set (or replace) key with type and serialized value (ownership of blob passes to w). */
 static void set_blob(qw_gguf_writer *w, const char *key, uint32_t type, bbuf b) {
     QW_ASSERT(!w->header_written && key && *key);
+    if (b.oom || w->fail_st) {
+        free(b.p);
+        if (b.oom) writer_nomem(w, "metadata key", key);
+        return;
+    }
     for (size_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->kv[i].key, key) == 0) {
             free(w->kv[i].blob);
@@ -683,13 +733,25 @@ static void set_blob(qw_gguf_writer *w, const char *key, uint32_t type, bbuf b) 
             w->kv[i].len = b.n;
             return;
         }
+    char *k = strdup(key);
     if (w->n_kv == w->cap_kv) {
-        w->cap_kv = w->cap_kv ? 2 * w->cap_kv : 32;
-        wkv *nk = realloc(w->kv, w->cap_kv * sizeof(*nk));
-        QW_ASSERT(nk);
+        size_t cap = w->cap_kv ? 2 * w->cap_kv : 32;
+        wkv *nk = k ? realloc(w->kv, cap * sizeof(*nk)) : NULL;
+        if (!nk) {
+            free(k);
+            free(b.p);
+            writer_nomem(w, "metadata key", key);
+            return;
+        }
         w->kv = nk;
+        w->cap_kv = cap;
     }
-    w->kv[w->n_kv++] = (wkv){qw_xstrdup(key), type, b.p, b.n};
+    if (!k) {
+        free(b.p);
+        writer_nomem(w, "metadata key", key);
+        return;
+    }
+    w->kv[w->n_kv++] = (wkv){k, type, b.p, b.n};
 }
 
 static void set_scalar(qw_gguf_writer *w, const char *key, qw_gguf_type t, const void *v) {
@@ -794,18 +856,20 @@ qwenc_status qw_gguf_writer_add_tensor(qw_gguf_writer *w, const char *name, qw_t
         return qw_err(err, errlen, QWENC_ERR_ARG,
                       "%s: tensor '%s': rows of %" PRId64 " elements are not a whole number of %s blocks of %d", w->path,
                       name, t.ne[0], tt->name, tt->block_elems);
-    t.name = qw_xstrdup(name);
     t.n_dims = (uint32_t)n_dims;
     t.ggml_type = (uint32_t)tt->ggml_type;
     t.nbytes = nel / (uint64_t)tt->block_elems * (uint64_t)tt->block_bytes;
     t.offset = w->data_size;
-    w->data_size += (t.nbytes + w->alignment - 1) / w->alignment * w->alignment;
     if (w->n_t == w->cap_t) {
-        w->cap_t = w->cap_t ? 2 * w->cap_t : 64;
-        wtensor *nt = realloc(w->t, w->cap_t * sizeof(*nt));
-        QW_ASSERT(nt);
+        size_t cap = w->cap_t ? 2 * w->cap_t : 64;
+        wtensor *nt = realloc(w->t, cap * sizeof(*nt));
+        if (!nt) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory declaring tensor '%s'", w->path, name);
         w->t = nt;
+        w->cap_t = cap;
     }
+    if (!(t.name = strdup(name)))
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory declaring tensor '%s'", w->path, name);
+    w->data_size += (t.nbytes + w->alignment - 1) / w->alignment * w->alignment;
     w->t[w->n_t++] = t;
     return QWENC_OK;
 }
@@ -886,7 +950,6 @@ static void writer_free(qw_gguf_writer *w) {
     free(w->t);
     free(w->path);
     free(w->tmp);
-    free(w->fail_msg);
     free(w);
 }
 

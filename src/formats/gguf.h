@@ -121,7 +121,8 @@ qwenc_status qw_gguf_get_arr(const qw_gguf *g, const char *key, int elem_type, c
 int64_t qw_gguf_arr_i64(const qw_gguf_kv *kv, uint64_t i);
 double qw_gguf_arr_f64(const qw_gguf_kv *kv, uint64_t i);
 const char *qw_gguf_arr_str(const qw_gguf_kv *kv, uint64_t i);
-/* A scalar numeric value (any integer, float or bool type) as double / int64. */
+/* A scalar numeric value (any integer, float or bool type) as double / int64 (a float truncated toward zero and
+ * saturated, NaN as 0). */
 double qw_gguf_kv_f64(const qw_gguf_kv *kv);
 int64_t qw_gguf_kv_i64(const qw_gguf_kv *kv);
 

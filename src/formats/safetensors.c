@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -23,14 +24,18 @@ static void hash_insert(qw_weightset *ws, int32_t idx) {
     }
 }
 
-static void hash_rebuild(qw_weightset *ws) {
+/* A larger table for every entry; 0 when out of memory (the old table is kept). */
+static int hash_rebuild(qw_weightset *ws) {
     size_t need = 16;
     while (need < (size_t)ws->n_entries * 2 + 2) need *= 2;
+    int32_t *slots = malloc(need * sizeof(int32_t));
+    if (!slots) return 0;
     free(ws->slots);
     ws->n_slots = need;
-    ws->slots = qw_xcalloc(need, sizeof(int32_t));
+    ws->slots = slots;
     for (size_t i = 0; i < need; i++) ws->slots[i] = -1;
     for (int i = 0; i < ws->n_entries; i++) hash_insert(ws, i);
+    return 1;
 }
 
 const qw_tensor *qw_weightset_find(const qw_weightset *ws, const char *name) {
@@ -41,9 +46,14 @@ const qw_tensor *qw_weightset_find(const qw_weightset *ws, const char *name) {
     return NULL;
 }
 
+/* O(1): t is the qw_tensor of some entry (the shard index asks this of every tensor of a checkpoint that may
+ * have 100,000 of them). */
 const char *qw_weightset_file_of(const qw_weightset *ws, const qw_tensor *t) {
-    for (int i = 0; i < ws->n_entries; i++)
-        if (&ws->entries[i].t == t) return ws->files[ws->entries[i].file].path;
+    uintptr_t p = (uintptr_t)t, lo = (uintptr_t)ws->entries, hi = (uintptr_t)(ws->entries + ws->n_entries);
+    if (ws->n_entries && p >= lo && p < hi) {
+        const qw_st_entry *e = &ws->entries[(p - lo) / sizeof(qw_st_entry)];
+        if (&e->t == t) return ws->files[e->file].path;
+    }
     return ws->dir ? ws->dir : "?";
 }
 
@@ -66,49 +76,66 @@ static qwenc_status parse_entry(qw_weightset *ws, int file, const cJSON *it, con
     qw_tensor t = {0};
     t.type = qw_type_from_safetensors(dt->valuestring);
     t.n_dims = nd;
-    double nel = 1;
+    /* integers of JSON are doubles: a shape entry or offset must be a whole number below 2^53, where doubles
+     * are exact, before it is converted */
+    const double exact = 9007199254740992.0;
+    uint64_t nel = 1;
     for (int i = 0; i < nd; i++) {
         const cJSON *d = cJSON_GetArrayItem(sh, i);
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != (double)(int64_t)d->valuedouble)
-            return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: tensor '%s': bad shape entry %d", path, name, i);
+        if (!cJSON_IsNumber(d) || !(d->valuedouble >= 0 && d->valuedouble < exact) ||
+            d->valuedouble != floor(d->valuedouble))
+            return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: tensor '%s': shape entry %d is not a size", path, name, i);
         t.shape[i] = (int64_t)d->valuedouble;
-        nel *= d->valuedouble;
+        if (t.shape[i] && nel > (uint64_t)INT64_MAX / (uint64_t)t.shape[i])
+            return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: tensor '%s': the number of elements of its shape overflows",
+                          path, name);
+        nel *= (uint64_t)t.shape[i];
     }
-    double b = cJSON_GetArrayItem(off, 0)->valuedouble, e = cJSON_GetArrayItem(off, 1)->valuedouble;
-    if (!cJSON_IsNumber(cJSON_GetArrayItem(off, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(off, 1)) || b < 0 ||
-        e < b)
+    const cJSON *ob = cJSON_GetArrayItem(off, 0), *oe = cJSON_GetArrayItem(off, 1);
+    if (!cJSON_IsNumber(ob) || !cJSON_IsNumber(oe) || !(ob->valuedouble >= 0 && ob->valuedouble <= oe->valuedouble) ||
+        !(oe->valuedouble < exact) || ob->valuedouble != floor(ob->valuedouble) ||
+        oe->valuedouble != floor(oe->valuedouble))
         return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: tensor '%s': bad data_offsets", path, name);
-    if ((uint64_t)e > data_size)
+    uint64_t b = (uint64_t)ob->valuedouble, e = (uint64_t)oe->valuedouble;
+    if (e > data_size)
         return qw_err(err, errlen, QWENC_ERR_FORMAT,
-                      "%s: tensor '%s': data [%.0f, %.0f) extends past the end of the data (%llu bytes): "
+                      "%s: tensor '%s': data [%llu, %llu) extends past the end of the data (%llu bytes): "
                       "the file is truncated",
-                      path, name, b, e, (unsigned long long)data_size);
+                      path, name, (unsigned long long)b, (unsigned long long)e, (unsigned long long)data_size);
     size_t es = qw_type_size(t.type);
-    if (es && nel * (double)es != e - b)
+    if (es && (nel > (e - b) / es || nel * es != e - b))
         return qw_err(err, errlen, QWENC_ERR_FORMAT,
-                      "%s: tensor '%s': %s shape of %.0f elements needs %.0f bytes but data_offsets span %.0f",
-                      path, name, dt->valuestring, nel, nel * (double)es, e - b);
+                      "%s: tensor '%s': %s shape of %llu elements needs %.0f bytes but data_offsets span %llu", path,
+                      name, dt->valuestring, (unsigned long long)nel, (double)nel * (double)es,
+                      (unsigned long long)(e - b));
     if (qw_weightset_find(ws, name))
         return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: tensor '%s' appears twice in the checkpoint", path,
                       name);
     if (ws->n_entries == ws->cap_entries) {
-        ws->cap_entries = ws->cap_entries ? ws->cap_entries * 2 : 256;
-        qw_st_entry *ne = realloc(ws->entries, (size_t)ws->cap_entries * sizeof(*ne));
-        QW_ASSERT(ne);
+        int cap = ws->cap_entries ? ws->cap_entries * 2 : 256;
+        qw_st_entry *ne = cap > 0 ? realloc(ws->entries, (size_t)cap * sizeof(*ne)) : NULL;
+        if (!ne) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory adding tensor '%s'", path, name);
         ws->entries = ne;
+        ws->cap_entries = cap;
         for (int i = 0; i < ws->n_entries; i++) ws->entries[i].t.name = ws->entries[i].name;
     }
     qw_st_entry *en = &ws->entries[ws->n_entries];
-    en->name = qw_xstrdup(name);
+    if (!(en->name = strdup(name)))
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory adding tensor '%s'", path, name);
     en->file = file;
     en->t = t;
     en->t.name = en->name;
-    en->t.data = base + (uint64_t)b;
+    en->t.data = base + b;
     ws->n_entries++;
-    if ((size_t)ws->n_entries * 2 + 2 > ws->n_slots)
-        hash_rebuild(ws);
-    else
+    if ((size_t)ws->n_entries * 2 + 2 > ws->n_slots) {
+        if (!hash_rebuild(ws)) {
+            free(en->name);
+            ws->n_entries--;
+            return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory adding tensor '%s'", path, name);
+        }
+    } else {
         hash_insert(ws, ws->n_entries - 1);
+    }
     return QWENC_OK;
 }
 
@@ -117,7 +144,10 @@ qwenc_status qw_weightset_add_file(qw_weightset *ws, const char *path, char *err
     qwenc_status st = qw_mapfile_open(&mf, path, err, errlen);
     if (st) return st;
     qw_mapfile *nf = realloc(ws->files, (size_t)(ws->n_files + 1) * sizeof(*nf));
-    QW_ASSERT(nf);
+    if (!nf) {
+        qw_mapfile_close(&mf);
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", path);
+    }
     ws->files = nf;
     int file = ws->n_files++;
     ws->files[file] = mf;
@@ -159,7 +189,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 static qwenc_status open_index(qw_weightset *ws, const char *dir, const char *ipath, char *err, size_t errlen) {
     char *txt = NULL;
-    qwenc_status st = qw_read_file(ipath, &txt, NULL, err, errlen);
+    qwenc_status st = qw_read_file_max(ipath, QW_READ_CONFIG_MAX, &txt, NULL, err, errlen);
     if (st) return st;
     cJSON *root = cJSON_Parse(txt);
     free(txt);
@@ -169,30 +199,32 @@ static qwenc_status open_index(qw_weightset *ws, const char *dir, const char *ip
         return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: %s", ipath,
                       root ? "no \"weight_map\" object" : "not valid JSON");
     }
-    /* unique file names, in sorted order */
-    int n = 0, cap = 16;
-    char **names = qw_xcalloc((size_t)cap, sizeof(char *));
-    for (const cJSON *it = wm->child; it; it = it->next) {
+    /* the file names, sorted, each once */
+    int n = 0, n_all = cJSON_GetArraySize(wm);
+    if (n_all == 0) {
+        cJSON_Delete(root);
+        return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: \"weight_map\" is empty: the index names no tensor", ipath);
+    }
+    const char **names = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof(char *));
+    if (!names) st = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory for %d weight_map entries", ipath, n_all);
+    for (const cJSON *it = wm->child; it && !st; it = it->next) {
         if (!cJSON_IsString(it) || strchr(it->valuestring, '/')) {
             st = qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: weight_map entry '%s' is not a plain file name",
                         ipath, it->string);
             break;
         }
-        int seen = 0;
-        for (int i = 0; i < n && !seen; i++) seen = strcmp(names[i], it->valuestring) == 0;
-        if (seen) continue;
-        if (n == cap) {
-            cap *= 2;
-            char **nn = realloc(names, (size_t)cap * sizeof(char *));
-            QW_ASSERT(nn);
-            names = nn;
-        }
         names[n++] = it->valuestring;
     }
-    if (!st) qsort(names, (size_t)n, sizeof(char *), cmp_str);
+    if (!st && n) {
+        qsort(names, (size_t)n, sizeof(char *), cmp_str);
+        int u = 1;
+        for (int i = 1; i < n; i++)
+            if (strcmp(names[i], names[u - 1]) != 0) names[u++] = names[i];
+        n = u;
+    }
     for (int i = 0; i < n && !st; i++) {
-        char *p = qw_path_join(dir, names[i]);
-        st = qw_weightset_add_file(ws, p, err, errlen);
+        char *p = qw_path_new(dir, names[i]);
+        st = p ? qw_weightset_add_file(ws, p, err, errlen) : qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", ipath);
         free(p);
     }
     for (const cJSON *it = wm->child; it && !st; it = it->next) {
@@ -212,8 +244,9 @@ static qwenc_status open_index(qw_weightset *ws, const char *dir, const char *ip
 
 qwenc_status qw_weightset_open_dir(qw_weightset *ws, const char *dir, char *err, size_t errlen) {
     memset(ws, 0, sizeof(*ws));
-    ws->dir = qw_xstrdup(dir);
-    char *ipath = qw_path_join(dir, "model.safetensors.index.json");
+    if (!(ws->dir = strdup(dir))) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
+    char *ipath = qw_path_new(dir, "model.safetensors.index.json");
+    if (!ipath) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     struct stat sb;
     qwenc_status st;
     if (stat(ipath, &sb) == 0) {
@@ -222,7 +255,8 @@ qwenc_status qw_weightset_open_dir(qw_weightset *ws, const char *dir, char *err,
         return st;
     }
     free(ipath);
-    char *single = qw_path_join(dir, "model.safetensors");
+    char *single = qw_path_new(dir, "model.safetensors");
+    if (!single) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     if (stat(single, &sb) == 0) {
         st = qw_weightset_add_file(ws, single, err, errlen);
         free(single);
@@ -232,27 +266,32 @@ qwenc_status qw_weightset_open_dir(qw_weightset *ws, const char *dir, char *err,
     /* no standard name: take every *.safetensors file of the directory, in name order */
     DIR *d = opendir(dir);
     if (!d) return qw_err(err, errlen, QWENC_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
-    int n = 0, cap = 8;
-    char **names = qw_xcalloc((size_t)cap, sizeof(char *));
-    for (struct dirent *de; (de = readdir(d));) {
+    int n = 0, cap = 0, oom = 0;
+    char **names = NULL;
+    for (struct dirent *de; !oom && (de = readdir(d));) {
         if (!ends_with(de->d_name, ".safetensors")) continue;
         if (n == cap) {
-            cap *= 2;
+            cap = cap ? cap * 2 : 8;
             char **nn = realloc(names, (size_t)cap * sizeof(char *));
-            QW_ASSERT(nn);
+            if (!nn) {
+                oom = 1;
+                break;
+            }
             names = nn;
         }
-        names[n++] = qw_xstrdup(de->d_name);
+        if (!(names[n] = strdup(de->d_name))) oom = 1;
+        else n++;
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof(char *), cmp_str);
-    st = n ? QWENC_OK
-           : qw_err(err, errlen, QWENC_ERR_IO, "%s: no model.safetensors, model.safetensors.index.json or "
-                                               "*.safetensors file in this directory", dir);
+    if (n) qsort(names, (size_t)n, sizeof(char *), cmp_str);
+    st = oom ? qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory listing the directory", dir)
+         : n ? QWENC_OK
+             : qw_err(err, errlen, QWENC_ERR_IO, "%s: no model.safetensors, model.safetensors.index.json or "
+                                                 "*.safetensors file in this directory", dir);
     for (int i = 0; i < n; i++) {
         if (!st) {
-            char *p = qw_path_join(dir, names[i]);
-            st = qw_weightset_add_file(ws, p, err, errlen);
+            char *p = qw_path_new(dir, names[i]);
+            st = p ? qw_weightset_add_file(ws, p, err, errlen) : qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
             free(p);
         }
         free(names[i]);

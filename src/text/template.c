@@ -64,21 +64,23 @@ qwenc_status qwenc_chat_render(const char *template_src, const char *request_jso
     if (!template_src) return qw_err(err, errlen, QWENC_ERR_ARG, "qwenc_chat_render: no chat template given");
     if (!request_json) return qw_err(err, errlen, QWENC_ERR_ARG, "qwenc_chat_render: no request JSON given");
     tp_ctx *c = calloc(1, sizeof(tp_ctx));
-    if (!c) return qw_err(err, errlen, QWENC_ERR_NOMEM, "qwenc_chat_render: out of memory");
+    if (!c) return qw_err(err, errlen, QWENC_ERR_NOMEM, "chat template: out of memory");
     tp_buf *buf = calloc(1, sizeof(tp_buf));
     qwenc_status st = QWENC_OK;
     if (!buf) {
-        st = qw_err(err, errlen, QWENC_ERR_NOMEM, "qwenc_chat_render: out of memory");
+        st = qw_err(err, errlen, QWENC_ERR_NOMEM, "chat template: out of memory");
     } else if (setjmp(c->jmp) == 0) {
         render(c, template_src, request_json, add_generation_prompt, enable_thinking, bos_token, eos_token, buf);
         *out = memchr(buf->p, 0, buf->n) ? NULL : malloc(buf->n + 1);
         if (memchr(buf->p, 0, buf->n)) {
-            st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "the rendered text contains a NUL character at byte %zu",
+            st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                        "the rendered chat template contains a NUL character at byte %zu (from a \\u0000 in the "
+                        "request JSON or an escape in the template)",
                         (size_t)((char *)memchr(buf->p, 0, buf->n) - buf->p));
         } else if (*out) {
             memcpy(*out, buf->p, buf->n + 1);
         } else {
-            st = qw_err(err, errlen, QWENC_ERR_NOMEM, "qwenc_chat_render: out of memory for %zu bytes of output", buf->n);
+            st = qw_err(err, errlen, QWENC_ERR_NOMEM, "chat template: out of memory for %zu bytes of output", buf->n);
         }
     } else {
         st = c->status;

@@ -29,6 +29,12 @@
 
 typedef struct tp_block tp_block;
 
+/* Values nested deeper than this are refused (a RecursionError, as Python's recursion limit refuses them) by
+ * printing, comparing, tojson and the request reader: a template can build a list 50,000 levels deep in a loop,
+ * and every walk of it recurses. Real chat data nests a few levels. */
+#define TV_MAX_DEPTH 400
+
+
 typedef struct tp_ctx {
     tp_block *blocks;      /* arena: every allocation of this render */
     size_t arena_bytes;
@@ -39,7 +45,25 @@ typedef struct tp_ctx {
     int depth;             /* nesting of the parser, then of expression evaluation: bounded to protect the stack */
     int calls;             /* nesting of macro calls, bounded likewise */
     struct tp_scope *scope; /* innermost scope of the code being run */
+    int cur_line;          /* template line being run: the line of an error raised with line 0 */
+    uint64_t steps;        /* work done so far (tp_tick), bounded by TP_MAX_STEPS */
+    const void *repr_path[TV_MAX_DEPTH + 1]; /* the lists and dicts being printed, innermost last (tv_repr_append) */
+    int repr_n;
 } tp_ctx;
+
+/* Nesting of expression evaluation and of bodies being run (blocks, loops, macro calls), together: the depth of
+ * the interpreter's recursion on the C stack (at most about 1 MiB under AddressSanitizer, less without; Python's
+ * own recursion limit keeps Jinja templates well below it). */
+#define TP_MAX_DEPTH 1000
+
+/* The work one render may do: expression nodes evaluated, statements run, values compared. A template that
+ * loops over range(100000) inside another such loop would otherwise run for hours; real templates need a few
+ * hundred steps per message (Qwen3's and Llama 3.1's render 100,000 messages within the bound). */
+#define TP_MAX_STEPS ((uint64_t)20 * 1000 * 1000)
+_Noreturn void tp_too_long(tp_ctx *c);
+static inline void tp_tick(tp_ctx *c, uint64_t n) {
+    if ((c->steps += n) > TP_MAX_STEPS) tp_too_long(c);
+}
 
 void *tp_alloc(tp_ctx *c, size_t n); /* zero-filled */
 void tp_arena_free(tp_ctx *c);
@@ -92,7 +116,11 @@ struct tv_list {
 struct tv_dict {
     tv_value *keys, *vals; /* [n] */
     size_t n, cap;
+    uint32_t *index;       /* [index_cap] once n > TV_DICT_INDEX_MIN: entry + 1 of each str, int, float, bool or
+                              None key by its hash (open addressing, 0 empty); other keys are found by a scan */
+    size_t index_cap;
 };
+#define TV_DICT_INDEX_MIN 16
 
 struct tv_loop {
     tv_list *items; /* the (filtered) sequence iterated */
@@ -128,14 +156,15 @@ void tv_list_push(tp_ctx *c, tv_list *l, tv_value v);
 /* Python d[k] = v: an existing key keeps its place. */
 void tv_dict_set(tp_ctx *c, tv_dict *d, tv_value k, tv_value v);
 /* Index of key k in d, or -1. */
-long tv_dict_find(const tv_dict *d, tv_value k);
+long tv_dict_find(tp_ctx *c, const tv_dict *d, tv_value k);
 tv_value *tv_dict_get_str(const tv_dict *d, const char *key);
 
 /* Python type name of v, for messages ("str", "int", "NoneType", "dict"...). */
 const char *tv_type_name(tv_value v);
 int tv_truthy(tv_value v);
-/* Python ==; does not raise. */
-int tv_eq(tv_value a, tv_value b);
+/* Python == (items that are the same list or dict are equal without a look inside, as in Python); raises a
+ * RecursionError for values nested deeper than TV_MAX_DEPTH. */
+int tv_eq(tp_ctx *c, tv_value a, tv_value b);
 /* Python a < b for numbers, strings, lists; raises a TypeError otherwise. */
 int tv_lt(tp_ctx *c, int line, tv_value a, tv_value b);
 /* Number of items (len()); raises for values without one. */
@@ -152,9 +181,11 @@ void tp_buf_add(tp_ctx *c, tp_buf *b, const char *s, size_t n);
 void tp_buf_addz(tp_ctx *c, tp_buf *b, const char *s);
 void tp_buf_addc(tp_ctx *c, tp_buf *b, char ch);
 void tp_buf_addcp(tp_ctx *c, tp_buf *b, uint32_t cp); /* one code point as UTF-8 */
+void tp_buf_fill(tp_ctx *c, tp_buf *b, char ch, int64_t n); /* n copies of ch (none if n <= 0), grown at once */
 tv_value tp_buf_value(tp_buf *b);
 
-/* str(v) appended to b (Undefined appends nothing), and repr(v). */
+/* str(v) appended to b (Undefined appends nothing), and repr(v): a list or dict met again inside itself prints as
+ * [...] / {...} as Python prints it; deeper than TV_MAX_DEPTH is a RecursionError. */
 void tv_str_append(tp_ctx *c, tp_buf *b, tv_value v);
 void tv_repr_append(tp_ctx *c, tp_buf *b, tv_value v);
 /* str(v) as a string value (v itself when it already is one). */
@@ -277,6 +308,8 @@ tv_value tp_call_global(tp_ctx *c, int line, const tv_func *f, const tv_value *a
 /* The global functions Jinja and transformers define (range, namespace, dict, raise_exception,
    strftime_now), or an Undefined. */
 tv_value tp_global(tp_ctx *c, const char *name);
+/* Stable merge sort of items by keys, as Python's sorted() (reverse keeps equal items in order). */
+void tp_sort_by_keys(tp_ctx *c, int line, tv_value *items, tv_value *keys, size_t n, int reverse);
 /* Python str.split / str.replace style helpers shared with filters. */
 tv_value tp_str_replace(tp_ctx *c, tv_value s, tv_value old, tv_value new_, int64_t count);
 

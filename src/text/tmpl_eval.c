@@ -12,6 +12,7 @@
  * an Undefined that fails only when used. Operators follow Python on the JSON values (int and float
  * arithmetic, str + str, floor division and modulo rounding toward minus infinity, chained comparisons).
  */
+#define _GNU_SOURCE /* memmem */
 #include <math.h>
 #include <string.h>
 
@@ -121,7 +122,7 @@ tv_value tp_getitem(tp_ctx *c, int line, tv_value obj, tv_value key) {
     switch ((tv_type)obj.type) {
     case TV_UNDEF: tp_undef_fail(c, line, obj);
     case TV_DICT: {
-        long k = tv_dict_find(obj.u.d, key);
+        long k = tv_dict_find(c, obj.u.d, key);
         if (k >= 0) return obj.u.d->vals[k];
         break;
     }
@@ -134,6 +135,7 @@ tv_value tp_getitem(tp_ctx *c, int line, tv_value obj, tv_value key) {
         break;
     case TV_STR:
         if (as_index(key, &i)) {
+            tp_tick(c, 1 + obj.u.s.n / 8);
             int64_t n = (int64_t)tu_len(obj.u.s.p, obj.u.s.n);
             if (i < 0) i += n;
             if (i >= 0 && i < n) {
@@ -375,22 +377,21 @@ static int contains(tp_ctx *c, int line, tv_value item, tv_value seq) {
             tp_fail(c, QWENC_ERR_ARG, line, "TypeError: 'in <string>' requires string as left operand, not %s", tv_type_name(item));
         if (item.u.s.n == 0) return 1;
         if (item.u.s.n > seq.u.s.n) return 0;
-        for (size_t i = 0; i + item.u.s.n <= seq.u.s.n; i++)
-            if (memcmp(seq.u.s.p + i, item.u.s.p, item.u.s.n) == 0) return 1;
-        return 0;
+        tp_tick(c, 1 + seq.u.s.n / 8);
+        return memmem(seq.u.s.p, seq.u.s.n, item.u.s.p, item.u.s.n) != NULL; /* linear (two-way) */
     case TV_LIST:
         for (size_t i = 0; i < seq.u.l->n; i++)
-            if (tv_eq(seq.u.l->items[i], item)) return 1;
+            if (tv_eq(c, seq.u.l->items[i], item)) return 1;
         return 0;
     case TV_DICT:
     case TV_NS:
         if (item.type == TV_LIST && !(item.flags & TV_F_TUPLE))
             tp_fail(c, QWENC_ERR_ARG, line, "TypeError: unhashable type: 'list'");
         if (item.type == TV_DICT) tp_fail(c, QWENC_ERR_ARG, line, "TypeError: unhashable type: 'dict'");
-        return tv_dict_find(seq.u.d, item) >= 0;
+        return tv_dict_find(c, seq.u.d, item) >= 0;
     case TV_LOOP:
         for (size_t i = 0; i < seq.u.loop->items->n; i++)
-            if (tv_eq(seq.u.loop->items->items[i], item)) return 1;
+            if (tv_eq(c, seq.u.loop->items->items[i], item)) return 1;
         return 0;
     default:
         tp_fail(c, QWENC_ERR_ARG, line, "TypeError: argument of type '%s' is not iterable", tv_type_name(seq));
@@ -399,12 +400,12 @@ static int contains(tp_ctx *c, int line, tv_value item, tv_value seq) {
 
 static int compare(tp_ctx *c, int line, int op, tv_value a, tv_value b) {
     switch (op) {
-    case CMP_EQ: return tv_eq(a, b);
-    case CMP_NE: return !tv_eq(a, b);
+    case CMP_EQ: return tv_eq(c, a, b);
+    case CMP_NE: return !tv_eq(c, a, b);
     case CMP_LT: return tv_lt(c, line, a, b);
     case CMP_GT: return tv_lt(c, line, b, a);
-    case CMP_LE: return tv_lt(c, line, a, b) || tv_eq(a, b); /* tv_lt raises for unorderable types, as Python does */
-    case CMP_GE: return tv_lt(c, line, b, a) || tv_eq(a, b);
+    case CMP_LE: return tv_lt(c, line, a, b) || tv_eq(c, a, b); /* tv_lt raises for unorderable types, as Python does */
+    case CMP_GE: return tv_lt(c, line, b, a) || tv_eq(c, a, b);
     case CMP_IN: return contains(c, line, a, b);
     default: return !contains(c, line, a, b);
     }
@@ -472,7 +473,10 @@ tv_value tp_call(tp_ctx *c, int line, tv_value f, const tv_value *args, size_t n
 
 /* A left-leaning chain such as 1 + 1 + ... + 1 is as deep as it is long: bound the recursion. */
 tv_value tp_eval(tp_ctx *c, const tp_node *e) {
-    if (++c->depth > 2000) tp_fail(c, QWENC_ERR_UNSUPPORTED, e->line, "expression nested too deeply (over 2000 levels)");
+    if (++c->depth > TP_MAX_DEPTH)
+        tp_fail(c, QWENC_ERR_UNSUPPORTED, e->line, "expression nested too deeply (over %d levels)", TP_MAX_DEPTH);
+    c->cur_line = e->line;
+    tp_tick(c, 1);
     tv_value v = eval_node(c, e);
     c->depth--;
     return v;
@@ -638,9 +642,22 @@ static void exec_set(tp_ctx *c, const tp_node *target, tv_value v, int line) {
     assign(c, c->scope, target, v, line);
 }
 
+static int exec_body(tp_ctx *c, const tp_nodes *body, tp_buf *out);
+
+/* Bodies nest in bodies (blocks, loops, macro calls inside them): bounded with the expressions, as together they
+ * are the depth of the C stack. */
 int tp_exec(tp_ctx *c, const tp_nodes *body, tp_buf *out) {
+    if (++c->depth > TP_MAX_DEPTH) tp_fail(c, QWENC_ERR_ARG, 0, "RecursionError: blocks and expressions nested more than %d levels deep", TP_MAX_DEPTH);
+    int ctl = exec_body(c, body, out);
+    c->depth--;
+    return ctl;
+}
+
+static int exec_body(tp_ctx *c, const tp_nodes *body, tp_buf *out) {
     for (size_t k = 0; k < body->n; k++) {
         const tp_node *n = body->v[k];
+        c->cur_line = n->line;
+        tp_tick(c, 1);
         switch (n->kind) {
         case S_TEXT: tp_buf_add(c, out, n->value.u.s.p, n->value.u.s.n); break;
         case S_OUTPUT: tv_str_append(c, out, tp_eval(c, n->a)); break;

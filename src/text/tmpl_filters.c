@@ -11,7 +11,12 @@
  *
  * Text case mapping uses utf8proc's simple mappings; Python uses the full ones, which differ only for
  * a few characters (German sharp s, dotted capital I...).
+ *
+ * Work: a filter, test or method costs render steps (tp_tick) in proportion to the string it is applied to, the
+ * items it walks without allocating, and the bytes a substring search scans, so a loop over such calls on a long string
+ * stops at the render's bound instead of running for hours.
  */
+#define _GNU_SOURCE /* memmem */
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -144,18 +149,33 @@ static tv_value jinja_title(tp_ctx *c, tv_value s) {
     return tp_buf_value(&b);
 }
 
-static long find_bytes(tv_value s, tv_value sub, size_t from) {
+/* The work of scanning n bytes, in render steps. */
+static void tick_bytes(tp_ctx *c, size_t n) { tp_tick(c, 1 + n / 8); }
+
+/* The work of a filter, test or method on v: on a string, most walk it once. (On a list, those that walk it
+ * allocate as they go, compare, or tick per item: length stays O(1), as in Python.) */
+static void tick_value(tp_ctx *c, tv_value v) { tp_tick(c, 1 + (v.type == TV_STR ? v.u.s.n / 8 : 0)); }
+
+static long find_bytes(tp_ctx *c, tv_value s, tv_value sub, size_t from) {
     if (sub.u.s.n == 0) return from <= s.u.s.n ? (long)from : -1;
-    for (size_t i = from; i + sub.u.s.n <= s.u.s.n; i++)
-        if (memcmp(s.u.s.p + i, sub.u.s.p, sub.u.s.n) == 0) return (long)i;
-    return -1;
+    if (from > s.u.s.n) return -1;
+    const char *hit = memmem(s.u.s.p + from, s.u.s.n - from, sub.u.s.p, sub.u.s.n); /* linear (two-way) */
+    tick_bytes(c, (hit ? (size_t)(hit - s.u.s.p) + sub.u.s.n : s.u.s.n) - from);
+    return hit ? (long)(hit - s.u.s.p) : -1;
 }
 
-static long rfind_bytes(tv_value s, tv_value sub) {
+/* s reversed, in the arena (searching it forward searches s backward, in linear time). */
+static tv_value reversed(tp_ctx *c, tv_value s) {
+    char *r = tp_alloc(c, s.u.s.n + 1);
+    for (size_t k = 0; k < s.u.s.n; k++) r[k] = s.u.s.p[s.u.s.n - 1 - k];
+    return tv_str(r, s.u.s.n);
+}
+
+static long rfind_bytes(tp_ctx *c, tv_value s, tv_value sub) {
     if (sub.u.s.n > s.u.s.n) return -1;
-    for (size_t i = s.u.s.n - sub.u.s.n + 1; i-- > 0;)
-        if (memcmp(s.u.s.p + i, sub.u.s.p, sub.u.s.n) == 0) return (long)i;
-    return -1;
+    if (sub.u.s.n == 0) return (long)s.u.s.n;
+    long k = find_bytes(c, reversed(c, s), reversed(c, sub), 0);
+    return k < 0 ? -1 : (long)(s.u.s.n - (size_t)k - sub.u.s.n);
 }
 
 tv_value tp_str_replace(tp_ctx *c, tv_value s, tv_value old, tv_value new_, int64_t count) {
@@ -180,7 +200,7 @@ tv_value tp_str_replace(tp_ctx *c, tv_value s, tv_value old, tv_value new_, int6
     size_t i = 0;
     int64_t done = 0;
     while (count < 0 || done < count) {
-        long k = find_bytes(s, old, i);
+        long k = find_bytes(c, s, old, i);
         if (k < 0) break;
         tp_buf_add(c, &b, s.u.s.p + i, (size_t)k - i);
         tp_buf_add(c, &b, new_.u.s.p, new_.u.s.n);
@@ -238,7 +258,7 @@ static tv_value str_split(tp_ctx *c, int line, tv_value s, tv_value sep, int64_t
         size_t i = 0;
         int64_t done = 0;
         for (;;) {
-            long k = (maxsplit < 0 || done < maxsplit) ? find_bytes(s, sep, i) : -1;
+            long k = (maxsplit < 0 || done < maxsplit) ? find_bytes(c, s, sep, i) : -1;
             if (k < 0) break;
             tv_list_push(c, out.u.l, tv_str(p + i, (size_t)k - i));
             i = (size_t)k + sep.u.s.n;
@@ -247,18 +267,20 @@ static tv_value str_split(tp_ctx *c, int line, tv_value s, tv_value sep, int64_t
         tv_list_push(c, out.u.l, tv_str(p + i, n - i));
         return out;
     }
-    /* from the right: collect pieces backwards, then reverse */
-    tv_value rev = tv_list_new(c, 0);
-    size_t end = n;
+    /* from the right: the occurrences a forward search finds in the reversed string, which are the ones Python's
+     * rsplit takes (non-overlapping, rightmost first); pieces collected backwards, then reversed. Reversed [i, k)
+     * is s[n - k, n - i). */
+    tv_value rs = reversed(c, s), rsep = reversed(c, sep), rev = tv_list_new(c, 0);
+    size_t i = 0;
     int64_t done = 0;
     while (maxsplit < 0 || done < maxsplit) {
-        long k = rfind_bytes(tv_str(p, end), sep);
+        long k = find_bytes(c, rs, rsep, i);
         if (k < 0) break;
-        tv_list_push(c, rev.u.l, tv_str(p + k + sep.u.s.n, end - (size_t)k - sep.u.s.n));
-        end = (size_t)k;
+        tv_list_push(c, rev.u.l, tv_str(p + n - (size_t)k, (size_t)k - i));
+        i = (size_t)k + sep.u.s.n;
         done++;
     }
-    tv_list_push(c, rev.u.l, tv_str(p, end));
+    tv_list_push(c, rev.u.l, tv_str(p, n - i));
     for (size_t k = rev.u.l->n; k-- > 0;) tv_list_push(c, out.u.l, rev.u.l->items[k]);
     return out;
 }
@@ -288,6 +310,7 @@ static tv_value str_splitlines(tp_ctx *c, tv_value s, int keepends) {
 static tv_value str_join(tp_ctx *c, int line, tv_value sep, tv_list *items, int strict) {
     tp_buf b = {0};
     tp_buf_add(c, &b, "", 0);
+    tp_tick(c, items->n); /* a list of empty strings allocates nothing */
     for (size_t i = 0; i < items->n; i++) {
         if (i) tp_buf_add(c, &b, sep.u.s.p, sep.u.s.n);
         if (strict && items->items[i].type != TV_STR)
@@ -334,9 +357,9 @@ static tv_value pad_center(tp_ctx *c, tv_value s, int64_t width) {
     int64_t left = marg / 2 + (marg & width & 1);
     tp_buf b = {0};
     tp_buf_add(c, &b, "", 0);
-    for (int64_t i = 0; i < left; i++) tp_buf_addc(c, &b, ' ');
+    tp_buf_fill(c, &b, ' ', left);
     tp_buf_add(c, &b, s.u.s.p, s.u.s.n);
-    for (int64_t i = 0; i < marg - left; i++) tp_buf_addc(c, &b, ' ');
+    tp_buf_fill(c, &b, ' ', marg - left);
     return tp_buf_value(&b);
 }
 
@@ -365,11 +388,11 @@ static tv_value get_attr_path(tp_ctx *c, int line, tv_value item, tv_value attr)
 static tv_value ignore_case(tp_ctx *c, tv_value v) { return v.type == TV_STR ? str_case(c, v, CASE_LOWER) : v; }
 
 /* Stable merge sort of items by keys (Python's sorted(); reverse keeps equal items in order). */
-static void sort_by_keys(tp_ctx *c, int line, tv_value *items, tv_value *keys, size_t n, int reverse) {
+void tp_sort_by_keys(tp_ctx *c, int line, tv_value *items, tv_value *keys, size_t n, int reverse) {
     if (n < 2) return;
     size_t h = n / 2;
-    sort_by_keys(c, line, items, keys, h, reverse);
-    sort_by_keys(c, line, items + h, keys + h, n - h, reverse);
+    tp_sort_by_keys(c, line, items, keys, h, reverse);
+    tp_sort_by_keys(c, line, items + h, keys + h, n - h, reverse);
     tv_value *ti = tp_alloc(c, n * sizeof(tv_value)), *tk = tp_alloc(c, n * sizeof(tv_value));
     size_t a = 0, b = h, k = 0;
     while (a < h && b < n) {
@@ -438,6 +461,7 @@ int tp_test(tp_ctx *c, int line, const char *name, tv_value v, const tv_value *a
                                           "greaterthan", "ge", "in", "filter", "test", NULL};
     if (!tp_test_known(name)) tp_fail(c, QWENC_ERR_UNSUPPORTED, line, "no test named '%s'", name);
     need_args(c, line, name, nargs, in_list(ONE_ARG, name) ? 1 : 0);
+    tick_value(c, v);
     if (!strcmp(name, "defined")) return t != TV_UNDEF;
     if (!strcmp(name, "undefined")) return t == TV_UNDEF;
     if (!strcmp(name, "none")) return t == TV_NONE;
@@ -476,7 +500,7 @@ int tp_test(tp_ctx *c, int line, const char *name, tv_value v, const tv_value *a
         case TV_LIST: return v.u.l == o.u.l;
         case TV_DICT:
         case TV_NS: return v.u.d == o.u.d;
-        default: return tv_eq(v, o);
+        default: return tv_eq(c, v, o);
         }
     }
     static const struct { const char *name; int op; } CMP[] = {
@@ -508,7 +532,8 @@ static tv_value select_reject(tp_ctx *c, int line, tv_value v, const tv_value *a
     if (by_attr && nargs == 0) tp_fail(c, QWENC_ERR_ARG, line, "FilterArgumentError: missing parameter for attribute name");
     for (size_t i = 0; i < items->n; i++) {
         tv_value x = by_attr ? get_attr_path(c, line, items->items[i], args[0]) : items->items[i];
-        if (passes(c, line, x, args + by_attr, nargs - (size_t)by_attr) == want) tv_list_push(c, out.u.l, items->items[i]);
+        if (passes(c, line, x, by_attr ? args + 1 : args, nargs - (size_t)by_attr) == want)
+            tv_list_push(c, out.u.l, items->items[i]);
     }
     return out;
 }
@@ -574,7 +599,7 @@ static tv_value do_indent(tp_ctx *c, tv_value s, tv_value width, int first, int 
         int64_t w = width.type == TV_INT ? width.u.i : 4;
         tp_buf ib = {0};
         tp_buf_add(c, &ib, "", 0);
-        for (int64_t i = 0; i < w; i++) tp_buf_addc(c, &ib, ' ');
+        tp_buf_fill(c, &ib, ' ', w);
         ind = tp_buf_value(&ib);
     }
     tp_buf sb = {0};
@@ -608,6 +633,7 @@ static tv_value *keys_of(tp_ctx *c, int line, tv_list *items, tv_value attr, int
 tv_value tp_filter(tp_ctx *c, int line, const char *name, tv_value v, const tv_value *args, size_t nargs,
                    const char **names, const tv_value *kw, size_t nkw) {
     if (!tp_filter_known(name)) tp_fail(c, QWENC_ERR_UNSUPPORTED, line, "no filter named '%s'", name);
+    tick_value(c, v);
     tv_value a[MAXP];
     int g[MAXP];
     char what[64];
@@ -775,7 +801,7 @@ tv_value tp_filter(tp_ctx *c, int line, const char *name, tv_value v, const tv_v
             tv_value k = by_value ? v.u.d->vals[i] : v.u.d->keys[i];
             keys[i] = (g[0] && tv_truthy(a[0])) ? k : ignore_case(c, k);
         }
-        sort_by_keys(c, line, items, keys, n, g[2] && tv_truthy(a[2]));
+        tp_sort_by_keys(c, line, items, keys, n, g[2] && tv_truthy(a[2]));
         tv_value r = tv_list_new(c, n);
         for (size_t i = 0; i < n; i++) tv_list_push(c, r.u.l, items[i]);
         return r;
@@ -824,16 +850,14 @@ tv_value tp_filter(tp_ctx *c, int line, const char *name, tv_value v, const tv_v
         tv_value *keys = keys_of(c, line, items, a[at_i], has_attr, g[cs_i] && tv_truthy(a[cs_i]));
         if (is_sort) {
             tv_value r = copy_list(c, items);
-            sort_by_keys(c, line, r.u.l->items, keys, r.u.l->n, g[0] && tv_truthy(a[0]));
+            tp_sort_by_keys(c, line, r.u.l->items, keys, r.u.l->n, g[0] && tv_truthy(a[0]));
             return r;
         }
         if (name[0] == 'u') {
-            tv_value r = tv_list_new(c, 0), seen = tv_list_new(c, 0);
+            tv_value r = tv_list_new(c, 0), seen = tv_dict_new(c, 0); /* a dict as the set of keys seen */
             for (size_t i = 0; i < items->n; i++) {
-                int dup = 0;
-                for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = tv_eq(seen.u.l->items[j], keys[i]);
-                if (dup) continue;
-                tv_list_push(c, seen.u.l, keys[i]);
+                if (tv_dict_find(c, seen.u.d, keys[i]) >= 0) continue;
+                tv_dict_set(c, seen.u.d, keys[i], tv_none());
                 tv_list_push(c, r.u.l, items->items[i]);
             }
             return r;
@@ -848,6 +872,7 @@ tv_value tp_filter(tp_ctx *c, int line, const char *name, tv_value v, const tv_v
         BIND("attribute", "start");
         tv_list *items = tv_iter(c, line, v);
         tv_value acc = g[1] ? a[1] : tv_int(0);
+        tp_tick(c, items->n);
         for (size_t i = 0; i < items->n; i++) {
             tv_value x = (g[0] && a[0].type != TV_NONE) ? get_attr_path(c, line, items->items[i], a[0]) : items->items[i];
             acc = tp_binop(c, line, OP_ADD, acc, x);
@@ -1021,14 +1046,15 @@ static tv_value str_method(tp_ctx *c, int line, const tv_func *f, const tv_value
             int64_t n = 0;
             size_t i = 0;
             long k;
-            while ((k = find_bytes(s, sub, i)) >= 0) {
+            while ((k = find_bytes(c, s, sub, i)) >= 0) {
                 n++;
                 i = (size_t)k + sub.u.s.n;
             }
             return tv_int(n);
         }
-        long k = m[0] == 'r' ? rfind_bytes(s, sub) : find_bytes(s, sub, 0);
-        if (k < 0 && (m[0] == 'i' || m[1] == 'i')) tp_fail(c, QWENC_ERR_ARG, line, "ValueError: substring not found");
+        long k = m[0] == 'r' ? rfind_bytes(c, s, sub) : find_bytes(c, s, sub, 0);
+        if (k < 0 && (!strcmp(m, "index") || !strcmp(m, "rindex")))
+            tp_fail(c, QWENC_ERR_ARG, line, "ValueError: substring not found");
         return tv_int(k < 0 ? -1 : (int64_t)tu_len(s.u.s.p, (size_t)k));
     }
     if (!strcmp(m, "join")) {
@@ -1066,13 +1092,14 @@ tv_value tp_call_method(tp_ctx *c, int line, const tv_func *f, const tv_value *a
     tv_value self = f->self, a[MAXP];
     int g[MAXP];
     const char *m = f->name;
+    tick_value(c, self);
     char what[64];
     snprintf(what, sizeof(what), "%s.%s()", tv_type_name(self), m);
     if (self.type == TV_STR) return str_method(c, line, f, args, nargs, names, kw, nkw);
     if (self.type == TV_DICT) {
         if (!strcmp(m, "get")) {
             bind(c, line, what, (const char *const[]){"key", "default", NULL}, args, nargs, names, kw, nkw, a, g);
-            long k = tv_dict_find(self.u.d, a[0]);
+            long k = tv_dict_find(c, self.u.d, a[0]);
             return k >= 0 ? self.u.d->vals[k] : a[1];
         }
         bind(c, line, what, (const char *const[]){NULL}, args, nargs, names, kw, nkw, a, g);
@@ -1096,7 +1123,7 @@ tv_value tp_call_method(tp_ctx *c, int line, const tv_func *f, const tv_value *a
         bind(c, line, what, (const char *const[]){"value", NULL}, args, nargs, names, kw, nkw, a, g);
         int64_t n = 0;
         for (size_t i = 0; i < self.u.l->n; i++) {
-            if (!tv_eq(self.u.l->items[i], a[0])) continue;
+            if (!tv_eq(c, self.u.l->items[i], a[0])) continue;
             if (m[0] == 'i') return tv_int((int64_t)i);
             n++;
         }

@@ -1055,7 +1055,8 @@ static void check_body(tp_ctx *c, const tp_nodes *body, int soft);
    the check is left to run time. Mirror that, so a template fails to load exactly when Jinja's does. */
 static void check_expr(tp_ctx *c, const tp_node *e, int soft) {
     if (!e) return;
-    if (++c->depth > 2000) tp_fail(c, QWENC_ERR_UNSUPPORTED, e->line, "expression nested too deeply (over 2000 levels)");
+    if (++c->depth > TP_MAX_DEPTH)
+        tp_fail(c, QWENC_ERR_UNSUPPORTED, e->line, "expression nested too deeply (over %d levels)", TP_MAX_DEPTH);
     if (e->kind == E_COND) soft = 1;
     if ((e->kind == E_FILTER && !tp_filter_known(e->name)) || (e->kind == E_TEST && !tp_test_known(e->name))) {
         if (!soft)

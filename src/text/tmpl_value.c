@@ -27,7 +27,7 @@ struct tp_block {
     _Alignas(16) unsigned char data[];
 };
 
-#define TP_ARENA_MAX ((size_t)1 << 30) /* a render that needs more is an error, not an abort */
+#define TP_ARENA_MAX ((size_t)256 << 20) /* a render that needs more is an error, not an abort */
 
 void *tp_alloc(tp_ctx *c, size_t n) {
     n = (n + 15) & ~(size_t)15;
@@ -65,8 +65,13 @@ _Noreturn void tp_fail(tp_ctx *c, qwenc_status st, int line, const char *fmt, ..
     vsnprintf(c->msg, sizeof(c->msg), fmt, ap);
     va_end(ap);
     c->status = st;
-    c->line = line;
+    c->line = line ? line : c->cur_line;
     longjmp(c->jmp, 1);
+}
+
+_Noreturn void tp_too_long(tp_ctx *c) {
+    tp_fail(c, QWENC_ERR_UNSUPPORTED, 0, "the template runs too long (more than %llu steps)",
+            (unsigned long long)TP_MAX_STEPS);
 }
 
 /* ---------------------------------------------------------------- constructors */
@@ -137,14 +142,83 @@ void tv_list_push(tp_ctx *c, tv_list *l, tv_value v) {
     l->items[l->n++] = v;
 }
 
-long tv_dict_find(const tv_dict *d, tv_value k) {
+/* Dicts made from a request can hold many keys (a JSON object of 100,000 members): past TV_DICT_INDEX_MIN
+ * entries the keys Python can hash, and that a template can only compare by value, get a hash index. Keys that
+ * are equal hash alike: numbers by their integer value when they have one (1 == 1.0 == True, as in Python). */
+static int indexable(tv_value k) {
+    return k.type == TV_STR || k.type == TV_INT || k.type == TV_BOOL || k.type == TV_FLOAT || k.type == TV_NONE;
+}
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t str_hash(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ULL;
+    return mix64(h);
+}
+
+static uint64_t key_hash(tv_value k) {
+    switch ((tv_type)k.type) {
+    case TV_STR: return str_hash(k.u.s.p, k.u.s.n);
+    case TV_INT: return mix64((uint64_t)k.u.i);
+    case TV_BOOL: return mix64((uint64_t)k.u.b);
+    case TV_FLOAT:
+        if (k.u.f == floor(k.u.f) && k.u.f >= -9223372036854775808.0 && k.u.f < 9223372036854775808.0)
+            return mix64((uint64_t)(int64_t)k.u.f);
+        {
+            uint64_t bits;
+            memcpy(&bits, &k.u.f, 8);
+            return mix64(bits ^ 0x9e3779b97f4a7c15ULL);
+        }
+    default: return 0x51ed270b27c4a3f5ULL;
+    }
+}
+
+static void index_put(tv_dict *d, size_t i) {
+    size_t m = d->index_cap - 1;
+    for (size_t s = key_hash(d->keys[i]) & m;; s = (s + 1) & m)
+        if (!d->index[s]) {
+            d->index[s] = (uint32_t)i + 1;
+            return;
+        }
+}
+
+static void index_build(tp_ctx *c, tv_dict *d) {
+    size_t cap = 64;
+    while (cap < 4 * d->n) cap *= 2;
+    d->index = tp_alloc(c, cap * sizeof(uint32_t));
+    d->index_cap = cap;
     for (size_t i = 0; i < d->n; i++)
-        if (tv_eq(d->keys[i], k)) return (long)i;
+        if (indexable(d->keys[i])) index_put(d, i);
+}
+
+long tv_dict_find(tp_ctx *c, const tv_dict *d, tv_value k) {
+    if (d->index && indexable(k)) {
+        size_t m = d->index_cap - 1;
+        for (size_t s = key_hash(k) & m; d->index[s]; s = (s + 1) & m)
+            if (tv_eq(c, d->keys[d->index[s] - 1], k)) return (long)d->index[s] - 1;
+        return -1;
+    }
+    for (size_t i = 0; i < d->n; i++)
+        if (tv_eq(c, d->keys[i], k)) return (long)i;
     return -1;
 }
 
 tv_value *tv_dict_get_str(const tv_dict *d, const char *key) {
     size_t n = strlen(key);
+    if (d->index) {
+        size_t m = d->index_cap - 1;
+        for (size_t s = str_hash(key, n) & m; d->index[s]; s = (s + 1) & m) {
+            const tv_value *k = &d->keys[d->index[s] - 1];
+            if (k->type == TV_STR && k->u.s.n == n && memcmp(k->u.s.p, key, n) == 0) return &d->vals[d->index[s] - 1];
+        }
+        return NULL;
+    }
     for (size_t i = 0; i < d->n; i++)
         if (d->keys[i].type == TV_STR && d->keys[i].u.s.n == n && memcmp(d->keys[i].u.s.p, key, n) == 0)
             return &d->vals[i];
@@ -152,11 +226,12 @@ tv_value *tv_dict_get_str(const tv_dict *d, const char *key) {
 }
 
 void tv_dict_set(tp_ctx *c, tv_dict *d, tv_value k, tv_value v) {
-    long i = tv_dict_find(d, k);
+    long i = tv_dict_find(c, d, k);
     if (i >= 0) {
         d->vals[i] = v;
         return;
     }
+    if (d->n >= UINT32_MAX - 1) tp_fail(c, QWENC_ERR_ARG, 0, "a dict of more than 2^32 entries");
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
         tv_value *nk = tp_alloc(c, cap * sizeof(tv_value)), *nv = tp_alloc(c, cap * sizeof(tv_value));
@@ -171,6 +246,9 @@ void tv_dict_set(tp_ctx *c, tv_dict *d, tv_value k, tv_value v) {
     d->keys[d->n] = k;
     d->vals[d->n] = v;
     d->n++;
+    if (d->index && 2 * d->n > d->index_cap) d->index = NULL; /* rebuilt larger below */
+    if (!d->index && d->n > TV_DICT_INDEX_MIN) index_build(c, d);
+    else if (d->index && indexable(k)) index_put(d, d->n - 1);
 }
 
 /* ---------------------------------------------------------------- buffers */
@@ -190,6 +268,25 @@ void tp_buf_add(tp_ctx *c, tp_buf *b, const char *s, size_t n) {
 }
 
 void tp_buf_addz(tp_ctx *c, tp_buf *b, const char *s) { tp_buf_add(c, b, s, strlen(s)); }
+
+void tp_buf_fill(tp_ctx *c, tp_buf *b, char ch, int64_t n) {
+    if (n <= 0) return;
+    if ((uint64_t)n > TP_ARENA_MAX) /* more than a render may hold: fail before growing to it */
+        tp_fail(c, QWENC_ERR_NOMEM, 0, "chat template rendering needs more than %zu MiB", TP_ARENA_MAX >> 20);
+    size_t k = (size_t)n;
+    tp_buf_add(c, b, "", 0);
+    if (b->n + k + 1 > b->cap) { /* room for all of it, then fill in place */
+        size_t cap = b->cap;
+        while (b->n + k + 1 > cap) cap *= 2;
+        char *p = tp_alloc(c, cap);
+        memcpy(p, b->p, b->n);
+        b->p = p;
+        b->cap = cap;
+    }
+    memset(b->p + b->n, ch, k);
+    b->n += k;
+    b->p[b->n] = 0;
+}
 void tp_buf_addc(tp_ctx *c, tp_buf *b, char ch) { tp_buf_add(c, b, &ch, 1); }
 
 void tp_buf_addcp(tp_ctx *c, tp_buf *b, uint32_t cp) {
@@ -270,6 +367,10 @@ static int in_chars(uint32_t cp, const char *chars, size_t nchars) {
 tv_value tu_strip(tv_value s, const char *chars, size_t nchars, int which) {
     const char *p = s.u.s.p;
     size_t a = 0, b = s.u.s.n;
+    if (!chars) { /* ASCII whitespace first, a byte at a time (long runs of spaces are what takes time) */
+        while ((which & 1) && a < b && tu_isspace((unsigned char)p[a]) && (unsigned char)p[a] < 0x80) a++;
+        while ((which & 2) && b > a && tu_isspace((unsigned char)p[b - 1]) && (unsigned char)p[b - 1] < 0x80) b--;
+    }
     if (which & 1) {
         while (a < b) {
             size_t j = a;
@@ -359,26 +460,38 @@ int tv_truthy(tv_value v) {
 static int is_num(tv_value v) { return v.type == TV_BOOL || v.type == TV_INT || v.type == TV_FLOAT; }
 static double num_f(tv_value v) { return v.type == TV_FLOAT ? v.u.f : v.type == TV_INT ? (double)v.u.i : v.u.b; }
 
-int tv_eq(tv_value a, tv_value b) {
+_Noreturn static void too_deep(tp_ctx *c, const char *doing) {
+    tp_fail(c, QWENC_ERR_ARG, 0, "RecursionError: maximum recursion depth exceeded %s (values nested more than %d levels)",
+            doing, TV_MAX_DEPTH);
+}
+
+static int eq_rec(tp_ctx *c, tv_value a, tv_value b, int depth) {
+    tp_tick(c, 1);
     if (is_num(a) && is_num(b)) {
         if (a.type != TV_FLOAT && b.type != TV_FLOAT) return (a.type == TV_INT ? a.u.i : a.u.b) == (b.type == TV_INT ? b.u.i : b.u.b);
         return num_f(a) == num_f(b);
     }
     if (a.type != b.type) return 0;
+    if (depth > TV_MAX_DEPTH && (a.type == TV_LIST || a.type == TV_DICT)) too_deep(c, "in comparison");
     switch ((tv_type)a.type) {
     case TV_UNDEF:
     case TV_NONE: return 1;
-    case TV_STR: return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
+    case TV_STR:
+        if (a.u.s.n != b.u.s.n) return 0;
+        tp_tick(c, a.u.s.n / 8);
+        return memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
     case TV_LIST:
         if ((a.flags & TV_F_TUPLE) != (b.flags & TV_F_TUPLE) || a.u.l->n != b.u.l->n) return 0;
+        if (a.u.l == b.u.l) return 1; /* Python compares items by identity first */
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!tv_eq(a.u.l->items[i], b.u.l->items[i])) return 0;
+            if (!eq_rec(c, a.u.l->items[i], b.u.l->items[i], depth + 1)) return 0;
         return 1;
     case TV_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
+        if (a.u.d == b.u.d) return 1;
         for (size_t i = 0; i < a.u.d->n; i++) {
-            long j = tv_dict_find(b.u.d, a.u.d->keys[i]);
-            if (j < 0 || !tv_eq(a.u.d->vals[i], b.u.d->vals[j])) return 0;
+            long j = tv_dict_find(c, b.u.d, a.u.d->keys[i]);
+            if (j < 0 || !eq_rec(c, a.u.d->vals[i], b.u.d->vals[j], depth + 1)) return 0;
         }
         return 1;
     case TV_NS: return a.u.d == b.u.d;
@@ -388,7 +501,10 @@ int tv_eq(tv_value a, tv_value b) {
     }
 }
 
-int tv_lt(tp_ctx *c, int line, tv_value a, tv_value b) {
+int tv_eq(tp_ctx *c, tv_value a, tv_value b) { return eq_rec(c, a, b, 0); }
+
+static int lt_rec(tp_ctx *c, int line, tv_value a, tv_value b, int depth) {
+    tp_tick(c, 1);
     if (is_num(a) && is_num(b)) {
         if (a.type != TV_FLOAT && b.type != TV_FLOAT) return (a.type == TV_INT ? a.u.i : a.u.b) < (b.type == TV_INT ? b.u.i : b.u.b);
         return num_f(a) < num_f(b);
@@ -397,23 +513,28 @@ int tv_lt(tp_ctx *c, int line, tv_value a, tv_value b) {
     if (b.type == TV_UNDEF) tp_undef_fail(c, line, b);
     if (a.type == TV_STR && b.type == TV_STR) {
         size_t n = QW_MIN(a.u.s.n, b.u.s.n);
+        tp_tick(c, n / 8);
         int r = memcmp(a.u.s.p, b.u.s.p, n);
         return r < 0 || (r == 0 && a.u.s.n < b.u.s.n);
     }
     if (a.type == TV_LIST && b.type == TV_LIST && (a.flags & TV_F_TUPLE) == (b.flags & TV_F_TUPLE)) {
+        if (depth > TV_MAX_DEPTH) too_deep(c, "in comparison");
         size_t n = QW_MIN(a.u.l->n, b.u.l->n);
         for (size_t i = 0; i < n; i++)
-            if (!tv_eq(a.u.l->items[i], b.u.l->items[i])) return tv_lt(c, line, a.u.l->items[i], b.u.l->items[i]);
+            if (!eq_rec(c, a.u.l->items[i], b.u.l->items[i], depth + 1))
+                return lt_rec(c, line, a.u.l->items[i], b.u.l->items[i], depth + 1);
         return a.u.l->n < b.u.l->n;
     }
     tp_fail(c, QWENC_ERR_ARG, line, "TypeError: '<' not supported between instances of '%s' and '%s'",
             tv_type_name(a), tv_type_name(b));
 }
 
+int tv_lt(tp_ctx *c, int line, tv_value a, tv_value b) { return lt_rec(c, line, a, b, 0); }
+
 size_t tv_len(tp_ctx *c, int line, tv_value v) {
     switch ((tv_type)v.type) {
     case TV_UNDEF: return 0;
-    case TV_STR: return tu_len(v.u.s.p, v.u.s.n);
+    case TV_STR: tp_tick(c, v.u.s.n / 8); return tu_len(v.u.s.p, v.u.s.n);
     case TV_LIST: return v.u.l->n;
     case TV_DICT: return v.u.d->n;
     case TV_LOOP: return v.u.loop->items->n;
@@ -575,7 +696,47 @@ static void scalar_str(tp_ctx *c, tp_buf *b, tv_value v) {
     }
 }
 
+/* 1 if list or dict p is being printed by a caller of this repr (Python's Py_ReprEnter). */
+static int repr_entered(const tp_ctx *c, const void *p) {
+    for (int i = 0; i < c->repr_n; i++)
+        if (c->repr_path[i] == p) return 1;
+    return 0;
+}
+
 void tv_repr_append(tp_ctx *c, tp_buf *b, tv_value v) {
+    tp_tick(c, 1);
+    if (v.type == TV_LIST || v.type == TV_DICT || v.type == TV_NS) {
+        const void *p = v.type == TV_LIST ? (const void *)v.u.l : (const void *)v.u.d;
+        int tup = v.type == TV_LIST && (v.flags & TV_F_TUPLE);
+        if (v.type == TV_NS) tp_buf_addz(c, b, "<Namespace ");
+        if (repr_entered(c, p)) {
+            tp_buf_addz(c, b, v.type != TV_LIST ? "{...}" : tup ? "(...)" : "[...]");
+        } else {
+            if (c->repr_n >= TV_MAX_DEPTH) too_deep(c, "while getting the repr of an object");
+            c->repr_path[c->repr_n++] = p;
+            if (v.type == TV_LIST) {
+                tp_buf_addc(c, b, tup ? '(' : '[');
+                for (size_t i = 0; i < v.u.l->n; i++) {
+                    if (i) tp_buf_addz(c, b, ", ");
+                    tv_repr_append(c, b, v.u.l->items[i]);
+                }
+                if (tup && v.u.l->n == 1) tp_buf_addc(c, b, ',');
+                tp_buf_addc(c, b, tup ? ')' : ']');
+            } else {
+                tp_buf_addc(c, b, '{');
+                for (size_t i = 0; i < v.u.d->n; i++) {
+                    if (i) tp_buf_addz(c, b, ", ");
+                    tv_repr_append(c, b, v.u.d->keys[i]);
+                    tp_buf_addz(c, b, ": ");
+                    tv_repr_append(c, b, v.u.d->vals[i]);
+                }
+                tp_buf_addc(c, b, '}');
+            }
+            c->repr_n--;
+        }
+        if (v.type == TV_NS) tp_buf_addc(c, b, '>');
+        return;
+    }
     switch ((tv_type)v.type) {
     case TV_UNDEF: tp_buf_addz(c, b, "Undefined"); break;
     case TV_STR:
@@ -586,30 +747,6 @@ void tv_repr_append(tp_ctx *c, tp_buf *b, tv_value v) {
         } else {
             str_repr(c, b, v.u.s.p, v.u.s.n);
         }
-        break;
-    case TV_LIST: {
-        int tup = v.flags & TV_F_TUPLE;
-        tp_buf_addc(c, b, tup ? '(' : '[');
-        for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i) tp_buf_addz(c, b, ", ");
-            tv_repr_append(c, b, v.u.l->items[i]);
-        }
-        if (tup && v.u.l->n == 1) tp_buf_addc(c, b, ',');
-        tp_buf_addc(c, b, tup ? ')' : ']');
-        break;
-    }
-    case TV_DICT:
-    case TV_NS:
-        if (v.type == TV_NS) tp_buf_addz(c, b, "<Namespace ");
-        tp_buf_addc(c, b, '{');
-        for (size_t i = 0; i < v.u.d->n; i++) {
-            if (i) tp_buf_addz(c, b, ", ");
-            tv_repr_append(c, b, v.u.d->keys[i]);
-            tp_buf_addz(c, b, ": ");
-            tv_repr_append(c, b, v.u.d->vals[i]);
-        }
-        tp_buf_addc(c, b, '}');
-        if (v.type == TV_NS) tp_buf_addc(c, b, '>');
         break;
     case TV_FUNC:
         tp_buf_addz(c, b, v.u.fn->kind == TF_MACRO ? "<Macro '" : "<function '");
@@ -706,7 +843,11 @@ void tv_json_append(tp_ctx *c, int line, tp_buf *b, tv_value v, const tv_json_op
     const char *item_sep = o->item_sep ? o->item_sep : (o->indent >= 0 ? "," : ", ");
     const char *key_sep = o->key_sep ? o->key_sep : ": ";
     char tmp[40];
-    if (level > 400) tp_fail(c, QWENC_ERR_ARG, line, "RecursionError: value nested too deeply for tojson");
+    tp_tick(c, 1);
+    if (level > TV_MAX_DEPTH)
+        tp_fail(c, QWENC_ERR_ARG, line,
+                "RecursionError: maximum recursion depth exceeded while encoding a JSON object (values nested more than "
+                "%d levels)", TV_MAX_DEPTH);
     switch ((tv_type)v.type) {
     case TV_NONE: tp_buf_addz(c, b, "null"); break;
     case TV_BOOL: tp_buf_addz(c, b, v.u.b ? "true" : "false"); break;
@@ -745,17 +886,17 @@ void tv_json_append(tp_ctx *c, int line, tp_buf *b, tv_value v, const tv_json_op
         size_t n = v.u.d->n;
         size_t *order = tp_alloc(c, n * sizeof(size_t));
         for (size_t i = 0; i < n; i++) order[i] = i;
-        if (o->sort_keys) { /* insertion sort: dicts in templates are small */
-            for (size_t i = 0; i < n; i++)
+        if (o->sort_keys) {
+            tv_value *idx = tp_alloc(c, n * sizeof(tv_value)), *keys = tp_alloc(c, n * sizeof(tv_value));
+            for (size_t i = 0; i < n; i++) {
                 if (v.u.d->keys[i].type != TV_STR)
                     tp_fail(c, QWENC_ERR_UNSUPPORTED, line, "tojson(sort_keys=true) supports only string keys, found %s",
                             tv_type_name(v.u.d->keys[i]));
-            for (size_t i = 1; i < n; i++)
-                for (size_t j = i; j > 0 && tv_lt(c, line, v.u.d->keys[order[j]], v.u.d->keys[order[j - 1]]); j--) {
-                    size_t t = order[j];
-                    order[j] = order[j - 1];
-                    order[j - 1] = t;
-                }
+                idx[i] = tv_int((int64_t)i);
+                keys[i] = v.u.d->keys[i];
+            }
+            tp_sort_by_keys(c, line, idx, keys, n, 0);
+            for (size_t i = 0; i < n; i++) order[i] = (size_t)idx[i].u.i;
         }
         tp_buf_addc(c, b, '{');
         for (size_t k = 0; k < n; k++) {
@@ -923,7 +1064,7 @@ static tv_value jnumber(json_rd *r) {
 static tv_value jvalue(json_rd *r) {
     jws(r);
     if (r->i >= r->n) jfail(r, "unexpected end of input");
-    if (++r->depth > 500) jfail(r, "nesting too deep");
+    if (++r->depth > TV_MAX_DEPTH) jfail(r, "nested too deeply");
     char ch = r->s[r->i];
     tv_value v;
     if (ch == '{') {

@@ -107,25 +107,28 @@ static void decode_token(const qwenc_tokenizer *tok, int32_t id, int first, qw_b
     }
     res->n = 0;
     qw_buf_add(res, a.p ? a.p : "", a.n);
+    if (a.oom || b.oom) res->oom = 1;
     free(a.p);
     free(b.p);
 }
 
-void qw_tok_build_pieces(qwenc_tokenizer *tok) {
-    tok->piece = qw_xcalloc((size_t)tok->n_vocab, sizeof(*tok->piece));
-    tok->piece_len = qw_xcalloc((size_t)tok->n_vocab, sizeof(*tok->piece_len));
+int qw_tok_build_pieces(qwenc_tokenizer *tok) {
+    tok->piece = calloc((size_t)tok->n_vocab, sizeof(*tok->piece));
+    tok->piece_len = calloc((size_t)tok->n_vocab, sizeof(*tok->piece_len));
+    if (!tok->piece || !tok->piece_len) return -1;
     qw_buf b = {0};
-    for (int32_t id = 0; id < tok->n_vocab; id++) {
-        if (!tok->token[id]) {
-            tok->piece[id] = qw_xstrdup("");
-            continue;
+    for (int32_t id = 0; id < tok->n_vocab && !b.oom; id++) {
+        b.n = 0;
+        if (tok->token[id]) decode_token(tok, id, 0, &b);
+        if (!(tok->piece[id] = malloc(b.n + 1))) b.oom = 1;
+        else {
+            if (b.n) memcpy(tok->piece[id], b.p, b.n);
+            tok->piece[id][b.n] = 0;
+            tok->piece_len[id] = (uint32_t)b.n;
         }
-        decode_token(tok, id, 0, &b);
-        tok->piece[id] = qw_xcalloc(b.n + 1, 1);
-        memcpy(tok->piece[id], b.p, b.n);
-        tok->piece_len[id] = (uint32_t)b.n;
     }
     free(b.p);
+    return b.oom ? -1 : 0;
 }
 
 /* Bytes of token id at its position: the cached piece, or decoded on the spot for a first token. */
@@ -164,8 +167,13 @@ qwenc_status qwenc_detokenize(const qwenc_tokenizer *tok, const int32_t *ids, in
     }
     qw_utf8_repair(raw.p ? raw.p : "", raw.n, &out);
     if (!out.p) qw_buf_add(&out, "", 0);
+    int oom = raw.oom || tmp.oom || out.oom;
     free(raw.p);
     free(tmp.p);
+    if (oom) {
+        free(out.p);
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "qwenc_detokenize: out of memory decoding %d tokens", n);
+    }
     *text = out.p;
     if (len) *len = out.n;
     return QWENC_OK;
@@ -184,11 +192,16 @@ struct qwenc_detok {
 
 qwenc_detok *qwenc_detok_new(const qwenc_tokenizer *tok, int skip_special) {
     if (!tok) return NULL;
-    qwenc_detok *d = qw_xcalloc(1, sizeof(*d));
+    qwenc_detok *d = calloc(1, sizeof(*d));
+    if (!d) return NULL;
     d->tok = tok;
     d->skip_special = skip_special;
     d->first = 1;
     qw_buf_add(&d->out, "", 0);
+    if (d->out.oom) {
+        free(d);
+        return NULL;
+    }
     return d;
 }
 

@@ -76,12 +76,18 @@ static char *onig_to_pcre2(const char *p) {
         i++;
     }
     if (!b.p) qw_buf_add(&b, "", 0);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
     return b.p;
 }
 
 qwenc_status qw_regex_compile(qw_regex *rx, const char *pattern, int literal, const char *file, const char *field,
                               char *err, size_t errlen) {
-    char *pat = literal ? qw_xstrdup(pattern) : onig_to_pcre2(pattern);
+    char *pat = literal ? strdup(pattern) : onig_to_pcre2(pattern);
+    if (!pat)
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: %s: out of memory compiling a regex", file, field);
     int code;
     PCRE2_SIZE off;
     uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP); /* LITERAL refuses UCP */
@@ -90,10 +96,15 @@ qwenc_status qw_regex_compile(qw_regex *rx, const char *pattern, int literal, co
     if (!rx->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof(msg));
-        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: %s: cannot compile regex \"%s\": %s at offset %zu",
-                      file, field, pattern, (const char *)msg, (size_t)off);
+        return qw_err(err, errlen, code == PCRE2_ERROR_HEAP_FAILED ? QWENC_ERR_NOMEM : QWENC_ERR_UNSUPPORTED,
+                      "%s: %s: cannot compile regex \"%.200s\": %s at offset %zu", file, field, pattern,
+                      (const char *)msg, (size_t)off);
     }
-    rx->src = qw_xstrdup(pattern);
+    if (!(rx->src = strdup(pattern))) {
+        pcre2_code_free(rx->re);
+        rx->re = NULL;
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: %s: out of memory compiling a regex", file, field);
+    }
     rx->literal = literal;
     pcre2_jit_compile(rx->re, PCRE2_JIT_COMPLETE); /* without JIT (unsupported CPU) pcre2_match interprets */
     return QWENC_OK;
@@ -142,21 +153,38 @@ typedef struct {
     size_t csy;
     hitem *hp;
     size_t chp;
+    int oom; /* an array could not grow (and the item was dropped): the result is QWENC_ERR_NOMEM */
 } enc_ctx;
 
-static void ctx_init(enc_ctx *c) {
+static void ctx_free(enc_ctx *c);
+
+/* 0, or -1 when out of memory (c is then freed). */
+static int ctx_init(enc_ctx *c) {
     memset(c, 0, sizeof(*c));
     c->md = pcre2_match_data_create(1, NULL);
     c->mctx = pcre2_match_context_create(NULL);
     c->jit = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-    QW_ASSERT(c->md && c->mctx && c->jit);
-    pcre2_jit_stack_assign(c->mctx, NULL, c->jit);
+    if (!c->md || !c->mctx) {
+        ctx_free(c);
+        return -1;
+    }
+    if (c->jit) pcre2_jit_stack_assign(c->mctx, NULL, c->jit); /* without it, the default 32 KiB stack */
+    return 0;
+}
+
+/* Whether anything of c could not grow. */
+static int ctx_oom(const enc_ctx *c) {
+    return c->oom || c->nb[0].oom || c->nb[1].oom || c->pb.oom || c->tmp.oom;
+}
+
+static qwenc_status enc_nomem(char *err, size_t errlen) {
+    return qw_err(err, errlen, QWENC_ERR_NOMEM, "tokenizer: out of memory encoding the text");
 }
 
 static void ctx_free(enc_ctx *c) {
-    pcre2_match_data_free(c->md);
-    pcre2_match_context_free(c->mctx);
-    pcre2_jit_stack_free(c->jit);
+    if (c->md) pcre2_match_data_free(c->md);
+    if (c->mctx) pcre2_match_context_free(c->mctx);
+    if (c->jit) pcre2_jit_stack_free(c->jit);
     free(c->nb[0].p);
     free(c->nb[1].p);
     free(c->pb.p);
@@ -168,13 +196,18 @@ static void ctx_free(enc_ctx *c) {
     free(c->hp);
 }
 
+/* Room for element n of array ptr (capacity cap) of c; when it cannot grow, c->oom is set and the calling
+ * (void) function returns without adding. */
 #define GROW(ptr, n, cap)                                            \
     do {                                                             \
         if ((n) >= (cap)) {                                          \
             size_t nc_ = (cap) ? (cap) * 2 : 256;                    \
             while (nc_ <= (n)) nc_ *= 2;                             \
-            void *np_ = realloc((ptr), nc_ * sizeof(*(ptr)));        \
-            QW_ASSERT(np_);                                          \
+            void *np_ = c->oom ? NULL : realloc((ptr), nc_ * sizeof(*(ptr))); \
+            if (!np_) {                                              \
+                c->oom = 1;                                          \
+                return;                                              \
+            }                                                        \
             (ptr) = np_;                                             \
             (cap) = nc_;                                             \
         }                                                            \
@@ -321,7 +354,8 @@ static qwenc_status norm_step(const qw_norm *nm, enc_ctx *c, const char *s, size
         utf8proc_uint8_t *dst = NULL;
         utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt);
         if (r < 0)
-            return qw_err(err, errlen, QWENC_ERR_ARG, "tokenizer: normalizer: %s", utf8proc_errmsg(r));
+            return qw_err(err, errlen, r == UTF8PROC_ERROR_NOMEM ? QWENC_ERR_NOMEM : QWENC_ERR_ARG,
+                          "tokenizer: normalizer: %s", utf8proc_errmsg(r));
         qw_buf_add(out, dst, (size_t)r);
         free(dst);
         return QWENC_OK;
@@ -384,7 +418,7 @@ static qwenc_status norm_step(const qw_norm *nm, enc_ctx *c, const char *s, size
 qwenc_status qw_tok_normalize(const qwenc_tokenizer *tok, const char *s, size_t n, qw_buf *out, char *err,
                               size_t errlen) {
     enc_ctx c;
-    ctx_init(&c);
+    if (ctx_init(&c)) return enc_nomem(err, errlen);
     qw_buf a = {0};
     qw_buf_add(&a, s, n);
     qwenc_status st = QWENC_OK;
@@ -397,6 +431,7 @@ qwenc_status qw_tok_normalize(const qwenc_tokenizer *tok, const char *s, size_t 
     }
     out->n = 0;
     qw_buf_add(out, a.p, a.n);
+    if (!st && (a.oom || out->oom || ctx_oom(&c))) st = enc_nomem(err, errlen);
     free(a.p);
     ctx_free(&c);
     return st;
@@ -412,6 +447,7 @@ static qwenc_status normalize(const qwenc_tokenizer *tok, enc_ctx *c, const char
         qwenc_status st = norm_step(&tok->norm[i], c, cur, cn, out, err, errlen);
         if (st) return st;
         if (!out->p) qw_buf_add(out, "", 0);
+        if (ctx_oom(c)) return enc_nomem(err, errlen);
         cur = out->p;
         cn = out->n;
     }
@@ -424,7 +460,7 @@ static qwenc_status normalize(const qwenc_tokenizer *tok, enc_ctx *c, const char
 
 /* Append pb[off..off+n) to pb itself (the buffer may move, so reserve before taking the pointer). */
 static void pb_append_self(enc_ctx *c, size_t off, size_t n) {
-    qw_buf_reserve(&c->pb, n);
+    if (qw_buf_reserve(&c->pb, n)) return;
     memcpy(c->pb.p + c->pb.n, c->pb.p + off, n);
     c->pb.n += n;
     c->pb.p[c->pb.n] = 0;
@@ -432,7 +468,7 @@ static void pb_append_self(enc_ctx *c, size_t off, size_t n) {
 
 /* Append the byte-level form of pb[off..off+n) (each byte as its alphabet character) to pb. */
 static void add_byte_level(enc_ctx *c, size_t off, size_t n) {
-    qw_buf_reserve(&c->pb, 2 * n);
+    if (qw_buf_reserve(&c->pb, 2 * n)) return;
     const char *s = c->pb.p + off;
     char *o = c->pb.p + c->pb.n;
     for (size_t i = 0; i < n; i++) {
@@ -465,6 +501,7 @@ static qwenc_status pre_step(const qw_pre *p, enc_ctx *c, int from, int to, char
                 size_t off = c->pb.n;
                 qw_buf_addc(&c->pb, ' ');
                 pb_append_self(c, pc.off, pc.len);
+                if (ctx_oom(c)) return enc_nomem(err, errlen);
                 pc.off = off;
                 pc.len++;
             }
@@ -499,6 +536,7 @@ static qwenc_status pre_step(const qw_pre *p, enc_ctx *c, int from, int to, char
                 size_t off2 = c->pb.n;
                 qw_buf_add(&c->pb, p->str, rl);
                 pb_append_self(c, off, len);
+                if (ctx_oom(c)) return enc_nomem(err, errlen);
                 off = off2;
                 len += rl;
             }
@@ -511,6 +549,7 @@ static qwenc_status pre_step(const qw_pre *p, enc_ctx *c, int from, int to, char
             break;
         }
         }
+        if (ctx_oom(c)) return enc_nomem(err, errlen);
     }
     return QWENC_OK;
 }
@@ -569,6 +608,11 @@ static int32_t char_token(const qwenc_tokenizer *tok, enc_ctx *c, const char *s,
     if (pre) qw_buf_add(&c->tmp, tok->subword_prefix, strlen(tok->subword_prefix));
     qw_buf_add(&c->tmp, s, l);
     if (suf) qw_buf_add(&c->tmp, tok->word_suffix, strlen(tok->word_suffix));
+    if (c->tmp.oom) { /* found by the caller's check */
+        *str = s;
+        *slen = l;
+        return -1;
+    }
     *str = c->tmp.p;
     *slen = c->tmp.n;
     return qw_strmap_get(&tok->vocab, c->tmp.p, c->tmp.n);
@@ -669,14 +713,15 @@ static qwenc_status encode_words(const qwenc_tokenizer *tok, enc_ctx *c, const c
     qw_buf_add(&c->pb, s, n);
     c->npc[0] = 0;
     push_piece(c, 0, 0, n, first);
+    if (ctx_oom(c)) return enc_nomem(err, errlen);
     int k = 0;
     for (int i = 0; i < tok->n_pre; i++) {
         qwenc_status st = pre_step(&tok->pre[i], c, k, !k, err, errlen);
         if (st) return st;
         k = !k;
     }
-    for (size_t i = 0; i < c->npc[k]; i++) bpe_word(tok, c, c->pb.p + c->pc[k][i].off, c->pc[k][i].len, out);
-    return QWENC_OK;
+    for (size_t i = 0; i < c->npc[k] && !ctx_oom(c); i++) bpe_word(tok, c, c->pb.p + c->pc[k][i].off, c->pc[k][i].len, out);
+    return ctx_oom(c) || out->oom ? enc_nomem(err, errlen) : QWENC_OK;
 }
 
 static int is_word_char(uint32_t cp) {
@@ -798,11 +843,18 @@ qwenc_status qwenc_tokenize(const qwenc_tokenizer *tok, const char *text, size_t
     qw_buf fixed = {0};
     if (len && !qw_utf8_is_valid(text, len)) {
         qw_utf8_repair(text, len, &fixed);
+        if (fixed.oom) {
+            free(fixed.p);
+            return enc_nomem(err, errlen);
+        }
         text = fixed.p;
         len = fixed.n;
     }
     enc_ctx c;
-    ctx_init(&c);
+    if (ctx_init(&c)) {
+        free(fixed.p);
+        return enc_nomem(err, errlen);
+    }
     qw_ivec v = {0};
     if (add_bos)
         for (int i = 0; i < tok->n_prefix; i++) qw_ivec_push(&v, tok->prefix_ids[i]);
@@ -810,14 +862,16 @@ qwenc_status qwenc_tokenize(const qwenc_tokenizer *tok, const char *text, size_t
     if (len) st = split_added(tok, &tok->trie_raw, &c, text, len, 1, parse_special, text_normalize, &v, err, errlen);
     if (add_bos && !st)
         for (int i = 0; i < tok->n_suffix; i++) qw_ivec_push(&v, tok->suffix_ids[i]);
+    if (!st && ctx_oom(&c)) st = enc_nomem(err, errlen);
     ctx_free(&c);
     free(fixed.p);
+    if (!st && v.oom) st = enc_nomem(err, errlen);
     if (!st && v.n > INT_MAX) st = qw_err(err, errlen, QWENC_ERR_ARG, "qwenc_tokenize: %zu tokens do not fit an int", v.n);
+    if (!st && !v.p && !(v.p = malloc(sizeof(int32_t)))) st = enc_nomem(err, errlen);
     if (st) {
         free(v.p);
         return st;
     }
-    if (!v.p) v.p = qw_xcalloc(1, sizeof(int32_t));
     *ids = v.p;
     *n_ids = (int)v.n;
     return QWENC_OK;

@@ -89,6 +89,8 @@ static qwenc_status rd_bad(rd *r, qwenc_status st, const char *key, const char *
     return qw_err(r->err, r->errlen, st, "%s: %s: %s", r->path, key, what);
 }
 
+static qwenc_status rd_nomem(rd *r, const char *key) { return rd_bad(r, QWENC_ERR_NOMEM, key, "out of memory"); }
+
 /* An optional token id key: -1 when absent or outside the vocabulary (llama.cpp ignores those too). */
 static int32_t opt_id(const qw_gguf *g, const char *key, int n_vocab) {
     const qw_gguf_kv *kv = qw_gguf_find_kv(g, key);
@@ -104,9 +106,11 @@ static int opt_bool(const qw_gguf *g, const char *key, int def) {
     return qw_gguf_kv_i64(kv) != 0;
 }
 
+/* A new pre-tokenizer step, or NULL when out of memory. */
 static qw_pre *add_pre(qwenc_tokenizer *t, qw_pre_kind kind) {
-    t->pre = realloc(t->pre, (size_t)(t->n_pre + 1) * sizeof(*t->pre));
-    QW_ASSERT(t->pre);
+    qw_pre *np = realloc(t->pre, (size_t)(t->n_pre + 1) * sizeof(*t->pre));
+    if (!np) return NULL;
+    t->pre = np;
     qw_pre *p = &t->pre[t->n_pre++];
     memset(p, 0, sizeof(*p));
     p->kind = kind;
@@ -116,23 +120,25 @@ static qw_pre *add_pre(qwenc_tokenizer *t, qw_pre_kind kind) {
 /* The normalizer, pre-tokenizer and decoder a pre name stands for. */
 static qwenc_status build_pipeline(qwenc_tokenizer *t, rd *r, const pre_def *d) {
     if (d->nfc) {
-        t->norm = qw_xcalloc(1, sizeof(*t->norm));
+        if (!(t->norm = calloc(1, sizeof(*t->norm)))) return rd_nomem(r, "tokenizer.ggml.pre");
         t->norm[0].kind = QW_NORM_NFC;
         t->n_norm = 1;
     }
     qwenc_status s;
     for (int i = 0; i < n_split(d); i++) {
         qw_pre *p = add_pre(t, QW_PRE_SPLIT);
+        if (!p) return rd_nomem(r, "tokenizer.ggml.pre");
         p->behavior = QW_SPLIT_ISOLATED;
         if ((s = qw_regex_compile(&p->rx, d->split[i], 0, r->path, "tokenizer.ggml.pre", r->err, r->errlen))) return s;
     }
     qw_pre *bl = add_pre(t, QW_PRE_BYTELEVEL);
+    if (!bl) return rd_nomem(r, "tokenizer.ggml.pre");
     if (!n_split(d)) {
         bl->use_regex = 1;
         if ((s = qw_regex_compile(&bl->rx, QW_GPT2_PATTERN, 0, r->path, "tokenizer.ggml.pre", r->err, r->errlen)))
             return s;
     }
-    t->dec = qw_xcalloc(1, sizeof(*t->dec));
+    if (!(t->dec = calloc(1, sizeof(*t->dec)))) return rd_nomem(r, "tokenizer.ggml.pre");
     t->dec[0].kind = QW_DEC_BYTELEVEL;
     t->n_dec = 1;
     t->ignore_merges = d->ignore_merges;
@@ -141,7 +147,7 @@ static qwenc_status build_pipeline(qwenc_tokenizer *t, rd *r, const pre_def *d) 
 
 /* tokenizer.ggml.merges into t->merges ("left right", split at the first space after the first byte). */
 static qwenc_status read_merges(qwenc_tokenizer *t, rd *r, const qw_gguf_kv *mk) {
-    qw_pairmap_init(&t->merges, (size_t)mk->n);
+    if (qw_pairmap_init(&t->merges, (size_t)mk->n)) return rd_nomem(r, "tokenizer.ggml.merges");
     qw_buf cat = {0};
     qwenc_status s = QWENC_OK;
     for (uint64_t i = 0; i < mk->n && !s; i++) {
@@ -156,6 +162,10 @@ static qwenc_status read_merges(qwenc_tokenizer *t, rd *r, const qw_gguf_kv *mk)
         cat.n = 0;
         qw_buf_add(&cat, m, al);
         qw_buf_add(&cat, sp + 1, bl);
+        if (cat.oom) {
+            s = rd_nomem(r, key);
+            break;
+        }
         int32_t ia = qw_strmap_get(&t->vocab, m, al), ib = qw_strmap_get(&t->vocab, sp + 1, bl);
         int32_t im = qw_strmap_get(&t->vocab, cat.p, cat.n);
         if (ia < 0) ia = qw_strmap_get(&t->added_map, m, al);
@@ -169,7 +179,7 @@ static qwenc_status read_merges(qwenc_tokenizer *t, rd *r, const qw_gguf_kv *mk)
             s = rd_bad(r, QWENC_ERR_FORMAT, key, msg);
             break;
         }
-        qw_pairmap_put(&t->merges, ia, ib, (int32_t)i, im);
+        if (qw_pairmap_put(&t->merges, ia, ib, (int32_t)i, im)) s = rd_nomem(r, key);
     }
     free(cat.p);
     return s;
@@ -189,11 +199,16 @@ static qwenc_status read_vocab(qwenc_tokenizer *t, rd *r, const qw_gguf *g) {
 
     int n = (int)tk->n, n_added = 0;
     t->n_vocab = n;
-    t->token = qw_xcalloc((size_t)n, sizeof(char *));
-    t->token_len = qw_xcalloc((size_t)n, sizeof(uint32_t));
-    t->special = qw_xcalloc((size_t)n, 1);
-    int *type = qw_xcalloc((size_t)n, sizeof(int));
-    size_t *off = qw_xcalloc((size_t)n, sizeof(size_t));
+    t->token = calloc((size_t)n, sizeof(char *));
+    t->token_len = calloc((size_t)n, sizeof(uint32_t));
+    t->special = calloc((size_t)n, 1);
+    int *type = malloc((size_t)n * sizeof(int));
+    size_t *off = malloc((size_t)n * sizeof(size_t));
+    if (!t->token || !t->token_len || !t->special || !type || !off) {
+        free(type);
+        free(off);
+        return rd_nomem(r, "tokenizer.ggml.tokens");
+    }
     qw_buf arena = {0};
     for (int i = 0; i < n; i++) {
         type[i] = ty ? (int)qw_gguf_arr_i64(ty, (uint64_t)i) : TT_NORMAL;
@@ -205,58 +220,76 @@ static qwenc_status read_vocab(qwenc_tokenizer *t, rd *r, const qw_gguf *g) {
         qw_buf_addc(&arena, 0);
     }
     t->arena = arena.p;
-    qw_strmap_init(&t->vocab, (size_t)(n - n_added));
-    qw_strmap_init(&t->added_map, (size_t)n_added + 1);
-    t->added = qw_xcalloc((size_t)n_added + 1, sizeof(*t->added));
-    for (int i = 0; i < n; i++) {
+    int oom = arena.oom;
+    oom = oom || qw_strmap_init(&t->vocab, (size_t)(n - n_added));
+    oom = oom || qw_strmap_init(&t->added_map, (size_t)n_added + 1);
+    oom = oom || !(t->added = calloc((size_t)n_added + 1, sizeof(*t->added)));
+    if (oom) {
+        free(type);
+        free(off);
+        return rd_nomem(r, "tokenizer.ggml.tokens");
+    }
+    for (int i = 0; i < n && !oom; i++) {
         if (type[i] == TT_UNUSED) {
             t->token_len[i] = 0; /* a padding id: no token, as an id missing from tokenizer.json */
             continue;
         }
         t->token[i] = t->arena + off[i];
-        if (type[i] != TT_CONTROL && type[i] != TT_USER_DEFINED) qw_strmap_put(&t->vocab, t->token[i], t->token_len[i], i);
+        if (type[i] != TT_CONTROL && type[i] != TT_USER_DEFINED) oom = qw_strmap_put(&t->vocab, t->token[i], t->token_len[i], i);
     }
     /* added tokens: control (special) first, then user-defined, each in id order, as tokenizer.c orders them */
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < n; i++) {
+    for (int pass = 0; pass < 2 && !oom; pass++)
+        for (int i = 0; i < n && !oom; i++) {
             if (type[i] != (pass == 0 ? TT_CONTROL : TT_USER_DEFINED) || !t->token_len[i]) continue;
-            qw_added *a = &t->added[t->n_added];
+            if (!qw_utf8_is_valid(t->token[i], t->token_len[i])) {
+                /* matched in the text before it is split: a piece of a character would cut one in two */
+                char key[64];
+                snprintf(key, sizeof(key), "tokenizer.ggml.tokens[%d]", i);
+                free(type);
+                free(off);
+                return rd_bad(r, QWENC_ERR_FORMAT, key, "a control or user-defined token is not valid UTF-8");
+            }
+            qw_added *a = &t->added[t->n_added++];
             a->id = i;
             a->content_len = a->match_len = t->token_len[i];
-            a->content = qw_xcalloc(a->content_len + 1, 1);
-            a->match = qw_xcalloc(a->content_len + 1, 1);
-            memcpy(a->content, t->token[i], a->content_len);
-            memcpy(a->match, t->token[i], a->content_len);
+            a->content = malloc(a->content_len + 1);
+            a->match = malloc(a->content_len + 1);
+            if (!a->content || !a->match) {
+                oom = 1;
+                break;
+            }
+            memcpy(a->content, t->token[i], a->content_len + 1);
+            memcpy(a->match, t->token[i], a->content_len + 1);
             a->special = (uint8_t)(pass == 0);
             t->special[i] = a->special;
-            qw_trie_add(&t->trie_raw, a->match, a->match_len, t->n_added);
-            qw_strmap_put(&t->added_map, a->content, a->content_len, i);
-            t->n_added++;
+            oom = qw_trie_add(&t->trie_raw, a->match, a->match_len, t->n_added - 1) ||
+                  qw_strmap_put(&t->added_map, a->content, a->content_len, i);
         }
     free(type);
     free(off);
     t->unk_id = -1;
-    qw_tok_index_chars(t);
+    if (oom || qw_tok_index_chars(t)) return rd_nomem(r, "tokenizer.ggml.tokens");
     return read_merges(t, r, mk);
 }
 
-/* BOS/EOS, what add_bos adds, the stop ids and the chat template. */
-static void read_specials(qwenc_tokenizer *t, const qw_gguf *g, const pre_def *d) {
-    int n = t->n_vocab;
+/* BOS/EOS, what add_bos adds, the stop ids and the chat template; -1 when out of memory. */
+static int read_specials(qwenc_tokenizer *t, const qw_gguf *g, const pre_def *d) {
+    int n = t->n_vocab, oom = 0;
     t->bos_id = opt_id(g, "tokenizer.ggml.bos_token_id", n);
     int32_t eos = opt_id(g, "tokenizer.ggml.eos_token_id", n);
-    t->bos_str = qw_xstrdup(t->bos_id >= 0 && t->token[t->bos_id] ? t->token[t->bos_id] : "");
-    t->eos_str = qw_xstrdup(eos >= 0 && t->token[eos] ? t->token[eos] : "");
+    oom |= !(t->bos_str = strdup(t->bos_id >= 0 && t->token[t->bos_id] ? t->token[t->bos_id] : ""));
+    oom |= !(t->eos_str = strdup(eos >= 0 && t->token[eos] ? t->token[eos] : ""));
     if (opt_bool(g, "tokenizer.ggml.add_bos_token", d->add_bos) && t->bos_id >= 0)
-        qw_tok_push_id(&t->prefix_ids, &t->n_prefix, t->bos_id);
-    if (opt_bool(g, "tokenizer.ggml.add_eos_token", 0) && eos >= 0) qw_tok_push_id(&t->suffix_ids, &t->n_suffix, eos);
-    qw_tok_add_eos(t, eos);
-    qw_tok_add_eos(t, opt_id(g, "tokenizer.ggml.eot_token_id", n));
-    qw_tok_add_eos(t, opt_id(g, "tokenizer.ggml.eom_token_id", n));
+        oom |= qw_tok_push_id(&t->prefix_ids, &t->n_prefix, t->bos_id);
+    if (opt_bool(g, "tokenizer.ggml.add_eos_token", 0) && eos >= 0) oom |= qw_tok_push_id(&t->suffix_ids, &t->n_suffix, eos);
+    oom |= qw_tok_add_eos(t, eos);
+    oom |= qw_tok_add_eos(t, opt_id(g, "tokenizer.ggml.eot_token_id", n));
+    oom |= qw_tok_add_eos(t, opt_id(g, "tokenizer.ggml.eom_token_id", n));
     for (size_t k = 0; k < sizeof(EOG_TEXTS) / sizeof(EOG_TEXTS[0]); k++)
-        qw_tok_add_eos(t, qw_strmap_get(&t->added_map, EOG_TEXTS[k], strlen(EOG_TEXTS[k])));
+        oom |= qw_tok_add_eos(t, qw_strmap_get(&t->added_map, EOG_TEXTS[k], strlen(EOG_TEXTS[k])));
     const qw_gguf_kv *ct = qw_gguf_find_kv(g, "tokenizer.chat_template");
-    if (ct && ct->type == QW_GGUF_STRING) t->chat_template = qw_xstrdup(ct->str);
+    if (ct && ct->type == QW_GGUF_STRING) oom |= !(t->chat_template = strdup(ct->str));
+    return oom ? -1 : 0;
 }
 
 qwenc_status qw_tok_load_gguf(const char *path, qwenc_tokenizer **out, int *none, char *err, size_t errlen) {
@@ -300,18 +333,16 @@ qwenc_status qw_tok_load_gguf(const char *path, qwenc_tokenizer **out, int *none
         }
     }
     qwenc_tokenizer *t = NULL;
-    if (!s) {
-        t = qw_xcalloc(1, sizeof(*t));
-        s = read_vocab(t, &r, &g);
-        if (!s) s = build_pipeline(t, &r, d);
-        if (!s) read_specials(t, &g, d);
-    }
+    if (!s && !(t = calloc(1, sizeof(*t)))) s = rd_nomem(&r, "tokenizer");
+    if (!s) s = read_vocab(t, &r, &g);
+    if (!s) s = build_pipeline(t, &r, d);
+    if (!s && read_specials(t, &g, d)) s = rd_nomem(&r, "tokenizer");
+    if (!s && qw_tok_build_pieces(t)) s = rd_nomem(&r, "tokenizer.ggml.tokens");
     qw_gguf_free(&g);
     if (s) {
         qwenc_tokenizer_free(t);
         return s;
     }
-    qw_tok_build_pieces(t);
     *out = t;
     return QWENC_OK;
 }
@@ -393,7 +424,8 @@ static const char *unwritable(const qwenc_tokenizer *t, const pre_def **def) {
 qwenc_status qw_tok_gguf_write(qw_gguf_writer *w, const char *dir, int n_vocab, int *written, char *err,
                                size_t errlen) {
     *written = 0;
-    char *json = qw_path_join(dir, "tokenizer.json");
+    char *json = qw_path_new(dir, "tokenizer.json");
+    if (!json) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     struct stat st;
     int have = stat(json, &st) == 0;
     free(json);
@@ -408,7 +440,8 @@ qwenc_status qw_tok_gguf_write(qw_gguf_writer *w, const char *dir, int n_vocab, 
 
 qwenc_status qw_tok_gguf_put(qw_gguf_writer *w, const qwenc_tokenizer *t, const char *dir, int n_vocab, char *err,
                              size_t errlen) {
-    char *json = qw_path_join(dir, "tokenizer.json");
+    char *json = qw_path_new(dir, "tokenizer.json");
+    if (!json) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     cJSON *tc = NULL, *cc = NULL;
     char **tokens = NULL, **merges = NULL;
     int32_t *types = NULL;
@@ -431,12 +464,14 @@ qwenc_status qw_tok_gguf_put(qw_gguf_writer *w, const qwenc_tokenizer *t, const 
     }
 
     /* tokens and their types: added tokens as written, padding ids as "[PAD<id>]" */
-    tokens = qw_xcalloc((size_t)n_vocab, sizeof(char *));
-    types = qw_xcalloc((size_t)n_vocab, sizeof(int32_t));
+    tokens = calloc((size_t)n_vocab, sizeof(char *));
+    types = calloc((size_t)n_vocab, sizeof(int32_t));
+    if (!tokens || !types) goto oom;
     for (int i = 0; i < n_vocab; i++) {
         if (i < t->n_vocab && t->token[i] && t->token_len[i]) {
-            tokens[i] = qw_xcalloc(t->token_len[i] + 1, 1);
+            if (!(tokens[i] = malloc(t->token_len[i] + 1))) goto oom;
             memcpy(tokens[i], t->token[i], t->token_len[i]);
+            tokens[i][t->token_len[i]] = 0;
             types[i] = TT_NORMAL;
             if (memchr(t->token[i], 0, t->token_len[i])) {
                 s = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: token %d holds a NUL byte", json, i);
@@ -445,7 +480,7 @@ qwenc_status qw_tok_gguf_put(qw_gguf_writer *w, const qwenc_tokenizer *t, const 
         } else {
             char pad[32];
             snprintf(pad, sizeof(pad), "[PAD%d]", i);
-            tokens[i] = qw_xstrdup(pad);
+            if (!(tokens[i] = strdup(pad))) goto oom;
             types[i] = TT_UNUSED;
         }
     }
@@ -455,13 +490,13 @@ qwenc_status qw_tok_gguf_put(qw_gguf_writer *w, const qwenc_tokenizer *t, const 
     }
 
     /* merges in rank order, as "left right" */
-    mr = qw_xcalloc((size_t)t->merges.n + 1, sizeof(*mr));
+    if (!(mr = calloc((size_t)t->merges.n + 1, sizeof(*mr)))) goto oom;
     for (uint32_t k = 0; k < t->merges.cap; k++)
         if (t->merges.key[k] != UINT64_MAX)
             mr[n_merges++] = (merge_ref){t->merges.rank[k], (int32_t)(t->merges.key[k] >> 32),
                                          (int32_t)(t->merges.key[k] & 0xffffffffu)};
     qsort(mr, (size_t)n_merges, sizeof(*mr), by_rank);
-    merges = qw_xcalloc((size_t)n_merges + 1, sizeof(char *));
+    if (!(merges = calloc((size_t)n_merges + 1, sizeof(char *)))) goto oom;
     for (int k = 0; k < n_merges; k++) {
         const char *a = t->token[mr[k].a], *b = t->token[mr[k].b];
         size_t al = t->token_len[mr[k].a], bl = t->token_len[mr[k].b];
@@ -470,10 +505,11 @@ qwenc_status qw_tok_gguf_put(qw_gguf_writer *w, const qwenc_tokenizer *t, const 
                        "cannot", json, mr[k].rank);
             goto done;
         }
-        merges[k] = qw_xcalloc(al + bl + 2, 1);
+        if (!(merges[k] = malloc(al + bl + 2))) goto oom;
         memcpy(merges[k], a, al);
         merges[k][al] = ' ';
         memcpy(merges[k] + al + 1, b, bl);
+        merges[k][al + 1 + bl] = 0;
     }
 
     qw_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
@@ -498,6 +534,9 @@ qwenc_status qw_tok_gguf_put(qw_gguf_writer *w, const qwenc_tokenizer *t, const 
     qw_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", t->n_prefix > 0);
     qw_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", t->n_suffix > 0);
     if (t->chat_template) qw_gguf_writer_set_str(w, "tokenizer.chat_template", t->chat_template);
+    goto done;
+oom:
+    s = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory writing the tokenizer", json);
 done:
     if (tokens)
         for (int i = 0; i < n_vocab; i++) free(tokens[i]);

@@ -9,6 +9,11 @@
  * The pipeline is the one of the Hugging Face `tokenizers` library (tokenizer/mod.rs encode_single_sequence):
  * added tokens are split off the raw text first, every other piece is normalized, pre-tokenized into words,
  * and each word goes through the BPE model. Everything here is read-only after load.
+ *
+ * Out of memory: nothing here aborts. The maps and the trie return -1 when they cannot grow (and are left as they
+ * were); a qw_buf or qw_ivec that cannot grow sets its oom flag and ignores what is added from then on (its n
+ * bytes at p stay valid), so a caller checks the flag once after a series of additions and returns
+ * QWENC_ERR_NOMEM.
  */
 #ifndef QW_TOK_INTERNAL_H
 #define QW_TOK_INTERNAL_H
@@ -28,10 +33,11 @@ typedef struct {
     uint32_t cap, n;  /* cap is a power of two, n <= cap/2 */
 } qw_strmap;
 
-void qw_strmap_init(qw_strmap *m, size_t expect);
+/* 0, or -1 when out of memory (m is then empty). */
+int qw_strmap_init(qw_strmap *m, size_t expect);
 void qw_strmap_free(qw_strmap *m);
-/* Insert or overwrite. */
-void qw_strmap_put(qw_strmap *m, const char *key, size_t len, int32_t val);
+/* Insert or overwrite; -1 when the map cannot grow. */
+int qw_strmap_put(qw_strmap *m, const char *key, size_t len, int32_t val);
 /* The value, or -1. */
 int32_t qw_strmap_get(const qw_strmap *m, const char *key, size_t len);
 
@@ -43,19 +49,21 @@ typedef struct {
     uint32_t cap, n;
 } qw_pairmap;
 
-void qw_pairmap_init(qw_pairmap *m, size_t expect);
+int qw_pairmap_init(qw_pairmap *m, size_t expect); /* 0, or -1 when out of memory */
 void qw_pairmap_free(qw_pairmap *m);
-void qw_pairmap_put(qw_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t merged);
+int qw_pairmap_put(qw_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t merged); /* -1: cannot grow */
 /* 1 and fills rank/merged if the pair merges, else 0. */
 int qw_pairmap_get(const qw_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *merged);
 
-/* Growable byte buffer. */
+/* Growable byte buffer, NUL-terminated once anything was added. */
 typedef struct {
     char *p;
     size_t n, cap;
+    int oom; /* an addition failed for lack of memory (and was dropped) */
 } qw_buf;
 
-void qw_buf_reserve(qw_buf *b, size_t extra);
+/* Room for extra more bytes (and the NUL): 0, or -1 with b->oom set. */
+int qw_buf_reserve(qw_buf *b, size_t extra);
 void qw_buf_add(qw_buf *b, const void *data, size_t len);
 void qw_buf_addc(qw_buf *b, char c);
 
@@ -63,6 +71,7 @@ void qw_buf_addc(qw_buf *b, char c);
 typedef struct {
     int32_t *p;
     size_t n, cap;
+    int oom;
 } qw_ivec;
 
 void qw_ivec_push(qw_ivec *v, int32_t x);
@@ -219,7 +228,7 @@ struct qwenc_tokenizer {
 
 #define QW_CHAR_TABLE 0x3000
 
-/* tok_encode.c */
+/* tok_encode.c (QWENC_ERR_NOMEM with a message naming file and field when out of memory) */
 qwenc_status qw_regex_compile(qw_regex *rx, const char *pattern, int literal, const char *file, const char *field,
                               char *err, size_t errlen);
 void qw_regex_free(qw_regex *rx);
@@ -227,26 +236,31 @@ void qw_regex_free(qw_regex *rx);
 qwenc_status qw_tok_normalize(const qwenc_tokenizer *tok, const char *s, size_t n, qw_buf *out, char *err,
                               size_t errlen);
 
-/* tok_decode.c: fill tok->piece from tok->token and the decoder steps. */
-void qw_tok_build_pieces(qwenc_tokenizer *tok);
+/* tok_decode.c: fill tok->piece from tok->token and the decoder steps; -1 when out of memory. */
+int qw_tok_build_pieces(qwenc_tokenizer *tok);
 
 /* tokenizer.c: shared with tok_gguf.c */
 struct cJSON;
 /* Read and parse dir/name; a missing file is *out = NULL and QWENC_OK when optional. */
 qwenc_status qw_tok_load_json(const char *dir, const char *name, int optional, struct cJSON **out, char *err,
                               size_t errlen);
-/* Fill byte_token[] and char_id[] from the model vocabulary (after it is complete). */
-void qw_tok_index_chars(qwenc_tokenizer *t);
-void qw_tok_push_id(int32_t **ids, int *n, int32_t id);
-/* Add a stop id unless negative or already there. */
-void qw_tok_add_eos(qwenc_tokenizer *t, int32_t id);
+/* A tokenizer from the text of a tokenizer.json: json holds len bytes (rewritten in place), path names it in
+ * messages; dir, when not NULL, is the directory whose optional config files (tokenizer_config.json,
+ * generation_config.json, config.json, chat_template.jinja) are read as qwenc_tokenizer_load reads them. */
+qwenc_status qw_tok_from_json(char *json, size_t len, const char *path, const char *dir, qwenc_tokenizer **out,
+                              char *err, size_t errlen);
+/* Fill byte_token[] and char_id[] from the model vocabulary (after it is complete); -1 when out of memory. */
+int qw_tok_index_chars(qwenc_tokenizer *t);
+int qw_tok_push_id(int32_t **ids, int *n, int32_t id); /* -1 when out of memory */
+/* Add a stop id unless negative or already there; -1 when out of memory. */
+int qw_tok_add_eos(qwenc_tokenizer *t, int32_t id);
 
 /* tok_gguf.c: the tokenizer of the GGUF file path; *none = 1 (and QWENC_OK, *out NULL) when the file has
  * none (tokenizer.ggml.model missing or "none"). */
 qwenc_status qw_tok_load_gguf(const char *path, qwenc_tokenizer **out, int *none, char *err, size_t errlen);
 
-/* tok_util.c: add a token's string to trie t (load time). */
-void qw_trie_add(qw_trie *t, const char *s, size_t len, int32_t token);
+/* tok_util.c: add a token's string to trie t (load time); -1 when out of memory. */
+int qw_trie_add(qw_trie *t, const char *s, size_t len, int32_t token);
 void qw_trie_free(qw_trie *t);
 
 #endif

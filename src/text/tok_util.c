@@ -40,12 +40,15 @@ static uint32_t cap_for(size_t expect) {
     return cap;
 }
 
-void qw_strmap_init(qw_strmap *m, size_t expect) {
+int qw_strmap_init(qw_strmap *m, size_t expect) {
     m->cap = cap_for(expect);
     m->n = 0;
-    m->key = qw_xcalloc(m->cap, sizeof(*m->key));
-    m->klen = qw_xcalloc(m->cap, sizeof(*m->klen));
-    m->val = qw_xcalloc(m->cap, sizeof(*m->val));
+    m->key = calloc(m->cap, sizeof(*m->key));
+    m->klen = calloc(m->cap, sizeof(*m->klen));
+    m->val = calloc(m->cap, sizeof(*m->val));
+    if (m->key && m->klen && m->val) return 0;
+    qw_strmap_free(m);
+    return -1;
 }
 
 void qw_strmap_free(qw_strmap *m) {
@@ -55,21 +58,25 @@ void qw_strmap_free(qw_strmap *m) {
     memset(m, 0, sizeof(*m));
 }
 
-static void strmap_grow(qw_strmap *m) {
+static int strmap_grow(qw_strmap *m) {
     qw_strmap old = *m;
-    qw_strmap_init(m, old.cap);
+    if (qw_strmap_init(m, old.cap)) {
+        *m = old;
+        return -1;
+    }
     for (uint32_t i = 0; i < old.cap; i++)
-        if (old.key[i]) qw_strmap_put(m, old.key[i], old.klen[i], old.val[i]);
+        if (old.key[i]) qw_strmap_put(m, old.key[i], old.klen[i], old.val[i]); /* cannot grow again */
     qw_strmap_free(&old);
+    return 0;
 }
 
-void qw_strmap_put(qw_strmap *m, const char *key, size_t len, int32_t val) {
-    if ((m->n + 1) * 2 > m->cap) strmap_grow(m);
+int qw_strmap_put(qw_strmap *m, const char *key, size_t len, int32_t val) {
+    if ((m->n + 1) * 2 > m->cap && strmap_grow(m)) return -1;
     uint32_t mask = m->cap - 1, i = (uint32_t)hash_bytes(key, len) & mask;
     while (m->key[i]) {
-        if (m->klen[i] == len && memcmp(m->key[i], key, len) == 0) {
+        if (m->klen[i] == len && (len == 0 || memcmp(m->key[i], key, len) == 0)) {
             m->val[i] = val;
-            return;
+            return 0;
         }
         i = (i + 1) & mask;
     }
@@ -77,25 +84,31 @@ void qw_strmap_put(qw_strmap *m, const char *key, size_t len, int32_t val) {
     m->klen[i] = (uint32_t)len;
     m->val[i] = val;
     m->n++;
+    return 0;
 }
 
 int32_t qw_strmap_get(const qw_strmap *m, const char *key, size_t len) {
     if (!m->cap) return -1;
     uint32_t mask = m->cap - 1, i = (uint32_t)hash_bytes(key, len) & mask;
     while (m->key[i]) {
-        if (m->klen[i] == len && memcmp(m->key[i], key, len) == 0) return m->val[i];
+        if (m->klen[i] == len && (len == 0 || memcmp(m->key[i], key, len) == 0)) return m->val[i];
         i = (i + 1) & mask;
     }
     return -1;
 }
 
-void qw_pairmap_init(qw_pairmap *m, size_t expect) {
+int qw_pairmap_init(qw_pairmap *m, size_t expect) {
     m->cap = cap_for(expect);
     m->n = 0;
-    m->key = qw_xcalloc(m->cap, sizeof(*m->key));
+    m->key = malloc(m->cap * sizeof(*m->key));
+    m->rank = calloc(m->cap, sizeof(*m->rank));
+    m->merged = calloc(m->cap, sizeof(*m->merged));
+    if (!m->key || !m->rank || !m->merged) {
+        qw_pairmap_free(m);
+        return -1;
+    }
     memset(m->key, 0xff, m->cap * sizeof(*m->key));
-    m->rank = qw_xcalloc(m->cap, sizeof(*m->rank));
-    m->merged = qw_xcalloc(m->cap, sizeof(*m->merged));
+    return 0;
 }
 
 void qw_pairmap_free(qw_pairmap *m) {
@@ -105,10 +118,13 @@ void qw_pairmap_free(qw_pairmap *m) {
     memset(m, 0, sizeof(*m));
 }
 
-void qw_pairmap_put(qw_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t merged) {
+int qw_pairmap_put(qw_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t merged) {
     if ((m->n + 1) * 2 > m->cap) {
         qw_pairmap old = *m;
-        qw_pairmap_init(m, old.cap);
+        if (qw_pairmap_init(m, old.cap)) {
+            *m = old;
+            return -1;
+        }
         for (uint32_t i = 0; i < old.cap; i++)
             if (old.key[i] != UINT64_MAX)
                 qw_pairmap_put(m, (int32_t)(old.key[i] >> 32), (int32_t)(uint32_t)old.key[i], old.rank[i],
@@ -122,6 +138,7 @@ void qw_pairmap_put(qw_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t m
     m->key[i] = k;
     m->rank[i] = rank;
     m->merged[i] = merged;
+    return 0;
 }
 
 int qw_pairmap_get(const qw_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *merged) {
@@ -141,34 +158,43 @@ int qw_pairmap_get(const qw_pairmap *m, int32_t a, int32_t b, int32_t *rank, int
 
 /* ---------------------------------------------------------------- buffers */
 
-void qw_buf_reserve(qw_buf *b, size_t extra) {
-    if (b->n + extra + 1 <= b->cap) return;
+int qw_buf_reserve(qw_buf *b, size_t extra) {
+    if (b->oom) return -1;
+    if (b->n + extra + 1 <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->n + extra + 1) cap *= 2;
     char *p = realloc(b->p, cap);
-    QW_ASSERT(p);
+    if (!p) {
+        b->oom = 1;
+        return -1;
+    }
     b->p = p;
     b->cap = cap;
+    return 0;
 }
 
 void qw_buf_add(qw_buf *b, const void *data, size_t len) {
-    qw_buf_reserve(b, len);
+    if (qw_buf_reserve(b, len)) return;
     if (len) memcpy(b->p + b->n, data, len);
     b->n += len;
     b->p[b->n] = 0;
 }
 
 void qw_buf_addc(qw_buf *b, char c) {
-    qw_buf_reserve(b, 1);
+    if (qw_buf_reserve(b, 1)) return;
     b->p[b->n++] = c;
     b->p[b->n] = 0;
 }
 
 void qw_ivec_push(qw_ivec *v, int32_t x) {
+    if (v->oom) return;
     if (v->n == v->cap) {
         size_t cap = v->cap ? v->cap * 2 : 64;
         int32_t *p = realloc(v->p, cap * sizeof(*p));
-        QW_ASSERT(p);
+        if (!p) {
+            v->oom = 1;
+            return;
+        }
         v->p = p;
         v->cap = cap;
     }
@@ -177,14 +203,19 @@ void qw_ivec_push(qw_ivec *v, int32_t x) {
 
 /* ---------------------------------------------------------------- trie */
 
+/* A new node, or -1 when out of memory. */
 static int32_t trie_node(qw_trie *t, uint8_t byte) {
     if (t->n_nodes == t->cap) {
         int cap = t->cap ? t->cap * 2 : 64;
-        t->child = realloc(t->child, (size_t)cap * sizeof(*t->child));
-        t->sibling = realloc(t->sibling, (size_t)cap * sizeof(*t->sibling));
-        t->byte = realloc(t->byte, (size_t)cap * sizeof(*t->byte));
-        t->token = realloc(t->token, (size_t)cap * sizeof(*t->token));
-        QW_ASSERT(t->child && t->sibling && t->byte && t->token);
+        int32_t *child = realloc(t->child, (size_t)cap * sizeof(*t->child));
+        if (child) t->child = child;
+        int32_t *sibling = realloc(t->sibling, (size_t)cap * sizeof(*t->sibling));
+        if (sibling) t->sibling = sibling;
+        uint8_t *bytes = realloc(t->byte, (size_t)cap * sizeof(*t->byte));
+        if (bytes) t->byte = bytes;
+        int32_t *token = realloc(t->token, (size_t)cap * sizeof(*t->token));
+        if (token) t->token = token;
+        if (!child || !sibling || !bytes || !token) return -1;
         t->cap = cap;
     }
     int32_t i = t->n_nodes++;
@@ -193,9 +224,9 @@ static int32_t trie_node(qw_trie *t, uint8_t byte) {
     return i;
 }
 
-void qw_trie_add(qw_trie *t, const char *s, size_t len, int32_t token) {
-    if (len == 0) return;
-    if (t->n_nodes == 0) trie_node(t, 0); /* root */
+int qw_trie_add(qw_trie *t, const char *s, size_t len, int32_t token) {
+    if (len == 0) return 0;
+    if (t->n_nodes == 0 && trie_node(t, 0) < 0) return -1; /* root */
     t->first[(uint8_t)s[0]] = 1;
     int32_t node = 0;
     for (size_t i = 0; i < len; i++) {
@@ -203,13 +234,14 @@ void qw_trie_add(qw_trie *t, const char *s, size_t len, int32_t token) {
         int32_t ch = t->child[node];
         while (ch >= 0 && t->byte[ch] != c) ch = t->sibling[ch];
         if (ch < 0) {
-            ch = trie_node(t, c);
+            if ((ch = trie_node(t, c)) < 0) return -1; /* the nodes added so far lead to no token: harmless */
             t->sibling[ch] = t->child[node];
             t->child[node] = ch;
         }
         node = ch;
     }
     if (t->token[node] < 0) t->token[node] = token; /* the first token given a string keeps it */
+    return 0;
 }
 
 void qw_trie_free(qw_trie *t) {

@@ -54,6 +54,24 @@ static qwenc_status bad(ld *l, const char *field, const char *what) {
     return qw_err(l->err, l->errlen, QWENC_ERR_FORMAT, "%s: %s: %s", l->file, field, what);
 }
 
+static qwenc_status nomem(ld *l, const char *field) {
+    return qw_err(l->err, l->errlen, QWENC_ERR_NOMEM, "%s: %s: out of memory", l->file, field);
+}
+
+/* A copy of s into *out (NULL s: ""); QWENC_ERR_NOMEM naming field when out of memory. */
+static qwenc_status dup_str(ld *l, const char *field, const char *s, char **out) {
+    *out = strdup(s ? s : "");
+    return *out ? QWENC_OK : nomem(l, field);
+}
+
+/* The same for a string that becomes part of the text being tokenized (a normalizer's or pre-tokenizer's
+ * replacement): it must be valid UTF-8, as the regexes run on the text without checking it again. */
+static qwenc_status text_str(ld *l, const char *field, const char *s, char **out) {
+    *out = NULL;
+    if (!qw_utf8_is_valid(s, strlen(s))) return bad(l, field, "a replacement string is not valid UTF-8");
+    return dup_str(l, field, s, out);
+}
+
 /* cJSON strings end at a NUL, so a "\u0000" of tokenizer.json (a token of a NUL character) is read as the
  * noncharacter U+FDD0, which no vocabulary uses, and turned back into a NUL byte by unsentinel(). The
  * rewrite keeps the length; escaped backslashes are stepped over. */
@@ -82,7 +100,8 @@ static size_t unsentinel(const char *s, size_t n, qw_buf *out) {
 /* Read and parse a JSON file. Missing file: *out = NULL and QWENC_OK when optional. */
 qwenc_status qw_tok_load_json(const char *dir, const char *name, int optional, cJSON **out, char *err, size_t errlen) {
     *out = NULL;
-    char *path = qw_path_join(dir, name);
+    char *path = qw_path_new(dir, name);
+    if (!path) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
     struct stat st;
     if (optional && stat(path, &st) != 0) {
         free(path);
@@ -90,15 +109,15 @@ qwenc_status qw_tok_load_json(const char *dir, const char *name, int optional, c
     }
     char *buf;
     size_t len;
-    qwenc_status s = qw_read_file(path, &buf, &len, err, errlen);
+    /* tokenizer_config.json, generation_config.json and config.json are small; tokenizer.json is read by load_dir */
+    qwenc_status s = qw_read_file_max(path, QW_READ_CONFIG_MAX, &buf, &len, err, errlen);
     if (s) {
         free(path);
         return s;
     }
-    if (!strcmp(name, "tokenizer.json")) rewrite_nul_escapes(buf, len);
-    cJSON *j = cJSON_ParseWithLength(buf, len);
+    const char *at = NULL; /* where parsing stopped (cJSON_GetErrorPtr is shared between threads) */
+    cJSON *j = cJSON_ParseWithLengthOpts(buf, len, &at, 0);
     if (!j) {
-        const char *at = cJSON_GetErrorPtr();
         size_t off = (at && at >= buf && at <= buf + len) ? (size_t)(at - buf) : 0;
         s = qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: invalid JSON near byte %zu", path, off);
     }
@@ -146,8 +165,9 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
         }
         return QWENC_OK;
     }
-    t->norm = realloc(t->norm, (size_t)(t->n_norm + 1) * sizeof(*t->norm));
-    QW_ASSERT(t->norm);
+    qw_norm *nn = realloc(t->norm, (size_t)(t->n_norm + 1) * sizeof(*t->norm));
+    if (!nn) return nomem(l, field);
+    t->norm = nn;
     qw_norm *n = &t->norm[t->n_norm];
     memset(n, 0, sizeof(*n));
     if (!strcmp(type, "NFC")) n->kind = QW_NORM_NFC;
@@ -159,7 +179,8 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
         const char *p = jstr(o, "prepend");
         if (!p) return bad(l, field, "Prepend without \"prepend\"");
         n->kind = QW_NORM_PREPEND;
-        n->str = qw_xstrdup(p);
+        qwenc_status s = text_str(l, field, p, &n->str);
+        if (s) return s;
     } else if (!strcmp(type, "Replace")) {
         const char *c = jstr(o, "content");
         if (!c) return bad(l, field, "Replace without \"content\"");
@@ -167,7 +188,8 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
         qwenc_status s = load_pattern(l, JGET(o, "pattern"), sub, &n->rx);
         if (s) return s;
         n->kind = QW_NORM_REPLACE;
-        n->str = qw_xstrdup(c);
+        t->n_norm++; /* freed with t from here on */
+        return text_str(l, field, c, &n->str);
     } else if (!strcmp(type, "Strip")) {
         n->kind = QW_NORM_STRIP;
         n->left = jbool(o, "strip_left", 1);
@@ -182,9 +204,11 @@ static qwenc_status load_normalizer(qwenc_tokenizer *t, ld *l, const cJSON *o, c
 
 /* ---------------------------------------------------------------- pre-tokenizer */
 
+/* A new pre-tokenizer step of t, or NULL when out of memory. */
 static qw_pre *new_pre(qwenc_tokenizer *t) {
-    t->pre = realloc(t->pre, (size_t)(t->n_pre + 1) * sizeof(*t->pre));
-    QW_ASSERT(t->pre);
+    qw_pre *np = realloc(t->pre, (size_t)(t->n_pre + 1) * sizeof(*t->pre));
+    if (!np) return NULL;
+    t->pre = np;
     qw_pre *p = &t->pre[t->n_pre++];
     memset(p, 0, sizeof(*p));
     return p;
@@ -207,6 +231,7 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
     }
     if (!strcmp(type, "Split")) {
         qw_pre *p = new_pre(t);
+        if (!p) return nomem(l, field);
         p->kind = QW_PRE_SPLIT;
         p->invert = jbool(o, "invert", 0);
         snprintf(sub, sizeof(sub), "%s.pattern", field);
@@ -215,6 +240,7 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
     }
     if (!strcmp(type, "ByteLevel")) {
         qw_pre *p = new_pre(t);
+        if (!p) return nomem(l, field);
         p->kind = QW_PRE_BYTELEVEL;
         p->add_prefix_space = jbool(o, "add_prefix_space", 1);
         p->use_regex = jbool(o, "use_regex", 1);
@@ -223,9 +249,10 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
     }
     if (!strcmp(type, "Metaspace")) {
         qw_pre *p = new_pre(t);
+        if (!p) return nomem(l, field);
         p->kind = QW_PRE_METASPACE;
         const char *r = jstr(o, "replacement");
-        p->str = qw_xstrdup(r ? r : "\xe2\x96\x81");
+        if ((s = text_str(l, field, r ? r : "\xe2\x96\x81", &p->str))) return s;
         const char *scheme = jstr(o, "prepend_scheme");
         if (scheme) {
             if (!strcmp(scheme, "always")) p->prepend = 2;
@@ -240,6 +267,7 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
     }
     if (!strcmp(type, "Digits")) {
         qw_pre *p = new_pre(t);
+        if (!p) return nomem(l, field);
         p->kind = QW_PRE_DIGITS;
         p->behavior = jbool(o, "individual_digits", 0) ? QW_SPLIT_ISOLATED : QW_SPLIT_CONTIGUOUS;
         return qw_regex_compile(&p->rx, "\\p{N}", 0, l->file, field, l->err, l->errlen);
@@ -250,9 +278,11 @@ static qwenc_status load_pre(qwenc_tokenizer *t, ld *l, const cJSON *o, const ch
 
 /* ---------------------------------------------------------------- decoder */
 
+/* A new decoder step of t, or NULL when out of memory. */
 static qw_dec *new_dec(qwenc_tokenizer *t, qw_dec_kind kind) {
-    t->dec = realloc(t->dec, (size_t)(t->n_dec + 1) * sizeof(*t->dec));
-    QW_ASSERT(t->dec);
+    qw_dec *nd = realloc(t->dec, (size_t)(t->n_dec + 1) * sizeof(*t->dec));
+    if (!nd) return NULL;
+    t->dec = nd;
     qw_dec *d = &t->dec[t->n_dec++];
     memset(d, 0, sizeof(*d));
     d->kind = kind;
@@ -274,12 +304,12 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
         return QWENC_OK;
     }
     if (!strcmp(type, "ByteLevel")) {
-        new_dec(t, QW_DEC_BYTELEVEL);
+        if (!new_dec(t, QW_DEC_BYTELEVEL)) return nomem(l, field);
         *fused = 1;
     } else if (!strcmp(type, "ByteFallback")) {
-        new_dec(t, QW_DEC_BYTEFALLBACK);
+        if (!new_dec(t, QW_DEC_BYTEFALLBACK)) return nomem(l, field);
     } else if (!strcmp(type, "Fuse")) {
-        new_dec(t, QW_DEC_FUSE);
+        if (!new_dec(t, QW_DEC_FUSE)) return nomem(l, field);
         *fused = 1;
     } else if (!strcmp(type, "Replace")) {
         const cJSON *pat = JGET(o, "pattern");
@@ -288,14 +318,18 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
         if (!from) return unsupported(l, sub, "a Replace decoder without a String pattern");
         if (!to) return bad(l, field, "Replace without \"content\"");
         qw_dec *d = new_dec(t, QW_DEC_REPLACE);
-        d->str = qw_xstrdup(from);
-        d->str2 = qw_xstrdup(to);
+        if (!d) return nomem(l, field);
+        qwenc_status s = text_str(l, field, from, &d->str);
+        if (!s) s = text_str(l, field, to, &d->str2);
+        if (s) return s;
     } else if (!strcmp(type, "Strip")) {
         const char *c = jstr(o, "content");
         const cJSON *start = JGET(o, "start"), *stop = JGET(o, "stop");
         if (!c || !cJSON_IsNumber(start) || !cJSON_IsNumber(stop)) return bad(l, field, "Strip needs content, start, stop");
         qw_dec *d = new_dec(t, QW_DEC_STRIP);
-        d->str = qw_xstrdup(c);
+        if (!d) return nomem(l, field);
+        qwenc_status s = text_str(l, field, c, &d->str);
+        if (s) return s;
         d->start = start->valueint;
         d->stop = stop->valueint;
         if (*fused && d->stop > 0) return unsupported(l, field, "Strip with stop > 0 after Fuse");
@@ -303,7 +337,9 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
     } else if (!strcmp(type, "Metaspace")) {
         qw_dec *d = new_dec(t, QW_DEC_METASPACE);
         const char *r = jstr(o, "replacement"), *scheme = jstr(o, "prepend_scheme");
-        d->str = qw_xstrdup(r ? r : "\xe2\x96\x81");
+        if (!d) return nomem(l, field);
+        qwenc_status s = text_str(l, field, r ? r : "\xe2\x96\x81", &d->str);
+        if (s) return s;
         d->prepend = scheme ? strcmp(scheme, "never") != 0 : jbool(o, "add_prefix_space", 1);
         if (d->prepend) t->dec_first = 1;
     } else {
@@ -315,15 +351,26 @@ static qwenc_status load_decoder(qwenc_tokenizer *t, ld *l, const cJSON *o, cons
 
 /* ---------------------------------------------------------------- post-processor */
 
-void qw_tok_push_id(int32_t **ids, int *n, int32_t id) {
-    *ids = realloc(*ids, (size_t)(*n + 1) * sizeof(**ids));
-    QW_ASSERT(*ids);
+int qw_tok_push_id(int32_t **ids, int *n, int32_t id) {
+    int32_t *p = realloc(*ids, (size_t)(*n + 1) * sizeof(**ids));
+    if (!p) return -1;
+    *ids = p;
     (*ids)[(*n)++] = id;
+    return 0;
 }
 
-static void add_ids(int32_t **ids, int *n, const cJSON *arr) {
+/* 1 if v is a token id of t (a number in [0, n_vocab)). */
+static int is_id(const qwenc_tokenizer *t, const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < t->n_vocab && v->valuedouble == (int32_t)v->valuedouble;
+}
+
+static qwenc_status add_ids(qwenc_tokenizer *t, ld *l, const char *field, int32_t **ids, int *n, const cJSON *arr) {
     const cJSON *it;
-    cJSON_ArrayForEach(it, arr) if (cJSON_IsNumber(it)) qw_tok_push_id(ids, n, (int32_t)it->valuedouble);
+    cJSON_ArrayForEach(it, arr) {
+        if (!is_id(t, it)) return bad(l, field, "a special token's id is not a token id of the vocabulary");
+        if (qw_tok_push_id(ids, n, (int32_t)it->valuedouble)) return nomem(l, field);
+    }
+    return QWENC_OK;
 }
 
 /* The special tokens the post-processor puts before and after a single sequence. */
@@ -354,16 +401,18 @@ static qwenc_status load_post(qwenc_tokenizer *t, ld *l, const cJSON *o, const c
             const char *name = jstr(JGET(it, "SpecialToken"), "id");
             const cJSON *sp = name ? JGET(specials, name) : NULL;
             if (!sp) return bad(l, field, "a SpecialToken of \"single\" is not in \"special_tokens\"");
-            if (after) add_ids(&t->suffix_ids, &t->n_suffix, JGET(sp, "ids"));
-            else add_ids(&t->prefix_ids, &t->n_prefix, JGET(sp, "ids"));
+            qwenc_status s = after ? add_ids(t, l, field, &t->suffix_ids, &t->n_suffix, JGET(sp, "ids"))
+                                   : add_ids(t, l, field, &t->prefix_ids, &t->n_prefix, JGET(sp, "ids"));
+            if (s) return s;
         }
         return QWENC_OK;
     }
     if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
         const cJSON *cls = cJSON_GetArrayItem(JGET(o, "cls"), 1), *sep = cJSON_GetArrayItem(JGET(o, "sep"), 1);
-        if (!cJSON_IsNumber(cls) || !cJSON_IsNumber(sep)) return bad(l, field, "cls/sep must be [token, id]");
-        qw_tok_push_id(&t->prefix_ids, &t->n_prefix, (int32_t)cls->valuedouble);
-        qw_tok_push_id(&t->suffix_ids, &t->n_suffix, (int32_t)sep->valuedouble);
+        if (!is_id(t, cls) || !is_id(t, sep)) return bad(l, field, "cls/sep must be [token, id] with an id of the vocabulary");
+        if (qw_tok_push_id(&t->prefix_ids, &t->n_prefix, (int32_t)cls->valuedouble) ||
+            qw_tok_push_id(&t->suffix_ids, &t->n_suffix, (int32_t)sep->valuedouble))
+            return nomem(l, field);
         return QWENC_OK;
     }
     snprintf(sub, sizeof(sub), "%s.type", field);
@@ -372,18 +421,19 @@ static qwenc_status load_post(qwenc_tokenizer *t, ld *l, const cJSON *o, const c
 
 /* ---------------------------------------------------------------- model */
 
-void qw_tok_index_chars(qwenc_tokenizer *t) {
+int qw_tok_index_chars(qwenc_tokenizer *t) {
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof(name), "<0x%02X>", b);
         t->byte_token[b] = qw_strmap_get(&t->vocab, name, 6);
     }
-    t->char_id = qw_xcalloc(QW_CHAR_TABLE, sizeof(int32_t));
+    if (!(t->char_id = malloc(QW_CHAR_TABLE * sizeof(int32_t)))) return -1;
     for (uint32_t cp = 0; cp < QW_CHAR_TABLE; cp++) {
         char s[4];
         int n = qw_utf8_encode(cp, s);
         t->char_id[cp] = (cp >= 0xd800 && cp < 0xe000) ? -1 : qw_strmap_get(&t->vocab, s, (size_t)n);
     }
+    return 0;
 }
 
 static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_buf *arena, size_t **tok_off) {
@@ -409,12 +459,25 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
             return bad(l, "added_tokens", "an id is not a non-negative integer");
         if ((int)id->valuedouble > max_id) max_id = (int)id->valuedouble;
     }
+    /* ids index arrays: a sparse vocabulary (one id of 10^9) would cost gigabytes for a small file */
+    int n_tokens = n_v + cJSON_GetArraySize(added);
+    if (max_id >= 2 * n_tokens + 1024) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "token id %d is far beyond the %d tokens of the file (ids must be nearly dense)",
+                 max_id, n_tokens);
+        return bad(l, "model.vocab", msg);
+    }
     t->n_vocab = max_id + 1;
-    size_t *off = qw_xcalloc((size_t)t->n_vocab, sizeof(size_t));
+    size_t *off = malloc((size_t)t->n_vocab * sizeof(size_t));
+    size_t *key_off = malloc((size_t)(n_v + 1) * sizeof(size_t)), *key_len = malloc((size_t)(n_v + 1) * sizeof(size_t));
+    int32_t *key_id = malloc((size_t)(n_v + 1) * sizeof(int32_t));
+    t->token_len = calloc((size_t)t->n_vocab, sizeof(uint32_t));
+    *tok_off = off;
+    if (!off || !key_off || !key_len || !key_id || !t->token_len) {
+        free(key_off), free(key_len), free(key_id);
+        return nomem(l, "model.vocab");
+    }
     for (int i = 0; i < t->n_vocab; i++) off[i] = SIZE_MAX;
-    size_t *key_off = qw_xcalloc((size_t)n_v, sizeof(size_t)), *key_len = qw_xcalloc((size_t)n_v, sizeof(size_t));
-    int32_t *key_id = qw_xcalloc((size_t)n_v, sizeof(int32_t));
-    t->token_len = qw_xcalloc((size_t)t->n_vocab, sizeof(uint32_t));
     int k = 0;
     cJSON_ArrayForEach(it, vocab) {
         key_off[k] = arena->n;
@@ -425,21 +488,22 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
         t->token_len[key_id[k]] = (uint32_t)key_len[k];
         k++;
     }
-    *tok_off = off;
-    qw_strmap_init(&t->vocab, (size_t)n_v);
     /* arena->p is final for these keys: added tokens are stored separately */
-    for (int i = 0; i < n_v; i++) qw_strmap_put(&t->vocab, arena->p + key_off[i], key_len[i], key_id[i]);
+    int oom = arena->oom || qw_strmap_init(&t->vocab, (size_t)n_v);
+    for (int i = 0; i < n_v && !oom; i++) oom = qw_strmap_put(&t->vocab, arena->p + key_off[i], key_len[i], key_id[i]);
     free(key_off);
     free(key_len);
     free(key_id);
+    if (oom) return nomem(l, "model.vocab");
 
     const char *prefix = jstr(m, "continuing_subword_prefix"), *suffix = jstr(m, "end_of_word_suffix");
-    if (prefix && *prefix) t->subword_prefix = qw_xstrdup(prefix);
-    if (suffix && *suffix) t->word_suffix = qw_xstrdup(suffix);
+    if ((prefix && *prefix && dup_str(l, "model.continuing_subword_prefix", prefix, &t->subword_prefix)) ||
+        (suffix && *suffix && dup_str(l, "model.end_of_word_suffix", suffix, &t->word_suffix)))
+        return QWENC_ERR_NOMEM;
     size_t plen = t->subword_prefix ? strlen(t->subword_prefix) : 0;
 
     int n_m = cJSON_GetArraySize(merges), r = 0;
-    qw_pairmap_init(&t->merges, (size_t)n_m);
+    if (qw_pairmap_init(&t->merges, (size_t)n_m)) return nomem(l, "model.merges");
     qw_buf cat = {0}, pa = {0}, pb = {0};
     char field[96];
     cJSON_ArrayForEach(it, merges) {
@@ -463,12 +527,20 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
             free(cat.p), free(pa.p), free(pb.p);
             return bad(l, field, "a merge must be \"left right\" or [\"left\", \"right\"]");
         }
+        if (pa.oom || pb.oom || cat.oom) {
+            free(cat.p), free(pa.p), free(pb.p);
+            return nomem(l, field);
+        }
         a = pa.p ? pa.p : "";
         b = pb.p ? pb.p : "";
         int32_t ia = qw_strmap_get(&t->vocab, a, al), ib = qw_strmap_get(&t->vocab, b, bl);
         cat.n = 0;
         qw_buf_add(&cat, a, al);
         if (bl >= plen) qw_buf_add(&cat, b + plen, bl - plen);
+        if (cat.oom) {
+            free(cat.p), free(pa.p), free(pb.p);
+            return nomem(l, field);
+        }
         int32_t im = qw_strmap_get(&t->vocab, cat.p, cat.n);
         if (ia < 0 || ib < 0 || im < 0) {
             const char *which = ia < 0 ? a : ib < 0 ? b : cat.p;
@@ -478,7 +550,10 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
             free(cat.p), free(pa.p), free(pb.p);
             return bad(l, field, msg);
         }
-        qw_pairmap_put(&t->merges, ia, ib, r, im);
+        if (cat.oom || qw_pairmap_put(&t->merges, ia, ib, r, im)) {
+            free(cat.p), free(pa.p), free(pb.p);
+            return nomem(l, field);
+        }
         r++;
     }
     free(cat.p), free(pa.p), free(pb.p);
@@ -488,16 +563,15 @@ static qwenc_status load_model(qwenc_tokenizer *t, ld *l, const cJSON *root, qw_
     t->byte_fallback = jbool(m, "byte_fallback", 0);
     t->fuse_unk = jbool(m, "fuse_unk", 0);
     t->ignore_merges = jbool(m, "ignore_merges", 0);
-    qw_tok_index_chars(t);
-    return QWENC_OK;
+    return qw_tok_index_chars(t) ? nomem(l, "model.vocab") : QWENC_OK;
 }
 
 static qwenc_status load_added(qwenc_tokenizer *t, ld *l, const cJSON *root) {
     const cJSON *arr = JGET(root, "added_tokens"), *it;
     int n = cJSON_GetArraySize(arr), i = 0;
-    t->added = qw_xcalloc((size_t)n, sizeof(*t->added));
-    t->special = qw_xcalloc((size_t)t->n_vocab, 1);
-    qw_strmap_init(&t->added_map, (size_t)n);
+    t->added = calloc((size_t)n + 1, sizeof(*t->added));
+    t->special = calloc((size_t)t->n_vocab, 1);
+    if (!t->added || !t->special || qw_strmap_init(&t->added_map, (size_t)n)) return nomem(l, "added_tokens");
     /* the library's trie lists the special tokens first, then the others, each in file order */
     for (int pass = 0; pass < 2; pass++) {
         i = 0;
@@ -508,11 +582,13 @@ static qwenc_status load_added(qwenc_tokenizer *t, ld *l, const cJSON *root) {
             if (!content) return bad(l, field, "missing \"content\"");
             int special = jbool(it, "special", 0);
             if (special != (pass == 0)) continue;
-            qw_added *a = &t->added[t->n_added];
+            if (!qw_utf8_is_valid(content, strlen(content))) return bad(l, field, "\"content\" is not valid UTF-8");
+            qw_added *a = &t->added[t->n_added++];
             a->id = (int32_t)JGET(it, "id")->valuedouble;
             qw_buf cb = {0};
             a->content_len = unsentinel(content, strlen(content), &cb);
-            a->content = cb.p ? cb.p : qw_xstrdup("");
+            a->content = cb.p ? cb.p : strdup("");
+            if (cb.oom || !a->content) return nomem(l, field);
             a->single_word = (uint8_t)jbool(it, "single_word", 0);
             a->lstrip = (uint8_t)jbool(it, "lstrip", 0);
             a->rstrip = (uint8_t)jbool(it, "rstrip", 0);
@@ -521,39 +597,48 @@ static qwenc_status load_added(qwenc_tokenizer *t, ld *l, const cJSON *root) {
             t->special[a->id] = (uint8_t)special;
             if (a->normalized && t->n_norm) {
                 qw_buf nb = {0};
-                qwenc_status s = qw_tok_normalize(t, a->content, a->content_len, &nb, l->err, l->errlen);
-                if (s) return s;
-                a->match = nb.p ? nb.p : qw_xstrdup("");
+                char why[256];
+                qwenc_status s = qw_tok_normalize(t, a->content, a->content_len, &nb, why, sizeof(why));
+                if (s) {
+                    free(nb.p);
+                    return qw_err(l->err, l->errlen, s, "%s: %s: %s", l->file, field, why);
+                }
+                a->match = nb.p ? nb.p : strdup("");
                 a->match_len = nb.n;
-            } else {
-                a->match = qw_xcalloc(a->content_len + 1, 1);
-                memcpy(a->match, a->content, a->content_len);
+            } else if ((a->match = malloc(a->content_len + 1))) {
+                memcpy(a->match, a->content, a->content_len + 1);
                 a->match_len = a->content_len;
             }
-            qw_trie_add(a->normalized ? &t->trie_norm : &t->trie_raw, a->match, a->match_len, t->n_added);
-            t->n_added++;
+            if (!a->match || qw_trie_add(a->normalized ? &t->trie_norm : &t->trie_raw, a->match, a->match_len, t->n_added - 1))
+                return nomem(l, field);
         }
     }
     for (int k = 0; k < t->n_added; k++)
-        qw_strmap_put(&t->added_map, t->added[k].content, t->added[k].content_len, t->added[k].id);
+        if (qw_strmap_put(&t->added_map, t->added[k].content, t->added[k].content_len, t->added[k].id))
+            return nomem(l, "added_tokens");
     return QWENC_OK;
 }
 
 /* ---------------------------------------------------------------- config files */
 
-void qw_tok_add_eos(qwenc_tokenizer *t, int32_t id) {
-    if (id < 0) return;
+int qw_tok_add_eos(qwenc_tokenizer *t, int32_t id) {
+    if (id < 0) return 0;
     for (int i = 0; i < t->n_eos; i++)
-        if (t->eos_ids[i] == id) return;
-    t->eos_ids = realloc(t->eos_ids, (size_t)(t->n_eos + 1) * sizeof(int32_t));
-    QW_ASSERT(t->eos_ids);
+        if (t->eos_ids[i] == id) return 0;
+    int32_t *p = realloc(t->eos_ids, (size_t)(t->n_eos + 1) * sizeof(int32_t));
+    if (!p) return -1;
+    t->eos_ids = p;
     t->eos_ids[t->n_eos++] = id;
+    return 0;
 }
 
-static void add_eos_json(qwenc_tokenizer *t, const cJSON *v) {
-    if (cJSON_IsNumber(v)) qw_tok_add_eos(t, (int32_t)v->valuedouble);
+/* eos_token_id (an id or a list of ids); ids outside the vocabulary are ignored. -1 when out of memory. */
+static int add_eos_json(qwenc_tokenizer *t, const cJSON *v) {
+    int oom = is_id(t, v) && qw_tok_add_eos(t, (int32_t)v->valuedouble);
     const cJSON *it;
-    if (cJSON_IsArray(v)) cJSON_ArrayForEach(it, v) if (cJSON_IsNumber(it)) qw_tok_add_eos(t, (int32_t)it->valuedouble);
+    if (cJSON_IsArray(v))
+        cJSON_ArrayForEach(it, v) oom |= is_id(t, it) && qw_tok_add_eos(t, (int32_t)it->valuedouble);
+    return oom ? -1 : 0;
 }
 
 static qwenc_status load_configs(qwenc_tokenizer *t, const char *dir, char *err, size_t errlen) {
@@ -563,45 +648,51 @@ static qwenc_status load_configs(qwenc_tokenizer *t, const char *dir, char *err,
     if (!s) s = qw_tok_load_json(dir, "config.json", 1, &cc, err, errlen);
     if (s) goto done;
     t->bos_id = -1;
+    int oom = 0;
     if (tc) {
         const char *bos = token_string(JGET(tc, "bos_token")), *eos = token_string(JGET(tc, "eos_token"));
-        t->bos_str = qw_xstrdup(bos ? bos : "");
-        t->eos_str = qw_xstrdup(eos ? eos : "");
+        oom |= !(t->bos_str = strdup(bos ? bos : "")) || !(t->eos_str = strdup(eos ? eos : ""));
         if (bos) t->bos_id = qwenc_tokenizer_token_id(t, bos);
-        if (eos) qw_tok_add_eos(t, qwenc_tokenizer_token_id(t, eos));
+        if (eos) oom |= qw_tok_add_eos(t, qwenc_tokenizer_token_id(t, eos));
         /* transformers' flags, where given, replace what the post-processor adds on their side */
         const cJSON *ab = JGET(tc, "add_bos_token"), *ae = JGET(tc, "add_eos_token");
         int32_t eid = eos ? qwenc_tokenizer_token_id(t, eos) : -1;
         if (cJSON_IsBool(ab)) {
             t->n_prefix = 0;
-            if (cJSON_IsTrue(ab) && t->bos_id >= 0) qw_tok_push_id(&t->prefix_ids, &t->n_prefix, t->bos_id);
+            if (cJSON_IsTrue(ab) && t->bos_id >= 0) oom |= qw_tok_push_id(&t->prefix_ids, &t->n_prefix, t->bos_id);
         }
         if (cJSON_IsBool(ae)) {
             t->n_suffix = 0;
-            if (cJSON_IsTrue(ae) && eid >= 0) qw_tok_push_id(&t->suffix_ids, &t->n_suffix, eid);
+            if (cJSON_IsTrue(ae) && eid >= 0) oom |= qw_tok_push_id(&t->suffix_ids, &t->n_suffix, eid);
         }
         const cJSON *ct = JGET(tc, "chat_template"), *it;
-        if (cJSON_IsString(ct)) t->chat_template = qw_xstrdup(ct->valuestring);
+        if (cJSON_IsString(ct)) oom |= !(t->chat_template = strdup(ct->valuestring));
         else if (cJSON_IsArray(ct))
             cJSON_ArrayForEach(it, ct) {
                 const char *name = jstr(it, "name"), *tmpl = jstr(it, "template");
-                if (name && tmpl && !strcmp(name, "default") && !t->chat_template) t->chat_template = qw_xstrdup(tmpl);
+                if (name && tmpl && !strcmp(name, "default") && !t->chat_template)
+                    oom |= !(t->chat_template = strdup(tmpl));
             }
     } else {
-        t->bos_str = qw_xstrdup("");
-        t->eos_str = qw_xstrdup("");
+        oom |= !(t->bos_str = strdup("")) || !(t->eos_str = strdup(""));
         if (t->n_prefix > 0) t->bos_id = t->prefix_ids[0];
     }
-    if (gc) add_eos_json(t, JGET(gc, "eos_token_id"));
+    if (gc) oom |= add_eos_json(t, JGET(gc, "eos_token_id"));
     if (cc) {
-        add_eos_json(t, JGET(cc, "eos_token_id"));
-        add_eos_json(t, JGET(JGET(cc, "text_config"), "eos_token_id"));
+        oom |= add_eos_json(t, JGET(cc, "eos_token_id"));
+        oom |= add_eos_json(t, JGET(JGET(cc, "text_config"), "eos_token_id"));
     }
-    char *jpath = qw_path_join(dir, "chat_template.jinja");
+    if (oom) {
+        s = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory reading the tokenizer's configuration", dir);
+        goto done;
+    }
+    char *jpath = qw_path_new(dir, "chat_template.jinja");
     struct stat st;
-    if (stat(jpath, &st) == 0) {
+    if (!jpath) {
+        s = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
+    } else if (stat(jpath, &st) == 0) {
         char *buf;
-        s = qw_read_file(jpath, &buf, NULL, err, errlen);
+        s = qw_read_file_max(jpath, QW_READ_CONFIG_MAX, &buf, NULL, err, errlen);
         if (!s) {
             free(t->chat_template);
             t->chat_template = buf;
@@ -617,19 +708,28 @@ done:
 
 /* ---------------------------------------------------------------- load / free */
 
-/* dir/tokenizer.json and the config files beside it. */
-static qwenc_status load_dir(const char *dir, qwenc_tokenizer **out, char *err, size_t errlen) {
+/* A tokenizer from the text of a tokenizer.json (see tok_internal.h). */
+qwenc_status qw_tok_from_json(char *json, size_t len, const char *path, const char *dir, qwenc_tokenizer **out,
+                              char *err, size_t errlen) {
     *out = NULL;
-    cJSON *root = NULL;
-    qwenc_status s = qw_tok_load_json(dir, "tokenizer.json", 0, &root, err, errlen);
-    if (s) return s;
-    qwenc_tokenizer *t = qw_xcalloc(1, sizeof(*t));
+    rewrite_nul_escapes(json, len);
+    const char *at = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &at, 0);
+    if (!root) {
+        size_t off = (at && at >= json && at <= json + len) ? (size_t)(at - json) : 0;
+        return qw_err(err, errlen, QWENC_ERR_FORMAT, "%s: invalid JSON near byte %zu", path, off);
+    }
+    qwenc_tokenizer *t = calloc(1, sizeof(*t));
+    if (!t) {
+        cJSON_Delete(root);
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", path);
+    }
     t->bos_id = -1;
-    char *path = qw_path_join(dir, "tokenizer.json");
     ld l = {path, err, errlen};
     qw_buf arena = {0};
     size_t *tok_off = NULL;
     int fused = 0;
+    qwenc_status s = QWENC_OK;
     if (!cJSON_IsObject(root)) s = bad(&l, "top level", "not a JSON object");
     if (!s) s = load_model(t, &l, root, &arena, &tok_off);
     if (!s) s = load_normalizer(t, &l, JGET(root, "normalizer"), "normalizer");
@@ -644,7 +744,10 @@ static qwenc_status load_dir(const char *dir, qwenc_tokenizer **out, char *err, 
     cJSON_Delete(root);
     if (!s) {
         /* token strings: the model vocabulary, overridden by the added tokens (as id_to_token) */
-        t->token = qw_xcalloc((size_t)t->n_vocab, sizeof(char *));
+        t->token = calloc((size_t)t->n_vocab, sizeof(char *));
+        if (!t->token) s = nomem(&l, "model.vocab");
+    }
+    if (!s) {
         for (int i = 0; i < t->n_vocab; i++)
             if (tok_off[i] != SIZE_MAX) t->token[i] = arena.p + tok_off[i];
         for (int i = 0; i < t->n_added; i++) {
@@ -653,18 +756,34 @@ static qwenc_status load_dir(const char *dir, qwenc_tokenizer **out, char *err, 
         }
         t->arena = arena.p;
         arena.p = NULL;
-        s = load_configs(t, dir, err, errlen);
+        if (dir) s = load_configs(t, dir, err, errlen);
+        else {
+            if (!(t->bos_str = strdup("")) || !(t->eos_str = strdup(""))) s = nomem(&l, "tokenizer");
+            if (t->n_prefix > 0) t->bos_id = t->prefix_ids[0];
+        }
     }
+    if (!s && qw_tok_build_pieces(t)) s = nomem(&l, "decoder");
     free(tok_off);
     free(arena.p);
-    free(path);
     if (s) {
         qwenc_tokenizer_free(t);
         return s;
     }
-    qw_tok_build_pieces(t);
     *out = t;
     return QWENC_OK;
+}
+
+/* dir/tokenizer.json and the config files beside it. */
+static qwenc_status load_dir(const char *dir, qwenc_tokenizer **out, char *err, size_t errlen) {
+    *out = NULL;
+    char *path = qw_path_new(dir, "tokenizer.json"), *buf = NULL;
+    if (!path) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", dir);
+    size_t len = 0;
+    qwenc_status s = qw_read_file(path, &buf, &len, err, errlen);
+    if (!s) s = qw_tok_from_json(buf, len, path, dir, out, err, errlen);
+    free(buf);
+    free(path);
+    return s;
 }
 
 static int is_file(const char *path) {
@@ -692,10 +811,12 @@ qwenc_status qwenc_tokenizer_load_model(const char *path, qwenc_tokenizer **out,
     qwenc_status s = qw_tok_load_gguf(path, out, &none, err, errlen);
     if (s || !none) return s;
     const char *slash = strrchr(path, '/');
-    char *dir = slash ? qw_xstrdup(path) : qw_xstrdup(".");
+    char *dir = strdup(slash ? path : ".");
+    if (!dir) return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", path);
     if (slash) dir[slash - path + (slash == path)] = 0; /* "/m.gguf" -> "/" */
-    char *json = qw_path_join(dir, "tokenizer.json");
-    if (is_file(json)) s = load_dir(dir, out, err, errlen);
+    char *json = qw_path_new(dir, "tokenizer.json");
+    if (!json) s = qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory", path);
+    else if (is_file(json)) s = load_dir(dir, out, err, errlen);
     else
         s = qw_err(err, errlen, QWENC_ERR_FORMAT,
                    "%s has no tokenizer (tokenizer.ggml.model is \"none\" or missing) and there is no %s beside it", path,
