@@ -118,7 +118,7 @@ FUZZ_CC    ?= clang
 FUZZ_BUILD ?= build-fuzz
 FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_SRC := $(wildcard src/core/*.c src/formats/*.c src/tensor/*.c src/text/*.c)
+FUZZ_SRC := $(SRC) src/cuda/none.c
 FUZZ_OBJ := $(FUZZ_SRC:%.c=$(FUZZ_BUILD)/%.o)
 FUZZ_LIB := $(FUZZ_BUILD)/libqwenc_fuzz.a
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
@@ -141,9 +141,10 @@ $(FUZZ_BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(QW_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
-$(FUZZ_LIB): $(FUZZ_OBJ)
+# (Makefile: a source added to FUZZ_SRC rebuilds the archive; .SECONDARY alone would leave it out)
+$(FUZZ_LIB): $(FUZZ_OBJ) Makefile
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(filter %.o,$^)
 
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_HDR) $(FUZZ_LIB)
 	$(FUZZ_CC) $(QW_CFLAGS) -D_GNU_SOURCE -Itests/fuzz $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(LDLIBS)

@@ -7,6 +7,7 @@
  */
 #include "fuzz_util.h"
 #include "formats/hfconfig.h"
+#include "models/arch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *txt = fz_strndup(data, size);
