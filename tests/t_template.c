@@ -294,6 +294,16 @@ static void run_errors(void) {
     st = render("{% frob %}", req, NULL, out, sizeof(out), err);
     CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "unknown tag 'frob'"), "unknown tag: status %d, message '%s'", st, err);
 
+    /* |int of a float beyond 64 bits (Python makes a big integer; the fuzzer found the cast's undefined behaviour) */
+    st = render("a\n{{ 1e32|int }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_ARG && strstr(err, "line 2") && strstr(err, "OverflowError"), "1e32|int: status %d, '%s'", st, err);
+    st = render("{{ '-1e19'|int }}", req, NULL, out, sizeof(out), err);
+    CHECK(st == QWENC_ERR_ARG && strstr(err, "OverflowError"), "'-1e19'|int: status %d, '%s'", st, err);
+    st = render("{{ 'nan'|float|int(7) }}|{{ '-inf'|int(8) }}|{{ -2.9|int }}|{{ '9.2e18'|int }}", req, NULL, out,
+                sizeof(out), err);
+    CHECK(st == QWENC_OK && !strcmp(out, "7|8|-2|9200000000000000000"), "NaN, inf|int: the default; others truncate: %d '%s' %s",
+          st, out, err);
+
     st = render("{{ 'abc'.zfill(5) }}", req, NULL, out, sizeof(out), err);
     CHECK(st == QWENC_ERR_UNSUPPORTED && strstr(err, "zfill"), "string method outside the subset: status %d, '%s'", st, err);
 

@@ -538,6 +538,15 @@ static tv_value select_reject(tp_ctx *c, int line, tv_value v, const tv_value *a
     return out;
 }
 
+/* Python's int(x) of a float, for |int: NaN and the infinities raise what Jinja's filter turns into its
+ * default; a finite value beyond the 64-bit integers (Python would make a big integer) is an error. */
+static tv_value float_to_int(tp_ctx *c, int line, double f, tv_value dflt) {
+    if (!isfinite(f)) return dflt;
+    if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
+        tp_fail(c, QWENC_ERR_ARG, line, "OverflowError: %g is beyond the integers a template can hold (64 bits)", f);
+    return tv_int((int64_t)f);
+}
+
 static tv_value do_round(tp_ctx *c, int line, tv_value v, int64_t prec, const char *method) {
     if (v.type != TV_INT && v.type != TV_FLOAT && v.type != TV_BOOL)
         tp_fail(c, QWENC_ERR_ARG, line, "TypeError: type %s doesn't define __round__ method", tv_type_name(v));
@@ -900,10 +909,10 @@ tv_value tp_filter(tp_ctx *c, int line, const char *name, tv_value v, const tv_v
         double f;
         if (v.type == TV_INT) return v;
         if (v.type == TV_BOOL) return tv_int(v.u.b);
-        if (v.type == TV_FLOAT) return isfinite(v.u.f) ? tv_int((int64_t)v.u.f) : dflt;
+        if (v.type == TV_FLOAT) return float_to_int(c, line, v.u.f, dflt);
         if (v.type == TV_STR) {
             if (parse_int_str(c, v, base, &r)) return tv_int(r);
-            if (parse_float_str(c, v, &f) && isfinite(f)) return tv_int((int64_t)f);
+            if (parse_float_str(c, v, &f)) return float_to_int(c, line, f, dflt);
         }
         return dflt;
     }
