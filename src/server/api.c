@@ -757,8 +757,9 @@ static void use_delta(srv_gen *g, sbuf *out, cJSON *lp) {
         for (int i = 0; i < d->n_tools; i++) {
             const srv_tool_delta *t = &d->tools[i];
             cJSON *c = cJSON_GetArrayItem(g->tool_calls, t->index);
-            if (!c) {
+            if (!c) { /* a message's tool_calls carry no index */
                 c = tool_json(t);
+                cJSON_DeleteItemFromObjectCaseSensitive(c, "index");
                 cJSON_AddItemToArray(g->tool_calls, c);
             } else {
                 cJSON *fn = cJSON_GetObjectItem(c, "function");
