@@ -119,6 +119,7 @@ int cmd_serve(cli_opts *o) {
     }
     int sig = cli_stop_signal;
     cli_stop_signal = 0; /* a second signal cuts the grace period short */
+    srv_quiesce(s);
     fprintf(stderr, "qwenc: %s: no new connections; requests in flight have %.0f s to finish (signal again to end "
                     "them now)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", SHUTDOWN_GRACE);
     int cut = srv_stop(s, SHUTDOWN_GRACE, &cli_stop_signal);

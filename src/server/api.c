@@ -611,6 +611,7 @@ static cJSON *token_entry(srv *s, int32_t id, float lp, int with_bytes) {
     const char *t = qwenc_tokenizer_token_text(s->tok, id);
     char *clean = srv_utf8_clean(t, strlen(t));
     cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "id", id); /* as llama-server: the token id beside its text */
     cJSON_AddStringToObject(e, "token", clean ? clean : "");
     cJSON_AddNumberToObject(e, "logprob", lp);
     if (with_bytes) {

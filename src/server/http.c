@@ -391,12 +391,16 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-int srv_stop(srv *s, double grace_s, volatile int *cut) {
-    atomic_store(&s->stopping, 1);
+void srv_quiesce(srv *s) {
+    if (atomic_exchange(&s->stopping, 1)) return;
     if (s->daemon) {
         MHD_socket fd = MHD_quiesce_daemon(s->daemon); /* no new connections; open ones may still ask */
         if (fd != MHD_INVALID_SOCKET) close(fd);
     }
+}
+
+int srv_stop(srv *s, double grace_s, volatile int *cut) {
+    srv_quiesce(s);
     if (!s->sched) return 0;
     srv_sched_stop(s->sched, 0);
     double t0 = srv_now();

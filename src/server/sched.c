@@ -238,12 +238,12 @@ static void sample_step(srv_sched *s, slot *sl, const float *logits) {
     srv_job *j = sl->job;
     int32_t t = qwenc_sampler_sample(sl->sampler, logits);
     qwenc_sampler_accept(sl->sampler, t);
-    if (j->n_top >= 0) job_probs(j, t, logits, s->n_vocab);
     for (int i = 0; i < s->n_eos; i++)
         if (s->eos[i] == t) {
             finish(s, sl, QWENC_STOP_EOS, 0, NULL);
             return;
         }
+    if (j->n_top >= 0) job_probs(j, t, logits, s->n_vocab); /* the generated tokens' (the end id is not one) */
     sl->n_gen++;
     atomic_fetch_add(&s->st->gen_tokens, 1);
     const char *piece;

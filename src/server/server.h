@@ -70,7 +70,9 @@ int srv_start(const srv_params *p, srv **out, char *err, size_t errlen);
  * the scheduler. */
 int srv_set_model(srv *s, const qwenc_model *model, const qwenc_tokenizer *tok, char *err, size_t errlen);
 int srv_port(const srv *s);
-/* Stop accepting; requests in flight run on for at most grace_s seconds (or until *cut becomes non-zero), then
+/* Stop accepting: no new connection, a new request on an open one gets 503. */
+void srv_quiesce(srv *s);
+/* Stop accepting (if not yet); requests in flight run on for at most grace_s seconds (or until *cut becomes non-zero), then
  * end with an error (a stream with an error event). Returns the number of requests that were cut. */
 int srv_stop(srv *s, double grace_s, volatile int *cut);
 void srv_free(srv *s);
