@@ -33,6 +33,9 @@ OBJ += $(BUILD)/src/cuda/none.o
 endif
 LIB := $(BUILD)/libqwenc.a
 BIN := $(BUILD)/qwenc
+# the HTTP server (src/server/, on libmicrohttpd): built on include/qwenc.h like the tool, and linked into it
+SERVER_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/server/*.c))
+SERVER_LDLIBS := -lmicrohttpd
 # the command-line tool: every tools/*.c
 TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*.c))
 # every tests/t_*.c is a test program printing "N passed, M failed"
@@ -76,8 +79,12 @@ $(LIB): $(OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN): $(TOOL_OBJ) $(LIB)
-	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CLI_LDLIBS)
+$(BIN): $(TOOL_OBJ) $(SERVER_OBJ) $(LIB)
+	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SERVER_LDLIBS) $(CLI_LDLIBS)
+
+# the server's test programs (tests/t_serve*.c) link its objects
+$(BUILD)/tests/t_serve%: $(BUILD)/tests/t_serve%.o $(SERVER_OBJ) $(LIB)
+	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SERVER_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -163,4 +170,4 @@ clean-fuzz:
 -include $(FUZZ_OBJ:.o=.d)
 
 .SECONDARY:
--include $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BIN:%=%.d)
+-include $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(TEST_BIN:%=%.d)

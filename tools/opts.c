@@ -31,10 +31,12 @@ enum {
     C_PPL = 1u << 8,
     C_QUANTIZE = 1u << 9,
     C_SYNTH = 1u << 10,
-    C_ALL = (1u << 11) - 1,
+    C_SERVE = 1u << 11,
+    C_ALL = (1u << 12) - 1,
     C_GEN = C_RUN | C_CHAT,
+    C_SAMPLE = C_GEN | C_SERVE, /* take sampling options */
     C_TOK = C_TOKENIZE | C_DETOKENIZE | C_TEMPLATE,
-    C_LOAD = C_RUN | C_CHAT | C_INFO | C_LOGITS | C_BENCH | C_PPL, /* load a model to run it */
+    C_LOAD = C_RUN | C_CHAT | C_INFO | C_LOGITS | C_BENCH | C_PPL | C_SERVE, /* load a model to run it */
     C_WRITE = C_QUANTIZE | C_SYNTH,
 };
 
@@ -46,6 +48,11 @@ static const cli_cmd commands[] = {
     {"chat", C_CHAT, cmd_chat, "-m MODEL [options]",
      "interactive multi-turn chat in the terminal, or over a pipe (a message per line)\n"
      "/reset starts over, /exit or Ctrl-D quits; Ctrl-C stops a reply, and at the prompt quits."},
+    {"serve", C_SERVE, cmd_serve, "-m MODEL [--host ADDR] [--port N] [-np N] [options]",
+     "an OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, ...\n"
+     "Streaming, tool calls, reasoning, parallel slots and exact prefix reuse; see docs/SERVER.md.\n"
+     "SIGINT or SIGTERM: no new connections, requests in flight get 10 s to finish\n"
+     "(a second signal ends them at once, with an error)."},
     {"info", C_INFO, cmd_info, "-m MODEL [options]", "architecture, layer plan, parameters per component, dtypes"},
     {"logits", C_LOGITS, cmd_logits, "-m MODEL --tokens IDS -o FILE [options]",
      "write the logits of a token sequence (T x vocab float32 little-endian) to a file"},
@@ -78,6 +85,7 @@ typedef enum {
     O_SPECIAL, O_CTXSHIFT, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
     O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_REPS, O_JSON, O_PROFILE,
     O_TYPE, O_PRESET, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM,
+    O_HOST, O_PORT, O_APIKEY, O_APIKEYFILE, O_PARALLEL, O_ALIAS, O_CACHERAM, O_MAXQUEUE, O_TIMEOUT, O_MAXBODY, O_QUIET,
 } opt_id;
 
 typedef struct {
@@ -95,7 +103,7 @@ static const opt_def options[] = {
      "Hugging Face checkpoint directory (config.json, *.safetensors,\ntokenizer.json) or a llama.cpp .gguf file"},
     {O_MODEL, "-m|--model", C_TOK, "PATH",
      "a checkpoint directory (only its tokenizer files are needed)\nor a .gguf file"},
-    {O_TOKENIZER, "--tokenizer", C_GEN | C_PPL | C_TOK, "PATH",
+    {O_TOKENIZER, "--tokenizer", C_GEN | C_PPL | C_TOK | C_SERVE, "PATH",
      "the tokenizer of PATH: a directory's tokenizer.json, or a .gguf's\n"
      "own (default: the model's; for a .gguf without one, the\ntokenizer.json beside it)"},
     /* run, chat */
@@ -109,6 +117,31 @@ static const opt_def options[] = {
     {O_SYSTEM, "-sys|--system-prompt|--system", C_GEN, "TEXT", "system message (run: implies --chat)"},
     {O_NOTHINK, "--no-think", C_GEN | C_TEMPLATE, NULL,
      "ask the template for a reply without reasoning (enable_thinking=false)"},
+    /* serve */
+    {O_HOST, "--host", C_SERVE, "ADDR",
+     "address to listen on (default 127.0.0.1: this machine only;\n0.0.0.0 or :: for every interface)"},
+    {O_PORT, "--port", C_SERVE, "N", "port to listen on (default 8080; 0: any free port, printed)"},
+    {O_APIKEY, "--api-key", C_SERVE, "KEY",
+     "require the header Authorization: Bearer KEY on every request\nbut GET /health"},
+    {O_APIKEYFILE, "--api-key-file", C_SERVE, "FILE", "the same, with KEY on the first line of FILE"},
+    {O_PARALLEL, "-np|--parallel", C_SERVE, "N",
+     "slots: requests generated at once, each with its own state\n(default 4)"},
+    {O_ALIAS, "--alias", C_SERVE, "NAME", "the model's id in the API (default: the last part of -m)"},
+    {O_CACHERAM, "--cache-ram", C_SERVE, "MiB",
+     "memory for the prefix cache's snapshots (default 2048; 0: off)"},
+    {O_MAXQUEUE, "--max-queue", C_SERVE, "N",
+     "requests that may wait for a slot; more get 503 (default 64)"},
+    {O_TIMEOUT, "--timeout", C_SERVE, "S", "close a connection idle for S seconds (default 60)"},
+    {O_MAXBODY, "--max-body", C_SERVE, "MiB", "largest request body; larger ones get 413 (default 16)"},
+    {O_QUIET, "-q|--quiet", C_SERVE, NULL, "no line per request on stderr"},
+    {O_NOTHINK, "--no-think", C_SERVE, NULL,
+     "requests that do not set chat_template_kwargs.enable_thinking get\nfalse (default: the template's default)"},
+    {O_CTX, "-c|--ctx-size|--ctx", C_SERVE, "N",
+     "tokens of each slot: prompt and reply (default: the model's training\ncontext, at most 4096)"},
+    {O_BATCH, "-b|--batch-size|--batch", C_SERVE, "N",
+     "prompt tokens fed per scheduler step, between two decode steps of the\nrequests generating (default 64)"},
+    {O_NPREDICT, "-n|--n-predict|--predict", C_SERVE, "N",
+     "max_tokens of a request that gives none (default -1: until the end\nof the turn or a full context)"},
     {O_STOP, "--stop", C_GEN, "TEXT", "stop before TEXT, which is not printed (repeatable, up to 16)"},
     {O_ESCAPE, "-e|--escape", C_GEN, NULL,
      "read escapes in -p, --system and --stop: \\n \\r \\t \\\\ \\' \\\" \\a \\b \\f \\v \\xNN"},
@@ -127,17 +160,18 @@ static const opt_def options[] = {
     {O_BATCH, "-b|--batch-size|--batch", C_GEN | C_PPL, "N", "most tokens per forward step of a prompt (default 512)"},
     {O_BATCH, "-b|--batch-size|--batch", C_LOGITS, "N", "tokens per forward call (default: all; 1: token by token)"},
     /* sampling */
-    {O_TEMP, "--temp|--temperature", C_GEN, "T", "temperature, >= 0; 0: greedy (default 0.8)"},
-    {O_TOPK, "--top-k", C_GEN, "K", "keep the K most likely tokens, >= 0; 0: off (default 40)"},
-    {O_TOPP, "--top-p", C_GEN, "P",
+    {O_TEMP, "--temp|--temperature", C_SAMPLE, "T", "temperature, >= 0; 0: greedy (default 0.8)"},
+    {O_TOPK, "--top-k", C_SAMPLE, "K", "keep the K most likely tokens, >= 0; 0: off (default 40)"},
+    {O_TOPP, "--top-p", C_SAMPLE, "P",
      "keep the most likely tokens up to probability P, in (0, 1]; 1: off\n(default 0.95)"},
-    {O_MINP, "--min-p", C_GEN, "P", "drop tokens below P x the top probability, in [0, 1]; 0: off (default 0.05)"},
-    {O_REPPEN, "--repeat-penalty", C_GEN, "P",
+    {O_MINP, "--min-p", C_SAMPLE, "P", "drop tokens below P x the top probability, in [0, 1]; 0: off (default 0.05)"},
+    {O_REPPEN, "--repeat-penalty", C_SAMPLE, "P",
      "penalty of tokens seen in the last --repeat-last-n, > 0; 1: off\n(default 1)"},
-    {O_REPLASTN, "--repeat-last-n", C_GEN, "N", "tokens the repeat penalty looks back at; -1: all (default 64)"},
-    {O_PRESPEN, "--presence-penalty", C_GEN, "P", "in [-2, 2]; 0: off (default 0)"},
-    {O_FREQPEN, "--frequency-penalty", C_GEN, "P", "in [-2, 2]; 0: off (default 0)"},
+    {O_REPLASTN, "--repeat-last-n", C_SAMPLE, "N", "tokens the repeat penalty looks back at; -1: all (default 64)"},
+    {O_PRESPEN, "--presence-penalty", C_SAMPLE, "P", "in [-2, 2]; 0: off (default 0)"},
+    {O_FREQPEN, "--frequency-penalty", C_SAMPLE, "P", "in [-2, 2]; 0: off (default 0)"},
     {O_SEED, "-s|--seed", C_GEN, "N", "random seed (default -1: a random one, printed with the statistics)"},
+    {O_SEED, "-s|--seed", C_SERVE, "N", "seed of a request that gives none (default -1: a random one each)"},
     /* logits, tokenize, detokenize, chat-template */
     {O_TOKENS, "--tokens", C_LOGITS, "IDS", "comma-separated token ids (required)"},
     {O_TOKENS, "--tokens", C_DETOKENIZE, "IDS", "the ids (or give them as the argument)"},
@@ -492,6 +526,29 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
     case O_HIDDEN: return parse_int(v, opt, 1, &o->hidden);
     case O_VOCAB: return parse_int(v, opt, 1, &o->vocab);
     case O_NGRAM: return parse_int(v, opt, 2, &o->ngram_base);
+    case O_HOST: o->host = v; return 1;
+    case O_PORT:
+        if (!parse_int(v, opt, 0, &o->port)) return 0;
+        if (o->port > 65535) {
+            fprintf(stderr, "qwenc: %s expects a port in [0, 65535], got %s\n", opt, v);
+            return 0;
+        }
+        return 1;
+    case O_APIKEY:
+        if (!*v) {
+            fprintf(stderr, "qwenc: %s: the key is empty\n", opt);
+            return 0;
+        }
+        o->api_key = v;
+        return 1;
+    case O_APIKEYFILE: o->api_key_file = v; return 1;
+    case O_PARALLEL: return parse_int(v, opt, 1, &o->parallel);
+    case O_ALIAS: o->alias = v; return 1;
+    case O_CACHERAM: return parse_int(v, opt, 0, &o->cache_ram);
+    case O_MAXQUEUE: return parse_int(v, opt, 0, &o->max_queue);
+    case O_TIMEOUT: return parse_int(v, opt, 1, &o->timeout);
+    case O_MAXBODY: return parse_int(v, opt, 1, &o->max_body);
+    case O_QUIET: o->quiet = 1; return 1;
     }
     return 1;
 }
@@ -565,6 +622,7 @@ int cli_parse(int argc, char **argv, cli_opts *o) {
     memset(o, 0, sizeof(*o));
     o->sp = qwenc_sampler_default_params();
     o->n_predict = CLI_UNSET;
+    o->port = o->parallel = o->cache_ram = o->max_queue = o->timeout = o->max_body = CLI_UNSET;
     if (argc < 2) {
         cli_usage(stderr);
         return 1;
