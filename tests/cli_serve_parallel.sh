@@ -4,7 +4,7 @@
 # same request gets alone; a 3-turn conversation reports as cached the prefix the server had processed and
 # answers as a fresh server does; a client that leaves (streaming or not) frees its slot; SIGTERM lets a request
 # finish, refuses new connections, and a second signal ends a long stream with an error event; a bounded load
-# (SERVE_LOAD requests, default 400, over 16 connections) has no failure and a resident size that stays flat once
+# (SERVE_LOAD requests, default 2000, over 16 connections) has no failure and a resident size that stays flat once
 # the prefix cache is full.
 source "$(dirname "$0")/lib_cli.sh"
 source "$(dirname "$0")/lib_serve.sh"
@@ -87,14 +87,14 @@ for t in 1 2; do
         || bad "turn $((t + 1)): cached_tokens $cached of $n, want $want of $n_now"
 done
 stop_server
-start_server fresh -m $M -np 2 || { finish; exit 1; }
 for t in 1 2; do
+    start_server fresh$t -m $M -np 2 || { finish; exit 1; }
     post /v1/chat/completions "$(cat "$tmp/conv$t.json")" "$tmp/fresh$t.json" >/dev/null
     a=$(jget "$tmp/turn$t.json" 'j["choices"][0]["message"]["content"]') b=$(jget "$tmp/fresh$t.json" 'j["choices"][0]["message"]["content"]')
     [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(jget "$tmp/fresh$t.json" 'j["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 0 ] \
         && ok || bad "turn $((t + 1)) with the cache [$a], a fresh server [$b]"
+    stop_server
 done
-stop_server
 
 # --- a client that leaves frees its slot (one slot: the next request would wait for the runaway generation)
 start_server leave -m $M -np 1 -c 4096 || { finish; exit 1; }
@@ -143,7 +143,7 @@ wait "$SPID"; src=$?
     || bad "a second SIGTERM: exit $src, $(tail -c 300 "$tmp/cut"); $(tail -n 2 "$tmp/term.log")"
 
 # --- a bounded load: no failure, resident memory flat once the cache is full
-N=${SERVE_LOAD:-400}
+N=${SERVE_LOAD:-2000}
 start_server load -m $M -np 4 --cache-ram 8 -q || { finish; exit 1; }
 load_cfg() { # COUNT FILE: curl --config for COUNT requests over 20 prompts, a quarter streamed
     python3 - "$1" "$URL" >"$2" <<'EOF'
@@ -161,9 +161,9 @@ EOF
 rss() { sed -n 's/^VmRSS:[^0-9]*\([0-9]*\) kB/\1/p' "/proc/$SPID/status"; }
 load_cfg $((N / 2)) "$tmp/warm.cfg"
 load_cfg "$N" "$tmp/load.cfg"
-timeout 60 curl -s --parallel --parallel-max 16 -H 'Content-Type: application/json' --config "$tmp/warm.cfg" >"$tmp/warm.codes"
+timeout 60 curl -s --no-progress-meter --parallel --parallel-max 16 -H 'Content-Type: application/json' --config "$tmp/warm.cfg" >"$tmp/warm.codes"
 rss0=$(rss)
-timeout 60 curl -s --parallel --parallel-max 16 -H 'Content-Type: application/json' --config "$tmp/load.cfg" >"$tmp/load.codes"
+timeout 60 curl -s --no-progress-meter --parallel --parallel-max 16 -H 'Content-Type: application/json' --config "$tmp/load.cfg" >"$tmp/load.codes"
 rss1=$(rss)
 n200=$(grep -c '^200$' "$tmp/load.codes")
 [ "$n200" = "$N" ] && ok || bad "load: $n200 of $N requests answered 200 ($(sort "$tmp/load.codes" | uniq -c | tr '\n' ' '))"

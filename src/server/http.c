@@ -38,7 +38,7 @@ typedef struct {
     sbuf out;                /* events not yet handed to libmicrohttpd */
     size_t out_off;
     int stream_done, logged, inflight;
-    double t0;
+    double t0, t_peer;       /* the request's start; when the socket was last checked (wait_job) */
     char method[8], path[80];
 } req;
 
@@ -106,8 +106,15 @@ static int peer_gone(req *q) {
     return (pf.revents & POLLIN) && recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-/* Wait until the job has output or has ended; -1 when the client has gone meanwhile. */
+/* Wait until the job has output or has ended; -1 when the client has gone meanwhile. The socket is checked
+ * at least every 100 ms, also while output keeps coming (a reply that is not streamed takes it all at the end,
+ * so its client's leaving shows only on the socket). */
 static int wait_job(req *q, srv_job *j) {
+    double now = srv_now();
+    if (now - q->t_peer >= 0.1) {
+        q->t_peer = now;
+        if (peer_gone(q)) return -1;
+    }
     pthread_mutex_lock(&j->mu);
     while (!j->done && j->text.n == 0 && j->n_probs == 0) {
         struct timespec ts;
@@ -119,6 +126,7 @@ static int wait_job(req *q, srv_job *j) {
         }
         if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) {
             pthread_mutex_unlock(&j->mu);
+            q->t_peer = srv_now();
             if (peer_gone(q)) return -1;
             pthread_mutex_lock(&j->mu);
         }
