@@ -89,7 +89,7 @@ static void check_reference(const qwenc_model *m, const char *dir, const char *l
     };
     int V = qwenc_model_n_vocab(m);
     for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
-        char *path = qw_path_join(dir, modes[k].ref);
+        char *path = qw_path_new(dir, modes[k].ref);
         size_t nref = 0;
         float *ref = test_read_f32(path, &nref);
         free(path);
@@ -383,7 +383,7 @@ static void test_fused_variants(const char *root) {
 /* ---------------------------------------------------------------- per fixture */
 
 static const char *storage_type(const char *dir) {
-    char *path = qw_path_join(dir, "meta.json"), *txt = NULL, err[256];
+    char *path = qw_path_new(dir, "meta.json"), *txt = NULL, err[256];
     const char *t = "F32";
     if (!qw_read_file(path, &txt, NULL, err, sizeof(err))) {
         if (strstr(txt, "\"storage_dtype\": \"bfloat16\"")) t = "BF16";
@@ -396,7 +396,7 @@ static const char *storage_type(const char *dir) {
 
 static void test_fixture(const char *dir, const char *name) {
     int n = 0;
-    char *path = qw_path_join(dir, "tokens.txt");
+    char *path = qw_path_new(dir, "tokens.txt");
     int32_t *ids = test_read_tokens(path, &n);
     free(path);
     CHECK(ids && n > 0, "%s: tokens.txt", dir);

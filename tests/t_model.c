@@ -38,7 +38,7 @@
 /* A fixture holds its checkpoint, or a file model.txt naming the model directory (relative to the
  * repository root) when the checkpoint lives elsewhere, e.g. the bundled model under models/. */
 static char *fixture_model_dir(const char *dir) {
-    char *path = qw_path_join(dir, "model.txt"), *txt = NULL, err[256];
+    char *path = qw_path_new(dir, "model.txt"), *txt = NULL, err[256];
     qwenc_status st = qw_read_file(path, &txt, NULL, err, sizeof(err));
     free(path);
     if (st) return strdup(dir);
@@ -67,7 +67,7 @@ static void test_fixture(const char *dir) {
         return;
     }
     int n = 0, V = qwenc_model_n_vocab(m);
-    path = qw_path_join(dir, "tokens.txt");
+    path = qw_path_new(dir, "tokens.txt");
     int32_t *ids = test_read_tokens(path, &n);
     free(path);
     CHECK(ids && n > 0, "%s: tokens.txt", dir);
@@ -81,7 +81,7 @@ static void test_fixture(const char *dir) {
         {"logits_full.f32", 7, "chunks of 7 vs full forward"},
     };
     for (size_t k = 0; ids && k < sizeof(modes) / sizeof(modes[0]); k++) {
-        path = qw_path_join(dir, modes[k].ref);
+        path = qw_path_new(dir, modes[k].ref);
         size_t nref = 0;
         float *ref = test_read_f32(path, &nref);
         free(path);

@@ -50,10 +50,4 @@ qwenc_status qw_err_nomem(char *err, size_t errlen, const char *what, size_t n, 
 void qw_alloc_fail_at(long n);
 int qw_alloc_fail_fired(void);
 
-/* Deprecated: allocation that aborts on failure, left for the code not yet converted to the checked
- * functions above (src/text, src/formats/gguf.c, safetensors.c). New code must not use them. */
-void *qw_xcalloc(size_t n, size_t size);
-char *qw_xstrdup(const char *s);
-char *qw_path_join(const char *dir, const char *name);
-
 #endif /* QW_COMMON_H */
