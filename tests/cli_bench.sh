@@ -79,7 +79,24 @@ else
     bad "bench --profile failed: $out"
 fi
 
+# -np: the tg tests of sessions decoding together, a row and a JSON line each, with its session count; no bound
+# fraction for a batch (the bound is one session's)
+if $QWENC bench -m $M -p 0 -n 6 -np 1,3 -r 1 -t 1 --json >"$tmp/np.json" 2>"$tmp/err"; then
+    python3 - "$tmp/np.json" >"$tmp/check" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ok = [r["test"] for r in rows] == ["tg6", "tg6x3"] and [r["n_parallel"] for r in rows] == [1, 3]
+ok = ok and all(r["tg_tps"] > 0 for r in rows) and rows[0]["tg_fraction_of_bound"] is not None
+ok = ok and rows[1]["tg_fraction_of_bound"] is None
+print("ok" if ok else "bad %s" % rows)
+PY
+    [ "$(cat "$tmp/check")" = ok ] && ok || bad "bench -np 1,3 --json: $(cat "$tmp/check")"
+else
+    bad "bench -np 1,3 failed: $(cat "$tmp/err")"
+fi
+
 # bad input: a message and exit 1
+expect_error "bad -np" "-np" $QWENC bench -m $M -np 0
 expect_error "bad -p" "-p expects an integer >= 0" $QWENC bench -m $M -p many
 expect_error "bad -t" "expects an integer >= 0" $QWENC bench -m $M -t -2
 expect_error "unknown kernels" 'kernels "avx9" are not available' $QWENC bench -m $M --kernels avx9 -p 4 -n 0

@@ -5,6 +5,8 @@
  *   pp   prompt processing: a fresh session fed p random tokens in one call (one forward step)
  *   tg   text generation: a fresh session fed n random tokens one at a time, logits at every step
  *        (sampling is left out: it is the same for every backend)
+ *   tgNxP with -np P: P fresh sessions decoding together, each step one qwenc_session_forward_batch of one
+ *        token per session (as the server's slots decode); tokens per second of all P sessions together
  * Each is run once untimed (page faults, thread start-up), then REPS times: mean and sample standard
  * deviation of tokens per second. Token ids are drawn from a fixed seed.
  *
@@ -243,6 +245,46 @@ static int bench_test(qwenc_session *s, const int32_t *ids, int n, int gen, int 
     return !failed;
 }
 
+/* Seconds for np sessions decoding n tokens each together: a step is one batched forward of one token per
+ * session (session k is fed ids[(i + 17 k) mod len] at step i: the sessions differ). */
+static double run_batch(qwenc_session *const *ss, int np, const int32_t *ids, int len, int n, int32_t *toks,
+                        float *logits, char *err, size_t errlen, int *failed) {
+    for (int k = 0; k < np; k++) qwenc_session_reset(ss[k]);
+    double t0 = cli_now_s();
+    for (int i = 0; i < n && !*failed; i++) {
+        for (int k = 0; k < np; k++) toks[k] = ids[(i + 17 * k) % len];
+        if (qwenc_session_forward_batch(ss, toks, np, logits, err, errlen)) *failed = 1;
+    }
+    return cli_now_s() - t0;
+}
+
+/* The tg test of np sessions together (bench_test's warm-up and repetitions); 0 (message printed) on failure. */
+static int bench_batch(qwenc_model *m, const qwenc_session_params *sp, const int32_t *ids, int len, int n, int np,
+                       int reps, bench_stat *st) {
+    char err[1024] = "out of memory";
+    int failed = 0, made = 0, V = qwenc_model_n_vocab(m);
+    qwenc_session **ss = calloc((size_t)np, sizeof(*ss));
+    int32_t *toks = malloc((size_t)np * sizeof(int32_t));
+    float *logits = malloc((size_t)np * (size_t)V * sizeof(float));
+    double *tps = calloc((size_t)reps, sizeof(double));
+    if (!ss || !toks || !logits || !tps) failed = 1;
+    for (; made < np && !failed; made++)
+        if (qwenc_session_init(m, sp, &ss[made], err, sizeof(err))) failed = 1;
+    if (!failed) run_batch(ss, np, ids, len, n > 4 ? 4 : n, toks, logits, err, sizeof(err), &failed); /* warm-up */
+    for (int r = 0; r < reps && !failed; r++)
+        tps[r] = (double)n * np / run_batch(ss, np, ids, len, n, toks, logits, err, sizeof(err), &failed);
+    if (failed)
+        fprintf(stderr, "qwenc: bench: tg%d with %d sessions: %s\n", n, np, err);
+    else
+        stat_of(tps, reps, st);
+    for (int k = 0; k < made; k++) qwenc_session_free(ss[k]);
+    free(ss);
+    free(toks);
+    free(logits);
+    free(tps);
+    return !failed;
+}
+
 /* Where a token's time went: one row per op or weight tensor, slowest first. */
 static void print_prof(const char *test, const bench_prof *p) {
     double tok = p->tot.tokens > 0 ? (double)p->tot.tokens : 1;
@@ -289,6 +331,7 @@ typedef struct {
 typedef struct {
     int cfg;     /* index into the bench_cfg */
     int gen, n;  /* tg n (gen) or pp n */
+    int np;      /* sessions decoding together (tg; 1: one session) */
     bench_stat st;
 } bench_row;
 
@@ -303,7 +346,12 @@ typedef struct {
     int64_t total, per_tok, rss;
 } bench_run;
 
-static void test_name(const bench_row *r, char *buf, size_t n) { snprintf(buf, n, "%s%d", r->gen ? "tg" : "pp", r->n); }
+static void test_name(const bench_row *r, char *buf, size_t n) {
+    if (r->gen && r->np > 1)
+        snprintf(buf, n, "tg%dx%d", r->n, r->np);
+    else
+        snprintf(buf, n, "%s%d", r->gen ? "tg" : "pp", r->n);
+}
 
 static void print_table(const bench_run *b) {
     char path[512], *name = path; /* the last component of the model path, trailing slashes dropped */
@@ -350,7 +398,7 @@ static void print_table(const bench_run *b) {
         const char *sep = "; ";
         for (int i = 0; i < b->n_rows; i++) {
             const bench_row *r = &b->rows[i];
-            if (r->cfg != k || !r->gen) continue;
+            if (r->cfg != k || !r->gen || r->np > 1) continue; /* the bound is one session's */
             printf("%stg%d reaches %.1f %%", sep, r->n, 100.0 * r->st.mean / c->bound);
             sep = ", ";
         }
@@ -367,7 +415,7 @@ static void print_table(const bench_run *b) {
 }
 
 /* The fields every JSON object has: the run's settings and the machine's numbers. */
-static cJSON *json_head(const bench_run *b, const bench_cfg *c, int p, int n) {
+static cJSON *json_head(const bench_run *b, const bench_cfg *c, int p, int n, int np) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", b->o->model);
     cJSON_AddStringToObject(j, "arch", b->arch);
@@ -376,6 +424,7 @@ static cJSON *json_head(const bench_run *b, const bench_cfg *c, int p, int n) {
     cJSON_AddBoolToObject(j, "f32_activations", b->o->f32_act);
     cJSON_AddNumberToObject(j, "n_prompt", p);
     cJSON_AddNumberToObject(j, "n_gen", n);
+    cJSON_AddNumberToObject(j, "n_parallel", np);
     cJSON_AddNumberToObject(j, "reps", b->reps);
     return j;
 }
@@ -424,31 +473,32 @@ static void json_tail(cJSON *j, const bench_run *b, const bench_cfg *c, const be
 static void print_json(const bench_run *b) {
     if (!b->lists) {
         const bench_stat *pp = NULL, *tg = NULL;
-        int p = 0, n = 0;
+        int p = 0, n = 0, np = 1;
         for (int i = 0; i < b->n_rows; i++) {
-            if (b->rows[i].gen) tg = &b->rows[i].st, n = b->rows[i].n;
+            if (b->rows[i].gen) tg = &b->rows[i].st, n = b->rows[i].n, np = b->rows[i].np;
             else pp = &b->rows[i].st, p = b->rows[i].n;
         }
-        cJSON *j = json_head(b, &b->cfg[0], p, n);
+        cJSON *j = json_head(b, &b->cfg[0], p, n, np);
         json_stat(j, "pp_tps", pp);
         json_stat(j, "tg_tps", tg);
-        json_tail(j, b, &b->cfg[0], pp, tg);
+        json_tail(j, b, &b->cfg[0], pp, np > 1 ? NULL : tg); /* the bound is one session's */
         return;
     }
     for (int i = 0; i < b->n_rows; i++) {
         const bench_row *r = &b->rows[i];
         char test[32];
         test_name(r, test, sizeof(test));
-        cJSON *j = json_head(b, &b->cfg[r->cfg], r->gen ? 0 : r->n, r->gen ? r->n : 0);
+        cJSON *j = json_head(b, &b->cfg[r->cfg], r->gen ? 0 : r->n, r->gen ? r->n : 0, r->gen ? r->np : 1);
         cJSON_AddStringToObject(j, "test", test);
         json_stat(j, "pp_tps", r->gen ? NULL : &r->st);
         json_stat(j, "tg_tps", r->gen ? &r->st : NULL);
-        json_tail(j, b, &b->cfg[r->cfg], r->gen ? NULL : &r->st, r->gen ? &r->st : NULL);
+        json_tail(j, b, &b->cfg[r->cfg], r->gen ? NULL : &r->st, r->gen && r->np == 1 ? &r->st : NULL);
     }
 }
 
 /* Every test at one thread count; 0 (message printed) on failure. */
-static int bench_threads(bench_run *b, int threads, const int *P, int nP, const int *N, int nN) {
+static int bench_threads(bench_run *b, int threads, const int *P, int nP, const int *N, int nN, const int *NP,
+                         int nNP) {
     cli_opts ot = *b->o;
     ot.threads = threads;
     qwenc_model *m = cli_load_model(&ot);
@@ -478,17 +528,21 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
     uint64_t seed = 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < len; i++) ids[i] = (int32_t)(rng_next(&seed) % (uint64_t)V);
     for (int gen = 0; gen < 2; gen++)
-        for (int i = 0; i < (gen ? nN : nP); i++) {
-            int n = gen ? N[i] : P[i];
-            if (n == 0) continue;
-            bench_row *r = &b->rows[b->n_rows];
-            memset(r, 0, sizeof(*r));
-            r->cfg = b->n_cfg;
-            r->gen = gen;
-            r->n = n;
-            if (!bench_test(s, ids, n, gen, b->reps, b->o->profile, logits, &r->st)) goto done;
-            b->n_rows++;
-        }
+        for (int i = 0; i < (gen ? nN : nP); i++)
+            for (int q = 0; q < (gen ? nNP : 1); q++) {
+                int n = gen ? N[i] : P[i], np = gen ? NP[q] : 1;
+                if (n == 0) continue;
+                bench_row *r = &b->rows[b->n_rows];
+                memset(r, 0, sizeof(*r));
+                r->cfg = b->n_cfg;
+                r->gen = gen;
+                r->n = n;
+                r->np = np;
+                if (np > 1 ? !bench_batch(m, &sp, ids, len, n, np, b->reps, &r->st)
+                           : !bench_test(s, ids, n, gen, b->reps, b->o->profile, logits, &r->st))
+                    goto done;
+                b->n_rows++;
+            }
     qwenc_model_weight_bytes(m, &b->total, &b->per_tok);
     qwenc_model_device_info(m, 1, &c->dev); /* a GPU's memory is measured while the model holds it */
     c->bw = c->dev.read_bw;
@@ -507,11 +561,14 @@ int cmd_bench(cli_opts *o) {
     const int *P = o->n_bench_p ? o->bench_p : def_p, *N = o->n_bench_n ? o->bench_n : def_n;
     int nP = o->n_bench_p ? o->n_bench_p : 1, nN = o->n_bench_n ? o->n_bench_n : 1;
     int T1[1] = {o->threads}, *T = o->n_bench_t ? o->bench_t : T1, nT = o->n_bench_t ? o->n_bench_t : 1;
+    static const int def_np[] = {1};
+    const int *NP = o->n_bench_np ? o->bench_np : def_np;
+    int nNP = o->n_bench_np ? o->n_bench_np : 1;
     int tests = 0;
     for (int i = 0; i < nP; i++) tests += P[i] > 0;
-    for (int i = 0; i < nN; i++) tests += N[i] > 0;
+    for (int i = 0; i < nN; i++) tests += (N[i] > 0) * nNP;
     if (tests == 0) return fprintf(stderr, "qwenc: bench: nothing to run (-p 0 -n 0): give -p or -n a count > 0\n"), 1;
-    bench_run b = {.o = o, .reps = o->reps ? o->reps : 5, .lists = nP > 1 || nN > 1 || nT > 1};
+    bench_run b = {.o = o, .reps = o->reps ? o->reps : 5, .lists = nP > 1 || nN > 1 || nT > 1 || nNP > 1};
     b.rows = calloc((size_t)(tests * nT), sizeof(bench_row));
     int rc = 1;
     if (!b.rows) {
@@ -519,7 +576,7 @@ int cmd_bench(cli_opts *o) {
         return 1;
     }
     for (int k = 0; k < nT; k++)
-        if (!bench_threads(&b, T[k], P, nP, N, nN)) goto done;
+        if (!bench_threads(&b, T[k], P, nP, N, nN, NP, nNP)) goto done;
     b.rss = peak_rss(); /* before the bandwidth buffer exists */
     for (int k = 0; k < b.n_cfg; k++) {
         bench_cfg *c = &b.cfg[k];

@@ -83,7 +83,7 @@ typedef enum {
     O_HELP, O_VERSION, O_MODEL, O_TOKENIZER, O_THREADS, O_THREADS_LIST, O_BACKEND, O_KERNELS, O_QUANT, O_F32ACT, O_CTX, O_BATCH,
     O_PROMPT, O_FILE, O_NPREDICT, O_CHAT, O_SYSTEM, O_NOTHINK, O_STOP, O_ESCAPE, O_NOESCAPE, O_NODISPLAY,
     O_SPECIAL, O_CTXSHIFT, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
-    O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_REPS, O_JSON, O_PROFILE,
+    O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_REPS, O_JSON, O_PROFILE,
     O_TYPE, O_PRESET, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM,
     O_HOST, O_PORT, O_APIKEY, O_APIKEYFILE, O_PARALLEL, O_ALIAS, O_CACHERAM, O_MAXQUEUE, O_TIMEOUT, O_MAXBODY, O_QUIET,
 } opt_id;
@@ -186,6 +186,10 @@ static const opt_def options[] = {
     /* bench */
     {O_BENCH_P, "-p|--n-prompt", C_BENCH, "N[,N...]", "prompt tokens of each pp test (default 512; 0: no pp test)"},
     {O_BENCH_N, "-n|--n-gen", C_BENCH, "N[,N...]", "generated tokens of each tg test (default 128; 0: no tg test)"},
+    {O_BENCH_NP, "-np|--parallel", C_BENCH, "N[,N...]",
+     "sessions decoding together in each tg test: every step one batched\n"
+     "forward of N tokens, one per session (as qwenc serve -np N decodes);\n"
+     "t/s is all sessions' tokens together (default 1)"},
     {O_REPS, "-r|--repetitions|--reps", C_BENCH, "N", "timed runs of each test (default 5)"},
     {O_JSON, "--json", C_BENCH, NULL,
      "JSON instead of the table: one object; with lists, one object\nper line and test"},
@@ -515,6 +519,7 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
     case O_ADDGEN: o->add_gen = 1; return 1;
     case O_BENCH_P: return parse_list(v, opt, 0, o->bench_p, &o->n_bench_p);
     case O_BENCH_N: return parse_list(v, opt, 0, o->bench_n, &o->n_bench_n);
+    case O_BENCH_NP: return parse_list(v, opt, 1, o->bench_np, &o->n_bench_np);
     case O_REPS: return parse_int(v, opt, 1, &o->reps);
     case O_JSON: o->json = 1; return 1;
     case O_PROFILE: o->profile = 1; return 1;
