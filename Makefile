@@ -125,7 +125,7 @@ FUZZ_CC    ?= clang
 FUZZ_BUILD ?= build-fuzz
 FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_SRC := $(SRC) src/cuda/none.c
+FUZZ_SRC := $(SRC) src/cuda/none.c $(wildcard src/server/*.c)
 FUZZ_OBJ := $(FUZZ_SRC:%.c=$(FUZZ_BUILD)/%.o)
 FUZZ_LIB := $(FUZZ_BUILD)/libqwenc_fuzz.a
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
@@ -154,11 +154,13 @@ $(FUZZ_LIB): $(FUZZ_OBJ) Makefile
 	ar rcs $@ $(filter %.o,$^)
 
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_HDR) $(FUZZ_LIB)
-	$(FUZZ_CC) $(QW_CFLAGS) -D_GNU_SOURCE -Itests/fuzz $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(LDLIBS)
+	$(FUZZ_CC) $(QW_CFLAGS) -D_GNU_SOURCE -Itests/fuzz $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(LDLIBS) \
+	  $(SERVER_LDLIBS)
 
-$(BUILD)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_HDR) $(LIB)
+$(BUILD)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_HDR) $(SERVER_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(QW_CFLAGS) -D_GNU_SOURCE -Itests/fuzz $(CFLAGS) $(LDFLAGS) -o $@ $< tests/fuzz/replay.c $(LIB) $(LDLIBS)
+	$(CC) $(QW_CFLAGS) -D_GNU_SOURCE -Itests/fuzz $(CFLAGS) $(LDFLAGS) -o $@ $< tests/fuzz/replay.c $(SERVER_OBJ) $(LIB) \
+	  $(LDLIBS) $(SERVER_LDLIBS)
 
 # the replay drivers, built by tests/cli_fuzz.sh (run by make test, with make asan's flags under make asan)
 fuzz-replay: $(REPLAY_BIN)

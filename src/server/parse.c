@@ -18,6 +18,7 @@
  * does; for the JSON form, the call whole once </tool_call> arrives. A reply cut inside a call closes its
  * arguments so they are valid JSON; a call that does not parse is given back as content.
  */
+#define _GNU_SOURCE /* memmem */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,7 +109,7 @@ static void eat_ws(srv_parser *p) {
 
 /* Where tag first occurs in the buffer (-1: nowhere). */
 static long find(const srv_parser *p, const char *tag) {
-    const char *f = p->buf.n ? strstr(p->buf.p, tag) : NULL;
+    const char *f = p->buf.n ? memmem(p->buf.p, p->buf.n, tag, strlen(tag)) : NULL; /* the text may hold NULs */
     return f ? f - p->buf.p : -1;
 }
 
@@ -121,11 +122,13 @@ static size_t partial(const srv_parser *p, const char *tag) {
 }
 
 /* Whether the buffer begins with tag (1), is a proper prefix of it (-1: wait), or neither (0). */
-static int starts(const srv_parser *p, const char *tag) {
-    size_t tl = strlen(tag);
-    if (p->buf.n >= tl) return !memcmp(p->buf.p, tag, tl);
-    return !memcmp(p->buf.p, tag, p->buf.n) ? -1 : 0;
+static int starts_at(const srv_parser *p, size_t at, const char *tag) {
+    size_t tl = strlen(tag), n = p->buf.n - at;
+    if (n >= tl) return !memcmp(p->buf.p + at, tag, tl);
+    return !memcmp(p->buf.p + at, tag, n) ? -1 : 0;
 }
+
+static int starts(const srv_parser *p, const char *tag) { return starts_at(p, 0, tag); }
 
 /* Text for content or reasoning: leading whitespace dropped while skip_ws, trailing whitespace held back in ws
  * when hold (it is dropped if a closing tag follows). */
@@ -265,6 +268,17 @@ static int call_as_content(srv_parser *p, srv_delta *d, const char *closing) {
     int r = sb_str(&d->content, T_CALL) || sb_add(&d->content, p->buf.p, p->buf.n) || sb_str(&d->content, closing);
     eat(p, p->buf.n);
     p->mode = M_CONTENT;
+    p->skip_ws = 0;
+    return r;
+}
+
+/* <tool_call> and the w bytes of whitespace after it are no call's start: they are content, and the text after
+ * them is read as content again (it may hold a call). */
+static int form_as_content(srv_parser *p, srv_delta *d, size_t w) {
+    int r = sb_str(&d->content, T_CALL) || sb_add(&d->content, p->buf.p, w);
+    eat(p, w);
+    p->mode = M_CONTENT;
+    p->skip_ws = 0;
     return r;
 }
 
@@ -300,21 +314,23 @@ static int json_call(srv_parser *p, srv_delta *d, long k) {
 /* Progress inside a tool call; 1: more text is needed, 0: go on, -1: out of memory. */
 static int tool_step(srv_parser *p, srv_delta *d, int final) {
     switch (p->stage) {
-    case X_FORM: {
-        eat_ws(p);
-        if (!p->buf.n) return final ? (call_as_content(p, d, "") ? -1 : 0) : 1;
-        if (p->buf.p[0] == '{') {
+    case X_FORM: { /* the whitespace before the form is eaten only with it: not a call, it is content */
+        size_t w = 0;
+        while (w < p->buf.n && is_ws(p->buf.p[w])) w++;
+        if (w == p->buf.n) return final ? (call_as_content(p, d, "") ? -1 : 0) : 1;
+        if (p->buf.p[w] == '{') {
+            eat(p, w);
             p->stage = J_BODY;
             return 0;
         }
-        int s = starts(p, T_FN);
+        int s = starts_at(p, w, T_FN);
         if (s == 1) {
-            eat(p, strlen(T_FN));
+            eat(p, w + strlen(T_FN));
             p->stage = X_FN;
             return 0;
         }
         if (s == -1 && !final) return 1;
-        return call_as_content(p, d, "") ? -1 : 0;
+        return form_as_content(p, d, w) ? -1 : 0;
     }
     case J_BODY: {
         long k = find(p, T_UNCALL);
@@ -403,7 +419,15 @@ static int tool_step(srv_parser *p, srv_delta *d, int final) {
 /* ------------------------------------------------------------------ the parser */
 
 int srv_parser_feed(srv_parser *p, const char *text, size_t n, int final, srv_delta *d) {
-    if (sb_add(&p->buf, text, n)) return -1;
+    /* A NUL the model writes (a byte token) is taken as U+FFFD: the replies' JSON strings (cJSON) end at a NUL,
+     * and the tags are searched in C strings. */
+    if (sb_add(&p->buf, "", 0)) return -1; /* the buffer exists, even before any text */
+    for (size_t at = 0; at < n;) {
+        const char *z = memchr(text + at, 0, n - at);
+        size_t k = z ? (size_t)(z - text) - at : n - at;
+        if (sb_add(&p->buf, text + at, k) || (z && sb_add(&p->buf, "\xEF\xBF\xBD", 3))) return -1;
+        at += k + (z != NULL);
+    }
     for (;;) {
         switch (p->mode) {
         case M_START: { /* does the reply open with <think>? */
@@ -416,7 +440,7 @@ int srv_parser_feed(srv_parser *p, const char *text, size_t n, int final, srv_de
                 p->skip_ws = 1;
                 continue;
             }
-            if (!final && (rest == 0 || !memcmp(p->buf.p + k, T_THINK, rest))) return 0;
+            if (!final && (rest == 0 || (rest < tl && !memcmp(p->buf.p + k, T_THINK, rest)))) return 0; /* may be it */
             p->mode = M_CONTENT;
             continue;
         }
