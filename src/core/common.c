@@ -94,3 +94,16 @@ qwenc_status qw_err_nomem(char *err, size_t errlen, const char *what, size_t n, 
                       (double)b / 1048576.0);
     return qw_err(err, errlen, QWENC_ERR_NOMEM, "%s: out of memory allocating %zu bytes", what, b);
 }
+
+const char *qwenc_status_str(qwenc_status st) {
+    switch (st) {
+    case QWENC_OK: return "ok";
+    case QWENC_ERR_IO: return "i/o error";
+    case QWENC_ERR_FORMAT: return "format error";
+    case QWENC_ERR_UNSUPPORTED: return "unsupported";
+    case QWENC_ERR_ARG: return "bad argument";
+    case QWENC_ERR_NOMEM: return "out of memory";
+    case QWENC_ERR_CONTEXT: return "context full";
+    }
+    return "unknown error";
+}
