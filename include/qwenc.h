@@ -190,6 +190,20 @@ qwenc_status qwenc_session_forward(qwenc_session *session, const int32_t *tokens
 qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const int32_t *tokens, int n, float *logits,
                                          char *err, size_t errlen);
 
+/* ---- speculative decoding: a step whose tokens can be taken back (drafts the model verifies).
+ * qwenc_session_forward_draft feeds n_tokens (1 to QWENC_MAX_DRAFT + 1, within n_batch) and gives the logits of
+ * every one, [n_tokens][n_vocab], each the bits qwenc_session_forward would give feeding the tokens one at a time.
+ * qwenc_session_accept(session, n_keep) then leaves the session exactly as if only the first n_keep of them had
+ * been fed (0 <= n_keep <= n_tokens): the caches by position, the DeltaNet conv and recurrent states and the PLE
+ * history from what the step kept in backend memory (the recurrence of the kept tokens runs again; no weight is
+ * read, nothing is copied to the host). Between the two calls every other step, snapshot or restore of the
+ * session is refused; qwenc_session_reset drops the draft. The first draft step allocates that memory: about the
+ * DeltaNet recurrent states once more, plus the layers' inputs of QWENC_MAX_DRAFT + 1 tokens. */
+#define QWENC_MAX_DRAFT 15
+qwenc_status qwenc_session_forward_draft(qwenc_session *session, const int32_t *tokens, int n_tokens, float *logits,
+                                         char *err, size_t errlen);
+qwenc_status qwenc_session_accept(qwenc_session *session, int n_keep, char *err, size_t errlen);
+
 /* ---- snapshots: the exact state of a session at a point (every cache row and recurrent state its tokens
  * left, and its position), restored later into a session of the same model whose context holds as many tokens:
  * decoding then goes on exactly as from the snapshot's point (prefix reuse, speculative decoding). Kept in host

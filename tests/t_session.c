@@ -7,7 +7,7 @@
  * than a session's context, is refused.
  * Batched steps: four sessions at different positions (one at the start) take one token each in one call, twice,
  * each session's logits the bits its own step gives; a session given twice and a token outside the vocabulary
- * are refused.
+ * are refused. Draft steps (test_drafts): any part of a draft kept leaves the bits of feeding only that part.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +113,89 @@ static void test_batch(const char *dir, qwenc_model *m, const int32_t *ids, int 
     for (int i = 0; i < NS; i++) qwenc_session_free(s[i]), qwenc_session_free(r[i]);
 }
 
+/* One token at a time: the logits of each, [n][V]. */
+static float *feed_each(qwenc_session *s, const int32_t *ids, int n, int V) {
+    char err[512];
+    float *lg = malloc((size_t)(n ? n : 1) * V * sizeof(float));
+    for (int i = 0; i < n; i++)
+        if (qwenc_session_forward(s, ids + i, 1, lg + (int64_t)i * V, 0, err, sizeof(err))) {
+            printf("FAIL forward: %s\n", err);
+            free(lg);
+            return NULL;
+        }
+    return lg;
+}
+
+/* Draft steps: after a prompt, a draft of D tokens (the fixture's next tokens, then tokens it does not hold: some
+ * of it "right", the rest not), fed with qwenc_session_forward_draft: its logits are the bits of feeding the D
+ * tokens one at a time; after qwenc_session_accept(j), for every j in 0..D, the next three tokens fed one at a time
+ * give the bits of a session fed the prompt, the j kept tokens and those three one at a time. Twice in a row
+ * (the second draft from the first's kept state), so the kept state is itself drafted from. */
+static void test_drafts(const char *dir, qwenc_model *m, const int32_t *ids, int n) {
+    enum { D = 6 };
+    char err[512];
+    int V = qwenc_model_n_vocab(m), p = n / 3;
+    qwenc_session_params sp = qwenc_session_default_params();
+    sp.n_ctx = 64;
+    qwenc_session *a = NULL, *b = NULL;
+    CHECK(!qwenc_session_init(m, &sp, &a, err, sizeof(err)) && !qwenc_session_init(m, &sp, &b, err, sizeof(err)),
+          "%s: session: %s", dir, err);
+    if (!a || !b) goto done;
+    int32_t draft[D], next[3];
+    for (int i = 0; i < D; i++) draft[i] = i < 3 ? ids[p + i] : (ids[p + i] * 7 + 11 + i) % V;
+    for (int i = 0; i < 3; i++) next[i] = ids[(p + D + i) % n];
+    float *ld = malloc((size_t)D * V * sizeof(float));
+    int mismatched = -1, draft_bits = 1;
+    for (int j = 0; j <= D && ld; j++) {
+        qwenc_session_reset(a);
+        qwenc_session_reset(b);
+        free(feed(a, ids, p, V));
+        free(feed(b, ids, p, V));
+        /* twice: draft, keep j, draft again from there, keep j again */
+        int32_t seq[2 * D];
+        int ns = 0, ok = 1;
+        for (int round = 0; round < 2 && ok; round++) {
+            ok = !qwenc_session_forward_draft(a, draft, D, ld, err, sizeof(err));
+            CHECK(ok, "%s: forward_draft: %s", dir, err);
+            if (!ok) break;
+            float *le = NULL;
+            if (round == 0 && j == D) { /* the draft's logits: the bits of one token at a time */
+                qwenc_session *c = NULL;
+                if (!qwenc_session_init(m, &sp, &c, err, sizeof(err))) {
+                    free(feed(c, ids, p, V));
+                    le = feed_each(c, draft, D, V);
+                    draft_bits = le && !memcmp(le, ld, (size_t)D * V * sizeof(float));
+                    free(le);
+                    qwenc_session_free(c);
+                }
+            }
+            CHECK(qwenc_session_forward(a, next, 1, NULL, 0, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "accept"),
+                  "%s: a step before accept: %s", dir, err);
+            ok = !qwenc_session_accept(a, j, err, sizeof(err));
+            CHECK(ok && qwenc_session_n_past(a) == p + ns + j, "%s: accept %d: %s", dir, j, err);
+            for (int i = 0; i < j; i++) seq[ns++] = draft[i];
+        }
+        float *la = feed_each(a, next, 3, V);
+        free(feed_each(b, seq, ns, V));
+        float *lb = feed_each(b, next, 3, V);
+        if (la && lb && memcmp(la, lb, (size_t)3 * V * sizeof(float)) && mismatched < 0) mismatched = j;
+        free(la);
+        free(lb);
+    }
+    CHECK(draft_bits, "%s: a draft step's logits differ from feeding its tokens one at a time", dir);
+    CHECK(mismatched < 0, "%s: after keeping %d of a draft, other logits than feeding only those", dir, mismatched);
+    CHECK(qwenc_session_accept(a, 0, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "no draft"),
+          "%s: accept without a draft: %s", dir, err);
+    CHECK(!qwenc_session_forward_draft(a, draft, 2, ld, err, sizeof(err)) &&
+              qwenc_session_accept(a, 3, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "3 tokens kept of a draft step of 2"),
+          "%s: keeping more than drafted: %s", dir, err);
+    CHECK(!qwenc_session_accept(a, 2, err, sizeof(err)), "%s: accept after a refusal: %s", dir, err);
+    free(ld);
+done:
+    qwenc_session_free(a);
+    qwenc_session_free(b);
+}
+
 int main(int argc, char **argv) {
     const char *root = argc > 1 ? argv[1] : "tests/fixtures";
     char *names[64];
@@ -146,6 +229,7 @@ int main(int argc, char **argv) {
         if (ids && n >= 6) {
             test_snapshots(names[f], m, ids, n);
             test_batch(names[f], m, ids, n);
+            test_drafts(names[f], m, ids, n);
         }
         if (prev) { /* a snapshot of one model is refused by another's session */
             qwenc_session *a = NULL, *b = NULL;

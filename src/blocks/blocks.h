@@ -29,6 +29,10 @@ void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *iqk
 
 /* linear_attn: Gated DeltaNet. x [n_tok][H] -> y [n_tok][H]. gate_sigmoid: sigma output gate, else silu. */
 void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid, const float *x, float *y);
+/* The delta rule a token at a time (the bits of one-token steps; a longer call may take the chunked form): draft
+ * steps and qwenc_session_accept's replay of kept tokens. */
+void qw_gdn_recur(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
+                  const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv);
 
 /* mlp: SwiGLU down(silu(gate x) * up x) for n rows. */
 void qw_ffn_forward(const qw_fwd *f, const qw_ffn_w *w, const float *x, float *y, int n);

@@ -12,7 +12,8 @@
  * in_proj_qkvz rows [q_g | k_g | v_g (r heads) | z_g (r heads)], in_proj_ba rows [b_g (r) | a_g (r)],
  * r = hv/hk; they are de-interleaved into the split layout first.
  *
- * State: the last K-1 conv inputs and the [hv][dk][dv] recurrent state, both f32.
+ * State: the last K-1 conv inputs and the [hv][dk][dv] recurrent state, both f32. A draft step also keeps the
+ * conv window, the state before it and the delta rule's inputs (session.h, qw_draft_layer).
  *
  * Weights from a llama.cpp GGUF (w->v_tiled) keep the value heads in its tiled order, value head i of key
  * head g at i*hk + g: v, g and beta are put in the grouped order above before the delta rule and its
@@ -68,8 +69,8 @@ static void vhead_order(const qw_fwd *f, float *x, int64_t n, int64_t hk, int64_
 /* The causal convolution of a segment's rows and its session's conv state: c rows [row0, row0+rows) from the
  * state's K-1 rows followed by the segment's projections. xc holds the projections after K-1 free rows when the
  * step is one session's (they were written there); a batched step's rows are copied beside the state. */
-static void gdn_conv(const qw_fwd *f, const qw_gdn_w *w, qw_seg g, qw_layer_state *ls, float *xc, float *c, int64_t ch,
-                     int K) {
+static void gdn_conv(const qw_fwd *f, int il, const qw_gdn_w *w, qw_seg g, float *xc, float *c, int64_t ch, int K) {
+    qw_layer_state *ls = &g.s->ls[il];
     const qw_backend *be = f->be;
     size_t hist = (size_t)(K - 1) * ch * sizeof(float);
     float *seq = xc; /* the state's rows, then the segment's */
@@ -78,8 +79,18 @@ static void gdn_conv(const qw_fwd *f, const qw_gdn_w *w, qw_seg g, qw_layer_stat
         be->copy(be, seq + (int64_t)(K - 1) * ch, xc + (int64_t)(K - 1 + g.row0) * ch, (size_t)g.rows * ch * sizeof(float));
     }
     be->copy(be, seq, ls->conv, hist);
+    if (f->draft) /* the window, for qwenc_session_accept */
+        be->copy(be, g.s->dl[il].conv_seq, seq, (size_t)(K - 1 + g.rows) * ch * sizeof(float));
     be->conv1d_dw(be, c + (int64_t)g.row0 * ch, seq, w->conv, g.rows, (int)ch, K, 1);
     be->copy(be, ls->conv, seq + (int64_t)g.rows * ch, hist);
+}
+
+void qw_gdn_recur(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
+                  const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
+    int64_t kd = (int64_t)hk * dk, vd = (int64_t)hv * dv;
+    for (int t = 0; t < n_tok; t++)
+        be->delta_rule(be, o + t * vd, state, q + t * kd, k + t * kd, v + t * vd, g + (int64_t)t * hv,
+                       beta + (int64_t)t * hv, 1, hk, hv, dk, dv);
 }
 
 void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid, const float *x, float *y) {
@@ -104,7 +115,7 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     for (int i = 0; i < qw_fwd_n_seg(f); i++) {
         qw_seg g = qw_fwd_seg(f, i);
         qw_arena_mark ms = qw_arena_get_mark(f->ar);
-        gdn_conv(f, w, g, &g.s->ls[il], xc, c, ch, K);
+        gdn_conv(f, il, w, g, xc, c, ch, K);
         qw_arena_restore(f->ar, ms);
     }
     be->silu(be, c, (int64_t)T * ch);
@@ -129,11 +140,24 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         vhead_order(f, b, T, hk, r, 1, 1, tmp);
     }
     float *o = qw_arena_f32(f->ar, (size_t)T * vd);
+    if (f->draft) { /* the state before the step and the step's inputs, for qwenc_session_accept */
+        const qw_draft_layer *d = &f->s->dl[il];
+        be->copy(be, d->ssm0, f->s->ls[il].ssm, (size_t)hv * dk * dv * sizeof(float));
+        be->copy(be, d->q, q, (size_t)T * kd * sizeof(float));
+        be->copy(be, d->k, k, (size_t)T * kd * sizeof(float));
+        be->copy(be, d->v, v, (size_t)T * vd * sizeof(float));
+        be->copy(be, d->g, g, (size_t)T * hv * sizeof(float));
+        be->copy(be, d->b, b, (size_t)T * hv * sizeof(float));
+    }
     for (int i = 0; i < qw_fwd_n_seg(f); i++) { /* each session's rows through its own recurrent state */
         qw_seg s = qw_fwd_seg(f, i);
         int64_t r0 = s.row0;
-        be->delta_rule(be, o + r0 * vd, s.s->ls[il].ssm, q + r0 * kd, k + r0 * kd, v + r0 * vd, g + r0 * hv,
-                       b + r0 * hv, s.rows, hk, hv, dk, dv);
+        if (f->draft)
+            qw_gdn_recur(be, o + r0 * vd, s.s->ls[il].ssm, q + r0 * kd, k + r0 * kd, v + r0 * vd, g + r0 * hv,
+                         b + r0 * hv, s.rows, hk, hv, dk, dv);
+        else
+            be->delta_rule(be, o + r0 * vd, s.s->ls[il].ssm, q + r0 * kd, k + r0 * kd, v + r0 * vd, g + r0 * hv,
+                           b + r0 * hv, s.rows, hk, hv, dk, dv);
     }
     if (tmp) vhead_order(f, o, T, hk, r, dv, 0, tmp);
 

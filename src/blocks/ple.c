@@ -155,6 +155,8 @@ void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
             be->copy(be, seq + (int64_t)nhist * CH, Gn + (int64_t)g.row0 * CH, (size_t)g.rows * CH * sizeof(float));
         }
         be->copy(be, seq, ls->ple_hist, hist_bytes);
+        if (f->draft) /* the window, for qwenc_session_accept */
+            be->copy(be, g.s->dl[il].ple_seq, seq, (size_t)(nhist + g.rows) * CH * sizeof(float));
         be->conv1d_dw(be, c + (int64_t)g.row0 * CH, seq, w->conv, g.rows, (int)CH, kc, dil);
         be->copy(be, ls->ple_hist, seq + (int64_t)g.rows * CH, hist_bytes);
         qw_arena_restore(f->ar, ms);

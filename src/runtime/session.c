@@ -65,7 +65,7 @@ static size_t layer_state(const qwenc_model *m, int n_ctx, int il, qw_layer_stat
  * returned (NULL: none asked for). With the plan's dry-run backend nothing is computed and the arena only
  * measures. */
 static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_backend *be, int T,
-                       const int32_t *host_tokens, float *host_logits, int want_logits, int first_logit) {
+                       const int32_t *host_tokens, float *host_logits, int want_logits, int first_logit, int draft) {
     const qwenc_model *m = s->model;
     const qw_hparams *hp = &m->hp;
     qw_arena_reset(&s->arena);
@@ -84,7 +84,7 @@ static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_ba
         }
     }
     qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .seqs = seqs, .n_ctx = n_ctx, .ar = &s->arena, .n_tok = T,
-                .tokens = tokens, .rope_cs = cs};
+                .tokens = tokens, .rope_cs = cs, .draft = draft};
     float *hidden = qw_arena_f32(&s->arena, (size_t)T * hp->n_embd);
     qw_model_forward(&f, hidden);
     float *lg = NULL;
@@ -115,7 +115,7 @@ static size_t plan_scratch(qwenc_session *s) {
     qw_backend *dry = qw_backend_interpose(s->model->be, &h);
     if (!dry) return 0;
     qw_arena_init_measure(&s->arena);
-    step_ops(s, NULL, dry, s->n_batch, NULL, NULL, 1, 0);
+    step_ops(s, NULL, dry, s->n_batch, NULL, NULL, 1, 0, 0);
     dry->release(dry);
     return QW_MAX(s->arena.high_water, (size_t)64);
 }
@@ -180,6 +180,9 @@ void qwenc_session_free(qwenc_session *s) {
     be->free(be, s->step);
     be->free(be, s->ple_hist);
     be->free(be, s->state_mem);
+    be->free(be, s->draft_mem);
+    be->free(be, s->draft_hist);
+    free(s->dl);
     free(s->ls);
     free(s);
 }
@@ -193,6 +196,7 @@ void qwenc_session_reset(qwenc_session *s) {
     be->upload(be, s->ple_hist, hist, sizeof(hist));
     s->n_past = 0;
     s->lost = 0;
+    s->draft_n = 0;
 }
 
 int qwenc_session_n_past(const qwenc_session *s) { return s->n_past; }
@@ -201,7 +205,7 @@ int qwenc_session_n_ctx(const qwenc_session *s) { return s->n_ctx; }
 /* One step of at most n_batch tokens. logits: [T][V] rows to fill from row `first_logit` on (NULL: none). On a
  * backend with graphs, a one-token step is recorded once (after one has run op by op, so every weight it reads
  * is on the device) and replayed: its ops are the same at every position. */
-static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *logits, int first_logit) {
+static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *logits, int first_logit, int draft) {
     double t0 = s->prof ? qw_prof_now() : 0;
     const qw_backend *be = s->be;
     const qw_hparams *hp = &s->model->hp;
@@ -210,9 +214,9 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
     be->upload(be, s->tokens, tokens, (size_t)T * sizeof(int32_t));
     int want = logits != NULL;
     float *lg = NULL;
-    if (T == 1 && be->graph_begin && s->warm) {
+    if (T == 1 && !draft && be->graph_begin && s->warm) {
         if (!s->graph[want] && !s->graph_failed && be->graph_begin(be) == 0) {
-            s->graph_lg[want] = step_ops(s, NULL, be, T, NULL, logits, want, first_logit);
+            s->graph_lg[want] = step_ops(s, NULL, be, T, NULL, logits, want, first_logit, 0);
             s->graph[want] = be->graph_end(be);
             s->graph_failed = !s->graph[want];
         }
@@ -220,10 +224,10 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
             be->graph_launch(be, s->graph[want]);
             lg = s->graph_lg[want];
         } else {
-            lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit);
+            lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit, 0);
         }
     } else {
-        lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit);
+        lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit, draft);
     }
     if (lg && !be->host_memory)
         be->download(be, logits, lg, (size_t)(T - first_logit) * hp->n_vocab * sizeof(float));
@@ -244,6 +248,8 @@ qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int 
     if (s->lost)
         return qw_err(err, errlen, QWENC_ERR_ARG,
                       "forward: the session's state was lost to an earlier out-of-memory error; reset it first");
+    if (s->draft_n)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "forward: a draft step awaits qwenc_session_accept");
     if (n_tokens > s->n_ctx - s->n_past)
         return qw_err(err, errlen, QWENC_ERR_CONTEXT,
                       "forward: %d cached + %d new tokens exceed the session context of %d tokens", s->n_past,
@@ -253,9 +259,9 @@ qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int 
         int T = QW_MIN(s->n_batch, n_tokens - i);
         int last = i + T == n_tokens;
         if (logits_all)
-            forward_step(s, tokens + i, T, logits ? logits + (int64_t)i * hp->n_vocab : NULL, 0);
+            forward_step(s, tokens + i, T, logits ? logits + (int64_t)i * hp->n_vocab : NULL, 0, 0);
         else
-            forward_step(s, tokens + i, T, last ? logits : NULL, T - 1);
+            forward_step(s, tokens + i, T, last ? logits : NULL, T - 1, 0);
         if (qw_cpu_scratch_failures() != failed) {
             s->lost = 1;
             return qw_err(err, errlen, QWENC_ERR_NOMEM,
@@ -263,6 +269,134 @@ qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int 
                           "(reset it)");
         }
     }
+    return QWENC_OK;
+}
+
+/* ---- draft steps (qwenc.h): what a step of up to QWENC_MAX_DRAFT + 1 tokens keeps to take tokens back */
+
+/* Floats of layer il's draft buffers for cap tokens; with base != NULL also assigns the pointers. */
+static size_t draft_layer(const qwenc_model *m, int il, int cap, qw_draft_layer *dl, float *base) {
+    const qw_hparams *hp = &m->hp;
+    const qw_layer *L = &m->layers[il];
+    size_t n = 0;
+#define TAKE(ptr, count)                      \
+    do {                                      \
+        if (base) dl->ptr = base + n;         \
+        n += (size_t)(count);                 \
+    } while (0)
+    if (L->kind == QW_LAYER_GDN) {
+        size_t kd = (size_t)hp->gdn_hk * hp->gdn_dk, vd = (size_t)hp->gdn_hv * hp->gdn_dv, ch = 2 * kd + vd;
+        TAKE(conv_seq, (size_t)(hp->gdn_conv_k - 1 + cap) * ch);
+        TAKE(ssm0, (size_t)hp->gdn_hv * hp->gdn_dk * hp->gdn_dv);
+        TAKE(q, (size_t)cap * kd);
+        TAKE(k, (size_t)cap * kd);
+        TAKE(v, (size_t)cap * vd);
+        TAKE(g, (size_t)cap * hp->gdn_hv);
+        TAKE(b, (size_t)cap * hp->gdn_hv);
+    }
+    if (L->ple)
+        TAKE(ple_seq, ((size_t)(hp->ple_conv_k - 1) * hp->ngram_n + cap) * hp->hc_count * hp->n_embd);
+#undef TAKE
+    return n;
+}
+
+static qwenc_status draft_alloc(qwenc_session *s, char *err, size_t errlen) {
+    const qwenc_model *m = s->model;
+    const qw_backend *be = m->be;
+    int cap = QWENC_MAX_DRAFT + 1, L = m->hp.n_layer;
+    size_t total = 0;
+    for (int il = 0; il < L; il++) total += draft_layer(m, il, cap, NULL, NULL);
+    s->dl = qw_calloc((size_t)L, sizeof(qw_draft_layer));
+    s->draft_mem = s->dl ? be->alloc(be, QW_MAX(total, (size_t)1) * sizeof(float), QW_MEM_STATE) : NULL;
+    s->draft_hist = s->draft_mem ? be->alloc(be, 8 * sizeof(int32_t), QW_MEM_STATE) : NULL;
+    if (!s->draft_hist) {
+        be->free(be, s->draft_mem);
+        free(s->dl);
+        s->dl = NULL;
+        s->draft_mem = NULL;
+        return qw_err(err, errlen, QWENC_ERR_NOMEM, "draft: out of memory allocating %.1f MiB to take drafts back",
+                      (double)total * sizeof(float) / (1 << 20));
+    }
+    size_t off = 0;
+    for (int il = 0; il < L; il++) off += draft_layer(m, il, cap, &s->dl[il], s->draft_mem + off);
+    return QWENC_OK;
+}
+
+qwenc_status qwenc_session_forward_draft(qwenc_session *s, const int32_t *tokens, int n_tokens, float *logits,
+                                         char *err, size_t errlen) {
+    const qw_hparams *hp = &s->model->hp;
+    if (n_tokens <= 0 || n_tokens > QWENC_MAX_DRAFT + 1 || n_tokens > s->n_batch)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "forward_draft: %d tokens; a draft step takes 1 to %d (and at most "
+                      "n_batch, %d)", n_tokens, QWENC_MAX_DRAFT + 1, s->n_batch);
+    for (int i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+            return qw_err(err, errlen, QWENC_ERR_ARG,
+                          "forward_draft: token %d at index %d is outside the vocabulary [0, %d)", tokens[i], i,
+                          hp->n_vocab);
+    if (s->lost)
+        return qw_err(err, errlen, QWENC_ERR_ARG,
+                      "forward_draft: the session's state was lost to an earlier out-of-memory error; reset it first");
+    if (s->draft_n) return qw_err(err, errlen, QWENC_ERR_ARG, "forward_draft: the previous draft step awaits accept");
+    if (n_tokens > s->n_ctx - s->n_past)
+        return qw_err(err, errlen, QWENC_ERR_CONTEXT,
+                      "forward_draft: %d cached + %d new tokens exceed the session context of %d tokens", s->n_past,
+                      n_tokens, s->n_ctx);
+    if (!s->draft_mem) {
+        qwenc_status st = draft_alloc(s, err, errlen);
+        if (st) return st;
+    }
+    const qw_backend *be = s->be;
+    be->copy(be, s->draft_hist, s->ple_hist, 8 * sizeof(int32_t));
+    s->draft_past = s->n_past;
+    unsigned long failed = qw_cpu_scratch_failures();
+    forward_step(s, tokens, n_tokens, logits, 0, 1);
+    if (qw_cpu_scratch_failures() != failed) {
+        s->lost = 1;
+        return qw_err(err, errlen, QWENC_ERR_NOMEM,
+                      "forward_draft: the kernels ran out of memory for their scratch; the session's state is lost "
+                      "(reset it)");
+    }
+    memcpy(s->draft_tokens, tokens, (size_t)n_tokens * sizeof(int32_t));
+    s->draft_n = n_tokens;
+    return QWENC_OK;
+}
+
+qwenc_status qwenc_session_accept(qwenc_session *s, int n_keep, char *err, size_t errlen) {
+    if (!s->draft_n) return qw_err(err, errlen, QWENC_ERR_ARG, "accept: no draft step to accept");
+    if (n_keep < 0 || n_keep > s->draft_n)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "accept: %d tokens kept of a draft step of %d", n_keep, s->draft_n);
+    int n = s->draft_n;
+    s->draft_n = 0;
+    if (n_keep == n) return QWENC_OK; /* the state is the step's */
+    const qwenc_model *m = s->model;
+    const qw_hparams *hp = &m->hp;
+    const qw_backend *be = s->be;
+    qw_arena_reset(&s->arena);
+    int hk = hp->gdn_hk, hv = hp->gdn_hv, dk = hp->gdn_dk, dv = hp->gdn_dv;
+    int64_t ch = 2 * (int64_t)hk * dk + (int64_t)hv * dv, CH = (int64_t)hp->hc_count * hp->n_embd;
+    float *o = NULL;
+    for (int il = 0; il < hp->n_layer; il++) {
+        qw_layer_state *ls = &s->ls[il];
+        const qw_draft_layer *d = &s->dl[il];
+        if (ls->ssm) { /* the conv window after the kept tokens; the recurrence of the kept tokens from before */
+            be->copy(be, ls->conv, d->conv_seq + (int64_t)n_keep * ch, (size_t)(hp->gdn_conv_k - 1) * ch * sizeof(float));
+            be->copy(be, ls->ssm, d->ssm0, (size_t)hv * dk * dv * sizeof(float));
+            if (n_keep) {
+                if (!o) o = qw_arena_f32(&s->arena, (size_t)n_keep * hv * dv);
+                qw_gdn_recur(be, o, ls->ssm, d->q, d->k, d->v, d->g, d->b, n_keep, hk, hv, dk, dv);
+            }
+        }
+        if (ls->ple_hist)
+            be->copy(be, ls->ple_hist, d->ple_seq + (int64_t)n_keep * CH,
+                     (size_t)(hp->ple_conv_k - 1) * hp->ngram_n * CH * sizeof(float));
+    }
+    be->copy(be, s->ple_hist, s->draft_hist, 8 * sizeof(int32_t));
+    if (n_keep && hp->ngram_n > 1) {
+        be->upload(be, s->tokens, s->draft_tokens, (size_t)n_keep * sizeof(int32_t));
+        be->ple_hist_push(be, s->ple_hist, s->tokens, n_keep, hp->ngram_n);
+    }
+    be->sync(be);
+    s->n_past = s->draft_past + n_keep;
     return QWENC_OK;
 }
 
@@ -327,6 +461,7 @@ qwenc_status qwenc_session_snapshot(const qwenc_session *s, qwenc_snapshot **out
     *out = NULL;
     if (s->lost)
         return qw_err(err, errlen, QWENC_ERR_ARG, "snapshot: the session's state was lost to an earlier error");
+    if (s->draft_n) return qw_err(err, errlen, QWENC_ERR_ARG, "snapshot: a draft step awaits qwenc_session_accept");
     qwenc_snapshot *snap = qw_calloc(1, sizeof(*snap));
     size_t bytes = state_regions(s, s->n_past, NULL, NULL);
     if (snap) snap->data = qw_malloc(bytes ? bytes : 1, 1);
@@ -346,6 +481,7 @@ qwenc_status qwenc_session_snapshot(const qwenc_session *s, qwenc_snapshot **out
 qwenc_status qwenc_session_restore(qwenc_session *s, const qwenc_snapshot *snap, char *err, size_t errlen) {
     if (snap->model != s->model)
         return qw_err(err, errlen, QWENC_ERR_ARG, "restore: the snapshot is of another model");
+    if (s->draft_n) return qw_err(err, errlen, QWENC_ERR_ARG, "restore: a draft step awaits qwenc_session_accept");
     if (snap->n_past > s->n_ctx)
         return qw_err(err, errlen, QWENC_ERR_CONTEXT,
                       "restore: the snapshot holds %d tokens, more than the session's context of %d", snap->n_past,
@@ -381,7 +517,7 @@ static qwenc_status plan_batch(qwenc_session *const *seqs, int n, char *err, siz
     if (!dry) return qw_err_nomem(err, errlen, "forward_batch: the plan", 1, sizeof(qw_backend));
     qw_arena_init_measure(&s->arena);
     static const int32_t none[1];
-    step_ops(s, seqs, dry, n, none, NULL, 1, 0);
+    step_ops(s, seqs, dry, n, none, NULL, 1, 0, 0);
     dry->release(dry);
     size_t need = s->arena.high_water;
     qw_arena_init(&s->arena, s->scratch, s->scratch_bytes);
@@ -414,6 +550,8 @@ qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const i
             return qw_err(err, errlen, QWENC_ERR_ARG, "forward_batch: token %d of session %d is outside the vocabulary [0, %d)",
                           tokens[i], i, m->hp.n_vocab);
         if (s->lost) return qw_err(err, errlen, QWENC_ERR_ARG, "forward_batch: session %d was lost to an earlier error", i);
+        if (s->draft_n)
+            return qw_err(err, errlen, QWENC_ERR_ARG, "forward_batch: session %d has a draft step awaiting accept", i);
         if (s->n_past >= s->n_ctx)
             return qw_err(err, errlen, QWENC_ERR_CONTEXT, "forward_batch: session %d's context of %d tokens is full", i,
                           s->n_ctx);
@@ -428,7 +566,7 @@ qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const i
         be->upload(be, sessions[i]->step, &step, sizeof(step));
     }
     unsigned long failed = qw_cpu_scratch_failures();
-    float *lg = step_ops(s, sessions, be, n, tokens, logits, logits != NULL, 0);
+    float *lg = step_ops(s, sessions, be, n, tokens, logits, logits != NULL, 0, 0);
     if (lg && !be->host_memory) be->download(be, logits, lg, (size_t)n * m->hp.n_vocab * sizeof(float));
     be->sync(be);
     if (qw_cpu_scratch_failures() != failed) {

@@ -18,6 +18,16 @@ typedef struct {
     float *ple_hist;         /* [(k-1)*n][C*H] last normalised gated values (PLE layers) */
 } qw_layer_state;
 
+/* What a draft step (qwenc_session_forward_draft) keeps so that qwenc_session_accept can take its tokens back,
+ * per layer, in backend memory: the windows of the convolutions as the step saw them (the state's rows, then the
+ * step's), the recurrent state before the step and the delta rule's inputs of the step's tokens. */
+typedef struct {
+    float *conv_seq;         /* [K-1 + cap][conv_ch] (GDN) */
+    float *ssm0;             /* [hv][dk][dv] (GDN) */
+    float *q, *k, *v, *g, *b;/* [cap][hk*dk], [cap][hk*dk], [cap][hv*dv], [cap][hv], [cap][hv] (GDN) */
+    float *ple_seq;          /* [(k-1)*n + cap][C*H] (PLE layers) */
+} qw_draft_layer;
+
 struct qwenc_session {
     const qwenc_model *model;
     const qw_backend *be;    /* the model's backend, or the profiler around it */
@@ -39,6 +49,12 @@ struct qwenc_session {
     int graph_failed, warm;  /* recording failed (the steps run op by op); a one-token step has run */
     int batch_planned;       /* the most sessions a batched step run in this session's scratch has been planned for */
     int lost;                /* a step failed half-way (out of memory): the state is unusable until a reset */
+    /* a draft step not yet accepted (draft_n > 0): its tokens, the position and PLE token history before it */
+    int draft_n, draft_past;
+    int32_t draft_tokens[QWENC_MAX_DRAFT + 1];
+    int32_t *draft_hist;     /* [8] backend memory */
+    float *draft_mem;        /* backend memory behind dl (allocated by the first draft step) */
+    qw_draft_layer *dl;      /* [n_layer] */
 };
 
 /* What a forward step hands to the model's forward and the blocks: shapes and backend addresses. A step is
@@ -55,6 +71,7 @@ struct qw_fwd {
     int n_tok;
     const int32_t *tokens;   /* [n_tok] backend memory */
     const float *rope_cs;    /* [n_tok][n_rot] cos then sin at each row's position, backend memory */
+    int draft;               /* a draft step of s: the blocks keep what taking tokens back needs (s->dl) */
 };
 
 /* The segments of a step: rows [row0, row0 + rows) of one session, at that session's position (its step). */
