@@ -291,6 +291,11 @@ typedef struct {
     const char *const *stop;    /* stop strings: generation ends before the first occurrence */
     int n_stop;
     int skip_special;           /* leave special tokens out of the text */
+    int n_draft;                /* speculative decoding: up to n_draft tokens (at most QWENC_MAX_DRAFT) drafted per
+                                 * step from the text so far (prompt lookup: what followed the last occurrence of
+                                 * the last tokens) and verified by one draft step of the model; each position is
+                                 * sampled as without drafting, so the tokens are the same (greedy or sampled, for
+                                 * a given seed). 0: off */
 } qwenc_gen_params;
 
 /* Receives the generated text as it becomes printable (whole UTF-8 characters, nothing that may still
@@ -302,6 +307,10 @@ typedef struct {
     int n_prompt, n_gen;         /* tokens fed from the prompt, tokens generated */
     double prompt_s, gen_s;      /* seconds spent on each */
     int32_t unfed;               /* the last sampled token, not yet fed to the session (-1 if none) */
+    /* with n_draft: model steps while generating, tokens drafted and accepted, and per draft position (the i-th
+     * token of a draft) how often it was drafted and accepted */
+    int n_steps, n_drafted, n_accepted;
+    int drafted_at[QWENC_MAX_DRAFT], accepted_at[QWENC_MAX_DRAFT];
 } qwenc_gen_result;
 
 struct qwenc_tokenizer;

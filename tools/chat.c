@@ -174,6 +174,17 @@ static int on_text(const char *text, size_t len, void *user) {
     return cli_stop_signal != 0;
 }
 
+/* --draft: how the drafts fared (stderr). */
+static void print_draft_stats(const qwenc_gen_result *r) {
+    fprintf(stderr, "qwenc: draft: %d model steps for %d tokens (%.2f per step) | drafted %d, accepted %d (%.1f %%)",
+            r->n_steps, r->n_gen, r->n_steps ? (double)r->n_gen / r->n_steps : 0.0, r->n_drafted, r->n_accepted,
+            r->n_drafted ? 100.0 * r->n_accepted / r->n_drafted : 0.0);
+    const char *sep = " | by position:";
+    for (int i = 0; i < QWENC_MAX_DRAFT && r->drafted_at[i]; i++, sep = "")
+        fprintf(stderr, "%s %d/%d", sep, r->accepted_at[i], r->drafted_at[i]);
+    fprintf(stderr, "\n");
+}
+
 static void print_stats(const engine *e, const qwenc_gen_result *r, const cli_opts *o) {
     fprintf(stderr, "\nqwenc: load %.2f s | prompt %d tokens %.3f s (%.1f tok/s) | generated %d tokens %.3f s "
                     "(%.1f tok/s) | stop: %s | seed %llu\n",
@@ -181,12 +192,13 @@ static void print_stats(const engine *e, const qwenc_gen_result *r, const cli_op
             r->gen_s, r->gen_s > 0 ? r->n_gen / r->gen_s : 0.0,
             r->reason == QWENC_STOP_CALLER && cli_stop_signal ? "interrupted" : qwenc_stop_reason_str(r->reason),
             (unsigned long long)o->sp.seed);
+    if (o->draft > 0) print_draft_stats(r);
 }
 
 static qwenc_gen_params gen_params(const engine *e, const cli_opts *o, int default_n) {
     qwenc_gen_params gp = {.n_predict = o->n_predict == CLI_UNSET ? default_n : o->n_predict,
                            .eos = e->eos, .n_eos = e->n_eos, .stop = o->stop, .n_stop = o->n_stop,
-                           .skip_special = !o->show_special};
+                           .skip_special = !o->show_special, .n_draft = o->draft > 0 ? o->draft : 0};
     return gp;
 }
 

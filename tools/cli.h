@@ -36,6 +36,7 @@ struct cli_opts {
     const char *stop[16];
     int n_stop;
     int batch, ctx, n_predict, chat, no_think, add_gen, no_parse_special, show_special, seed_set;
+    int draft;                /* --draft N: speculative decoding, drafts of up to N tokens (0: off) */
     int escape, no_display_prompt, context_shift;
     int threads, reps, json;  /* -t (0: one per core), -r (bench; 0: unset), --json (bench) */
     int bench_p[CLI_MAX_LIST], n_bench_p, bench_n[CLI_MAX_LIST], n_bench_n, bench_t[CLI_MAX_LIST], n_bench_t;

@@ -82,7 +82,7 @@ static const cli_cmd commands[] = {
 typedef enum {
     O_HELP, O_VERSION, O_MODEL, O_TOKENIZER, O_THREADS, O_THREADS_LIST, O_BACKEND, O_KERNELS, O_QUANT, O_F32ACT, O_CTX, O_BATCH,
     O_PROMPT, O_FILE, O_NPREDICT, O_CHAT, O_SYSTEM, O_NOTHINK, O_STOP, O_ESCAPE, O_NOESCAPE, O_NODISPLAY,
-    O_SPECIAL, O_CTXSHIFT, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
+    O_SPECIAL, O_CTXSHIFT, O_DRAFT, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
     O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_REPS, O_JSON, O_PROFILE,
     O_TYPE, O_PRESET, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM,
     O_HOST, O_PORT, O_APIKEY, O_APIKEYFILE, O_PARALLEL, O_ALIAS, O_CACHERAM, O_MAXQUEUE, O_TIMEOUT, O_MAXBODY, O_QUIET,
@@ -114,6 +114,10 @@ static const opt_def options[] = {
     {O_NPREDICT, "-n|--n-predict|--predict", C_CHAT, "N",
      "most tokens per reply (default -1: until the end of the turn)"},
     {O_CHAT, "--chat", C_RUN, NULL, "wrap the prompt in the model's chat template, as a user message"},
+    {O_DRAFT, "--draft", C_GEN, "N",
+     "speculative decoding: draft up to N tokens per step (at most 15) from\n"
+     "the text so far (prompt lookup) and verify them in one step of the\n"
+     "model; the same text as without (default 0: off)"},
     {O_SYSTEM, "-sys|--system-prompt|--system", C_GEN, "TEXT", "system message (run: implies --chat)"},
     {O_NOTHINK, "--no-think", C_GEN | C_TEMPLATE, NULL,
      "ask the template for a reply without reasoning (enable_thinking=false)"},
@@ -473,6 +477,11 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
     case O_PROMPT: o->prompt = v; return 1;
     case O_FILE: o->file = v; return 1;
     case O_NPREDICT: return parse_int(v, opt, -1, &o->n_predict);
+    case O_DRAFT:
+        if (!parse_int(v, opt, 0, &o->draft)) return 0;
+        if (o->draft > QWENC_MAX_DRAFT)
+            return fprintf(stderr, "qwenc: --draft must be at most %d, got %d\n", QWENC_MAX_DRAFT, o->draft), 0;
+        return 1;
     case O_CHAT: o->chat = 1; return 1;
     case O_SYSTEM: o->system = v; return 1;
     case O_NOTHINK: o->no_think = 1; return 1;

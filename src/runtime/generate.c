@@ -91,6 +91,63 @@ static int out_push(text_out *o, const char *s, size_t n, int final) {
     return 0;
 }
 
+/* Prompt lookup: up to k tokens that followed the latest earlier occurrence of the last m tokens of hist
+ * (m = 3, 2, 1: the longest that occurs), into out. Returns how many. */
+static int draft_lookup(const int32_t *hist, int n, int k, int32_t *out) {
+    for (int m = QW_MIN(3, n - 1); m >= 1; m--) {
+        const int32_t *pat = hist + n - m;
+        for (int j = n - m - 1; j >= 0; j--) {
+            if (memcmp(hist + j, pat, (size_t)m * sizeof(int32_t))) continue;
+            int got = QW_MIN(k, n - (j + m));
+            memcpy(out, hist + j + m, (size_t)got * sizeof(int32_t));
+            return got;
+        }
+    }
+    return 0;
+}
+
+/* What one generation keeps between tokens. */
+typedef struct {
+    qwenc_session *s;
+    qwenc_sampler *smp;
+    const qwenc_gen_params *gp;
+    qwenc_gen_result *res;
+    qwenc_detok *dt;
+    text_out o;
+    int32_t *hist;           /* with n_draft: the prompt and every sampled token */
+    int n_hist;
+    char *err;
+    size_t errlen;
+    qwenc_status st;
+} gen_state;
+
+/* Token t was sampled with n_past tokens in the session: into the sampler's history, the text and the checks.
+ * Returns 1 when the generation ends with it (res->reason or g->st set). */
+static int take_token(gen_state *g, int32_t t, int n_past) {
+    qwenc_gen_result *res = g->res;
+    const qwenc_gen_params *gp = g->gp;
+    qwenc_sampler_accept(g->smp, t);
+    res->unfed = t;
+    if (g->hist) g->hist[g->n_hist++] = t;
+    for (int i = 0; i < gp->n_eos; i++)
+        if (gp->eos[i] == t) {
+            res->reason = QWENC_STOP_EOS;
+            return 1;
+        }
+    res->n_gen++;
+    const char *piece;
+    size_t n = qwenc_detok_push(g->dt, t, &piece);
+    if (out_push(&g->o, piece, n, 0)) {
+        g->st = qw_err(g->err, g->errlen, QWENC_ERR_NOMEM, "generate: out of memory for a piece of %zu bytes of text", n);
+        return 1;
+    }
+    if (g->o.hit_stop) res->reason = QWENC_STOP_STRING;
+    else if (g->o.stopped_by_caller) res->reason = QWENC_STOP_CALLER;
+    else if (gp->n_predict >= 0 && res->n_gen >= gp->n_predict) res->reason = QWENC_STOP_LIMIT;
+    else if (n_past >= qwenc_session_n_ctx(g->s)) res->reason = QWENC_STOP_CONTEXT;
+    return res->reason != QWENC_STOP_NONE;
+}
+
 qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_sampler *smp, const int32_t *prompt,
                             int n_prompt, const qwenc_gen_params *gp, qwenc_text_fn on_text, void *user,
                             qwenc_gen_result *result, char *err, size_t errlen) {
@@ -99,71 +156,83 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
     memset(res, 0, sizeof(*res));
     res->unfed = -1;
     if (n_prompt <= 0) return qw_err(err, errlen, QWENC_ERR_ARG, "generate: the prompt is empty");
-    int V = s->model->hp.n_vocab;
+    if (gp->n_draft < 0 || gp->n_draft > QWENC_MAX_DRAFT)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "generate: n_draft %d is outside [0, %d]", gp->n_draft, QWENC_MAX_DRAFT);
+    if (!tok) return qw_err(err, errlen, QWENC_ERR_ARG, "generate: no tokenizer given");
+    int V = s->model->hp.n_vocab, n_ctx = qwenc_session_n_ctx(s);
+    int n_draft = QW_MIN(gp->n_draft, s->n_batch - 1);
     size_t held = 256; /* one token's piece, and the longest stop string */
     for (int i = 0; i < gp->n_stop; i++) held += strlen(gp->stop[i]);
-    text_out o = {.gp = gp, .fn = on_text, .user = user, .cap = held};
-    if (!tok) return qw_err(err, errlen, QWENC_ERR_ARG, "generate: no tokenizer given");
-    float *logits = qw_malloc((size_t)V, sizeof(float));
-    o.buf = qw_malloc(o.cap, 1);
-    qwenc_detok *dt = logits && o.buf ? qwenc_detok_new(tok, gp->skip_special) : NULL;
-    if (!dt) {
+    gen_state g = {.s = s, .smp = smp, .gp = gp, .res = res, .err = err, .errlen = errlen};
+    g.o = (text_out){.gp = gp, .fn = on_text, .user = user, .cap = held};
+    /* the logits of a step, or of a draft step's every token */
+    float *logits = qw_malloc((size_t)V * (size_t)(n_draft + 1), sizeof(float));
+    g.o.buf = qw_malloc(g.o.cap, 1);
+    if (n_draft > 0 && (g.hist = qw_malloc((size_t)n_prompt + (size_t)n_ctx + 1, sizeof(int32_t))))
+        memcpy(g.hist, prompt, (size_t)n_prompt * sizeof(int32_t)), g.n_hist = n_prompt;
+    g.dt = logits && g.o.buf && (n_draft == 0 || g.hist) ? qwenc_detok_new(tok, gp->skip_special) : NULL;
+    if (!g.dt) {
         free(logits);
-        free(o.buf);
+        free(g.o.buf);
+        free(g.hist);
         return qw_err(err, errlen, QWENC_ERR_NOMEM, "generate: out of memory for the %d logits and the text buffer", V);
     }
 
     double t0 = now_s();
-    qwenc_status st = qwenc_session_forward(s, prompt, n_prompt, logits, 0, err, errlen);
+    g.st = qwenc_session_forward(s, prompt, n_prompt, logits, 0, err, errlen);
     res->n_prompt = n_prompt;
     res->prompt_s = now_s() - t0;
     t0 = now_s();
-    if (!st && gp->n_predict == 0) res->reason = QWENC_STOP_LIMIT; /* the prompt only: nothing is sampled */
-    while (!st && res->reason == QWENC_STOP_NONE) {
-        int32_t t = qwenc_sampler_sample(smp, logits);
-        qwenc_sampler_accept(smp, t);
-        res->unfed = t;
-        int is_eos = 0;
-        for (int i = 0; i < gp->n_eos && !is_eos; i++) is_eos = gp->eos[i] == t;
-        if (is_eos) {
-            res->reason = QWENC_STOP_EOS;
-            break;
+    if (!g.st && gp->n_predict == 0) res->reason = QWENC_STOP_LIMIT; /* the prompt only: nothing is sampled */
+    int32_t toks[QWENC_MAX_DRAFT + 1];
+    int done = g.st || res->reason != QWENC_STOP_NONE;
+    if (!done) done = take_token(&g, qwenc_sampler_sample(smp, logits), qwenc_session_n_past(s));
+    while (!done) {
+        int32_t t = res->unfed;
+        int past0 = qwenc_session_n_past(s), k = 0;
+        if (n_draft > 0) { /* no more drafts than the context holds or the limit could use */
+            int room = QW_MIN(n_draft, n_ctx - past0 - 1);
+            if (gp->n_predict >= 0) room = QW_MIN(room, gp->n_predict - res->n_gen - 1);
+            if (room > 0) k = draft_lookup(g.hist, g.n_hist, room, toks + 1);
         }
-        res->n_gen++;
-        const char *piece;
-        size_t n = qwenc_detok_push(dt, t, &piece);
-        if (out_push(&o, piece, n, 0)) {
-            st = qw_err(err, errlen, QWENC_ERR_NOMEM, "generate: out of memory for a piece of %zu bytes of text", n);
-            break;
+        res->n_steps++;
+        if (k == 0) {
+            g.st = qwenc_session_forward(s, &t, 1, logits, 0, err, errlen);
+            if (g.st) break;
+            res->unfed = -1;
+            done = take_token(&g, qwenc_sampler_sample(smp, logits), past0 + 1);
+            continue;
         }
-        if (o.hit_stop) {
-            res->reason = QWENC_STOP_STRING;
-            break;
+        /* verify: each position sampled as without drafting; the first that differs from the draft ends it */
+        toks[0] = t;
+        g.st = qwenc_session_forward_draft(s, toks, k + 1, logits, err, errlen);
+        if (g.st) break;
+        res->unfed = -1;
+        res->n_drafted += k;
+        for (int i = 0; i < k; i++) res->drafted_at[i]++;
+        int keep = 0;
+        for (int i = 0; i <= k; i++) {
+            int32_t x = qwenc_sampler_sample(smp, logits + (int64_t)i * V);
+            keep = i + 1;
+            done = take_token(&g, x, past0 + i + 1);
+            if (done || i == k || x != toks[i + 1]) break;
+            res->n_accepted++;
+            res->accepted_at[i]++;
         }
-        if (o.stopped_by_caller) {
-            res->reason = QWENC_STOP_CALLER;
-            break;
-        }
-        if (gp->n_predict >= 0 && res->n_gen >= gp->n_predict) {
-            res->reason = QWENC_STOP_LIMIT;
-            break;
-        }
-        if (qwenc_session_n_past(s) >= qwenc_session_n_ctx(s)) {
-            res->reason = QWENC_STOP_CONTEXT;
-            break;
-        }
-        st = qwenc_session_forward(s, &t, 1, logits, 0, err, errlen);
-        if (!st) res->unfed = -1;
+        qwenc_status sa = qwenc_session_accept(s, keep, err, errlen);
+        if (sa && !g.st) g.st = sa;
+        if (g.st) break;
     }
-    if (!o.hit_stop && !st) {
+    if (!g.o.hit_stop && !g.st) {
         const char *piece;
-        size_t n = qwenc_detok_flush(dt, &piece);
-        if (out_push(&o, piece, n, 1))
-            st = qw_err(err, errlen, QWENC_ERR_NOMEM, "generate: out of memory for %zu bytes of text", n);
+        size_t n = qwenc_detok_flush(g.dt, &piece);
+        if (out_push(&g.o, piece, n, 1))
+            g.st = qw_err(err, errlen, QWENC_ERR_NOMEM, "generate: out of memory for %zu bytes of text", n);
     }
     res->gen_s = now_s() - t0;
-    qwenc_detok_free(dt);
-    free(o.buf);
+    qwenc_detok_free(g.dt);
+    free(g.o.buf);
+    free(g.hist);
     free(logits);
-    return st;
+    return g.st;
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Speculative decoding (--draft) end to end on the bundled model: for drafts of 1 to 4 tokens, up to 2,000
+# generated tokens (the sampled run ends earlier) are byte for byte the text without drafting, greedy and sampled (the same seed), and the runs both
+# accepted and rejected drafts (so the steps that keep everything and those that take tokens back both ran);
+# chat with drafts answers as chat without. The exactness of taking tokens back on every architecture is
+# t_session's (test_drafts).
+source "$(dirname "$0")/lib_cli.sh"
+M=models/tiny-flash
+P="And it came to pass in those days, that the king of Israel said unto the king of Judah,"
+gen() { # OUT DRAFT ARGS...: run with --draft DRAFT, text to OUT, statistics to OUT.err
+    local out=$1 d=$2; shift 2
+    $QWENC run -m $M -p "$P" -n 2000 -c 2100 -t 2 --no-display-prompt --draft "$d" "$@" >"$out" 2>"$out.err"
+}
+for mode in greedy sampled; do
+    args=(--temp 0)
+    [ $mode = sampled ] && args=(--temp 0.8 --top-k 40 -s 1234)
+    gen "$tmp/$mode.0" 0 "${args[@]}" || bad "$mode without drafts: $(tail -n 2 "$tmp/$mode.0.err")"
+    words=$(wc -w <"$tmp/$mode.0")
+    n0=$(sed -n 's/.*generated \([0-9]*\) tokens.*/\1/p' "$tmp/$mode.0.err")
+    [ "$words" -gt 500 ] && ok || bad "$mode: only $words words of text"
+    for d in 1 2 3 4; do
+        if ! gen "$tmp/$mode.$d" $d "${args[@]}"; then
+            bad "$mode --draft $d: $(tail -n 2 "$tmp/$mode.$d.err")"
+            continue
+        fi
+        cmp -s "$tmp/$mode.0" "$tmp/$mode.$d" && ok || bad "$mode --draft $d: the text differs from the text without drafts"
+        line=$(grep '^qwenc: draft:' "$tmp/$mode.$d.err")
+        drafted=$(sed -n 's/.*drafted \([0-9]*\), accepted.*/\1/p' <<<"$line")
+        accepted=$(sed -n 's/.*accepted \([0-9]*\) (.*/\1/p' <<<"$line")
+        generated=$(sed -n 's/.* steps for \([0-9]*\) tokens.*/\1/p' <<<"$line")
+        [ -n "$drafted" ] && [ "$accepted" -gt 0 ] && [ "$accepted" -lt "$drafted" ] && [ "$generated" = "$n0" ] && ok \
+            || bad "$mode --draft $d: drafts not both accepted and rejected: $line"
+    done
+done
+echo "  $(grep '^qwenc: draft:' "$tmp/greedy.4.err")"
+
+# chat: the same replies with drafts
+printf 'Tell me of the king.\nAnd then?\n' >"$tmp/turns"
+$QWENC chat -m $M --temp 0 -n 120 -t 2 <"$tmp/turns" >"$tmp/chat0" 2>/dev/null
+$QWENC chat -m $M --temp 0 -n 120 -t 2 --draft 3 <"$tmp/turns" >"$tmp/chat3" 2>/dev/null
+[ -s "$tmp/chat0" ] && cmp -s "$tmp/chat0" "$tmp/chat3" && ok || bad "chat --draft 3 answers otherwise than chat"
+
+expect_error "--draft too large" "--draft must be at most 15" $QWENC run -m $M -p hi --draft 16
+expect_error "--draft negative" "--draft" $QWENC run -m $M -p hi --draft -1
+finish
