@@ -295,8 +295,10 @@ typedef struct {
                                  * step from the text so far (prompt lookup: what followed the last occurrence of
                                  * the last tokens) and verified by one draft step of the model; each position is
                                  * sampled as without drafting, so the tokens are the same (greedy or sampled, for
-                                 * a given seed). 0: off */
+                                 * a given seed). 0: off; QWENC_DRAFT_AUTO: up to 8, each draft position used
+                                 * while at least half its drafts are accepted */
 } qwenc_gen_params;
+#define QWENC_DRAFT_AUTO (-1)
 
 /* Receives the generated text as it becomes printable (whole UTF-8 characters, nothing that may still
  * turn out to begin a stop string). Return non-zero to stop. */

@@ -95,6 +95,14 @@ else
     bad "bench -np 1,3 failed: $(cat "$tmp/err")"
 fi
 
+# --draft: each tg test also in draft steps (tgNdK), its own row with the steps' rate
+if out=$($QWENC bench -m $M -p 0 -n 6 --draft 2 -r 1 -t 1 2>&1); then
+    case "$out" in *"tg6d2"*) ok ;; *) bad "bench --draft 2: no tg6d2 row: $out";; esac
+else
+    bad "bench --draft 2 failed: $out"
+fi
+expect_error "bench --draft 16" "--draft must be at most 15" $QWENC bench -m $M -p 0 -n 4 --draft 16
+
 # bad input: a message and exit 1
 expect_error "bad -np" "-np" $QWENC bench -m $M -np 0
 expect_error "bad -p" "-p expects an integer >= 0" $QWENC bench -m $M -p many

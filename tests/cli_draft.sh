@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speculative decoding (--draft) end to end on the bundled model: for drafts of 1 to 4 tokens, up to 2,000
+# Speculative decoding (--draft) end to end on the bundled model: for drafts of 1 to 4 tokens and auto, up to 2,000
 # generated tokens (the sampled run ends earlier) are byte for byte the text without drafting, greedy and sampled (the same seed), and the runs both
 # accepted and rejected drafts (so the steps that keep everything and those that take tokens back both ran);
 # chat with drafts answers as chat without. The exactness of taking tokens back on every architecture is
@@ -18,7 +18,7 @@ for mode in greedy sampled; do
     words=$(wc -w <"$tmp/$mode.0")
     n0=$(sed -n 's/.*generated \([0-9]*\) tokens.*/\1/p' "$tmp/$mode.0.err")
     [ "$words" -gt 500 ] && ok || bad "$mode: only $words words of text"
-    for d in 1 2 3 4; do
+    for d in 1 2 3 4 auto; do
         if ! gen "$tmp/$mode.$d" $d "${args[@]}"; then
             bad "$mode --draft $d: $(tail -n 2 "$tmp/$mode.$d.err")"
             continue

@@ -7,6 +7,8 @@
  *        (sampling is left out: it is the same for every backend)
  *   tgNxP with -np P: P fresh sessions decoding together, each step one qwenc_session_forward_batch of one
  *        token per session (as the server's slots decode); tokens per second of all P sessions together
+ *   tgNdK with --draft K: draft steps, each qwenc_session_forward_draft of K+1 tokens and qwenc_session_accept
+ *        keeping 1 (so the cost of taking K tokens back is in); steps per second, to set against tgN's
  * Each is run once untimed (page faults, thread start-up), then REPS times: mean and sample standard
  * deviation of tokens per second. Token ids are drawn from a fixed seed.
  *
@@ -258,6 +260,37 @@ static double run_batch(qwenc_session *const *ss, int np, const int32_t *ids, in
     return cli_now_s() - t0;
 }
 
+/* Seconds for n draft steps of k+1 tokens each keeping one (the session's position advances a token a step). */
+static double run_draft(qwenc_session *s, const int32_t *ids, int len, int n, int k, float *logits, char *err,
+                        size_t errlen, int *failed) {
+    qwenc_session_reset(s);
+    int32_t toks[QWENC_MAX_DRAFT + 1];
+    double t0 = cli_now_s();
+    for (int i = 0; i < n && !*failed; i++) {
+        for (int j = 0; j <= k; j++) toks[j] = ids[(i + j) % len];
+        if (qwenc_session_forward_draft(s, toks, k + 1, logits, err, errlen) || qwenc_session_accept(s, 1, err, errlen))
+            *failed = 1;
+    }
+    return cli_now_s() - t0;
+}
+
+static int bench_draft(qwenc_session *s, int V, const int32_t *ids, int len, int n, int k, int reps, bench_stat *st) {
+    char err[1024] = "out of memory";
+    int failed = 0;
+    float *logits = malloc((size_t)(k + 1) * (size_t)V * sizeof(float));
+    double *tps = calloc((size_t)reps, sizeof(double));
+    if (!logits || !tps) failed = 1;
+    if (!failed) run_draft(s, ids, len, n > 4 ? 4 : n, k, logits, err, sizeof(err), &failed); /* warm-up */
+    for (int r = 0; r < reps && !failed; r++) tps[r] = n / run_draft(s, ids, len, n, k, logits, err, sizeof(err), &failed);
+    if (failed)
+        fprintf(stderr, "qwenc: bench: tg%d with drafts of %d: %s\n", n, k, err);
+    else
+        stat_of(tps, reps, st);
+    free(logits);
+    free(tps);
+    return !failed;
+}
+
 /* The tg test of np sessions together (bench_test's warm-up and repetitions); 0 (message printed) on failure. */
 static int bench_batch(qwenc_model *m, const qwenc_session_params *sp, const int32_t *ids, int len, int n, int np,
                        int reps, bench_stat *st) {
@@ -332,6 +365,7 @@ typedef struct {
     int cfg;     /* index into the bench_cfg */
     int gen, n;  /* tg n (gen) or pp n */
     int np;      /* sessions decoding together (tg; 1: one session) */
+    int draft;   /* tokens drafted per step (tg; 0: plain one-token steps) */
     bench_stat st;
 } bench_row;
 
@@ -349,6 +383,8 @@ typedef struct {
 static void test_name(const bench_row *r, char *buf, size_t n) {
     if (r->gen && r->np > 1)
         snprintf(buf, n, "tg%dx%d", r->n, r->np);
+    else if (r->gen && r->draft)
+        snprintf(buf, n, "tg%dd%d", r->n, r->draft);
     else
         snprintf(buf, n, "%s%d", r->gen ? "tg" : "pp", r->n);
 }
@@ -398,7 +434,7 @@ static void print_table(const bench_run *b) {
         const char *sep = "; ";
         for (int i = 0; i < b->n_rows; i++) {
             const bench_row *r = &b->rows[i];
-            if (r->cfg != k || !r->gen || r->np > 1) continue; /* the bound is one session's */
+            if (r->cfg != k || !r->gen || r->np > 1 || r->draft) continue; /* the bound is one token's */
             printf("%stg%d reaches %.1f %%", sep, r->n, 100.0 * r->st.mean / c->bound);
             sep = ", ";
         }
@@ -498,7 +534,7 @@ static void print_json(const bench_run *b) {
 
 /* Every test at one thread count; 0 (message printed) on failure. */
 static int bench_threads(bench_run *b, int threads, const int *P, int nP, const int *N, int nN, const int *NP,
-                         int nNP) {
+                         int nNP, const int *DR, int nDR) {
     cli_opts ot = *b->o;
     ot.threads = threads;
     qwenc_model *m = cli_load_model(&ot);
@@ -510,6 +546,10 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
     qwenc_session_params sp = qwenc_session_default_params();
     sp.n_ctx = len;
     sp.n_batch = max_p;
+    for (int d = 0; d < nDR; d++) { /* a draft step needs its k + 1 tokens in the batch and the context */
+        sp.n_batch = DR[d] + 1 > sp.n_batch ? DR[d] + 1 : sp.n_batch;
+        sp.n_ctx = len + DR[d] > sp.n_ctx ? len + DR[d] : sp.n_ctx;
+    }
     qwenc_session *s = NULL;
     int32_t *ids = malloc((size_t)len * sizeof(int32_t));
     float *logits = malloc((size_t)V * sizeof(float));
@@ -542,6 +582,17 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
                            : !bench_test(s, ids, n, gen, b->reps, b->o->profile, logits, &r->st))
                     goto done;
                 b->n_rows++;
+                for (int d = 0; gen && np == 1 && d < nDR; d++) { /* the same test in draft steps */
+                    bench_row *rd = &b->rows[b->n_rows];
+                    memset(rd, 0, sizeof(*rd));
+                    rd->cfg = b->n_cfg;
+                    rd->gen = 1;
+                    rd->n = n;
+                    rd->np = 1;
+                    rd->draft = DR[d];
+                    if (!bench_draft(s, V, ids, len, n, DR[d], b->reps, &rd->st)) goto done;
+                    b->n_rows++;
+                }
             }
     qwenc_model_weight_bytes(m, &b->total, &b->per_tok);
     qwenc_model_device_info(m, 1, &c->dev); /* a GPU's memory is measured while the model holds it */
@@ -561,14 +612,16 @@ int cmd_bench(cli_opts *o) {
     const int *P = o->n_bench_p ? o->bench_p : def_p, *N = o->n_bench_n ? o->bench_n : def_n;
     int nP = o->n_bench_p ? o->n_bench_p : 1, nN = o->n_bench_n ? o->n_bench_n : 1;
     int T1[1] = {o->threads}, *T = o->n_bench_t ? o->bench_t : T1, nT = o->n_bench_t ? o->n_bench_t : 1;
+    const int *DR = o->bench_draft;
+    int nDR = o->n_bench_draft;
     static const int def_np[] = {1};
     const int *NP = o->n_bench_np ? o->bench_np : def_np;
     int nNP = o->n_bench_np ? o->n_bench_np : 1;
     int tests = 0;
     for (int i = 0; i < nP; i++) tests += P[i] > 0;
-    for (int i = 0; i < nN; i++) tests += (N[i] > 0) * nNP;
+    for (int i = 0; i < nN; i++) tests += (N[i] > 0) * (nNP + nDR);
     if (tests == 0) return fprintf(stderr, "qwenc: bench: nothing to run (-p 0 -n 0): give -p or -n a count > 0\n"), 1;
-    bench_run b = {.o = o, .reps = o->reps ? o->reps : 5, .lists = nP > 1 || nN > 1 || nT > 1 || nNP > 1};
+    bench_run b = {.o = o, .reps = o->reps ? o->reps : 5, .lists = nP > 1 || nN > 1 || nT > 1 || nNP > 1 || nDR > 0};
     b.rows = calloc((size_t)(tests * nT), sizeof(bench_row));
     int rc = 1;
     if (!b.rows) {
@@ -576,7 +629,7 @@ int cmd_bench(cli_opts *o) {
         return 1;
     }
     for (int k = 0; k < nT; k++)
-        if (!bench_threads(&b, T[k], P, nP, N, nN, NP, nNP)) goto done;
+        if (!bench_threads(&b, T[k], P, nP, N, nN, NP, nNP, DR, nDR)) goto done;
     b.rss = peak_rss(); /* before the bandwidth buffer exists */
     for (int k = 0; k < b.n_cfg; k++) {
         bench_cfg *c = &b.cfg[k];

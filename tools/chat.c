@@ -192,13 +192,13 @@ static void print_stats(const engine *e, const qwenc_gen_result *r, const cli_op
             r->gen_s, r->gen_s > 0 ? r->n_gen / r->gen_s : 0.0,
             r->reason == QWENC_STOP_CALLER && cli_stop_signal ? "interrupted" : qwenc_stop_reason_str(r->reason),
             (unsigned long long)o->sp.seed);
-    if (o->draft > 0) print_draft_stats(r);
+    if (o->draft) print_draft_stats(r);
 }
 
 static qwenc_gen_params gen_params(const engine *e, const cli_opts *o, int default_n) {
     qwenc_gen_params gp = {.n_predict = o->n_predict == CLI_UNSET ? default_n : o->n_predict,
                            .eos = e->eos, .n_eos = e->n_eos, .stop = o->stop, .n_stop = o->n_stop,
-                           .skip_special = !o->show_special, .n_draft = o->draft > 0 ? o->draft : 0};
+                           .skip_special = !o->show_special, .n_draft = o->draft};
     return gp;
 }
 

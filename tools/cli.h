@@ -41,6 +41,7 @@ struct cli_opts {
     int threads, reps, json;  /* -t (0: one per core), -r (bench; 0: unset), --json (bench) */
     int bench_p[CLI_MAX_LIST], n_bench_p, bench_n[CLI_MAX_LIST], n_bench_n, bench_t[CLI_MAX_LIST], n_bench_t;
     int bench_np[CLI_MAX_LIST], n_bench_np; /* bench -np: sessions decoding together */
+    int bench_draft[CLI_MAX_LIST], n_bench_draft; /* bench --draft: tokens drafted per step */
     int profile;              /* --profile (bench): time every op of the timed runs */
     const char *backend;      /* --backend (NULL: auto) */
     const char *kernels;      /* --kernels (NULL: the best for this CPU) */

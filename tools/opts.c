@@ -83,7 +83,7 @@ typedef enum {
     O_HELP, O_VERSION, O_MODEL, O_TOKENIZER, O_THREADS, O_THREADS_LIST, O_BACKEND, O_KERNELS, O_QUANT, O_F32ACT, O_CTX, O_BATCH,
     O_PROMPT, O_FILE, O_NPREDICT, O_CHAT, O_SYSTEM, O_NOTHINK, O_STOP, O_ESCAPE, O_NOESCAPE, O_NODISPLAY,
     O_SPECIAL, O_CTXSHIFT, O_DRAFT, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
-    O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_REPS, O_JSON, O_PROFILE,
+    O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_BENCH_DRAFT, O_REPS, O_JSON, O_PROFILE,
     O_TYPE, O_PRESET, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM,
     O_HOST, O_PORT, O_APIKEY, O_APIKEYFILE, O_PARALLEL, O_ALIAS, O_CACHERAM, O_MAXQUEUE, O_TIMEOUT, O_MAXBODY, O_QUIET,
 } opt_id;
@@ -114,10 +114,11 @@ static const opt_def options[] = {
     {O_NPREDICT, "-n|--n-predict|--predict", C_CHAT, "N",
      "most tokens per reply (default -1: until the end of the turn)"},
     {O_CHAT, "--chat", C_RUN, NULL, "wrap the prompt in the model's chat template, as a user message"},
-    {O_DRAFT, "--draft", C_GEN, "N",
+    {O_DRAFT, "--draft", C_GEN, "N|auto",
      "speculative decoding: draft up to N tokens per step (at most 15) from\n"
      "the text so far (prompt lookup) and verify them in one step of the\n"
-     "model; the same text as without (default 0: off)"},
+     "model; the same text as without. auto: up to 8, each position while\n"
+     "half its drafts are accepted (default 0: off)"},
     {O_SYSTEM, "-sys|--system-prompt|--system", C_GEN, "TEXT", "system message (run: implies --chat)"},
     {O_NOTHINK, "--no-think", C_GEN | C_TEMPLATE, NULL,
      "ask the template for a reply without reasoning (enable_thinking=false)"},
@@ -194,6 +195,9 @@ static const opt_def options[] = {
      "sessions decoding together in each tg test: every step one batched\n"
      "forward of N tokens, one per session (as qwenc serve -np N decodes);\n"
      "t/s is all sessions' tokens together (default 1)"},
+    {O_BENCH_DRAFT, "--draft", C_BENCH, "K[,K...]",
+     "also each tg test in draft steps: K+1 tokens fed as a draft and one\n"
+     "kept (the cost of verifying K drafted tokens); t/s is steps per second"},
     {O_REPS, "-r|--repetitions|--reps", C_BENCH, "N", "timed runs of each test (default 5)"},
     {O_JSON, "--json", C_BENCH, NULL,
      "JSON instead of the table: one object; with lists, one object\nper line and test"},
@@ -478,6 +482,10 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
     case O_FILE: o->file = v; return 1;
     case O_NPREDICT: return parse_int(v, opt, -1, &o->n_predict);
     case O_DRAFT:
+        if (!strcmp(v, "auto")) {
+            o->draft = QWENC_DRAFT_AUTO;
+            return 1;
+        }
         if (!parse_int(v, opt, 0, &o->draft)) return 0;
         if (o->draft > QWENC_MAX_DRAFT)
             return fprintf(stderr, "qwenc: --draft must be at most %d, got %d\n", QWENC_MAX_DRAFT, o->draft), 0;
@@ -529,6 +537,12 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
     case O_BENCH_P: return parse_list(v, opt, 0, o->bench_p, &o->n_bench_p);
     case O_BENCH_N: return parse_list(v, opt, 0, o->bench_n, &o->n_bench_n);
     case O_BENCH_NP: return parse_list(v, opt, 1, o->bench_np, &o->n_bench_np);
+    case O_BENCH_DRAFT:
+        if (!parse_list(v, opt, 1, o->bench_draft, &o->n_bench_draft)) return 0;
+        for (int i = 0; i < o->n_bench_draft; i++)
+            if (o->bench_draft[i] > QWENC_MAX_DRAFT)
+                return fprintf(stderr, "qwenc: --draft must be at most %d, got %d\n", QWENC_MAX_DRAFT, o->bench_draft[i]), 0;
+        return 1;
     case O_REPS: return parse_int(v, opt, 1, &o->reps);
     case O_JSON: o->json = 1; return 1;
     case O_PROFILE: o->profile = 1; return 1;

@@ -106,6 +106,28 @@ static int draft_lookup(const int32_t *hist, int n, int k, int32_t *out) {
     return 0;
 }
 
+/* QWENC_DRAFT_AUTO: the leading draft positions at least half of whose recent drafts were accepted (a position
+ * not yet tried counts as accepted; the counts are halved at 16 drafts, so the choice follows the text), and one
+ * position more every DRAFT_AUTO_PROBE steps, to notice when the text starts to repeat. */
+#define DRAFT_AUTO_MAX 8
+#define DRAFT_AUTO_PROBE 16
+typedef struct {
+    int acc[DRAFT_AUTO_MAX], tried[DRAFT_AUTO_MAX];
+} draft_auto;
+
+static int auto_draft(const draft_auto *a, int step) {
+    int k = 0;
+    while (k < DRAFT_AUTO_MAX && 2 * (a->acc[k] + 1) >= a->tried[k] + 2) k++;
+    return QW_MIN(k + (step % DRAFT_AUTO_PROBE == 0), DRAFT_AUTO_MAX);
+}
+
+static void auto_count(draft_auto *a, int pos, int accepted) {
+    if (pos >= DRAFT_AUTO_MAX) return;
+    a->tried[pos]++;
+    a->acc[pos] += accepted;
+    if (a->tried[pos] == 16) a->tried[pos] /= 2, a->acc[pos] /= 2;
+}
+
 /* What one generation keeps between tokens. */
 typedef struct {
     qwenc_session *s;
@@ -156,11 +178,13 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
     memset(res, 0, sizeof(*res));
     res->unfed = -1;
     if (n_prompt <= 0) return qw_err(err, errlen, QWENC_ERR_ARG, "generate: the prompt is empty");
-    if (gp->n_draft < 0 || gp->n_draft > QWENC_MAX_DRAFT)
-        return qw_err(err, errlen, QWENC_ERR_ARG, "generate: n_draft %d is outside [0, %d]", gp->n_draft, QWENC_MAX_DRAFT);
+    if ((gp->n_draft < 0 && gp->n_draft != QWENC_DRAFT_AUTO) || gp->n_draft > QWENC_MAX_DRAFT)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "generate: n_draft %d is outside [0, %d] (or QWENC_DRAFT_AUTO)",
+                      gp->n_draft, QWENC_MAX_DRAFT);
     if (!tok) return qw_err(err, errlen, QWENC_ERR_ARG, "generate: no tokenizer given");
     int V = s->model->hp.n_vocab, n_ctx = qwenc_session_n_ctx(s);
-    int n_draft = QW_MIN(gp->n_draft, s->n_batch - 1);
+    int autodraft = gp->n_draft == QWENC_DRAFT_AUTO;
+    int n_draft = QW_MIN(autodraft ? DRAFT_AUTO_MAX : gp->n_draft, s->n_batch - 1);
     size_t held = 256; /* one token's piece, and the longest stop string */
     for (int i = 0; i < gp->n_stop; i++) held += strlen(gp->stop[i]);
     gen_state g = {.s = s, .smp = smp, .gp = gp, .res = res, .err = err, .errlen = errlen};
@@ -185,13 +209,14 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
     t0 = now_s();
     if (!g.st && gp->n_predict == 0) res->reason = QWENC_STOP_LIMIT; /* the prompt only: nothing is sampled */
     int32_t toks[QWENC_MAX_DRAFT + 1];
+    draft_auto ad = {{0}, {0}};
     int done = g.st || res->reason != QWENC_STOP_NONE;
     if (!done) done = take_token(&g, qwenc_sampler_sample(smp, logits), qwenc_session_n_past(s));
     while (!done) {
         int32_t t = res->unfed;
         int past0 = qwenc_session_n_past(s), k = 0;
         if (n_draft > 0) { /* no more drafts than the context holds or the limit could use */
-            int room = QW_MIN(n_draft, n_ctx - past0 - 1);
+            int room = QW_MIN(autodraft ? auto_draft(&ad, res->n_steps) : n_draft, n_ctx - past0 - 1);
             if (gp->n_predict >= 0) room = QW_MIN(room, gp->n_predict - res->n_gen - 1);
             if (room > 0) k = draft_lookup(g.hist, g.n_hist, room, toks + 1);
         }
@@ -215,7 +240,9 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
             int32_t x = qwenc_sampler_sample(smp, logits + (int64_t)i * V);
             keep = i + 1;
             done = take_token(&g, x, past0 + i + 1);
-            if (done || i == k || x != toks[i + 1]) break;
+            if (done || i == k) break;
+            auto_count(&ad, i, x == toks[i + 1]);
+            if (x != toks[i + 1]) break;
             res->n_accepted++;
             res->accepted_at[i]++;
         }
