@@ -365,6 +365,11 @@ int qwenc_tokenizer_n_vocab(const qwenc_tokenizer *tok);
 qwenc_status qwenc_tokenize(const qwenc_tokenizer *tok, const char *text, size_t len, int add_bos,
                             int parse_special, int32_t **ids, int *n_ids, char *err, size_t errlen);
 
+/* s[0..len) as valid UTF-8, malloc'd and NUL-terminated: each maximal part of an ill-formed sequence becomes
+ * U+FFFD, as the tokenizer reads text (Python's bytes.decode("utf-8", errors="replace")). NULL when out of
+ * memory. */
+char *qwenc_utf8_repair(const char *s, size_t len);
+
 /* Decode n ids into *text (malloc'd, NUL-terminated, valid UTF-8; *len without the NUL). skip_special
  * leaves special added tokens out. An id outside [0, n_vocab) is a QWENC_ERR_ARG. */
 qwenc_status qwenc_detokenize(const qwenc_tokenizer *tok, const int32_t *ids, int n, int skip_special,

@@ -1,10 +1,12 @@
 /*
  * t_units.c - hand-worked and published test vectors for the new math: the PLE n-gram hash (spec
  * qwen4_exp.md 3.3 and 1.4), RoPE tables and rotation (default and llama3 scaling), the gated delta
- * rule, QSA block selection with its tie and tail rules, top-k, and f16/bf16 conversion.
+ * rule, QSA block selection with its tie and tail rules, top-k, f16/bf16 conversion, and qwenc_utf8_repair
+ * (Python's bytes.decode("utf-8", errors="replace") on hand-made bytes).
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blocks/blocks.h"
@@ -223,6 +225,26 @@ static void test_dtypes(void) {
     CHECK(qw_bf16_to_f32(0x3f80) == 1.0f && qw_bf16_to_f32(0xc040) == -3.0f, "bf16 to f32");
 }
 
+static void test_utf8_repair(void) {
+    static const struct {
+        const char *in, *want;
+        size_t n;
+    } cases[] = {
+        {"caf\xc3\xa9", "caf\xc3\xa9", 5},                               /* valid */
+        {"caf\xc3 \xff ok", "caf\xef\xbf\xbd \xef\xbf\xbd ok", 9},      /* cut lead, invalid byte */
+        {"\xe2\x82", "\xef\xbf\xbd", 2},                                  /* one maximal subpart: one U+FFFD */
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3},  /* a surrogate: each byte */
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd", 2},                      /* overlong */
+        {"a\0b", "a\0b", 3},                                                /* NUL is valid */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *r = qwenc_utf8_repair(cases[i].in, cases[i].n);
+        size_t wl = cases[i].n == 3 && cases[i].in[1] == 0 ? 3 : strlen(cases[i].want);
+        CHECK(r && !memcmp(r, cases[i].want, wl) && r[wl] == 0, "utf8_repair case %zu", i);
+        free(r);
+    }
+}
+
 int main(void) {
     test_ple_flash_next();
     test_ple_tiny();
@@ -230,6 +252,7 @@ int main(void) {
     test_delta_rule();
     test_qsa();
     test_dtypes();
+    test_utf8_repair();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

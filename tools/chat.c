@@ -72,45 +72,6 @@ static int engine_init(engine *e, cli_opts *o) {
     return 1;
 }
 
-/*
- * s as valid UTF-8: each maximal part of an ill-formed sequence becomes U+FFFD, as the tokenizer reads text
- * (Python's bytes.decode("utf-8", errors="replace")). JSON and chat templates take only valid text.
- */
-static char *utf8_clean(const char *s, size_t len) {
-    char *out = malloc(len * 3 + 1), *w = out;
-    if (!out) return NULL;
-    for (size_t i = 0; i < len;) {
-        unsigned char b = (unsigned char)s[i];
-        int need = b < 0x80                ? 0
-                   : b >= 0xC2 && b <= 0xDF ? 1
-                   : b >= 0xE0 && b <= 0xEF ? 2
-                   : b >= 0xF0 && b <= 0xF4 ? 3
-                                            : -1; /* continuation bytes and C0, C1, F5..FF cannot lead */
-        if (need == 0) {
-            *w++ = (char)b;
-            i++;
-            continue;
-        }
-        /* the range of the second byte excludes overlong forms and surrogates */
-        unsigned char lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80, hi = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
-        int k = 1;
-        for (; need > 0 && k <= need && i + k < len; k++) {
-            unsigned char c = (unsigned char)s[i + k];
-            if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) break;
-        }
-        if (need > 0 && k == need + 1) {
-            memcpy(w, s + i, (size_t)k);
-            w += k;
-        } else {
-            memcpy(w, "\xEF\xBF\xBD", 3);
-            w += 3;
-        }
-        i += (size_t)k;
-    }
-    *w = 0;
-    return out;
-}
-
 /* The template's text for a list of messages; NULL (message printed) on failure. */
 static char *render(engine *e, cJSON *messages, int add_gen, int no_think) {
     const char *tmpl = qwenc_tokenizer_chat_template(e->tok);
@@ -239,7 +200,8 @@ int cmd_run(cli_opts *o) {
     char *text = NULL, err[1024];
     if (!engine_init(&e, o)) goto done;
     if (o->chat) {
-        char *user = utf8_clean(prompt, len), *sys = o->system ? utf8_clean(o->system, strlen(o->system)) : NULL;
+        char *user = qwenc_utf8_repair(prompt, len);
+        char *sys = o->system ? qwenc_utf8_repair(o->system, strlen(o->system)) : NULL;
         cJSON *msgs = cJSON_CreateArray();
         if (sys) add_message(msgs, "system", sys);
         add_message(msgs, "user", user ? user : "");
@@ -454,7 +416,7 @@ int cmd_chat(cli_opts *o) {
     if (tty)
         fprintf(stderr, "qwenc chat: %s. Type a message; /reset starts over, /exit or Ctrl-D quits, Ctrl-C stops a "
                         "reply.\n", qwenc_model_arch(e.model));
-    char *system = o->system ? utf8_clean(o->system, strlen(o->system)) : NULL;
+    char *system = o->system ? qwenc_utf8_repair(o->system, strlen(o->system)) : NULL;
     chat_state c = {.e = &e, .o = o, .system = system, .unfed = -1};
     chat_restart(&c);
     qwenc_gen_params gp = gen_params(&e, o, -1);
@@ -482,7 +444,7 @@ int cmd_chat(cli_opts *o) {
                             "(the message was not sent; the conversation goes on)\n", nul - line);
             continue;
         }
-        char *msg = utf8_clean(line, len);
+        char *msg = qwenc_utf8_repair(line, len);
         int n = 0, restart = 0;
         int32_t *ids = msg ? turn_tokens(&c, msg, &n, &restart) : NULL;
         if (ids) {

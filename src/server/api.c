@@ -86,7 +86,7 @@ void srv_reply_error(srv_reply *r, int status, const char *param, const char *co
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    char *clean = srv_utf8_clean(msg, strlen(msg)); /* messages may quote the request */
+    char *clean = qwenc_utf8_repair(msg, strlen(msg)); /* messages may quote the request */
     srv_reply_json(r, status, error_json(status, param, code, clean ? clean : msg));
     snprintf(r->log, sizeof(r->log), "%s", clean ? clean : msg);
     free(clean);
@@ -609,7 +609,7 @@ srv_job *srv_gen_job(const srv_gen *g) { return g->job; }
 /* A token's text as JSON wants it (valid UTF-8) and its bytes. */
 static cJSON *token_entry(srv *s, int32_t id, float lp, int with_bytes) {
     const char *t = qwenc_tokenizer_token_text(s->tok, id);
-    char *clean = srv_utf8_clean(t, strlen(t));
+    char *clean = qwenc_utf8_repair(t, strlen(t));
     cJSON *e = cJSON_CreateObject();
     cJSON_AddNumberToObject(e, "id", id); /* as llama-server: the token id beside its text */
     cJSON_AddStringToObject(e, "token", clean ? clean : "");
@@ -632,13 +632,13 @@ static void add_probs(srv_gen *g, const srv_tokprob *pr, int n, cJSON *arr, cJSO
             cJSON_AddItemToArray(arr, e);
         } else {
             const char *t = qwenc_tokenizer_token_text(g->s->tok, pr[i].id);
-            char *clean = srv_utf8_clean(t, strlen(t));
+            char *clean = qwenc_utf8_repair(t, strlen(t));
             cJSON_AddItemToArray(cJSON_GetObjectItem(obj, "tokens"), cJSON_CreateString(clean ? clean : ""));
             cJSON_AddItemToArray(cJSON_GetObjectItem(obj, "token_logprobs"), cJSON_CreateNumber(pr[i].lp));
             cJSON *top = cJSON_CreateObject();
             for (int k = 0; k < pr[i].n_top; k++) {
                 const char *tt = qwenc_tokenizer_token_text(g->s->tok, pr[i].top[k].id);
-                char *c2 = srv_utf8_clean(tt, strlen(tt));
+                char *c2 = qwenc_utf8_repair(tt, strlen(tt));
                 if (c2 && !cJSON_GetObjectItemCaseSensitive(top, c2)) cJSON_AddNumberToObject(top, c2, pr[i].top[k].lp);
                 free(c2);
             }
@@ -1008,7 +1008,7 @@ static void tokenize(srv *s, cJSON *req, srv_reply *r) {
             continue;
         }
         const char *t = qwenc_tokenizer_token_text(s->tok, ids[i]);
-        char *clean = srv_utf8_clean(t, strlen(t));
+        char *clean = qwenc_utf8_repair(t, strlen(t));
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "id", ids[i]);
         cJSON_AddStringToObject(e, "piece", clean ? clean : "");

@@ -277,7 +277,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         q->conn = conn;
         q->t0 = srv_now();
         snprintf(q->method, sizeof(q->method), "%s", method);
-        char *clean = srv_utf8_clean(url, strlen(url));
+        char *clean = qwenc_utf8_repair(url, strlen(url));
         snprintf(q->path, sizeof(q->path), "%s", clean ? clean : "?");
         free(clean);
         *con_cls = q;

@@ -263,8 +263,6 @@ void srv_gen_free(srv_gen *g);
 /* The endpoints without a generation: health, models, metrics, tokenize, detokenize, apply-template. */
 void srv_api_simple(srv *s, srv_endpoint ep, const char *body, size_t n, srv_reply *r);
 
-/* UTF-8: s as valid UTF-8 (each maximal ill-formed part -> U+FFFD), malloc'd. */
-char *srv_utf8_clean(const char *s, size_t len);
 double srv_now(void);
 
 #endif

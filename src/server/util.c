@@ -51,39 +51,6 @@ void sb_free(sbuf *b) {
     b->n = b->cap = 0;
 }
 
-/* As the tokenizer reads text (Python's bytes.decode("utf-8", errors="replace")): each maximal part of an
- * ill-formed sequence becomes U+FFFD. A single token's bytes may be part of a character. */
-char *srv_utf8_clean(const char *s, size_t len) {
-    char *out = malloc(len * 3 + 1), *w = out;
-    if (!out) return NULL;
-    for (size_t i = 0; i < len;) {
-        unsigned char b = (unsigned char)s[i];
-        int need = b < 0x80 ? 0 : b >= 0xC2 && b <= 0xDF ? 1 : b >= 0xE0 && b <= 0xEF ? 2 : b >= 0xF0 && b <= 0xF4 ? 3 : -1;
-        if (need == 0) {
-            *w++ = (char)b;
-            i++;
-            continue;
-        }
-        /* the range of the second byte excludes overlong forms and surrogates */
-        unsigned char lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80, hi = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
-        int k = 1;
-        for (; need > 0 && k <= need && i + k < len; k++) {
-            unsigned char c = (unsigned char)s[i + k];
-            if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) break;
-        }
-        if (need > 0 && k == need + 1) {
-            memcpy(w, s + i, (size_t)k);
-            w += k;
-        } else {
-            memcpy(w, "\xEF\xBF\xBD", 3);
-            w += 3;
-        }
-        i += (size_t)k;
-    }
-    *w = 0;
-    return out;
-}
-
 double srv_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -391,6 +391,17 @@ int qw_utf8_repair(const char *s, size_t n, qw_buf *out) {
     return replaced;
 }
 
+char *qwenc_utf8_repair(const char *s, size_t len) {
+    qw_buf b = {0};
+    qw_buf_reserve(&b, len);
+    qw_utf8_repair(s, len, &b);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
 int qw_is_white_space(uint32_t cp) {
     if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0d);
     if (cp < 0x85) return 0;
