@@ -685,14 +685,20 @@ static cJSON *timings_json(const srv_gen *g) {
     return t;
 }
 
-/* A chunk's envelope, with its one choice (NULL: none, the usage chunk). */
-static cJSON *chunk(srv_gen *g, cJSON **choice) {
+/* What every answer of a generation starts with: id, object, created, model, system_fingerprint. */
+static cJSON *envelope(const srv_gen *g, const char *object) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "id", g->id);
-    cJSON_AddStringToObject(c, "object", g->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddStringToObject(c, "object", object);
     cJSON_AddNumberToObject(c, "created", (double)g->created);
     cJSON_AddStringToObject(c, "model", g->s->p.alias);
     cJSON_AddStringToObject(c, "system_fingerprint", "qwenc-" QWENC_VERSION);
+    return c;
+}
+
+/* A chunk's envelope, with its one choice (NULL: none, the usage chunk). */
+static cJSON *chunk(srv_gen *g, cJSON **choice) {
+    cJSON *c = envelope(g, g->chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(c, "choices");
     if (choice) {
         *choice = cJSON_CreateObject();
@@ -879,12 +885,7 @@ void srv_gen_reply(srv_gen *g, srv_reply *r) {
         srv_reply_error(r, g->err_status, NULL, NULL, "%s", g->err);
         return;
     }
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddStringToObject(c, "id", g->id);
-    cJSON_AddStringToObject(c, "object", g->chat ? "chat.completion" : "text_completion");
-    cJSON_AddNumberToObject(c, "created", (double)g->created);
-    cJSON_AddStringToObject(c, "model", g->s->p.alias);
-    cJSON_AddStringToObject(c, "system_fingerprint", "qwenc-" QWENC_VERSION);
+    cJSON *c = envelope(g, g->chat ? "chat.completion" : "text_completion");
     cJSON *choice = cJSON_CreateObject();
     cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "choices"), choice);
     cJSON_AddNumberToObject(choice, "index", 0);
