@@ -300,6 +300,10 @@ typedef struct {
 } qwenc_gen_params;
 #define QWENC_DRAFT_AUTO (-1)
 
+/* The prompt-lookup drafter qwenc_generate uses: up to k tokens (into out) that followed the latest earlier
+ * occurrence of the last 3, 2 or 1 tokens of hist[0..n) (the longest that occurs). Returns how many. */
+int qwenc_draft_lookup(const int32_t *hist, int n, int k, int32_t *out);
+
 /* Receives the generated text as it becomes printable (whole UTF-8 characters, nothing that may still
  * turn out to begin a stop string). Return non-zero to stop. */
 typedef int (*qwenc_text_fn)(const char *text, size_t len, void *user);

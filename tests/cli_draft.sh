@@ -40,6 +40,34 @@ $QWENC chat -m $M --temp 0 -n 120 -t 2 <"$tmp/turns" >"$tmp/chat0" 2>/dev/null
 $QWENC chat -m $M --temp 0 -n 120 -t 2 --draft 3 <"$tmp/turns" >"$tmp/chat3" 2>/dev/null
 [ -s "$tmp/chat0" ] && cmp -s "$tmp/chat0" "$tmp/chat3" && ok || bad "chat --draft 3 answers otherwise than chat"
 
+# serve --draft: one request at a time is drafted for; greedy and seeded replies are the ones without drafting
+if command -v curl >/dev/null && command -v python3 >/dev/null; then
+    source "$(dirname "$0")/lib_serve.sh"
+    reqs='{"prompt":"'"$P"'","max_tokens":400,"temperature":0}
+{"prompt":"'"$P"'","max_tokens":300,"temperature":0.8,"top_k":40,"seed":99}
+{"messages":[{"role":"user","content":"Tell me of the king of Israel."}],"max_tokens":200,"temperature":0}'
+    for d in 0 4; do
+        start_server d$d -m $M -np 2 --draft $d || { finish; exit 1; }
+        i=0
+        while read -r body; do
+            case "$body" in *messages*) ep=chat/completions ;; *) ep=completions ;; esac
+            post /v1/$ep "$body" "$tmp/r$d.$i" >/dev/null
+            i=$((i + 1))
+        done <<<"$reqs"
+        get /metrics "$tmp/m$d" >/dev/null
+        stop_server
+    done
+    for i in 0 1 2; do
+        a=$(jget "$tmp/r0.$i" 'j["choices"][0].get("text") or j["choices"][0]["message"]["content"]')
+        b=$(jget "$tmp/r4.$i" 'j["choices"][0].get("text") or j["choices"][0]["message"]["content"]')
+        [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "serve --draft 4, request $i: [$b], without drafts [$a]"
+    done
+    drafted=$(sed -n 's/^qwenc_draft_tokens_total //p' "$tmp/m4") accepted=$(sed -n 's/^qwenc_draft_accepted_total //p' "$tmp/m4")
+    [ "${drafted:-0}" -gt 0 ] && [ "${accepted:-0}" -gt 0 ] && [ "$accepted" -lt "$drafted" ] && ok \
+        || bad "serve --draft 4: $accepted of $drafted drafted tokens accepted"
+    echo "  serve --draft 4: $accepted of $drafted drafted tokens accepted"
+fi
+
 expect_error "--draft too large" "--draft must be at most 15" $QWENC run -m $M -p hi --draft 16
 expect_error "--draft negative" "--draft" $QWENC run -m $M -p hi --draft -1
 finish

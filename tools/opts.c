@@ -114,6 +114,10 @@ static const opt_def options[] = {
     {O_NPREDICT, "-n|--n-predict|--predict", C_CHAT, "N",
      "most tokens per reply (default -1: until the end of the turn)"},
     {O_CHAT, "--chat", C_RUN, NULL, "wrap the prompt in the model's chat template, as a user message"},
+    {O_DRAFT, "--draft", C_SERVE, "N",
+     "speculative decoding while one request generates: drafts of up to N\n"
+     "tokens (at most 15) from its text, verified in one step; the same\n"
+     "replies (default 0: off)"},
     {O_DRAFT, "--draft", C_GEN, "N|auto",
      "speculative decoding: draft up to N tokens per step (at most 15) from\n"
      "the text so far (prompt lookup) and verify them in one step of the\n"

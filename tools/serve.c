@@ -72,6 +72,9 @@ int cmd_serve(cli_opts *o) {
     p.sp = o->sp;
     p.seed_set = o->seed_set;
     p.no_think = o->no_think;
+    if (o->draft == QWENC_DRAFT_AUTO)
+        return fprintf(stderr, "qwenc: serve takes --draft N (a number of tokens), not auto\n"), 1;
+    p.n_draft = o->draft;
     p.quiet = o->quiet;
     p.max_conn = 2 * (p.n_parallel + p.max_queue) + 16;
     default_alias(o->model, alias, sizeof(alias));

@@ -91,9 +91,7 @@ static int out_push(text_out *o, const char *s, size_t n, int final) {
     return 0;
 }
 
-/* Prompt lookup: up to k tokens that followed the latest earlier occurrence of the last m tokens of hist
- * (m = 3, 2, 1: the longest that occurs), into out. Returns how many. */
-static int draft_lookup(const int32_t *hist, int n, int k, int32_t *out) {
+int qwenc_draft_lookup(const int32_t *hist, int n, int k, int32_t *out) {
     for (int m = QW_MIN(3, n - 1); m >= 1; m--) {
         const int32_t *pat = hist + n - m;
         for (int j = n - m - 1; j >= 0; j--) {
@@ -218,7 +216,7 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
         if (n_draft > 0) { /* no more drafts than the context holds or the limit could use */
             int room = QW_MIN(autodraft ? auto_draft(&ad, res->n_steps) : n_draft, n_ctx - past0 - 1);
             if (gp->n_predict >= 0) room = QW_MIN(room, gp->n_predict - res->n_gen - 1);
-            if (room > 0) k = draft_lookup(g.hist, g.n_hist, room, toks + 1);
+            if (room > 0) k = qwenc_draft_lookup(g.hist, g.n_hist, room, toks + 1);
         }
         res->n_steps++;
         if (k == 0) {

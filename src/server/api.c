@@ -969,6 +969,8 @@ static void metrics(srv *s, srv_reply *r) {
            atomic_load(&st->cache_misses));
     METRIC("prefix_cache_bytes", "gauge", "Bytes the prefix cache holds.", "%lld", atomic_load(&st->cache_bytes));
     METRIC("prefix_cache_entries", "gauge", "Snapshots the prefix cache holds.", "%lld", atomic_load(&st->cache_entries));
+    METRIC("draft_tokens_total", "counter", "Tokens drafted (--draft).", "%lld", atomic_load(&st->drafted));
+    METRIC("draft_accepted_total", "counter", "Drafted tokens accepted.", "%lld", atomic_load(&st->draft_accepted));
     METRIC("requests_cancelled_total", "counter", "Requests ended because the client left or the server stopped.",
            "%lld", atomic_load(&st->cancelled));
     METRIC("requests_processing", "gauge", "Requests in a slot.", "%d", atomic_load(&st->active));

@@ -394,7 +394,47 @@ static void prefill_step(srv_sched *s) {
     }
 }
 
-/* One token of every generating slot, in one forward call. */
+/* The one generating slot's pending token and up to n_draft tokens drafted from its tokens (prompt lookup) in one
+ * draft step: each position sampled as a plain step would, the agreeing prefix kept (the same tokens as without
+ * drafting). 0 when nothing could be drafted (the caller runs a plain step). */
+static int draft_step(srv_sched *s, slot *c) {
+    srv_job *j = c->job;
+    int32_t toks[QWENC_MAX_DRAFT + 1];
+    int room = s->p.n_draft < s->n_ctx - c->n_hist - 1 ? s->p.n_draft : s->n_ctx - c->n_hist - 1;
+    if (j->n_predict >= 0 && j->n_predict - c->n_gen - 1 < room) room = j->n_predict - c->n_gen - 1;
+    if (room <= 0) return 0;
+    toks[0] = c->pending;
+    c->hist[c->n_hist] = c->pending; /* the lookup sees the pending token last */
+    int k = qwenc_draft_lookup(c->hist, c->n_hist + 1, room, toks + 1);
+    if (k == 0) return 0;
+    double t0 = srv_now();
+    char err[256];
+    qwenc_status st = qwenc_session_forward_draft(c->session, toks, k + 1, s->logits, err, sizeof(err));
+    atomic_fetch_add(&s->st->decode_us, (long long)((srv_now() - t0) * 1e6));
+    atomic_fetch_add(&s->st->decode_steps, 1);
+    if (st) {
+        lose_state(c);
+        finish(s, c, QWENC_STOP_NONE, 500, err);
+        return 1;
+    }
+    atomic_fetch_add(&s->st->drafted, k);
+    int keep = 0;
+    for (int i = 0; i <= k; i++) { /* position i: toks[i] is fed; sample what follows it */
+        c->hist[c->n_hist++] = toks[i];
+        c->pending = -1;
+        keep = i + 1;
+        sample_step(s, c, s->logits + (size_t)i * s->n_vocab);
+        if (!c->job || i == k || c->pending != toks[i + 1]) break; /* ended, or the draft is wrong from here */
+        atomic_fetch_add(&s->st->draft_accepted, 1);
+    }
+    if (qwenc_session_accept(c->session, keep, err, sizeof(err))) { /* cannot fail after a draft step */
+        lose_state(c);
+        if (c->job) finish(s, c, QWENC_STOP_NONE, 500, err);
+    }
+    return 1;
+}
+
+/* One token of every generating slot, in one forward call (with --draft and one slot generating, a draft step). */
 static void decode_step(srv_sched *s) {
     int n = 0;
     for (int i = 0; i < s->n_slots; i++) {
@@ -406,6 +446,7 @@ static void decode_step(srv_sched *s) {
         }
     }
     if (!n) return;
+    if (n == 1 && s->p.n_draft > 0 && draft_step(s, s->bslot[0])) return;
     double t0 = srv_now();
     char err[256];
     qwenc_status st = qwenc_session_forward_batch(s->bs, s->bt, n, s->logits, err, sizeof(err));
@@ -481,7 +522,8 @@ int srv_sched_new(const qwenc_model *m, const qwenc_tokenizer *tok, const srv_pa
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->slots = calloc((size_t)s->n_slots, sizeof(slot));
-    s->logits = malloc((size_t)s->n_slots * s->n_vocab * sizeof(float));
+    /* a batched step's logits, or a draft step's */
+    s->logits = malloc((size_t)(s->n_slots > p->n_draft + 1 ? s->n_slots : p->n_draft + 1) * s->n_vocab * sizeof(float));
     s->bs = calloc((size_t)s->n_slots, sizeof(*s->bs));
     s->bt = calloc((size_t)s->n_slots, sizeof(*s->bt));
     s->bslot = calloc((size_t)s->n_slots, sizeof(*s->bslot));

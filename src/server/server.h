@@ -58,6 +58,7 @@ typedef struct {
     int seed_set;            /* sp.seed is the default seed (else each request draws one) */
     int n_predict;           /* default max_tokens (-1: until the end of the turn or a full context) */
     int no_think;            /* default chat_template_kwargs.enable_thinking = false */
+    int n_draft;             /* speculative decoding while one slot generates: drafts of up to n_draft tokens */
     int quiet;               /* no line per request on stderr */
 } srv_params;
 
@@ -148,6 +149,7 @@ typedef struct {
     atomic_llong cache_hits, cache_misses;   /* jobs that reused a prefix / did not */
     atomic_llong prompt_us, decode_us;       /* time the scheduler spent feeding prompts / decoding */
     atomic_llong decode_steps;
+    atomic_llong drafted, draft_accepted;    /* --draft: tokens drafted, and accepted */
     atomic_llong cancelled;
     atomic_llong cache_bytes, cache_entries; /* gauges */
     atomic_int queued, active;               /* gauges */
