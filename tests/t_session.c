@@ -196,8 +196,7 @@ done:
     qwenc_session_free(b);
 }
 
-int main(int argc, char **argv) {
-    const char *root = argc > 1 ? argv[1] : "tests/fixtures";
+static void run_fixtures(const char *root, const char *backend) {
     char *names[64];
     int nf = test_list_fixtures(root, 1, names, 64);
     CHECK(nf >= 7, "fixtures in %s: %d", root, nf);
@@ -216,7 +215,9 @@ int main(int argc, char **argv) {
             snprintf(mdir, sizeof(mdir), "%s", dir);
         }
         qwenc_model *m = NULL;
-        if (qwenc_model_load(mdir, &m, err, sizeof(err))) {
+        qwenc_model_params mp = qwenc_model_default_params();
+        mp.backend = backend;
+        if (qwenc_model_load_params(mdir, &mp, &m, err, sizeof(err))) {
             CHECK(0, "%s: load: %s", dir, err);
             free(names[f]);
             continue;
@@ -225,7 +226,7 @@ int main(int argc, char **argv) {
         int n = 0;
         int32_t *ids = test_read_tokens(path, &n);
         if (n > 40) n = 40;
-        printf("%s: snapshots and batched steps over %d tokens\n", names[f], n);
+        printf("%s (%s): snapshots, batched steps and drafts over %d tokens\n", names[f], backend, n);
         if (ids && n >= 6) {
             test_snapshots(names[f], m, ids, n);
             test_batch(names[f], m, ids, n);
@@ -248,5 +249,20 @@ int main(int argc, char **argv) {
         free(names[f]);
     }
     qwenc_model_free(prev);
+}
+
+int main(int argc, char **argv) {
+    /* t_session [--backend NAME] [FIXTURE_DIR]: the fixtures on that backend; by default the CPU's, then again in
+     * its guard mode (state and activations inaccessible outside the backend's calls: the snapshot, batch and
+     * draft code must touch them only through the backend) */
+    const char *backend = NULL;
+    if (argc > 2 && !strcmp(argv[1], "--backend")) {
+        backend = argv[2];
+        argc -= 2;
+        argv += 2;
+    }
+    const char *root = argc > 1 ? argv[1] : "tests/fixtures";
+    run_fixtures(root, backend ? backend : "cpu");
+    if (!backend) run_fixtures(root, "cpu-guard");
     return test_summary();
 }
