@@ -3,8 +3,9 @@
 # runs its tests: every weight kernel (tests/gpu/t_cuda_quant) and every op (tests/gpu/t_cuda_ops) against the
 # CPU reference, every fixture's logits on the GPU against transformers (t_model --backend cuda: the CPU's
 # tolerance), snapshots, batched steps and draft steps on the GPU (t_session --backend cuda: their bits), and
-# the text commands end to end (cli_text.sh: greedy text equal to transformers' on the bundled model), qwenc choosing the GPU by itself (--backend auto). `make test` does not run this: it
-# compiles the CUDA sources where nvcc exists, and the GPU tests say SKIP without a device.
+# the text commands end to end (cli_text.sh: greedy text equal to transformers' on the bundled model), qwenc
+# choosing the GPU by itself (--backend auto). `make test` does not run this: it compiles the CUDA sources
+# where nvcc exists, and the GPU tests say SKIP without a device.
 #
 #   bash tests/gpu_check.sh                 everything
 #   bash tests/gpu_check.sh t_cuda_ops      only the programs named
