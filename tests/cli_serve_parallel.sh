@@ -144,6 +144,10 @@ wait "$SPID"; src=$?
 
 # --- a bounded load: no failure, resident memory flat once the cache is full
 N=${SERVE_LOAD:-2000}
+# under AddressSanitizer (make asan) each request is several times slower and freed memory is held in quarantine:
+# 200 requests, and the resident size is not a measure of leaks there (LeakSanitizer is)
+asan=0
+ldd "$QWENC" 2>/dev/null | grep -q libasan && asan=1 N=${SERVE_LOAD:-200}
 start_server load -m $M -np 4 --cache-ram 8 -q || { finish; exit 1; }
 load_cfg() { # COUNT FILE: curl --config for COUNT requests over 20 prompts, a quarter streamed
     python3 - "$1" "$URL" >"$2" <<'EOF'
@@ -167,7 +171,7 @@ timeout 60 curl -s --no-progress-meter --parallel --parallel-max 16 -H 'Content-
 rss1=$(rss)
 n200=$(grep -c '^200$' "$tmp/load.codes")
 [ "$n200" = "$N" ] && ok || bad "load: $n200 of $N requests answered 200 ($(sort "$tmp/load.codes" | uniq -c | tr '\n' ' '))"
-[ -n "$rss0" ] && [ $((rss1 - rss0)) -lt 8192 ] && ok || bad "load: resident size $rss0 kB after warm-up, $rss1 kB after $N more"
+[ "$asan" = 1 ] || { [ -n "$rss0" ] && [ $((rss1 - rss0)) -lt 8192 ] && ok || bad "load: resident size $rss0 kB after warm-up, $rss1 kB after $N more"; }
 [ "$(metric requests_processing)" = 0 ] && [ "$(metric prefix_cache_bytes)" -le $((8 << 20)) ] && ok \
     || bad "load: $(metric requests_processing) processing, cache $(metric prefix_cache_bytes) bytes"
 echo "  load: $N requests, resident $rss0 kB -> $rss1 kB"
