@@ -292,7 +292,15 @@ static int json_call(srv_parser *p, srv_delta *d, long k) {
     free(body);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
-    if (!cJSON_IsString(name) || (args && !cJSON_IsObject(args) && !cJSON_IsString(args))) {
+    /* arguments written as a string (JSON encoded twice) count when the string holds a JSON object */
+    cJSON *inner = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+    if (inner && !cJSON_IsObject(inner)) {
+        cJSON_Delete(inner);
+        inner = NULL;
+    }
+    if (inner) args = inner;
+    if (!cJSON_IsString(name) || (args && !cJSON_IsObject(args))) {
+        cJSON_Delete(inner);
         cJSON_Delete(j); /* not a call: the text as written */
         size_t all = (size_t)k + strlen(T_UNCALL);
         int r = sb_str(&d->content, T_CALL) || sb_add(&d->content, p->buf.p, all);
@@ -300,9 +308,10 @@ static int json_call(srv_parser *p, srv_delta *d, long k) {
         p->mode = M_CONTENT;
         return r;
     }
-    char *a = !args ? strdup("{}") : cJSON_IsString(args) ? strdup(args->valuestring) : cJSON_PrintUnformatted(args);
+    char *a = !args ? strdup("{}") : cJSON_PrintUnformatted(args);
     int r = !a || call_begin(p, d, name->valuestring, strlen(name->valuestring)) || call_args(p, d, a);
     free(a);
+    cJSON_Delete(inner);
     cJSON_Delete(j);
     eat(p, (size_t)k + strlen(T_UNCALL));
     p->n_calls++;
