@@ -33,6 +33,17 @@ void *qw_bind_own(qw_binder *b, size_t bytes, const char *what) {
     return p;
 }
 
+qw_ple_w *qw_bind_ple_new(qw_binder *b, int li, qw_ple_w **slot) {
+    int64_t nh = b->m->hp.ngram_heads;
+    qw_ple_w *w = *slot = qw_bind_own(b, sizeof(qw_ple_w), "the PLE layer");
+    if (!w) return NULL;
+    w->li = li;
+    w->prime = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table sizes");
+    w->offset = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table offsets");
+    return b->st ? NULL : w;
+}
+
+
 float *qw_bind_f32(qw_binder *b, int64_t n, const char *what) {
     return qw_bind_own(b, (size_t)n * sizeof(float), what);
 }

@@ -108,6 +108,8 @@ void qw_bind_fail(qw_binder *b, qwenc_status st, const char *fmt, ...) __attribu
 /* Zeroed buffers freed with the model (bookkeeping: views, the PLE layer); NULL and b->st set
  * (QWENC_ERR_NOMEM naming the model and `what`) on failure, or NULL at once after an earlier error. */
 void *qw_bind_own(qw_binder *b, size_t bytes, const char *what);
+/* A PLE layer's weights (*slot) with room for its per-head hash sizes and offsets; NULL on an error (b->st). */
+qw_ple_w *qw_bind_ple_new(qw_binder *b, int li, qw_ple_w **slot);
 /* The f32 vectors bound at load (norms, convolutions, A, dt_bias, RoPE frequencies): [n], zeroed. */
 float *qw_bind_f32(qw_binder *b, int64_t n, const char *what);
 

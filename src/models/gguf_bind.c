@@ -264,12 +264,8 @@ static void ple_hash_from_file(qw_binder *b, const qw_gguf *g, qw_ple_w *w, int 
 static void gguf_ple_table(qw_binder *b, int il, int li, qw_ple_w **slot) {
     const qw_hparams *hp = &b->m->hp;
     int64_t nh = hp->ngram_heads, dh = hp->ple_dim / nh;
-    qw_ple_w *w = *slot = qw_bind_own(b, sizeof(qw_ple_w), "the PLE layer");
+    qw_ple_w *w = qw_bind_ple_new(b, li, slot);
     if (!w) return;
-    w->li = li;
-    w->prime = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table sizes");
-    w->offset = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table offsets");
-    if (b->st) return;
     if (src_of(b)->g) {
         ple_hash_from_file(b, src_of(b)->g, w, il, li);
         if (b->st) return;

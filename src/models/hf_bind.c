@@ -179,12 +179,8 @@ static void check_i64(qw_binder *b, const char *name, const int64_t *want, int n
 static void hf_ple_table(qw_binder *b, int il, int li, qw_ple_w **slot) {
     const qw_hparams *hp = &b->m->hp;
     int64_t nh = hp->ngram_heads, dh = hp->ple_dim / nh;
-    qw_ple_w *w = *slot = qw_bind_own(b, sizeof(qw_ple_w), "the PLE layer");
+    qw_ple_w *w = qw_bind_ple_new(b, li, slot);
     if (!w) return;
-    w->li = li;
-    w->prime = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table sizes");
-    w->offset = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table offsets");
-    if (b->st) return;
     qw_ple_constants(hp, li, w->mult, w->prime, w->offset, &w->n_rows);
     int64_t mult[8];
     for (int i = 0; i < hp->ngram_n; i++) mult[i] = (int64_t)w->mult[i];

@@ -202,12 +202,8 @@ static void synth_experts(qw_binder *b, int il, qw_moe_w *w) {
 static void synth_ple_table(qw_binder *b, int il, int li, qw_ple_w **slot) {
     const qw_hparams *hp = &b->m->hp;
     int64_t nh = hp->ngram_heads;
-    qw_ple_w *w = *slot = qw_bind_own(b, sizeof(qw_ple_w), "the PLE layer");
+    qw_ple_w *w = qw_bind_ple_new(b, li, slot);
     if (!w) return;
-    w->li = li;
-    w->prime = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table sizes");
-    w->offset = qw_bind_own(b, (size_t)nh * sizeof(int64_t), "the PLE hash table offsets");
-    if (b->st) return;
     qw_ple_constants(hp, li, w->mult, w->prime, w->offset, &w->n_rows);
     w->chunks = (qw_tensor *)mat_named(b, w->n_rows, hp->ple_dim / nh, "blk.%d.ple_table", il);
     w->n_chunks = 1;
