@@ -72,6 +72,9 @@ typedef struct {
      * "cpu-guard": the CPU backend with every activation and state buffer inaccessible outside its own calls,
      * so engine code that touched one would fault (a test mode; slower). */
     const char *backend;
+    /* 1: leave the checkpoint's MTP draft head (mtp.*, a GGUF's nextn block) unloaded: no memory for it, and
+     * speculative decoding drafts by prompt lookup only. 0 (default): load it when the file has one. */
+    int no_draft_head;
 } qwenc_model_params;
 
 qwenc_model_params qwenc_model_default_params(void);
@@ -84,6 +87,8 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
 void qwenc_model_free(qwenc_model *model);
 
 int qwenc_model_n_vocab(const qwenc_model *model);
+/* 1 when the model's MTP draft head is loaded (qwenc_session_draft_head). */
+int qwenc_model_has_draft_head(const qwenc_model *model);
 int qwenc_model_n_ctx_train(const qwenc_model *model);
 /* The architecture name ("qwen4_exp", "qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3", "llama"). */
 const char *qwenc_model_arch(const qwenc_model *model);
@@ -159,6 +164,8 @@ typedef struct {
     int n_ctx;   /* maximum number of tokens the session holds (0: the model's training context, capped) */
     int n_batch; /* largest number of tokens one internal forward step processes; longer inputs are split;
                   * 0: 512; larger than 65536 counts as 65536 */
+    int draft_head; /* 1: keep the caches of the model's MTP draft head, for qwenc_session_draft_head: the head then
+                     * runs over every fed token (one more layer per token); ignored for a model without one */
 } qwenc_session_params;
 
 qwenc_session_params qwenc_session_default_params(void);
@@ -203,6 +210,18 @@ qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const i
 qwenc_status qwenc_session_forward_draft(qwenc_session *session, const int32_t *tokens, int n_tokens, float *logits,
                                          char *err, size_t errlen);
 qwenc_status qwenc_session_accept(qwenc_session *session, int n_keep, char *err, size_t errlen);
+
+/* ---- the model's MTP draft head (a session made with params.draft_head on a model that has one).
+ * The j-th call since the last token was fed (by qwenc_session_forward, or qwenc_session_accept) runs the head
+ * at position n_past - 1 + j: it reads `token`, the token after that position (the first call: the token the
+ * model's last logits gave; later calls: the previous call's draft), and the main model's hidden at n_past - 1
+ * (the first call) or the head's own output of the previous call, and gives the draft logits [n_vocab] of the
+ * position after. At most QWENC_MAX_DRAFT calls in a row, within the context. The head's caches of the positions
+ * that are later fed are rewritten from the main model's hidden as they are fed (so drafts never change what the
+ * model computes, only how many tokens a draft step keeps). */
+int qwenc_session_has_draft_head(const qwenc_session *session);
+qwenc_status qwenc_session_draft_head(qwenc_session *session, int32_t token, float *logits, char *err,
+                                      size_t errlen);
 
 /* ---- snapshots: the exact state of a session at a point (every cache row and recurrent state its tokens
  * left, and its position), restored later into a session of the same model whose context holds as many tokens:
@@ -292,13 +311,17 @@ typedef struct {
     int n_stop;
     int skip_special;           /* leave special tokens out of the text */
     int n_draft;                /* speculative decoding: up to n_draft tokens (at most QWENC_MAX_DRAFT) drafted per
-                                 * step from the text so far (prompt lookup: what followed the last occurrence of
-                                 * the last tokens) and verified by one draft step of the model; each position is
-                                 * sampled as without drafting, so the tokens are the same (greedy or sampled, for
-                                 * a given seed). 0: off; QWENC_DRAFT_AUTO: up to 8, each draft position used
+                                 * step (see draft_src) and verified by one draft step of the model; each position
+                                 * is sampled as without drafting, so the tokens are the same (greedy or sampled,
+                                 * for a given seed). 0: off; QWENC_DRAFT_AUTO: up to 8, each draft position used
                                  * while at least half its drafts are accepted */
+    int draft_src;              /* where drafts come from: QWENC_DRAFT_SRC_AUTO (0: the model's MTP draft head when
+                                 * the session keeps it, else prompt lookup), _LOOKUP (what followed the last
+                                 * occurrence of the last tokens), _HEAD (the head's greedy chain; an error without
+                                 * one) */
 } qwenc_gen_params;
 #define QWENC_DRAFT_AUTO (-1)
+enum { QWENC_DRAFT_SRC_AUTO = 0, QWENC_DRAFT_SRC_LOOKUP = 1, QWENC_DRAFT_SRC_HEAD = 2 };
 
 /* The prompt-lookup drafter qwenc_generate uses: up to k tokens (into out) that followed the latest earlier
  * occurrence of the last 3, 2 or 1 tokens of hist[0..n) (the longest that occurs). Returns how many. */

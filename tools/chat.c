@@ -58,6 +58,7 @@ static int engine_init(engine *e, cli_opts *o) {
     qwenc_session_params sp = qwenc_session_default_params();
     if (o->ctx) sp.n_ctx = o->ctx;
     if (o->batch) sp.n_batch = o->batch;
+    sp.draft_head = o->draft != 0 && o->draft_src != QWENC_DRAFT_SRC_LOOKUP;
     if (qwenc_session_init(e->model, &sp, &e->session, err, sizeof(err))) {
         fprintf(stderr, "qwenc: %s\n", err);
         return 0;
@@ -159,7 +160,8 @@ static void print_stats(const engine *e, const qwenc_gen_result *r, const cli_op
 static qwenc_gen_params gen_params(const engine *e, const cli_opts *o, int default_n) {
     qwenc_gen_params gp = {.n_predict = o->n_predict == CLI_UNSET ? default_n : o->n_predict,
                            .eos = e->eos, .n_eos = e->n_eos, .stop = o->stop, .n_stop = o->n_stop,
-                           .skip_special = !o->show_special, .n_draft = o->draft};
+                           .skip_special = !o->show_special, .n_draft = o->draft,
+                           .draft_src = o->draft_src};
     return gp;
 }
 

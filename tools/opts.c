@@ -82,7 +82,7 @@ static const cli_cmd commands[] = {
 typedef enum {
     O_HELP, O_VERSION, O_MODEL, O_TOKENIZER, O_THREADS, O_THREADS_LIST, O_BACKEND, O_KERNELS, O_QUANT, O_F32ACT, O_CTX, O_BATCH,
     O_PROMPT, O_FILE, O_NPREDICT, O_CHAT, O_SYSTEM, O_NOTHINK, O_STOP, O_ESCAPE, O_NOESCAPE, O_NODISPLAY,
-    O_SPECIAL, O_CTXSHIFT, O_DRAFT, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
+    O_SPECIAL, O_CTXSHIFT, O_DRAFT, O_DRAFT_SRC, O_NO_MTP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
     O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_BENCH_DRAFT, O_REPS, O_JSON, O_PROFILE,
     O_TYPE, O_PRESET, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM,
     O_HOST, O_PORT, O_APIKEY, O_APIKEYFILE, O_PARALLEL, O_ALIAS, O_CACHERAM, O_MAXQUEUE, O_TIMEOUT, O_MAXBODY, O_QUIET,
@@ -116,13 +116,19 @@ static const opt_def options[] = {
     {O_CHAT, "--chat", C_RUN, NULL, "wrap the prompt in the model's chat template, as a user message"},
     {O_DRAFT, "--draft", C_SERVE, "N",
      "speculative decoding while one request generates: drafts of up to N\n"
-     "tokens (at most 15) from its text, verified in one step; the same\n"
-     "replies (default 0: off)"},
+     "tokens (at most 15) from the model's MTP draft head (else from its\n"
+     "text), verified in one step; the same replies (default 0: off)"},
     {O_DRAFT, "--draft", C_GEN, "N|auto",
-     "speculative decoding: draft up to N tokens per step (at most 15) from\n"
-     "the text so far (prompt lookup) and verify them in one step of the\n"
-     "model; the same text as without. auto: up to 8, each position while\n"
-     "half its drafts are accepted (default 0: off)"},
+     "speculative decoding: draft up to N tokens per step (at most 15) with\n"
+     "the model's MTP draft head, or from the text so far (prompt lookup),\n"
+     "and verify them in one step of the model; the same text as without.\n"
+     "auto: up to 8, each position while half its drafts are accepted\n"
+     "(default 0: off)"},
+    {O_DRAFT_SRC, "--draft-src", C_GEN, "auto|head|lookup",
+     "where --draft takes drafts from: the model's MTP draft head (head),\n"
+     "prompt lookup (lookup), or the head when the model has one (auto)"},
+    {O_NO_MTP, "--no-mtp", C_ALL & ~C_SYNTH & ~C_TOK, NULL,
+     "leave the model's MTP draft head unloaded (its memory is not used)"},
     {O_SYSTEM, "-sys|--system-prompt|--system", C_GEN, "TEXT", "system message (run: implies --chat)"},
     {O_NOTHINK, "--no-think", C_GEN | C_TEMPLATE, NULL,
      "ask the template for a reply without reasoning (enable_thinking=false)"},
@@ -494,6 +500,13 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
         if (o->draft > QWENC_MAX_DRAFT)
             return fprintf(stderr, "qwenc: --draft must be at most %d, got %d\n", QWENC_MAX_DRAFT, o->draft), 0;
         return 1;
+    case O_DRAFT_SRC:
+        if (!strcmp(v, "auto")) o->draft_src = QWENC_DRAFT_SRC_AUTO;
+        else if (!strcmp(v, "head")) o->draft_src = QWENC_DRAFT_SRC_HEAD;
+        else if (!strcmp(v, "lookup")) o->draft_src = QWENC_DRAFT_SRC_LOOKUP;
+        else return fprintf(stderr, "qwenc: --draft-src takes auto, head or lookup, got \"%s\"\n", v), 0;
+        return 1;
+    case O_NO_MTP: o->no_mtp = 1; return 1;
     case O_CHAT: o->chat = 1; return 1;
     case O_SYSTEM: o->system = v; return 1;
     case O_NOTHINK: o->no_think = 1; return 1;

@@ -36,6 +36,7 @@ qwenc_model *cli_load_model(const cli_opts *o) {
     mp.backend = o->backend;
     mp.f32_activations = o->f32_act;
     mp.quant = o->quant;
+    mp.no_draft_head = o->no_mtp;
     cli_progress ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1, .min_bytes = (uint64_t)256 << 20};
     if (o->quant) {
         mp.progress = cli_show_progress;

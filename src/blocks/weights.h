@@ -67,6 +67,16 @@ typedef struct {
     int64_t *offset;          /* [n_heads] first row of each head */
 } qw_ple_w;
 
+/* The MTP draft head's own tensors (its decoder layer is a qw_layer, qwenc_model.layers[n_layer]). */
+typedef struct {
+    const qw_tensor *fc;      /* Qwen3.5 family: [H, 2H] over concat(embedding, hidden) */
+    const qw_tensor *fc_embd, *fc_hidden; /* qwen4_exp: [H, H] each */
+    float *enorm;             /* [H] pre_fc_norm_embedding, zero-centred */
+    float *hnorm;             /* [H], qwen4_exp [C*H] (one RMS over the streams): pre_fc_norm_hidden */
+    float *norm;              /* Qwen3.5 family: [H] the head's final norm */
+    qw_hc_w hc_final;         /* qwen4_exp: the head's stream mixer */
+} qw_mtp_w;
+
 typedef struct {
     qw_layer_kind kind;
     float *attn_norm, *ffn_norm; /* [H] pre-norms (not qwen4_exp) */

@@ -72,6 +72,10 @@ typedef struct {
     /* QSA indexer */
     int idx_n_head, idx_head_dim, idx_budget, idx_ratio;
 
+    /* MTP draft head (speculative decoding): 0, or 1 when the model's head is bound; its decoder layer is
+     * qwenc_model.layers[n_layer] (a checkpoint's mtp.layers.0, a GGUF's blk.<n_layer>) */
+    int n_mtp;
+
     int eos_id;          /* first eos_token_id, -1 if none */
     int bos_id;
 

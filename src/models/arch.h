@@ -47,8 +47,11 @@ typedef struct {
     const char *gguf;           /* llama.cpp's general.architecture */
     /* Every tensor of the architecture, as roles (models/bind.h), in the order of its GGUF file. */
     void (*tensors)(qw_binder *b);
-    /* Run f->n_tok tokens through the layers; hidden [n_tok][n_embd] receives the final (pre lm_head) vectors. */
+    /* Run f->n_tok tokens through the layers; hidden [n_tok][n_embd] receives the final (pre lm_head) vectors;
+     * with f->mtp_hidden set, the draft head's input rows too (model.h, qw_mtp_width). */
     void (*forward)(const qw_fwd *f, float *hidden);
+    /* The MTP draft head (model.h), NULL where the architecture has none. */
+    void (*mtp_forward)(const qw_fwd *f, const float *h_in, float *h_next, float *out);
     unsigned flags;             /* QW_AF_* */
 } qw_arch_def;
 

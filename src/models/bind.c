@@ -200,17 +200,59 @@ void qw_bind_ple(qw_binder *b, int il, qw_ple_w *w) {
     qw_bind_conv(b, QW_GT_PLE_CONV, il, CH, hp->ple_conv_k, &w->conv);
 }
 
+void qw_bind_mtp(qw_binder *b) {
+    qwenc_model *m = b->m;
+    const qw_hparams *hp = &m->hp;
+    if (!hp->n_mtp || b->st) return;
+    int il = hp->n_layer, hc = qw_arch_has(hp->arch, QW_AF_HC), qk_norm = qw_arch_has(hp->arch, QW_AF_QK_NORM);
+    int64_t H = hp->n_embd, CH = (int64_t)hp->hc_count * H;
+    qw_layer *L = &m->layers[il];
+    qw_mtp_w *w = &m->mtp;
+    if (hc) {
+        qw_bind_mat(b, QW_GT_MTP_E_PROJ, il, H, H, &w->fc_embd);
+        qw_bind_mat(b, QW_GT_MTP_H_PROJ, il, H, H, &w->fc_hidden);
+    } else {
+        qw_bind_mat(b, QW_GT_MTP_EH_PROJ, il, H, 2 * H, &w->fc);
+    }
+    qw_bind_vec(b, QW_GT_MTP_ENORM, il, H, &w->enorm);
+    qw_bind_vec(b, QW_GT_MTP_HNORM, il, hc ? CH : H, &w->hnorm);
+    if (hc) { /* a QSA decoder layer as the main ones (no PLE), then the head's stream mixer */
+        qw_bind_hc(b, il, &L->hc_attn, QW_GT_HC_ATTN_NORM, QW_GT_HC_ATTN_DOWN, QW_GT_HC_ATTN_UP, QW_GT_HC_ATTN_INJECT);
+        qw_bind_hc(b, il, &L->hc_mlp, QW_GT_HC_FFN_NORM, QW_GT_HC_FFN_DOWN, QW_GT_HC_FFN_UP, QW_GT_HC_FFN_INJECT);
+        qw_bind_attn(b, il, &L->attn, qk_norm, 1, 1);
+        qw_bind_moe(b, il, &L->moe_w);
+        qw_bind_hc(b, il, &w->hc_final, QW_GT_MTP_HC_NORM, QW_GT_MTP_HC_DOWN, QW_GT_MTP_HC_UP, QW_GT_COUNT);
+        return;
+    }
+    /* a gated full-attention decoder layer (pre-norm residual), then the head's norm */
+    qw_bind_vec(b, QW_GT_ATTN_NORM, il, H, &L->attn_norm);
+    qw_bind_vec(b, QW_GT_POST_ATTN_NORM, il, H, &L->ffn_norm);
+    qw_bind_attn(b, il, &L->attn, qk_norm, 1, 0);
+    if (L->moe)
+        qw_bind_moe(b, il, &L->moe_w);
+    else
+        qw_bind_mlp(b, il, &L->mlp);
+    qw_bind_vec(b, QW_GT_MTP_NORM, il, H, &w->norm);
+}
+
 /* ---------------------------------------------------------------- the model */
 
 qwenc_status qw_bind_model(qw_binder *b) {
     qwenc_model *m = b->m;
     const qw_hparams *hp = &m->hp;
     if (!b->io->reads) {
-        m->layers = qw_calloc((size_t)hp->n_layer, sizeof(qw_layer));
-        if (!m->layers) return b->st = qw_err_nomem(b->err, b->errlen, m->path, (size_t)hp->n_layer, sizeof(qw_layer));
+        int n = hp->n_layer + hp->n_mtp;
+        m->layers = qw_calloc((size_t)n, sizeof(qw_layer));
+        if (!m->layers) return b->st = qw_err_nomem(b->err, b->errlen, m->path, (size_t)n, sizeof(qw_layer));
         for (int il = 0; il < hp->n_layer; il++) {
             m->layers[il].kind = hp->layer_kind[il];
             m->layers[il].moe = hp->layer_moe[il];
+        }
+        if (hp->n_mtp) { /* the head's layer: attention (QSA in qwen4_exp), MoE where the source has a router */
+            qw_layer *L = &m->layers[hp->n_layer];
+            L->kind = qw_arch_has(hp->arch, QW_AF_QSA) ? QW_LAYER_QSA : QW_LAYER_ATTN;
+            L->moe = qw_arch_has(hp->arch, QW_AF_MOE) ||
+                     (qw_arch_has(hp->arch, QW_AF_MOE_STEP) && b->io->has(b, QW_GT_FFN_GATE_INP, hp->n_layer));
         }
     }
     qw_arch_get(hp->arch)->tensors(b);

@@ -97,6 +97,8 @@ void qw_bind_hc(qw_binder *b, int il, qw_hc_w *w, qw_gt norm, qw_gt down, qw_gt 
 void qw_bind_ple_tables(qw_binder *b);
 /* PLE layer il's projections, norms and convolution. */
 void qw_bind_ple(qw_binder *b, int il, qw_ple_w *w);
+/* The MTP draft head when hp->n_mtp: its own tensors and its decoder layer (layer n_layer). */
+void qw_bind_mtp(qw_binder *b);
 
 /* ---- for the ios ---- */
 /* Whether a GGUF of b's architecture stores the layout `which` (the flag a GGUF's views get: the block helpers

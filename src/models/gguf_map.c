@@ -110,6 +110,19 @@ static const qw_gt_info gt_info[QW_GT_COUNT] = {
     [QW_GT_PLE_NORM_QUERY] = {"ple_norm_query.weight", 1, "ple.norm_query.weight", QW_XF_NORM, 1, ZC},
     [QW_GT_PLE_NORM_CONV] = {"ple_norm_conv.weight", 1, "ple.norm_conv.weight", QW_XF_NORM, 1, ZC},
     [QW_GT_PLE_CONV] = {"ple_conv1d.weight", 1, "ple.conv1d.weight", 0, 1, "[C*H, 1, k] squeezed to [C*H, k]"},
+    [QW_GT_MTP_EH_PROJ] = {"nextn.eh_proj.weight", 1, "mtp.fc.weight", 0, 0, "qwen3.5 family: [H, 2H], embedding first"},
+    [QW_GT_MTP_E_PROJ] = {"nextn.e_proj.weight", 1, "mtp.fc_embedding.weight", 0, 0, "qwen4exp (qwenc's name)"},
+    [QW_GT_MTP_H_PROJ] = {"nextn.h_proj.weight", 1, "mtp.fc_hidden.weight", 0, 0, "qwen4exp (qwenc's name)"},
+    [QW_GT_MTP_ENORM] = {"nextn.enorm.weight", 1, "mtp.pre_fc_norm_embedding.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_MTP_HNORM] = {"nextn.hnorm.weight", 1, "mtp.pre_fc_norm_hidden.weight", QW_XF_NORM, 1,
+                         ZC "; qwen4exp: [C*H], one RMS over the streams"},
+    [QW_GT_MTP_NORM] = {"nextn.shared_head_norm.weight", 1, "mtp.norm.weight", QW_XF_NORM, 1, ZC},
+    [QW_GT_MTP_HC_NORM] = {"nextn.hc_head_norm.weight", 1, "mtp.hyper_connection_mixer.hc_norm.weight", QW_XF_NORM, 1,
+                           ZC " (qwen4exp, qwenc's name)"},
+    [QW_GT_MTP_HC_DOWN] = {"nextn.hc_head_down.weight", 1, "mtp.hyper_connection_mixer.input_mix_weight_down.weight", 0,
+                           0, "qwen4exp (qwenc's name)"},
+    [QW_GT_MTP_HC_UP] = {"nextn.hc_head_up.weight", 1, "mtp.hyper_connection_mixer.input_mix_weight_up.weight", 0, 0,
+                         "qwen4exp (qwenc's name)"},
 };
 
 const qw_gt_info *qw_gt_info_of(qw_gt t) {
@@ -459,6 +472,7 @@ qwenc_status qw_hparams_from_gguf(qw_hparams *hp, const qw_gguf *g, const char *
                  "fewer than block_count");
     }
     hp->n_layer = (int)(n_all - n_mtp);
+    hp->n_mtp = (int)QW_MIN(n_mtp, 1); /* one head layer is bound (qwen4exp and the Qwen3.5 family have one) */
     hp->n_embd = (int)mr_hp(&r, QW_HP_EMBD, 0, 1);
     hp->n_ctx_train = (int)mr_hp(&r, QW_HP_CTX, 4096, 0);
     hp->n_head = (int)mr_hp(&r, QW_HP_HEAD, 0, 1);

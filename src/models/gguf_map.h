@@ -86,6 +86,16 @@ typedef enum {
     QW_GT_PLE_NORM_QUERY,
     QW_GT_PLE_NORM_CONV,
     QW_GT_PLE_CONV,
+    /* the MTP draft head, in the block after the last layer (blk.<n_layer>.nextn.*; checkpoint mtp.*) */
+    QW_GT_MTP_EH_PROJ,
+    QW_GT_MTP_E_PROJ,
+    QW_GT_MTP_H_PROJ,
+    QW_GT_MTP_ENORM,
+    QW_GT_MTP_HNORM,
+    QW_GT_MTP_NORM,
+    QW_GT_MTP_HC_NORM,
+    QW_GT_MTP_HC_DOWN,
+    QW_GT_MTP_HC_UP,
     QW_GT_COUNT
 } qw_gt;
 
@@ -103,8 +113,10 @@ enum {
 typedef struct {
     const char *gguf; /* name after "blk.<il>." for layer roles, the whole name otherwise */
     int per_layer;
-    const char *hf;   /* the checkpoint's tensor: after "<prefix>layers.<il>." for layer roles, else after the
-                       * prefix ("model." or "model.language_model.") where it starts with '~', else whole;
+    const char *hf;   /* the checkpoint's tensor: after "<prefix>layers.<il>." for layer roles (after
+                       * "mtp.layers.0." in the MTP head's layer il = n_layer), whole where it starts with "mtp.",
+                       * else after the prefix ("model." or "model.language_model.") where it starts with '~', else
+                       * whole;
                        * NULL where the role is not one tensor of the checkpoint (its io's function says) */
     unsigned xf;      /* QW_XF_* */
     int fragile;      /* never stored below Q8_0 by qwenc quantize */

@@ -383,7 +383,10 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
     qw_gguf_writer_set_u32(w, "general.quantization_version", 2);
     qw_gguf_writer_set_u32(w, "general.file_type", (uint32_t)pol->ftype);
 
-    put_u32(w, a, "block_count", hp->n_layer);
+    /* the MTP draft head is the block after the last layer (llama.cpp's nextn layout) */
+    int n_blk = hp->n_layer + hp->n_mtp;
+    put_u32(w, a, "block_count", n_blk);
+    if (hp->n_mtp) put_u32(w, a, "nextn_predict_layers", hp->n_mtp);
     put_u32(w, a, "context_length", hp->n_ctx_train);
     put_u32(w, a, "embedding_length", hp->n_embd);
     if (hp->n_ff > 0) put_u32(w, a, "feed_forward_length", hp->n_ff);
@@ -429,14 +432,14 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
         put_u32(w, a, "ssm.group_count", hp->gdn_hk);
         put_u32(w, a, "ssm.time_step_rank", hp->gdn_hv);
         put_u32(w, a, "ssm.inner_size", (int64_t)hp->gdn_dv * hp->gdn_hv);
-        uint8_t *rec = qw_calloc((size_t)hp->n_layer, 1);
+        uint8_t *rec = qw_calloc((size_t)n_blk, 1);
         if (!rec) {
-            meta_oom(w, "attention.recurrent_layers", (size_t)hp->n_layer);
+            meta_oom(w, "attention.recurrent_layers", (size_t)n_blk);
             return;
         }
         for (int l = 0; l < hp->n_layer; l++) rec[l] = hp->layer_kind[l] == QW_LAYER_GDN;
         qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "attention.recurrent_layers"), QW_GGUF_BOOL, rec,
-                               (uint64_t)hp->n_layer);
+                               (uint64_t)n_blk);
         free(rec);
         put_u32(w, a, "full_attention_interval", 4);
         put_u32(w, a, "rope.dimension_count", hp->n_rot);
@@ -451,14 +454,15 @@ static void write_metadata(qw_gguf_writer *w, const qwenc_model *m, const qw_ggu
         put_u32(w, a, "attention.indexer.head_count", hp->idx_n_head);
         put_u32(w, a, "attention.indexer.key_length", hp->idx_head_dim);
         put_u32(w, a, "attention.indexer.top_k", hp->idx_budget);
-        int32_t *cr = qw_calloc((size_t)hp->n_layer, sizeof(int32_t));
+        int32_t *cr = qw_calloc((size_t)n_blk, sizeof(int32_t));
         if (!cr) {
-            meta_oom(w, "attention.compress_ratios", (size_t)hp->n_layer * sizeof(int32_t));
+            meta_oom(w, "attention.compress_ratios", (size_t)n_blk * sizeof(int32_t));
             return;
         }
-        for (int l = 0; l < hp->n_layer; l++) cr[l] = hp->layer_kind[l] == QW_LAYER_QSA ? hp->idx_ratio : 0;
+        for (int l = 0; l < n_blk; l++)
+            cr[l] = l >= hp->n_layer || hp->layer_kind[l] == QW_LAYER_QSA ? hp->idx_ratio : 0;
         qw_gguf_writer_set_arr(w, qw_gguf_key(k, sizeof(k), a, "attention.compress_ratios"), QW_GGUF_I32, cr,
-                               (uint64_t)hp->n_layer);
+                               (uint64_t)n_blk);
         free(cr);
     }
     if (qw_arch_has(a, QW_AF_PLE) && hp->n_ple > 0) {

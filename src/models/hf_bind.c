@@ -11,7 +11,9 @@
  *   DeltaNet input projections split (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) or fused per key head
  *   (qwen3_next: in_proj_qkvz, in_proj_ba);
  *   the PLE n-gram table as one tensor or as shards, its hash buffers (optional) checked against the config.
- * Not bound: the MTP draft head (mtp.*, counted) and the vision tower (model.visual.*, counted).
+ *   the MTP draft head (mtp.*: its own tensors, and its decoder layer mtp.layers.0 bound as layer n_layer),
+ *   when its layer is there (mtp.layers.0.self_attn.o_proj.weight) and not declined (no_draft_head).
+ * Not bound: the vision tower (model.visual.*, counted).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -20,11 +22,17 @@
 #include "blocks/blocks.h"
 #include "models/bind.h"
 
-/* A tensor name from fmt; a leading '~' is replaced by the model's prefix ("model." ...). */
+static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+/* A tensor name from fmt; a leading '~' is replaced by the model's prefix ("model." ...), and "~layers.<il>." of
+ * the draft head's layer (il >= n_layer) by "mtp.layers.<il - n_layer>.". */
 static const char *vname(qw_binder *b, const char *fmt, va_list ap) {
     char tmp[256];
     vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    if (tmp[0] == '~')
+    int il, at = 0;
+    if (sscanf(tmp, "~layers.%d.%n", &il, &at) == 1 && at > 0 && il >= b->m->hp.n_layer)
+        snprintf(b->name, sizeof(b->name), "mtp.layers.%d.%s", il - b->m->hp.n_layer, tmp + at);
+    else if (tmp[0] == '~')
         snprintf(b->name, sizeof(b->name), "%s%s", b->m->prefix, tmp + 1);
     else
         snprintf(b->name, sizeof(b->name), "%s", tmp);
@@ -44,7 +52,8 @@ static const char *name_of(qw_binder *b, const char *fmt, ...) {
 static const char *role_name(qw_binder *b, qw_gt role, int il) {
     const qw_gt_info *gi = qw_gt_info_of(role);
     QW_ASSERT(gi->hf);
-    return gi->per_layer ? name_of(b, "~layers.%d.%s", il, gi->hf) : name_of(b, "%s", gi->hf);
+    return gi->per_layer && !starts_with(gi->hf, "mtp.") ? name_of(b, "~layers.%d.%s", il, gi->hf)
+                                                          : name_of(b, "%s", gi->hf);
 }
 
 static const qw_tensor *find(qw_binder *b, const char *name) { return qw_weightset_find(&b->m->ws, name); }
@@ -249,14 +258,13 @@ static const qw_bind_io hf_io = {
     .rope = hf_rope,
 };
 
-static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
-
 qwenc_status qw_hf_model_load(qwenc_model *m, const char *path, char *err, size_t errlen) {
     qwenc_status st = qw_hparams_load(&m->hp, path, err, errlen);
     if (!st) st = qw_weightset_open_dir(&m->ws, path, err, errlen);
     if (st) return st;
     m->prefix = qw_weightset_find(&m->ws, "model.language_model.embed_tokens.weight") ? "model.language_model."
                                                                                        : "model.";
+    m->hp.n_mtp = !m->params.no_draft_head && qw_weightset_find(&m->ws, "mtp.layers.0.self_attn.o_proj.weight");
     qw_binder b = {.m = m, .io = &hf_io, .err = err, .errlen = errlen};
     st = qw_bind_model(&b);
     if (st) return st;

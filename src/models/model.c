@@ -130,6 +130,8 @@ void qwenc_model_free(qwenc_model *m) {
 }
 
 int qwenc_model_n_vocab(const qwenc_model *m) { return m->hp.n_vocab; }
+int qwenc_model_has_draft_head(const qwenc_model *m) { return m->hp.n_mtp > 0; }
+int qw_mtp_width(const qw_hparams *hp) { return qw_arch_has(hp->arch, QW_AF_HC) ? hp->hc_count * hp->n_embd : hp->n_embd; }
 int qwenc_model_n_ctx_train(const qwenc_model *m) { return m->hp.n_ctx_train; }
 const char *qwenc_model_arch(const qwenc_model *m) { return qw_arch_name(m->hp.arch); }
 const char *qwenc_model_kernels(const qwenc_model *m) { return m->be->name; }
@@ -246,6 +248,14 @@ void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
         fprintf(f, "%c%s%s", c, L->ple ? "+ple" : "", hp->n_expert && !L->moe ? "+mlp" : "");
     }
     fprintf(f, "\n             (A attention, D Gated DeltaNet, S QSA sparse attention)\n");
+    if (hp->n_mtp) {
+        const qw_layer *L = &m->layers[hp->n_layer];
+        fprintf(f, "draft head   MTP, one %s layer%s (speculative decoding: --draft)\n",
+                L->kind == QW_LAYER_QSA ? "QSA" : "attention", L->moe ? " with MoE" : "");
+    } else if (m->n_mtp_tensors) {
+        fprintf(f, "draft head   %d MTP tensors not loaded%s\n", m->n_mtp_tensors,
+                m->params.no_draft_head ? " (--no-mtp)" : " (the head's layer is missing)");
+    }
 
     enum { NB = 16 };
     static const char *labels[NB] = {
@@ -263,7 +273,7 @@ void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
                              : m->gguf ? &m->gguf->tensors[i - n_conv].t
                                        : &m->ws.entries[i - n_conv].t;
         int k = i < n_conv || m->gguf ? info_bucket_of_gguf(t->name, hp->n_layer) : info_bucket_of(t->name);
-        if (i >= n_conv && n_conv && k > 1) continue;
+        if (i >= n_conv && n_conv && (k > 1 || (k == 0 && hp->n_mtp))) continue;
         int64_t n = qw_tensor_nelem(t);
         bk[k].params += n;
         bk[k].n_tensors++;

@@ -40,7 +40,8 @@ struct qwenc_model {
     qw_hc_w hc_final;          /* qwen4_exp final stream mixer */
     qw_layer *layers;          /* [n_layer] */
     float *rope_inv_freq;      /* [n_rot/2] */
-    int n_mtp_tensors;         /* mtp.* tensors present (draft head, used by speculative decoding) */
+    qw_mtp_w mtp;              /* the MTP draft head when hp.n_mtp (its layer: layers[hp.n_layer]) */
+    int n_mtp_tensors;         /* the draft head's tensors in the source (bound or not) */
     int64_t n_mtp_params;
     int n_ignored_tensors;     /* vision tower and other tensors the text model does not use */
     qw_gguf *gguf;             /* the mapped file when loaded from a .gguf (ws is then empty), else NULL */
@@ -60,6 +61,13 @@ void qw_qwen4exp_tensors(qw_binder *b);
 void qw_llama_forward(const qw_fwd *f, float *hidden);
 void qw_qwen35_forward(const qw_fwd *f, float *hidden);
 void qw_qwen4exp_forward(const qw_fwd *f, float *hidden);
+/* The MTP draft head over f->n_tok rows (row r: input token f->tokens[r] at its position, h_in row r the hidden
+ * of the position before, qw_mtp_width wide): h_next [n_tok][qw_mtp_width] what a chained step reads next,
+ * out [n_tok][n_embd] the lm_head's input. */
+void qw_qwen35_mtp_forward(const qw_fwd *f, const float *h_in, float *h_next, float *out);
+void qw_qwen4exp_mtp_forward(const qw_fwd *f, const float *h_in, float *h_next, float *out);
+/* Floats per token of the hidden the draft head reads: the final norm's output, or qwen4_exp's C*H streams. */
+int qw_mtp_width(const qw_hparams *hp);
 
 /* ---- checkpoint directories (models/hf_bind.c) ---- */
 /* Hyper-parameters and every weight of a checkpoint directory (m->path, m->be set; fills the rest). */

@@ -33,6 +33,7 @@ void qw_qwen35_tensors(qw_binder *b) {
     }
     qw_bind_vec(b, QW_GT_OUTPUT_NORM, -1, hp->n_embd, &m->out_norm);
     qw_bind_output(b);
+    qw_bind_mtp(b);
 }
 
 void qw_qwen35_forward(const qw_fwd *f, float *x) {
@@ -58,5 +59,41 @@ void qw_qwen35_forward(const qw_fwd *f, float *x) {
         f->be->axpy(f->be, x, y, 1.0f, (int64_t)T * H);
     }
     f->be->rms_norm(f->be, x, x, m->out_norm, T, H, hp->norm_eps, 1);
+    if (f->mtp_hidden) f->be->copy(f->be, f->mtp_hidden, x, (size_t)T * H * sizeof(float));
+    qw_arena_restore(f->ar, mk);
+}
+
+/* The draft head (spec qwen35_family.md 3, vLLM's semantics):
+ *   u = fc . concat(ZRMS(embed(token); enorm), ZRMS(h; hnorm))
+ *   u += attn(ZRMS(u; input_layernorm));  u += ffn(ZRMS(u; post_attention_layernorm))   (the head's layer)
+ *   out = h_next = ZRMS(u; mtp.norm) */
+void qw_qwen35_mtp_forward(const qw_fwd *f, const float *h_in, float *h_next, float *out) {
+    const qwenc_model *m = f->m;
+    const qw_hparams *hp = f->hp;
+    const qw_backend *be = f->be;
+    const qw_mtp_w *w = &m->mtp;
+    int T = f->n_tok, H = hp->n_embd, il = hp->n_layer;
+    const qw_layer *L = &m->layers[il];
+    qw_arena_mark mk = qw_arena_get_mark(f->ar);
+    float *x = qw_arena_f32(f->ar, (size_t)T * H), *h = qw_arena_f32(f->ar, (size_t)T * H);
+    float *y = qw_arena_f32(f->ar, (size_t)T * H), *cat = qw_arena_f32(f->ar, (size_t)T * 2 * H);
+    be->get_rows(be, x, m->tok_embd, f->tokens, T);
+    be->rms_norm(be, x, x, w->enorm, T, H, hp->norm_eps, 1);
+    be->rms_norm(be, h, h_in, w->hnorm, T, H, hp->norm_eps, 1);
+    qw_copy_layout half = {{H, T, 1, 1}, {1, 2 * H, 0, 0}, {1, H, 0, 0}};
+    be->copy_strided(be, cat, x, &half);
+    be->copy_strided(be, cat + H, h, &half);
+    be->matmul(be, x, w->fc, cat, T);
+    be->rms_norm(be, h, x, L->attn_norm, T, H, hp->norm_eps, 1);
+    qw_attn_forward(f, il, &L->attn, 1, h, y);
+    be->axpy(be, x, y, 1.0f, (int64_t)T * H);
+    be->rms_norm(be, h, x, L->ffn_norm, T, H, hp->norm_eps, 1);
+    if (L->moe)
+        qw_moe_forward(f, &L->moe_w, h, y);
+    else
+        qw_ffn_forward(f, &L->mlp, h, y, T);
+    be->axpy(be, x, y, 1.0f, (int64_t)T * H);
+    be->rms_norm(be, out, x, w->norm, T, H, hp->norm_eps, 1);
+    be->copy(be, h_next, out, (size_t)T * H * sizeof(float));
     qw_arena_restore(f->ar, mk);
 }

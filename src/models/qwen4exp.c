@@ -36,6 +36,7 @@ void qw_qwen4exp_tensors(qw_binder *b) {
     }
     qw_bind_hc(b, -1, &m->hc_final, QW_GT_HC_HEAD_NORM, QW_GT_HC_HEAD_DOWN, QW_GT_HC_HEAD_UP, QW_GT_COUNT);
     qw_bind_output(b);
+    qw_bind_mtp(b);
 }
 
 void qw_qwen4exp_forward(const qw_fwd *f, float *hidden) {
@@ -66,6 +67,43 @@ void qw_qwen4exp_forward(const qw_fwd *f, float *hidden) {
         qw_moe_forward(f, &L->moe_w, a, y);
         qw_hc_inject(f, X, inj, y);
     }
+    if (f->mtp_hidden) be->copy(be, f->mtp_hidden, X, (size_t)T * CH * sizeof(float));
     qw_hc_forward(f, &m->hc_final, X, hidden, NULL);
+    qw_arena_restore(f->ar, mk);
+}
+
+/* The draft head (spec qwen4_exp.md 3.10, vLLM's semantics), reading the main model's streams before its mixer:
+ *   ep = fc_embedding . ZRMS(embed(token); enorm);  hn = ZRMS(X; hnorm) (one RMS over the C*H values)
+ *   Z[s] = fc_hidden . hn[s] + ep for every stream s
+ *   Z = the head's QSA decoder layer (hyper-connections, QSA, MoE; no PLE)
+ *   h_next = Z;  out = HC_mix(the head's mixer, Z) */
+void qw_qwen4exp_mtp_forward(const qw_fwd *f, const float *h_in, float *h_next, float *out) {
+    const qwenc_model *m = f->m;
+    const qw_hparams *hp = f->hp;
+    const qw_backend *be = f->be;
+    const qw_mtp_w *w = &m->mtp;
+    int T = f->n_tok, H = hp->n_embd, C = hp->hc_count, il = hp->n_layer;
+    int64_t CH = (int64_t)C * H;
+    const qw_layer *L = &m->layers[il];
+    qw_arena_mark mk = qw_arena_get_mark(f->ar);
+    float *X = qw_arena_f32(f->ar, (size_t)T * CH), *hn = qw_arena_f32(f->ar, (size_t)T * CH);
+    float *a = qw_arena_f32(f->ar, (size_t)T * H), *y = qw_arena_f32(f->ar, (size_t)T * H);
+    float *inj = qw_arena_f32(f->ar, (size_t)T * C);
+    be->get_rows(be, a, m->tok_embd, f->tokens, T);
+    be->rms_norm(be, a, a, w->enorm, T, H, hp->norm_eps, 1);
+    be->matmul(be, y, w->fc_embd, a, T);
+    be->rms_norm(be, hn, h_in, w->hnorm, T, (int)CH, hp->norm_eps, 1);
+    be->matmul(be, X, w->fc_hidden, hn, T * C);
+    qw_copy_layout streams = {{H, C, T, 1}, {1, H, CH, 0}, {1, 0, H, 0}}; /* ep under every stream */
+    be->copy_strided(be, hn, y, &streams);
+    be->axpy(be, X, hn, 1.0f, (int64_t)T * CH);
+    qw_hc_forward(f, &L->hc_attn, X, a, inj);
+    qw_attn_forward(f, il, &L->attn, 1, a, y);
+    qw_hc_inject(f, X, inj, y);
+    qw_hc_forward(f, &L->hc_mlp, X, a, inj);
+    qw_moe_forward(f, &L->moe_w, a, y);
+    qw_hc_inject(f, X, inj, y);
+    be->copy(be, h_next, X, (size_t)T * CH * sizeof(float));
+    qw_hc_forward(f, &w->hc_final, X, out, NULL);
     qw_arena_restore(f->ar, mk);
 }

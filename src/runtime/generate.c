@@ -126,6 +126,14 @@ static void auto_count(draft_auto *a, int pos, int accepted) {
     if (a->tried[pos] == 16) a->tried[pos] /= 2, a->acc[pos] /= 2;
 }
 
+/* The first largest of x[0..n). */
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 /* What one generation keeps between tokens. */
 typedef struct {
     qwenc_session *s;
@@ -180,6 +188,14 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
         return qw_err(err, errlen, QWENC_ERR_ARG, "generate: n_draft %d is outside [0, %d] (or QWENC_DRAFT_AUTO)",
                       gp->n_draft, QWENC_MAX_DRAFT);
     if (!tok) return qw_err(err, errlen, QWENC_ERR_ARG, "generate: no tokenizer given");
+    if (gp->draft_src < QWENC_DRAFT_SRC_AUTO || gp->draft_src > QWENC_DRAFT_SRC_HEAD)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "generate: draft_src %d is not one of QWENC_DRAFT_SRC_*", gp->draft_src);
+    if (gp->draft_src == QWENC_DRAFT_SRC_HEAD && gp->n_draft && !qwenc_session_has_draft_head(s))
+        return qw_err(err, errlen, QWENC_ERR_ARG,
+                      qwenc_model_has_draft_head(s->model)
+                          ? "generate: drafts from the head need a session made with draft_head"
+                          : "generate: the model has no MTP draft head to draft with");
+    int use_head = gp->draft_src != QWENC_DRAFT_SRC_LOOKUP && qwenc_session_has_draft_head(s);
     int V = s->model->hp.n_vocab, n_ctx = qwenc_session_n_ctx(s);
     int autodraft = gp->n_draft == QWENC_DRAFT_AUTO;
     int n_draft = QW_MIN(autodraft ? DRAFT_AUTO_MAX : gp->n_draft, s->n_batch - 1);
@@ -216,7 +232,13 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
         if (n_draft > 0) { /* no more drafts than the context holds or the limit could use */
             int room = QW_MIN(autodraft ? auto_draft(&ad, res->n_steps) : n_draft, n_ctx - past0 - 1);
             if (gp->n_predict >= 0) room = QW_MIN(room, gp->n_predict - res->n_gen - 1);
-            if (room > 0) k = qwenc_draft_lookup(g.hist, g.n_hist, room, toks + 1);
+            if (room > 0 && !use_head) k = qwenc_draft_lookup(g.hist, g.n_hist, room, toks + 1);
+            for (int32_t cur = t; use_head && k < room; cur = toks[++k]) { /* the head's greedy chain */
+                g.st = qwenc_session_draft_head(s, cur, logits, err, errlen);
+                if (g.st) break;
+                toks[k + 1] = argmax(logits, V);
+            }
+            if (g.st) break;
         }
         res->n_steps++;
         if (k == 0) {

@@ -12,6 +12,11 @@
  * the same addresses, and a step allocates nothing. The kernels' own per-thread scratch (kernels/cpu.c)
  * grows on first use to the widest matmul; should that fail, the step's results are lost: the call returns
  * QWENC_ERR_NOMEM and the session must be reset.
+ *
+ * The MTP draft head (params.draft_head): its layer's caches are one more layer state, and every main step also
+ * runs the head over the step's tokens (the "catch-up": the head at position p reads the main model's hidden at p
+ * and the token at p + 1, so it lags one token behind: the last hidden waits in mtp_hid's row 0 for the token
+ * that follows it). qwenc_session_draft_head runs the head a token at a time beyond that.
  */
 #include <string.h>
 
@@ -28,6 +33,9 @@ qwenc_session_params qwenc_session_default_params(void) {
     qwenc_session_params p = {.n_ctx = 0, .n_batch = 512};
     return p;
 }
+
+/* Layers with state: the main ones, and the draft head's when the session keeps it. */
+static int n_state_layers(const qwenc_session *s) { return s->model->hp.n_layer + (s->mtp ? 1 : 0); }
 
 /* Floats of state for layer il; with base != NULL also assigns the pointers (backend memory). */
 static size_t layer_state(const qwenc_model *m, int n_ctx, int il, qw_layer_state *ls, float *base) {
@@ -85,8 +93,16 @@ static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_ba
     }
     qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .seqs = seqs, .n_ctx = n_ctx, .ar = &s->arena, .n_tok = T,
                 .tokens = tokens, .rope_cs = cs, .draft = draft};
+    /* the draft head's input rows: into the session's buffer from row 1, or for a batched step into the arena,
+     * each row then its session's row 0 (the head skips the position before: its cache keeps a hole there) */
+    int64_t W = qw_mtp_width(hp);
+    if (!seqs && s->mtp) f.mtp_hidden = s->mtp_hid + W;
+    if (seqs && hp->n_mtp) f.mtp_hidden = qw_arena_f32(&s->arena, (size_t)T * W);
     float *hidden = qw_arena_f32(&s->arena, (size_t)T * hp->n_embd);
     qw_model_forward(&f, hidden);
+    if (seqs && hp->n_mtp)
+        for (int r = 0; r < T; r++)
+            if (seqs[r]->mtp) be->copy(be, seqs[r]->mtp_hid, f.mtp_hidden + r * W, (size_t)W * sizeof(float));
     float *lg = NULL;
     if (want_logits && first_logit < T) {
         int n = T - first_logit;
@@ -108,6 +124,45 @@ static int skip_op(void *user, int op) {
     return 0;
 }
 
+/* The draft head over n rows from position pos0 (their tokens already in s->mtp_tok): h_in [n][W] the hidden each
+ * row reads, h_next [n][W] (NULL: scratch) what it passes on. With want, the logits of the last row go straight
+ * into host_logits on a backend with host memory, else into the arena, whose address is returned. */
+static float *mtp_ops(qwenc_session *s, const qw_backend *be, int n, int pos0, const float *h_in, float *h_next,
+                      float *host_logits, int want) {
+    const qwenc_model *m = s->model;
+    const qw_hparams *hp = &m->hp;
+    qw_arena_reset(&s->arena);
+    qw_step step = {.pos0 = pos0};
+    be->upload(be, s->step, &step, sizeof(step));
+    float *cs = qw_arena_f32(&s->arena, (size_t)n * hp->n_rot);
+    be->rope_table(be, cs, m->rope_inv_freq, hp->n_rot, n, s->step);
+    qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .n_ctx = s->n_ctx, .ar = &s->arena, .n_tok = n,
+                .tokens = s->mtp_tok, .rope_cs = cs};
+    if (!h_next) h_next = qw_arena_f32(&s->arena, (size_t)n * qw_mtp_width(hp));
+    float *out = qw_arena_f32(&s->arena, (size_t)n * hp->n_embd);
+    qw_arch_get(hp->arch)->mtp_forward(&f, h_in, h_next, out);
+    if (!want) return NULL;
+    float *lg = be->host_memory ? host_logits : qw_arena_f32(&s->arena, (size_t)hp->n_vocab);
+    be->matmul(be, lg, m->output, out + (int64_t)(n - 1) * hp->n_embd, 1);
+    return lg;
+}
+
+/* After a step fed tokens[0..n) from position past0 and left their hidden in mtp_hid's rows 1..n: the head reads
+ * row 0 (position past0 - 1, when there is one) and rows 1..n-1 with the tokens after each, and row n waits in
+ * row 0. */
+static void mtp_catch_up(qwenc_session *s, const int32_t *tokens, int n, int past0) {
+    if (!s->mtp || n <= 0) return;
+    const qw_backend *be = s->be;
+    int64_t W = qw_mtp_width(&s->model->hp);
+    int first = past0 > 0 ? 0 : 1; /* the first row that has a token after it */
+    int rows = n - first;
+    if (rows > 0) {
+        be->upload(be, s->mtp_tok, tokens + first, (size_t)rows * sizeof(int32_t));
+        mtp_ops(s, be, rows, past0 - 1 + first, s->mtp_hid + first * W, NULL, NULL, 0);
+    }
+    be->copy(be, s->mtp_hid, s->mtp_hid + n * W, (size_t)W * sizeof(float));
+}
+
 /* The scratch bytes of the largest step (n_batch tokens): its ops run through a backend that skips them all,
  * over an arena that measures. 0 when out of memory for the dry-run backend. */
 static size_t plan_scratch(qwenc_session *s) {
@@ -116,6 +171,7 @@ static size_t plan_scratch(qwenc_session *s) {
     if (!dry) return 0;
     qw_arena_init_measure(&s->arena);
     step_ops(s, NULL, dry, s->n_batch, NULL, NULL, 1, 0, 0);
+    if (s->mtp) mtp_ops(s, dry, s->n_batch, 0, NULL, NULL, NULL, 1);
     dry->release(dry);
     return QW_MAX(s->arena.high_water, (size_t)64);
 }
@@ -135,11 +191,13 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
     s->be = be;
     s->n_ctx = p.n_ctx;
     s->n_batch = QW_MIN(QW_MIN(p.n_batch, p.n_ctx), SESSION_MAX_BATCH);
+    s->mtp = p.draft_head && m->hp.n_mtp > 0;
     qwenc_status st = QWENC_OK;
-    s->ls = qw_calloc((size_t)m->hp.n_layer, sizeof(qw_layer_state));
-    if (!s->ls) st = qw_err_nomem(err, errlen, "session: layer states", (size_t)m->hp.n_layer, sizeof(qw_layer_state));
+    int nl = n_state_layers(s);
+    s->ls = qw_calloc((size_t)nl, sizeof(qw_layer_state));
+    if (!s->ls) st = qw_err_nomem(err, errlen, "session: layer states", (size_t)nl, sizeof(qw_layer_state));
     size_t total = 0;
-    for (int il = 0; !st && il < m->hp.n_layer; il++) total += layer_state(m, s->n_ctx, il, NULL, NULL);
+    for (int il = 0; !st && il < nl; il++) total += layer_state(m, s->n_ctx, il, NULL, NULL);
     s->state_bytes = total * sizeof(float);
     if (!st && !(s->state_mem = be->alloc(be, s->state_bytes, QW_MEM_STATE)))
         st = qw_err(err, errlen, QWENC_ERR_NOMEM,
@@ -150,9 +208,16 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
                 !(s->step = be->alloc(be, sizeof(qw_step), QW_MEM_ACT)) ||
                 !(s->tokens = be->alloc(be, (size_t)s->n_batch * sizeof(int32_t), QW_MEM_ACT))))
         st = qw_err(err, errlen, QWENC_ERR_NOMEM, "session: out of memory allocating the step's inputs");
+    if (!st && s->mtp) {
+        size_t W = (size_t)qw_mtp_width(&m->hp);
+        if (!(s->mtp_hid = be->alloc(be, (size_t)(s->n_batch + 1) * W * sizeof(float), QW_MEM_STATE)) ||
+            !(s->mtp_chain = be->alloc(be, W * sizeof(float), QW_MEM_STATE)) ||
+            !(s->mtp_tok = be->alloc(be, (size_t)s->n_batch * sizeof(int32_t), QW_MEM_ACT)))
+            st = qw_err(err, errlen, QWENC_ERR_NOMEM, "session: out of memory allocating the draft head's inputs");
+    }
     if (!st) {
         size_t off = 0;
-        for (int il = 0; il < m->hp.n_layer; il++) off += layer_state(m, s->n_ctx, il, &s->ls[il], s->state_mem + off);
+        for (int il = 0; il < nl; il++) off += layer_state(m, s->n_ctx, il, &s->ls[il], s->state_mem + off);
         s->scratch_bytes = plan_scratch(s);
         if (!s->scratch_bytes || !(s->scratch = be->alloc(be, s->scratch_bytes, QW_MEM_ACT)))
             st = qw_err(err, errlen, QWENC_ERR_NOMEM,
@@ -182,6 +247,9 @@ void qwenc_session_free(qwenc_session *s) {
     be->free(be, s->state_mem);
     be->free(be, s->draft_mem);
     be->free(be, s->draft_hist);
+    be->free(be, s->mtp_hid);
+    be->free(be, s->mtp_chain);
+    be->free(be, s->mtp_tok);
     free(s->dl);
     free(s->ls);
     free(s);
@@ -197,6 +265,7 @@ void qwenc_session_reset(qwenc_session *s) {
     s->n_past = 0;
     s->lost = 0;
     s->draft_n = 0;
+    s->mtp_j = 0;
 }
 
 int qwenc_session_n_past(const qwenc_session *s) { return s->n_past; }
@@ -231,9 +300,11 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
     }
     if (lg && !be->host_memory)
         be->download(be, logits, lg, (size_t)(T - first_logit) * hp->n_vocab * sizeof(float));
+    if (!draft) mtp_catch_up(s, tokens, T, s->n_past); /* a draft step's: when its tokens are accepted */
     be->sync(be);
     if (T == 1) s->warm = 1; /* a one-token step has run op by op: every weight it reads is on the device */
     s->n_past += T;
+    s->mtp_j = 0;
     if (s->prof) qw_prof_step(s->prof, T, qw_prof_now() - t0);
 }
 
@@ -367,7 +438,18 @@ qwenc_status qwenc_session_accept(qwenc_session *s, int n_keep, char *err, size_
         return qw_err(err, errlen, QWENC_ERR_ARG, "accept: %d tokens kept of a draft step of %d", n_keep, s->draft_n);
     int n = s->draft_n;
     s->draft_n = 0;
-    if (n_keep == n) return QWENC_OK; /* the state is the step's */
+    s->mtp_j = 0;
+    unsigned long failed = qw_cpu_scratch_failures();
+    mtp_catch_up(s, s->draft_tokens, n_keep, s->draft_past);
+    if (qw_cpu_scratch_failures() != failed) {
+        s->lost = 1;
+        return qw_err(err, errlen, QWENC_ERR_NOMEM,
+                      "accept: the kernels ran out of memory for their scratch; the session's state is lost (reset it)");
+    }
+    if (n_keep == n) {
+        s->be->sync(s->be);
+        return QWENC_OK; /* the state is the step's */
+    }
     const qwenc_model *m = s->model;
     const qw_hparams *hp = &m->hp;
     const qw_backend *be = s->be;
@@ -400,6 +482,47 @@ qwenc_status qwenc_session_accept(qwenc_session *s, int n_keep, char *err, size_
     return QWENC_OK;
 }
 
+/* ---- the draft head (qwenc.h) */
+
+int qwenc_session_has_draft_head(const qwenc_session *s) { return s->mtp; }
+
+qwenc_status qwenc_session_draft_head(qwenc_session *s, int32_t token, float *logits, char *err, size_t errlen) {
+    const qw_hparams *hp = &s->model->hp;
+    if (!s->mtp)
+        return qw_err(err, errlen, QWENC_ERR_ARG,
+                      hp->n_mtp ? "draft_head: the session was made without params.draft_head"
+                                : "draft_head: the model has no MTP draft head");
+    if (token < 0 || token >= hp->n_vocab)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "draft_head: token %d is outside the vocabulary [0, %d)", token,
+                      hp->n_vocab);
+    if (s->lost)
+        return qw_err(err, errlen, QWENC_ERR_ARG,
+                      "draft_head: the session's state was lost to an earlier out-of-memory error; reset it first");
+    if (s->draft_n) return qw_err(err, errlen, QWENC_ERR_ARG, "draft_head: a draft step awaits qwenc_session_accept");
+    if (s->n_past == 0) return qw_err(err, errlen, QWENC_ERR_ARG, "draft_head: feed at least one token first");
+    if (s->mtp_j >= QWENC_MAX_DRAFT)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "draft_head: %d head steps in a row; at most %d", s->mtp_j + 1,
+                      QWENC_MAX_DRAFT);
+    int pos = s->n_past - 1 + s->mtp_j;
+    if (pos >= s->n_ctx)
+        return qw_err(err, errlen, QWENC_ERR_CONTEXT, "draft_head: position %d is beyond the session context of %d",
+                      pos, s->n_ctx);
+    const qw_backend *be = s->be;
+    unsigned long failed = qw_cpu_scratch_failures();
+    be->upload(be, s->mtp_tok, &token, sizeof(token));
+    float *lg = mtp_ops(s, be, 1, pos, s->mtp_j ? s->mtp_chain : s->mtp_hid, s->mtp_chain, logits, logits != NULL);
+    if (lg && !be->host_memory) be->download(be, logits, lg, (size_t)hp->n_vocab * sizeof(float));
+    be->sync(be);
+    if (qw_cpu_scratch_failures() != failed) {
+        s->lost = 1;
+        return qw_err(err, errlen, QWENC_ERR_NOMEM,
+                      "draft_head: the kernels ran out of memory for their scratch; the session's state is lost "
+                      "(reset it)");
+    }
+    s->mtp_j++;
+    return QWENC_OK;
+}
+
 /* ---- snapshots: the state a session's first n_past tokens left, region by region in a fixed order (the rows of
  * the caches that hold them, the whole recurrent states, the token history) */
 
@@ -421,7 +544,7 @@ static size_t state_regions(const qwenc_session *s, int n_past, void (*fn)(void 
         if (fn && b_) fn((void *)(p), b_, off, u);                                                                  \
         off += b_;                                                                                                  \
     } while (0)
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < n_state_layers(s); il++) {
         const qw_layer_state *ls = &s->ls[il];
         size_t kv = (size_t)n_past * hp->n_head_kv * hp->head_dim * sizeof(float);
         if (ls->k) {
@@ -438,6 +561,7 @@ static size_t state_regions(const qwenc_session *s, int n_past, void (*fn)(void 
                    (size_t)(hp->ple_conv_k - 1) * hp->ngram_n * hp->hc_count * hp->n_embd * sizeof(float));
     }
     REGION(s->ple_hist, 8 * sizeof(int32_t));
+    if (s->mtp) REGION(s->mtp_hid, (size_t)qw_mtp_width(hp) * sizeof(float)); /* the hidden the head waits on */
 #undef REGION
     return off;
 }
@@ -486,11 +610,16 @@ qwenc_status qwenc_session_restore(qwenc_session *s, const qwenc_snapshot *snap,
         return qw_err(err, errlen, QWENC_ERR_CONTEXT,
                       "restore: the snapshot holds %d tokens, more than the session's context of %d", snap->n_past,
                       s->n_ctx);
+    if (state_regions(s, snap->n_past, NULL, NULL) != snap->bytes)
+        return qw_err(err, errlen, QWENC_ERR_ARG,
+                      "restore: the snapshot was taken from a session %s the draft head's caches",
+                      s->mtp ? "without" : "with");
     region_io io = {s->model->be, snap->data};
     state_regions(s, snap->n_past, region_up, &io);
     s->model->be->sync(s->model->be);
     s->n_past = snap->n_past;
     s->lost = 0;
+    s->mtp_j = 0;
     return QWENC_OK;
 }
 

@@ -55,6 +55,13 @@ struct qwenc_session {
     int32_t *draft_hist;     /* [8] backend memory */
     float *draft_mem;        /* backend memory behind dl (allocated by the first draft step) */
     qw_draft_layer *dl;      /* [n_layer] */
+    /* the MTP draft head (params.draft_head on a model with one): its layer's state is ls[n_layer] */
+    int mtp;
+    int mtp_j;               /* head steps since a token was last fed */
+    float *mtp_hid;          /* [n_batch + 1][qw_mtp_width]: row 0 the main model's hidden at n_past - 1 (the head
+                              * has not read it: it waits for the token after); a step writes its rows from row 1 */
+    float *mtp_chain;        /* [qw_mtp_width] the last head step's output hidden */
+    int32_t *mtp_tok;        /* [n_batch] the head's input tokens */
 };
 
 /* What a forward step hands to the model's forward and the blocks: shapes and backend addresses. A step is
@@ -72,6 +79,7 @@ struct qw_fwd {
     const int32_t *tokens;   /* [n_tok] backend memory */
     const float *rope_cs;    /* [n_tok][n_rot] cos then sin at each row's position, backend memory */
     int draft;               /* a draft step of s: the blocks keep what taking tokens back needs (s->dl) */
+    float *mtp_hidden;       /* NULL, or [n_tok][qw_mtp_width]: the forward writes the draft head's input rows */
 };
 
 /* The segments of a step: rows [row0, row0 + rows) of one session, at that session's position (its step). */

@@ -405,10 +405,25 @@ static int draft_step(srv_sched *s, slot *c) {
     if (room <= 0) return 0;
     toks[0] = c->pending;
     c->hist[c->n_hist] = c->pending; /* the lookup sees the pending token last */
-    int k = qwenc_draft_lookup(c->hist, c->n_hist + 1, room, toks + 1);
+    int k = 0;
+    char err[256];
+    if (qwenc_session_has_draft_head(c->session)) { /* the model's MTP head: its greedy chain */
+        for (; k < room; k++) {
+            if (qwenc_session_draft_head(c->session, toks[k], s->logits, err, sizeof(err))) {
+                lose_state(c);
+                finish(s, c, QWENC_STOP_NONE, 500, err);
+                return 1;
+            }
+            int32_t best = 0;
+            for (int v = 1; v < s->n_vocab; v++)
+                if (s->logits[v] > s->logits[best]) best = v;
+            toks[k + 1] = best;
+        }
+    } else {
+        k = qwenc_draft_lookup(c->hist, c->n_hist + 1, room, toks + 1);
+    }
     if (k == 0) return 0;
     double t0 = srv_now();
-    char err[256];
     qwenc_status st = qwenc_session_forward_draft(c->session, toks, k + 1, s->logits, err, sizeof(err));
     atomic_fetch_add(&s->st->decode_us, (long long)((srv_now() - t0) * 1e6));
     atomic_fetch_add(&s->st->decode_steps, 1);
@@ -535,6 +550,7 @@ int srv_sched_new(const qwenc_model *m, const qwenc_tokenizer *tok, const srv_pa
     qwenc_session_params sp = qwenc_session_default_params();
     if (p->n_ctx) sp.n_ctx = p->n_ctx;
     sp.n_batch = p->n_chunk;
+    sp.draft_head = p->n_draft > 0; /* drafts from the model's MTP head when it has one */
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         sl->id = i;
