@@ -73,7 +73,7 @@ $(BUILD)/%.o: %.cu
 cuda:
 	@command -v $(NVCC) >/dev/null || { echo "qwenc: make cuda needs nvcc (the CUDA toolkit) on the PATH" >&2; exit 1; }
 	@$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda build-cuda/qwenc build-cuda/libqwenc.a build-cuda/tests/t_model \
-	  build-cuda/tests/t_session \
+	  build-cuda/tests/t_session build-cuda/tests/t_mtp \
 	  $(patsubst tests/gpu/%.c,build-cuda/tests/gpu/%,$(wildcard tests/gpu/t_*.c))
 
 $(LIB): $(OBJ)

@@ -2,7 +2,8 @@
 # The GPU tests, on a machine with an NVIDIA GPU and the CUDA toolkit: builds the CUDA backend (make cuda) and
 # runs its tests: every weight kernel (tests/gpu/t_cuda_quant) and every op (tests/gpu/t_cuda_ops) against the
 # CPU reference, every fixture's logits on the GPU against transformers (t_model --backend cuda: the CPU's
-# tolerance), snapshots, batched steps and draft steps on the GPU (t_session --backend cuda: their bits), and
+# tolerance), snapshots, batched steps and draft steps on the GPU (t_session --backend cuda: their bits), the MTP
+# draft head against its reference and speculative greedy decoding with it (t_mtp --backend cuda), and
 # the text commands end to end (cli_text.sh: greedy text equal to transformers' on the bundled model), qwenc
 # choosing the GPU by itself (--backend auto). `make test` does not run this: it compiles the CUDA sources
 # where nvcc exists, and the GPU tests say SKIP without a device.
@@ -27,13 +28,14 @@ if ! make -j"$J" cuda "${flags[@]}" >build-cuda.log 2>&1; then
     exit 1
 fi
 progs=("$@")
-[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_ops t_model t_session cli_text determinism)
+[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_ops t_model t_session t_mtp cli_text determinism)
 total_pass=0; total_fail=0
 for p in "${progs[@]}"; do
     echo "== $p"
     case $p in
         t_model) out=$(build-cuda/tests/t_model --backend cuda 2>&1) ;;
         t_session) out=$(build-cuda/tests/t_session --backend cuda 2>&1) ;;
+        t_mtp) out=$(build-cuda/tests/t_mtp --backend cuda 2>&1) ;;
         cli_*) out=$(QWENC=build-cuda/qwenc BUILD=build-cuda bash "tests/$p.sh" 2>&1) ;;
         determinism) out=$(QWENC=build-cuda/qwenc bash tests/gpu/determinism.sh 2>&1) ;;
         *) out=$("build-cuda/tests/gpu/$p" 2>&1) ;;

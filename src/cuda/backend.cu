@@ -45,7 +45,7 @@ struct qwc {
     wentry *map;
     size_t map_cap, map_n;
     size_t weight_bytes;
-    int capturing;
+    int capturing, capture_spoiled;
     int qsa_blocks;
 };
 
@@ -53,6 +53,12 @@ static qwc *C(const qw_backend *be) { return (qwc *)be; }
 
 cudaStream_t qwc_stream(const qwc *c) { return c->stream; }
 cublasHandle_t qwc_cublas(const qwc *c) { return c->cublas; }
+
+int qwc_capture_spoil(qwc *c) {
+    if (!c->capturing) return 0;
+    c->capture_spoiled = 1;
+    return 1;
+}
 
 void *qwc_scratch(qwc *c, size_t bytes) {
     if (bytes <= c->scratch_bytes) return c->scratch;
@@ -223,6 +229,7 @@ static int cu_graph_begin(const qw_backend *be) {
         return -1;
     }
     c->capturing = 1;
+    c->capture_spoiled = 0;
     return 0;
 }
 
@@ -231,7 +238,8 @@ static void *cu_graph_end(const qw_backend *be) {
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
     c->capturing = 0;
-    if (cudaStreamEndCapture(c->stream, &g) != cudaSuccess || cudaGraphInstantiate(&x, g, 0) != cudaSuccess) {
+    if (cudaStreamEndCapture(c->stream, &g) != cudaSuccess || c->capture_spoiled ||
+        cudaGraphInstantiate(&x, g, 0) != cudaSuccess) {
         cudaGetLastError();
         x = NULL;
     }

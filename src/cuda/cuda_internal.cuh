@@ -42,6 +42,9 @@ cublasHandle_t qwc_cublas(const qwc *c);
 /* At least `bytes` of device scratch, valid until the next call (grows by reallocating: never inside a
  * captured graph, so the backend reserves the decode step's needs before capturing). */
 void *qwc_scratch(qwc *c, size_t bytes);
+/* An op that needs the host mid-way (a download) cannot be recorded: while a graph is being recorded this spoils
+ * the recording (graph_end then gives none, and the caller runs the step op by op) and returns 1; else 0. */
+int qwc_capture_spoil(qwc *c);
 
 /* ---- quant.cu: weights of every type qwenc reads (F32, F16, BF16 and the 10 block-quantized types of
  * tensor/quant.h), dequantized on the device exactly as tensor/quant.c and quant_k.c do on the host (the same

@@ -124,16 +124,14 @@ static int skip_op(void *user, int op) {
     return 0;
 }
 
-/* The draft head over n rows from position pos0 (their tokens already in s->mtp_tok): h_in [n][W] the hidden each
+/* The draft head over n rows at the position in s->step (their tokens in s->mtp_tok): h_in [n][W] the hidden each
  * row reads, h_next [n][W] (NULL: scratch) what it passes on. With want, the logits of the last row go straight
  * into host_logits on a backend with host memory, else into the arena, whose address is returned. */
-static float *mtp_ops(qwenc_session *s, const qw_backend *be, int n, int pos0, const float *h_in, float *h_next,
+static float *mtp_ops(qwenc_session *s, const qw_backend *be, int n, const float *h_in, float *h_next,
                       float *host_logits, int want) {
     const qwenc_model *m = s->model;
     const qw_hparams *hp = &m->hp;
     qw_arena_reset(&s->arena);
-    qw_step step = {.pos0 = pos0};
-    be->upload(be, s->step, &step, sizeof(step));
     float *cs = qw_arena_f32(&s->arena, (size_t)n * hp->n_rot);
     be->rope_table(be, cs, m->rope_inv_freq, hp->n_rot, n, s->step);
     qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .n_ctx = s->n_ctx, .ar = &s->arena, .n_tok = n,
@@ -147,6 +145,54 @@ static float *mtp_ops(qwenc_session *s, const qw_backend *be, int n, int pos0, c
     return lg;
 }
 
+/* ---- steps recorded as graphs (qw_step_graph): a step's ops as a function of its arguments */
+
+typedef struct {
+    int T, want, first_logit, draft; /* step_ops */
+    const float *h_in;               /* mtp_ops */
+    float *h_next, *host_logits;
+    int n_keep;                      /* accept_ops */
+} step_args;
+typedef float *(*step_fn)(qwenc_session *s, const qw_backend *be, const step_args *a);
+
+static float *run_step_ops(qwenc_session *s, const qw_backend *be, const step_args *a) {
+    return step_ops(s, NULL, be, a->T, NULL, a->host_logits, a->want, a->first_logit, a->draft);
+}
+
+static float *run_mtp_ops(qwenc_session *s, const qw_backend *be, const step_args *a) {
+    return mtp_ops(s, be, a->T, a->h_in, a->h_next, a->host_logits, a->want);
+}
+
+/* fn's ops: recorded the second time this shape runs and replayed from then on, on a backend with graphs once a
+ * one-token step has run (s->warm); else op by op. */
+static float *graphed(qwenc_session *s, qw_step_graph *sg, step_fn fn, const step_args *a) {
+    const qw_backend *be = s->be;
+    if (!be->graph_begin || !s->warm || sg->failed) return fn(s, be, a);
+    if (!sg->g && sg->seen && be->graph_begin(be) == 0) {
+        sg->lg = fn(s, be, a);
+        sg->g = be->graph_end(be);
+        sg->failed = !sg->g;
+    }
+    sg->seen = 1;
+    if (!sg->g) return fn(s, be, a);
+    be->graph_launch(be, sg->g);
+    return sg->lg;
+}
+
+static void graphs_free(qwenc_session *s) {
+    const qw_backend *be = s->model->be;
+    qw_step_graph *lists[3] = {s->gr_draft, s->gr_catch, s->gr_accept};
+    for (int l = 0; l < 3; l++)
+        for (int i = 0; i < QWENC_MAX_DRAFT + 2; i++) {
+            if (lists[l][i].g) be->graph_free(be, lists[l][i].g);
+            memset(&lists[l][i], 0, sizeof(qw_step_graph));
+        }
+    for (int i = 0; i < 2; i++) {
+        if (s->gr_head[i].g) be->graph_free(be, s->gr_head[i].g);
+        memset(&s->gr_head[i], 0, sizeof(qw_step_graph));
+    }
+}
+
 /* After a step fed tokens[0..n) from position past0 and left their hidden in mtp_hid's rows 1..n: the head reads
  * row 0 (position past0 - 1, when there is one) and rows 1..n-1 with the tokens after each, and row n waits in
  * row 0. */
@@ -157,8 +203,14 @@ static void mtp_catch_up(qwenc_session *s, const int32_t *tokens, int n, int pas
     int first = past0 > 0 ? 0 : 1; /* the first row that has a token after it */
     int rows = n - first;
     if (rows > 0) {
+        qw_step step = {.pos0 = past0 - 1 + first};
+        be->upload(be, s->step, &step, sizeof(step));
         be->upload(be, s->mtp_tok, tokens + first, (size_t)rows * sizeof(int32_t));
-        mtp_ops(s, be, rows, past0 - 1 + first, s->mtp_hid + first * W, NULL, NULL, 0);
+        step_args a = {.T = rows, .h_in = s->mtp_hid + first * W};
+        if (!first && rows <= QWENC_MAX_DRAFT + 1)
+            graphed(s, &s->gr_catch[rows], run_mtp_ops, &a);
+        else
+            run_mtp_ops(s, be, &a);
     }
     be->copy(be, s->mtp_hid, s->mtp_hid + n * W, (size_t)W * sizeof(float));
 }
@@ -171,7 +223,7 @@ static size_t plan_scratch(qwenc_session *s) {
     if (!dry) return 0;
     qw_arena_init_measure(&s->arena);
     step_ops(s, NULL, dry, s->n_batch, NULL, NULL, 1, 0, 0);
-    if (s->mtp) mtp_ops(s, dry, s->n_batch, 0, NULL, NULL, NULL, 1);
+    if (s->mtp) mtp_ops(s, dry, s->n_batch, NULL, NULL, NULL, 1);
     dry->release(dry);
     return QW_MAX(s->arena.high_water, (size_t)64);
 }
@@ -239,6 +291,7 @@ void qwenc_session_free(qwenc_session *s) {
     const qw_backend *be = s->model->be;
     for (int i = 0; i < 2; i++)
         if (s->graph[i]) be->graph_free(be, s->graph[i]);
+    graphs_free(s);
     qw_prof_free(s->prof);
     be->free(be, s->scratch);
     be->free(be, s->tokens);
@@ -295,10 +348,13 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
         } else {
             lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit, 0);
         }
+    } else if (draft && T <= QWENC_MAX_DRAFT + 1) {
+        step_args a = {.T = T, .want = want || !be->host_memory, .draft = 1, .host_logits = logits};
+        lg = graphed(s, &s->gr_draft[T], run_step_ops, &a);
     } else {
         lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit, draft);
     }
-    if (lg && !be->host_memory)
+    if (lg && logits && !be->host_memory)
         be->download(be, logits, lg, (size_t)(T - first_logit) * hp->n_vocab * sizeof(float));
     if (!draft) mtp_catch_up(s, tokens, T, s->n_past); /* a draft step's: when its tokens are accepted */
     be->sync(be);
@@ -432,27 +488,11 @@ qwenc_status qwenc_session_forward_draft(qwenc_session *s, const int32_t *tokens
     return QWENC_OK;
 }
 
-qwenc_status qwenc_session_accept(qwenc_session *s, int n_keep, char *err, size_t errlen) {
-    if (!s->draft_n) return qw_err(err, errlen, QWENC_ERR_ARG, "accept: no draft step to accept");
-    if (n_keep < 0 || n_keep > s->draft_n)
-        return qw_err(err, errlen, QWENC_ERR_ARG, "accept: %d tokens kept of a draft step of %d", n_keep, s->draft_n);
-    int n = s->draft_n;
-    s->draft_n = 0;
-    s->mtp_j = 0;
-    unsigned long failed = qw_cpu_scratch_failures();
-    mtp_catch_up(s, s->draft_tokens, n_keep, s->draft_past);
-    if (qw_cpu_scratch_failures() != failed) {
-        s->lost = 1;
-        return qw_err(err, errlen, QWENC_ERR_NOMEM,
-                      "accept: the kernels ran out of memory for their scratch; the session's state is lost (reset it)");
-    }
-    if (n_keep == n) {
-        s->be->sync(s->be);
-        return QWENC_OK; /* the state is the step's */
-    }
-    const qwenc_model *m = s->model;
-    const qw_hparams *hp = &m->hp;
-    const qw_backend *be = s->be;
+/* What accept does to take tokens back, keeping a->n_keep of the draft step's (its kept tokens already in
+ * s->tokens). */
+static float *accept_ops(qwenc_session *s, const qw_backend *be, const step_args *a) {
+    const qw_hparams *hp = &s->model->hp;
+    int n_keep = a->n_keep;
     qw_arena_reset(&s->arena);
     int hk = hp->gdn_hk, hv = hp->gdn_hv, dk = hp->gdn_dk, dv = hp->gdn_dv;
     int64_t ch = 2 * (int64_t)hk * dk + (int64_t)hv * dv, CH = (int64_t)hp->hc_count * hp->n_embd;
@@ -473,11 +513,31 @@ qwenc_status qwenc_session_accept(qwenc_session *s, int n_keep, char *err, size_
                      (size_t)(hp->ple_conv_k - 1) * hp->ngram_n * CH * sizeof(float));
     }
     be->copy(be, s->ple_hist, s->draft_hist, 8 * sizeof(int32_t));
-    if (n_keep && hp->ngram_n > 1) {
-        be->upload(be, s->tokens, s->draft_tokens, (size_t)n_keep * sizeof(int32_t));
-        be->ple_hist_push(be, s->ple_hist, s->tokens, n_keep, hp->ngram_n);
+    if (n_keep && hp->ngram_n > 1) be->ple_hist_push(be, s->ple_hist, s->tokens, n_keep, hp->ngram_n);
+    return NULL;
+}
+
+qwenc_status qwenc_session_accept(qwenc_session *s, int n_keep, char *err, size_t errlen) {
+    if (!s->draft_n) return qw_err(err, errlen, QWENC_ERR_ARG, "accept: no draft step to accept");
+    if (n_keep < 0 || n_keep > s->draft_n)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "accept: %d tokens kept of a draft step of %d", n_keep, s->draft_n);
+    int n = s->draft_n;
+    const qw_backend *be = s->be;
+    s->draft_n = 0;
+    s->mtp_j = 0;
+    unsigned long failed = qw_cpu_scratch_failures();
+    mtp_catch_up(s, s->draft_tokens, n_keep, s->draft_past);
+    if (n_keep < n) { /* else the state is the step's */
+        if (n_keep) be->upload(be, s->tokens, s->draft_tokens, (size_t)n_keep * sizeof(int32_t));
+        step_args a = {.n_keep = n_keep};
+        graphed(s, &s->gr_accept[n_keep], accept_ops, &a);
     }
     be->sync(be);
+    if (qw_cpu_scratch_failures() != failed) {
+        s->lost = 1;
+        return qw_err(err, errlen, QWENC_ERR_NOMEM,
+                      "accept: the kernels ran out of memory for their scratch; the session's state is lost (reset it)");
+    }
     s->n_past = s->draft_past + n_keep;
     return QWENC_OK;
 }
@@ -509,9 +569,13 @@ qwenc_status qwenc_session_draft_head(qwenc_session *s, int32_t token, float *lo
                       pos, s->n_ctx);
     const qw_backend *be = s->be;
     unsigned long failed = qw_cpu_scratch_failures();
+    qw_step step = {.pos0 = pos};
+    be->upload(be, s->step, &step, sizeof(step));
     be->upload(be, s->mtp_tok, &token, sizeof(token));
-    float *lg = mtp_ops(s, be, 1, pos, s->mtp_j ? s->mtp_chain : s->mtp_hid, s->mtp_chain, logits, logits != NULL);
-    if (lg && !be->host_memory) be->download(be, logits, lg, (size_t)hp->n_vocab * sizeof(float));
+    step_args a = {.T = 1, .want = logits || !be->host_memory, .h_in = s->mtp_j ? s->mtp_chain : s->mtp_hid,
+                   .h_next = s->mtp_chain, .host_logits = logits};
+    float *lg = graphed(s, &s->gr_head[s->mtp_j > 0], run_mtp_ops, &a);
+    if (logits && !be->host_memory) be->download(be, logits, lg, (size_t)hp->n_vocab * sizeof(float));
     be->sync(be);
     if (qw_cpu_scratch_failures() != failed) {
         s->lost = 1;
@@ -657,6 +721,7 @@ static qwenc_status plan_batch(qwenc_session *const *seqs, int n, char *err, siz
                           "forward_batch: out of memory for %.1f MiB of scratch for %d sessions", need / 1048576.0, n);
         for (int i = 0; i < 2; i++)
             if (s->graph[i]) be->graph_free(be, s->graph[i]), s->graph[i] = NULL;
+        graphs_free(s);
         be->free(be, s->scratch);
         s->scratch = p;
         s->scratch_bytes = need;

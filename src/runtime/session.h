@@ -18,6 +18,14 @@ typedef struct {
     float *ple_hist;         /* [(k-1)*n][C*H] last normalised gated values (PLE layers) */
 } qw_layer_state;
 
+/* A step of one shape recorded once as a graph and replayed (a backend with graphs): it runs op by op the first
+ * time (every weight it reads then on the device, the backend's scratch grown), is recorded the second. */
+typedef struct {
+    void *g;
+    float *lg;               /* where the recorded step leaves its logits */
+    int seen, failed;
+} qw_step_graph;
+
 /* What a draft step (qwenc_session_forward_draft) keeps so that qwenc_session_accept can take its tokens back,
  * per layer, in backend memory: the windows of the convolutions as the step saw them (the state's rows, then the
  * step's), the recurrent state before the step and the delta rule's inputs of the step's tokens. */
@@ -62,6 +70,10 @@ struct qwenc_session {
                               * has not read it: it waits for the token after); a step writes its rows from row 1 */
     float *mtp_chain;        /* [qw_mtp_width] the last head step's output hidden */
     int32_t *mtp_tok;        /* [n_batch] the head's input tokens */
+    /* graphs of the steps of speculative decoding, by their number of tokens (draft steps, the head's catch-up
+     * rows, accept's replay of n kept tokens) and for the head's first and later steps */
+    qw_step_graph gr_draft[QWENC_MAX_DRAFT + 2], gr_catch[QWENC_MAX_DRAFT + 2], gr_accept[QWENC_MAX_DRAFT + 2];
+    qw_step_graph gr_head[2];
 };
 
 /* What a forward step hands to the model's forward and the blocks: shapes and backend addresses. A step is

@@ -97,6 +97,10 @@ __attribute__((weak)) void qwc_die(const char *file, int line, const char *what,
 }
 __attribute__((weak)) void *qwc_stream(const struct qwc *c) { return c->stream; }
 __attribute__((weak)) void *qwc_cublas(const struct qwc *c) { return c->cublas; }
+__attribute__((weak)) int qwc_capture_spoil(struct qwc *c) {
+    (void)c;
+    return 0;
+}
 __attribute__((weak)) void *qwc_scratch(struct qwc *c, size_t bytes) {
     if (bytes <= c->scratch_bytes) return c->scratch;
     cuda_ok(cudaStreamSynchronize(c->stream), "scratch: sync");
