@@ -148,6 +148,7 @@ typedef struct {
     int n_expert;        /* 0: the preset's; else this many experts (top-k capped at it) */
     int n_embd, n_vocab; /* 0: the preset's hidden size / vocabulary (smaller for tests) */
     long long ngram_base; /* 0: the preset's PLE ngram_vocab_size_base (flash-next: 2e7) */
+    int mtp;             /* 1: with a random MTP draft head (the released shapes: one layer after the last) */
     unsigned long long seed;
 } qwenc_synth_params;
 

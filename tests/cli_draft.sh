@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Speculative decoding (--draft) end to end on the bundled model: for drafts of 1 to 4 tokens and auto, up to 2,000
-# generated tokens (the sampled run ends earlier) are byte for byte the text without drafting, greedy and sampled (the same seed), and the runs both
-# accepted and rejected drafts (so the steps that keep everything and those that take tokens back both ran);
+# Speculative decoding (--draft) end to end on the bundled model: for drafts of 1 to 4 tokens and auto, from its
+# MTP draft head and from prompt lookup, up to 2,000 generated tokens (the sampled run ends earlier) are byte for
+# byte the text without drafting, greedy and sampled (the same seed), and the runs both accepted and rejected
+# drafts (so the steps that keep everything and those that take tokens back both ran);
 # chat with drafts answers as chat without. The exactness of taking tokens back on every architecture is
 # t_session's (test_drafts).
 source "$(dirname "$0")/lib_cli.sh"
@@ -18,21 +19,29 @@ for mode in greedy sampled; do
     words=$(wc -w <"$tmp/$mode.0")
     n0=$(sed -n 's/.*generated \([0-9]*\) tokens.*/\1/p' "$tmp/$mode.0.err")
     [ "$words" -gt 500 ] && ok || bad "$mode: only $words words of text"
-    for d in 1 2 3 4 auto; do
-        if ! gen "$tmp/$mode.$d" $d "${args[@]}"; then
-            bad "$mode --draft $d: $(tail -n 2 "$tmp/$mode.$d.err")"
-            continue
-        fi
-        cmp -s "$tmp/$mode.0" "$tmp/$mode.$d" && ok || bad "$mode --draft $d: the text differs from the text without drafts"
-        line=$(grep '^qwenc: draft:' "$tmp/$mode.$d.err")
-        drafted=$(sed -n 's/.*drafted \([0-9]*\), accepted.*/\1/p' <<<"$line")
-        accepted=$(sed -n 's/.*accepted \([0-9]*\) (.*/\1/p' <<<"$line")
-        generated=$(sed -n 's/.* steps for \([0-9]*\) tokens.*/\1/p' <<<"$line")
-        [ -n "$drafted" ] && [ "$accepted" -gt 0 ] && [ "$accepted" -lt "$drafted" ] && [ "$generated" = "$n0" ] && ok \
-            || bad "$mode --draft $d: drafts not both accepted and rejected: $line"
+    for src in head lookup; do
+        for d in 1 2 3 4 auto; do
+            f="$tmp/$mode.$src.$d"
+            if ! gen "$f" $d --draft-src $src "${args[@]}"; then
+                bad "$mode --draft $d --draft-src $src: $(tail -n 2 "$f.err")"
+                continue
+            fi
+            cmp -s "$tmp/$mode.0" "$f" && ok || bad "$mode --draft $d --draft-src $src: the text differs from the text without drafts"
+            line=$(grep '^qwenc: draft:' "$f.err")
+            drafted=$(sed -n 's/.*drafted \([0-9]*\), accepted.*/\1/p' <<<"$line")
+            accepted=$(sed -n 's/.*accepted \([0-9]*\) (.*/\1/p' <<<"$line")
+            generated=$(sed -n 's/.* steps for \([0-9]*\) tokens.*/\1/p' <<<"$line")
+            [ -n "$drafted" ] && [ "$accepted" -gt 0 ] && [ "$accepted" -lt "$drafted" ] && [ "$generated" = "$n0" ] && ok \
+                || bad "$mode --draft $d --draft-src $src: drafts not both accepted and rejected: $line"
+        done
     done
 done
-echo "  $(grep '^qwenc: draft:' "$tmp/greedy.4.err")"
+echo "  head:   $(grep '^qwenc: draft:' "$tmp/greedy.head.4.err")"
+echo "  lookup: $(grep '^qwenc: draft:' "$tmp/greedy.lookup.4.err")"
+# --draft-src head without a head to draft with; --no-mtp leaves the head out, so auto drafts by lookup
+expect_error "--draft-src head with --no-mtp" "no MTP draft head" $QWENC run -m $M -p hi -n 4 --draft 2 --draft-src head --no-mtp
+$QWENC run -m $M -p "$P" -n 200 -t 2 --temp 0 --no-display-prompt --draft 3 --no-mtp >"$tmp/nomtp" 2>"$tmp/nomtp.err"
+cmp -s <(head -c "$(wc -c <"$tmp/nomtp")" "$tmp/greedy.0") "$tmp/nomtp" && ok || bad "--no-mtp --draft 3: other text"
 
 # chat: the same replies with drafts
 printf 'Tell me of the king.\nAnd then?\n' >"$tmp/turns"
@@ -69,5 +78,6 @@ if command -v curl >/dev/null && command -v python3 >/dev/null; then
 fi
 
 expect_error "--draft too large" "--draft must be at most 15" $QWENC run -m $M -p hi --draft 16
+expect_error "--draft-src unknown" "--draft-src takes auto, head or lookup" $QWENC run -m $M -p hi --draft 2 --draft-src x
 expect_error "--draft negative" "--draft" $QWENC run -m $M -p hi --draft -1
 finish

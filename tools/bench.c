@@ -9,6 +9,8 @@
  *        token per session (as the server's slots decode); tokens per second of all P sessions together
  *   tgNdK with --draft K: draft steps, each qwenc_session_forward_draft of K+1 tokens and qwenc_session_accept
  *        keeping 1 (so the cost of taking K tokens back is in); steps per second, to set against tgN's
+ *   tgNhK with --draft K on a model with an MTP draft head: the same with the K drafts from the head's greedy chain
+ *         (K head steps per step, timed with it; in a session keeping the head's caches)
  * Each is run once untimed (page faults, thread start-up), then REPS times: mean and sample standard
  * deviation of tokens per second. Token ids are drawn from a fixed seed.
  *
@@ -260,30 +262,41 @@ static double run_batch(qwenc_session *const *ss, int np, const int32_t *ids, in
     return cli_now_s() - t0;
 }
 
-/* Seconds for n draft steps of k+1 tokens each keeping one (the session's position advances a token a step). */
-static double run_draft(qwenc_session *s, const int32_t *ids, int len, int n, int k, float *logits, char *err,
-                        size_t errlen, int *failed) {
+/* Seconds for n draft steps of k+1 tokens each keeping one (the session's position advances a token a step); with
+ * head, each step's k drafts come from the session's MTP draft head first (its greedy chain), as --draft does. */
+static double run_draft(qwenc_session *s, const int32_t *ids, int len, int n, int k, int head, int V, float *logits,
+                        char *err, size_t errlen, int *failed) {
     qwenc_session_reset(s);
     int32_t toks[QWENC_MAX_DRAFT + 1];
     double t0 = cli_now_s();
     for (int i = 0; i < n && !*failed; i++) {
         for (int j = 0; j <= k; j++) toks[j] = ids[(i + j) % len];
-        if (qwenc_session_forward_draft(s, toks, k + 1, logits, err, errlen) || qwenc_session_accept(s, 1, err, errlen))
+        for (int j = 0; head && i > 0 && j < k && !*failed; j++) {
+            if (qwenc_session_draft_head(s, toks[j], logits, err, errlen)) *failed = 1;
+            int32_t best = 0;
+            for (int v = 1; v < V; v++)
+                if (logits[v] > logits[best]) best = v;
+            toks[j + 1] = best;
+        }
+        if (*failed || qwenc_session_forward_draft(s, toks, k + 1, logits, err, errlen) ||
+            qwenc_session_accept(s, 1, err, errlen))
             *failed = 1;
     }
     return cli_now_s() - t0;
 }
 
-static int bench_draft(qwenc_session *s, int V, const int32_t *ids, int len, int n, int k, int reps, bench_stat *st) {
+static int bench_draft(qwenc_session *s, int V, const int32_t *ids, int len, int n, int k, int head, int reps,
+                       bench_stat *st) {
     char err[1024] = "out of memory";
     int failed = 0;
     float *logits = malloc((size_t)(k + 1) * (size_t)V * sizeof(float));
     double *tps = calloc((size_t)reps, sizeof(double));
     if (!logits || !tps) failed = 1;
-    if (!failed) run_draft(s, ids, len, n > 4 ? 4 : n, k, logits, err, sizeof(err), &failed); /* warm-up */
-    for (int r = 0; r < reps && !failed; r++) tps[r] = n / run_draft(s, ids, len, n, k, logits, err, sizeof(err), &failed);
+    if (!failed) run_draft(s, ids, len, n > 4 ? 4 : n, k, head, V, logits, err, sizeof(err), &failed); /* warm-up */
+    for (int r = 0; r < reps && !failed; r++)
+        tps[r] = n / run_draft(s, ids, len, n, k, head, V, logits, err, sizeof(err), &failed);
     if (failed)
-        fprintf(stderr, "qwenc: bench: tg%d with drafts of %d: %s\n", n, k, err);
+        fprintf(stderr, "qwenc: bench: tg%d with drafts of %d%s: %s\n", n, k, head ? " from the head" : "", err);
     else
         stat_of(tps, reps, st);
     free(logits);
@@ -366,6 +379,7 @@ typedef struct {
     int gen, n;  /* tg n (gen) or pp n */
     int np;      /* sessions decoding together (tg; 1: one session) */
     int draft;   /* tokens drafted per step (tg; 0: plain one-token steps) */
+    int head;    /* the drafts come from the model's MTP draft head (its steps timed too) */
     bench_stat st;
 } bench_row;
 
@@ -384,7 +398,7 @@ static void test_name(const bench_row *r, char *buf, size_t n) {
     if (r->gen && r->np > 1)
         snprintf(buf, n, "tg%dx%d", r->n, r->np);
     else if (r->gen && r->draft)
-        snprintf(buf, n, "tg%dd%d", r->n, r->draft);
+        snprintf(buf, n, "tg%d%c%d", r->n, r->head ? 'h' : 'd', r->draft);
     else
         snprintf(buf, n, "%s%d", r->gen ? "tg" : "pp", r->n);
 }
@@ -550,7 +564,7 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
         sp.n_batch = DR[d] + 1 > sp.n_batch ? DR[d] + 1 : sp.n_batch;
         sp.n_ctx = len + DR[d] > sp.n_ctx ? len + DR[d] : sp.n_ctx;
     }
-    qwenc_session *s = NULL;
+    qwenc_session *s = NULL, *sh = NULL; /* sh: with the draft head's caches, for the head's draft rows */
     int32_t *ids = malloc((size_t)len * sizeof(int32_t));
     float *logits = malloc((size_t)V * sizeof(float));
     bench_cfg *c = &b->cfg[b->n_cfg];
@@ -559,6 +573,12 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
         goto done;
     }
     if (qwenc_session_init(m, &sp, &s, err, sizeof(err))) {
+        fprintf(stderr, "qwenc: bench: %s (lower -p or -n)\n", err);
+        goto done;
+    }
+    qwenc_session_params sph = sp;
+    sph.draft_head = 1;
+    if (nDR && qwenc_model_has_draft_head(m) && qwenc_session_init(m, &sph, &sh, err, sizeof(err))) {
         fprintf(stderr, "qwenc: bench: %s (lower -p or -n)\n", err);
         goto done;
     }
@@ -590,7 +610,13 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
                     rd->n = n;
                     rd->np = 1;
                     rd->draft = DR[d];
-                    if (!bench_draft(s, V, ids, len, n, DR[d], b->reps, &rd->st)) goto done;
+                    if (!bench_draft(s, V, ids, len, n, DR[d], 0, b->reps, &rd->st)) goto done;
+                    b->n_rows++;
+                    if (!sh) continue;
+                    bench_row *rh = &b->rows[b->n_rows]; /* and with the head's drafts */
+                    *rh = *rd;
+                    rh->head = 1;
+                    if (!bench_draft(sh, V, ids, len, n, DR[d], 1, b->reps, &rh->st)) goto done;
                     b->n_rows++;
                 }
             }
@@ -601,6 +627,7 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
     ok = 1;
 done:
     qwenc_session_free(s);
+    qwenc_session_free(sh);
     free(logits);
     free(ids);
     qwenc_model_free(m);
@@ -619,7 +646,7 @@ int cmd_bench(cli_opts *o) {
     int nNP = o->n_bench_np ? o->n_bench_np : 1;
     int tests = 0;
     for (int i = 0; i < nP; i++) tests += P[i] > 0;
-    for (int i = 0; i < nN; i++) tests += (N[i] > 0) * (nNP + nDR);
+    for (int i = 0; i < nN; i++) tests += (N[i] > 0) * (nNP + 2 * nDR); /* a draft row, and one with the head's drafts */
     if (tests == 0) return fprintf(stderr, "qwenc: bench: nothing to run (-p 0 -n 0): give -p or -n a count > 0\n"), 1;
     bench_run b = {.o = o, .reps = o->reps ? o->reps : 5, .lists = nP > 1 || nN > 1 || nT > 1 || nNP > 1 || nDR > 0};
     b.rows = calloc((size_t)(tests * nT), sizeof(bench_row));

@@ -33,6 +33,7 @@ struct cli_opts {
     const char *type;       /* quantize, synth: --type, the GGUF tensor type */
     const char *preset, *arch; /* synth */
     int layers, experts, hidden, vocab, ngram_base; /* synth (0: the preset's) */
+    int synth_mtp;            /* synth --mtp */
     const char *stop[16];
     int n_stop;
     int batch, ctx, n_predict, chat, no_think, add_gen, no_parse_special, show_special, seed_set;

@@ -84,7 +84,7 @@ typedef enum {
     O_PROMPT, O_FILE, O_NPREDICT, O_CHAT, O_SYSTEM, O_NOTHINK, O_STOP, O_ESCAPE, O_NOESCAPE, O_NODISPLAY,
     O_SPECIAL, O_CTXSHIFT, O_DRAFT, O_DRAFT_SRC, O_NO_MTP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
     O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_BENCH_DRAFT, O_REPS, O_JSON, O_PROFILE,
-    O_TYPE, O_PRESET, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM,
+    O_TYPE, O_PRESET, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM, O_SYNTH_MTP,
     O_HOST, O_PORT, O_APIKEY, O_APIKEYFILE, O_PARALLEL, O_ALIAS, O_CACHERAM, O_MAXQUEUE, O_TIMEOUT, O_MAXBODY, O_QUIET,
 } opt_id;
 
@@ -224,6 +224,7 @@ static const opt_def options[] = {
     {O_HIDDEN, "--hidden", C_SYNTH, "N", "hidden size (default: the preset's)"},
     {O_VOCAB, "--vocab", C_SYNTH, "N", "vocabulary size (default: the preset's)"},
     {O_NGRAM, "--ngram-base", C_SYNTH, "N", "PLE n-gram table base size (default: the preset's)"},
+    {O_SYNTH_MTP, "--mtp", C_SYNTH, NULL, "also an MTP draft head (random, as the other weights)"},
     {O_SEED, "-s|--seed", C_SYNTH, "N", "seed of the random weights (default 42)"},
     /* loading and threads */
     {O_THREADS, "-t|--threads", C_LOAD & ~C_BENCH, "N", "CPU threads (default 0: one per core)"},
@@ -571,6 +572,7 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
     case O_HIDDEN: return parse_int(v, opt, 1, &o->hidden);
     case O_VOCAB: return parse_int(v, opt, 1, &o->vocab);
     case O_NGRAM: return parse_int(v, opt, 2, &o->ngram_base);
+    case O_SYNTH_MTP: o->synth_mtp = 1; return 1;
     case O_HOST: o->host = v; return 1;
     case O_PORT:
         if (!parse_int(v, opt, 0, &o->port)) return 0;

@@ -81,6 +81,11 @@ int cmd_quantize(cli_opts *o) {
     gp.user = &ps;
     char err[1024];
     fprintf(stderr, "qwenc: writing %s (%s, %s) as %s\n", o->out, qwenc_model_arch(m), o->model, o->type);
+    if (qwenc_model_has_draft_head(m))
+        fprintf(stderr, "qwenc: with the MTP draft head (the block after the last layer, nextn_predict_layers 1)%s\n",
+                strcmp(qwenc_model_arch(m), "qwen4_exp")
+                    ? ""
+                    : "; llama.cpp reads qwen4exp files only without it (--no-mtp leaves it out)");
     cli_signals(CLI_SIG_STOP);
     qwenc_status st = qwenc_model_save_gguf(m, o->out, &gp, err, sizeof(err));
     qwenc_model_free(m);
@@ -104,6 +109,7 @@ int cmd_synth(cli_opts *o) {
     sp.n_embd = o->hidden;
     sp.n_vocab = o->vocab;
     sp.ngram_base = o->ngram_base;
+    sp.mtp = o->synth_mtp;
     if (o->seed_set) sp.seed = o->sp.seed;
     cli_progress ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1};
     qwenc_gguf_params gp = qwenc_gguf_default_params();

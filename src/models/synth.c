@@ -369,6 +369,7 @@ qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, co
     st = qw_hparams_parse(&m->hp, json, label, err, errlen);
     free(json);
     if (!st) {
+        m->hp.n_mtp = sp->mtp != 0;
         synth y = {.s = sp->seed * 0x2545F4914F6CDD1Dull + 1};
         qw_binder b = {.m = m, .io = &synth_io, .ctx = &y, .err = err, .errlen = errlen};
         st = qw_bind_model(&b);
