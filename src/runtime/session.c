@@ -163,11 +163,11 @@ static float *run_mtp_ops(qwenc_session *s, const qw_backend *be, const step_arg
     return mtp_ops(s, be, a->T, a->h_in, a->h_next, a->host_logits, a->want);
 }
 
-/* fn's ops: recorded the second time this shape runs and replayed from then on, on a backend with graphs once a
- * one-token step has run (s->warm); else op by op. */
+/* fn's ops: recorded the second time this shape runs (the first, op by op, has put every weight it reads on the
+ * device) and replayed from then on, on a backend with graphs; else op by op. */
 static float *graphed(qwenc_session *s, qw_step_graph *sg, step_fn fn, const step_args *a) {
     const qw_backend *be = s->be;
-    if (!be->graph_begin || !s->warm || sg->failed) return fn(s, be, a);
+    if (!be->graph_begin || sg->failed) return fn(s, be, a);
     if (!sg->g && sg->seen && be->graph_begin(be) == 0) {
         sg->lg = fn(s, be, a);
         sg->g = be->graph_end(be);
