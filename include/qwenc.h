@@ -217,12 +217,14 @@ qwenc_status qwenc_session_accept(qwenc_session *session, int n_keep, char *err,
  * at position n_past - 1 + j: it reads `token`, the token after that position (the first call: the token the
  * model's last logits gave; later calls: the previous call's draft), and the main model's hidden at n_past - 1
  * (the first call) or the head's own output of the previous call, and gives the draft logits [n_vocab] of the
- * position after. At most QWENC_MAX_DRAFT calls in a row, within the context. The head's caches of the positions
+ * position after and their arg max. At most QWENC_MAX_DRAFT calls in a row, within the context. The head's caches of the positions
  * that are later fed are rewritten from the main model's hidden as they are fed (so drafts never change what the
  * model computes, only how many tokens a draft step keeps). */
 int qwenc_session_has_draft_head(const qwenc_session *session);
-qwenc_status qwenc_session_draft_head(qwenc_session *session, int32_t token, float *logits, char *err,
-                                      size_t errlen);
+/* logits: the draft logits (NULL: not wanted); best: the largest one's id, the lowest on ties (NULL: not wanted),
+ * chosen where the model runs, so a greedy chain of drafts never brings the logits to the host. */
+qwenc_status qwenc_session_draft_head(qwenc_session *session, int32_t token, float *logits, int32_t *best,
+                                      char *err, size_t errlen);
 
 /* ---- snapshots: the exact state of a session at a point (every cache row and recurrent state its tokens
  * left, and its position), restored later into a session of the same model whose context holds as many tokens:

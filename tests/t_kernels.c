@@ -828,6 +828,13 @@ static void test_ops(void) {
         test_range_ops(o3);
         test_gates(*ks);
         test_axpy_mul(*ks);
+        { /* argmax: the lowest index among equal largest values, per row */
+            float x[3][6] = {{1, 3, 2, 3, -1, 0}, {-5, -4, -4, -9, -4, -6}, {0, 0, 0, 0, 0, 7}};
+            int32_t out[3] = {-1, -1, -1};
+            o3->argmax(o3, out, &x[0][0], 3, 6);
+            CHECK(out[0] == 1 && out[1] == 1 && out[2] == 5, "argmax %s: %d %d %d (want 1 1 5)", (*ks)->name, out[0],
+                  out[1], out[2]);
+        }
         o1->release(o1);
         o3->release(o3);
     }

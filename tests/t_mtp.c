@@ -54,23 +54,34 @@ static void check_rows(const fixture *fx, const char *what, const float *got, co
           fx->name, what, r.rel_l2, r.argmax_mismatch, r.first_mismatch);
 }
 
+static int32_t argmax(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
 /* Fed one token at a time, the head at every position. */
 static void test_every_position(const fixture *fx) {
     char err[512];
     qwenc_session *s = open_session(fx, 8, 1);
     if (!s) return;
     float *got = malloc((size_t)(fx->T - 1) * fx->V * sizeof(float));
-    int ok = 1;
-    for (int p = 0; p + 1 < fx->T && ok; p++)
+    int ok = 1, best_ok = 1;
+    for (int p = 0; p + 1 < fx->T && ok; p++) {
+        int32_t best = -1;
         ok = !qwenc_session_forward(s, fx->ids + p, 1, NULL, 0, err, sizeof(err)) &&
-             !qwenc_session_draft_head(s, fx->ids[p + 1], got + (size_t)p * fx->V, err, sizeof(err));
+             !qwenc_session_draft_head(s, fx->ids[p + 1], got + (size_t)p * fx->V, &best, err, sizeof(err));
+        best_ok &= best == argmax(got + (size_t)p * fx->V, fx->V);
+    }
     CHECK(ok, "%s: token by token: %s", fx->name, err);
+    CHECK(best_ok, "%s: the head's arg max is not that of its logits", fx->name);
     if (ok) check_rows(fx, "every position, fed a token at a time", got, fx->ref, fx->T - 1);
     /* the chain after the whole prompt */
     float chain[3 * 8192];
     ok = fx->V <= 8192 && !qwenc_session_forward(s, fx->ids + fx->T - 1, 1, NULL, 0, err, sizeof(err));
     for (int j = 0; j < 3 && ok; j++)
-        ok = !qwenc_session_draft_head(s, fx->chain[j], chain + (size_t)j * fx->V, err, sizeof(err));
+        ok = !qwenc_session_draft_head(s, fx->chain[j], chain + (size_t)j * fx->V, NULL, err, sizeof(err));
     CHECK(ok, "%s: chain: %s", fx->name, err);
     if (ok) check_rows(fx, "three chained head steps", chain, fx->ref_chain, 3);
     free(got);
@@ -87,7 +98,7 @@ static void test_cuts(const fixture *fx) {
         qwenc_session *s = open_session(fx, 5, 1);
         if (!s) break;
         int ok = !qwenc_session_forward(s, fx->ids, cut, NULL, 0, err, sizeof(err)) &&
-                 !qwenc_session_draft_head(s, fx->ids[cut], lg, err, sizeof(err));
+                 !qwenc_session_draft_head(s, fx->ids[cut], lg, NULL, err, sizeof(err));
         char what[96];
         snprintf(what, sizeof(what), "after %d tokens fed in steps of 5", cut);
         CHECK(ok, "%s: %s: %s", fx->name, what, err);
@@ -113,7 +124,7 @@ static void test_draft_steps(const fixture *fx) {
         keep++;
         int now = qwenc_session_n_past(s);
         if (ok && now > 0 && now < fx->T) {
-            ok = !qwenc_session_draft_head(s, fx->ids[now], got + (size_t)n_checked * fx->V, err, sizeof(err));
+            ok = !qwenc_session_draft_head(s, fx->ids[now], got + (size_t)n_checked * fx->V, NULL, err, sizeof(err));
             memcpy(ref + (size_t)n_checked * fx->V, fx->ref + (size_t)(now - 1) * fx->V, (size_t)fx->V * sizeof(float));
             n_checked++;
         }
@@ -134,12 +145,12 @@ static void test_snapshot(const fixture *fx) {
     float *la = malloc((size_t)2 * V * sizeof(float)), *lb = malloc((size_t)2 * V * sizeof(float));
     int ok = a && b && c && !qwenc_session_forward(a, fx->ids, cut, NULL, 0, err, sizeof(err)) &&
              !qwenc_session_snapshot(a, &snap, err, sizeof(err)) &&
-             !qwenc_session_draft_head(a, fx->ids[cut], la, err, sizeof(err)) &&
-             !qwenc_session_draft_head(a, fx->chain[0], la + V, err, sizeof(err)) &&
+             !qwenc_session_draft_head(a, fx->ids[cut], la, NULL, err, sizeof(err)) &&
+             !qwenc_session_draft_head(a, fx->chain[0], la + V, NULL, err, sizeof(err)) &&
              !qwenc_session_forward(b, fx->ids, 3, NULL, 0, err, sizeof(err)) &&
              !qwenc_session_restore(b, snap, err, sizeof(err)) &&
-             !qwenc_session_draft_head(b, fx->ids[cut], lb, err, sizeof(err)) &&
-             !qwenc_session_draft_head(b, fx->chain[0], lb + V, err, sizeof(err));
+             !qwenc_session_draft_head(b, fx->ids[cut], lb, NULL, err, sizeof(err)) &&
+             !qwenc_session_draft_head(b, fx->chain[0], lb + V, NULL, err, sizeof(err));
     CHECK(ok, "%s: snapshot: %s", fx->name, err);
     CHECK(ok && !memcmp(la, lb, (size_t)2 * V * sizeof(float)), "%s: the head after a restore: other bits", fx->name);
     if (snap && c)
@@ -147,17 +158,17 @@ static void test_snapshot(const fixture *fx) {
               "%s: a snapshot with the head's caches into a session without: %s", fx->name, err);
     /* misuse */
     if (c)
-        CHECK(qwenc_session_draft_head(c, 0, la, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "draft_head"),
+        CHECK(qwenc_session_draft_head(c, 0, la, NULL, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "draft_head"),
               "%s: a session without the head's caches: %s", fx->name, err);
     if (a) {
         qwenc_session_reset(a);
-        CHECK(qwenc_session_draft_head(a, 0, la, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "feed"),
+        CHECK(qwenc_session_draft_head(a, 0, la, NULL, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "feed"),
               "%s: the head before any token: %s", fx->name, err);
         ok = !qwenc_session_forward(a, fx->ids, 2, NULL, 0, err, sizeof(err));
-        for (int j = 0; ok && j < QWENC_MAX_DRAFT; j++) ok = !qwenc_session_draft_head(a, 1, NULL, err, sizeof(err));
-        CHECK(ok && qwenc_session_draft_head(a, 1, NULL, err, sizeof(err)) == QWENC_ERR_ARG,
+        for (int j = 0; ok && j < QWENC_MAX_DRAFT; j++) ok = !qwenc_session_draft_head(a, 1, NULL, NULL, err, sizeof(err));
+        CHECK(ok && qwenc_session_draft_head(a, 1, NULL, NULL, err, sizeof(err)) == QWENC_ERR_ARG,
               "%s: a head step past QWENC_MAX_DRAFT is refused: %s", fx->name, err);
-        CHECK(qwenc_session_draft_head(a, fx->V, NULL, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "vocabulary"),
+        CHECK(qwenc_session_draft_head(a, fx->V, NULL, NULL, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "vocabulary"),
               "%s: a token outside the vocabulary: %s", fx->name, err);
     }
     free(la), free(lb);
@@ -165,12 +176,6 @@ static void test_snapshot(const fixture *fx) {
     qwenc_session_free(a), qwenc_session_free(b), qwenc_session_free(c);
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 /* Greedy decoding of n tokens after the prompt, plain and with k head drafts per step: the same tokens. */
 static void test_greedy(const fixture *fx, int k, int n) {
@@ -191,10 +196,8 @@ static void test_greedy(const fixture *fx, int k, int n) {
         int32_t toks[QWENC_MAX_DRAFT + 1];
         toks[0] = spec[got - 1];
         int kk = k < n - got ? k : n - got;
-        for (int j = 0; ok && j < kk; j++) {
-            ok = !qwenc_session_draft_head(b, toks[j], lg, err, sizeof(err));
-            toks[j + 1] = argmax(lg, V);
-        }
+        for (int j = 0; ok && j < kk; j++) /* the arg max alone (no logits to the host) */
+            ok = !qwenc_session_draft_head(b, toks[j], NULL, &toks[j + 1], err, sizeof(err));
         ok = ok && !qwenc_session_forward_draft(b, toks, kk + 1, lg, err, sizeof(err));
         int keep = 0;
         for (int i = 0; ok && i <= kk; i++) {
@@ -290,7 +293,7 @@ int main(int argc, char **argv) {
         argv += 2;
     }
     const char *root = argc > 1 ? argv[1] : "tests/fixtures";
-    char mroot[1100], *names[16];
+    char mroot[512], *names[16];
     snprintf(mroot, sizeof(mroot), "%s/mtp", root);
     int n = test_list_fixtures(mroot, 0, names, 16);
     CHECK(n == 4, "draft head fixtures in %s: %d (qwen4_exp, qwen3_5, qwen3_5_moe, qwen3_next)", mroot, n);

@@ -264,20 +264,15 @@ static double run_batch(qwenc_session *const *ss, int np, const int32_t *ids, in
 
 /* Seconds for n draft steps of k+1 tokens each keeping one (the session's position advances a token a step); with
  * head, each step's k drafts come from the session's MTP draft head first (its greedy chain), as --draft does. */
-static double run_draft(qwenc_session *s, const int32_t *ids, int len, int n, int k, int head, int V, float *logits,
+static double run_draft(qwenc_session *s, const int32_t *ids, int len, int n, int k, int head, float *logits,
                         char *err, size_t errlen, int *failed) {
     qwenc_session_reset(s);
     int32_t toks[QWENC_MAX_DRAFT + 1];
     double t0 = cli_now_s();
     for (int i = 0; i < n && !*failed; i++) {
         for (int j = 0; j <= k; j++) toks[j] = ids[(i + j) % len];
-        for (int j = 0; head && i > 0 && j < k && !*failed; j++) {
-            if (qwenc_session_draft_head(s, toks[j], logits, err, errlen)) *failed = 1;
-            int32_t best = 0;
-            for (int v = 1; v < V; v++)
-                if (logits[v] > logits[best]) best = v;
-            toks[j + 1] = best;
-        }
+        for (int j = 0; head && i > 0 && j < k && !*failed; j++)
+            if (qwenc_session_draft_head(s, toks[j], NULL, &toks[j + 1], err, errlen)) *failed = 1;
         if (*failed || qwenc_session_forward_draft(s, toks, k + 1, logits, err, errlen) ||
             qwenc_session_accept(s, 1, err, errlen))
             *failed = 1;
@@ -292,9 +287,9 @@ static int bench_draft(qwenc_session *s, int V, const int32_t *ids, int len, int
     float *logits = malloc((size_t)(k + 1) * (size_t)V * sizeof(float));
     double *tps = calloc((size_t)reps, sizeof(double));
     if (!logits || !tps) failed = 1;
-    if (!failed) run_draft(s, ids, len, n > 4 ? 4 : n, k, head, V, logits, err, sizeof(err), &failed); /* warm-up */
+    if (!failed) run_draft(s, ids, len, n > 4 ? 4 : n, k, head, logits, err, sizeof(err), &failed); /* warm-up */
     for (int r = 0; r < reps && !failed; r++)
-        tps[r] = n / run_draft(s, ids, len, n, k, head, V, logits, err, sizeof(err), &failed);
+        tps[r] = n / run_draft(s, ids, len, n, k, head, logits, err, sizeof(err), &failed);
     if (failed)
         fprintf(stderr, "qwenc: bench: tg%d with drafts of %d%s: %s\n", n, k, head ? " from the head" : "", err);
     else

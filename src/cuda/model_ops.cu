@@ -135,7 +135,38 @@ static void cu_ple_gate(const qw_backend *be, float *G, const float *K, const fl
     QWC_LAUNCHED();
 }
 
+/* one block per row: each thread the first largest of its strided share, then the block's by (value, lower index) */
+__global__ void k_argmax(int32_t *out, const float *x, int64_t n) {
+    __shared__ float sv[256];
+    __shared__ int64_t si[256];
+    const float *row = x + (int64_t)blockIdx.x * n;
+    float bv = 0;
+    int64_t bi = -1;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        if (bi < 0 || row[i] > bv) bv = row[i], bi = i;
+    sv[threadIdx.x] = bv;
+    si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            float v = sv[threadIdx.x + s];
+            int64_t i = si[threadIdx.x + s];
+            if (i >= 0 && (si[threadIdx.x] < 0 || v > sv[threadIdx.x] || (v == sv[threadIdx.x] && i < si[threadIdx.x])))
+                sv[threadIdx.x] = v, si[threadIdx.x] = i;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = (int32_t)(si[0] < 0 ? 0 : si[0]);
+}
+
+static void cu_argmax(const qw_backend *be, int32_t *out, const float *x, int n_rows, int64_t n) {
+    if (n_rows <= 0 || n <= 0) return;
+    k_argmax<<<n_rows, 256, 0, qwc_stream(qwc_of(be))>>>(out, x, n);
+    QWC_LAUNCHED();
+}
+
 void qwc_model_ops_fill(qw_backend *t) {
+    t->argmax = cu_argmax;
     t->hc_read = cu_hc_read;
     t->hc_inject = cu_hc_inject;
     t->ple_rows = cu_ple_rows;

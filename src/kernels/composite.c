@@ -388,6 +388,17 @@ void qw_op_ple_rows(const qw_backend *be, int64_t *rows, const int32_t *tokens, 
     qw_ple_hash(rows, tokens, hist, n_tok, ngram_n, n_heads, eos, mult, prime, offset);
 }
 
+void qw_op_argmax(const qw_backend *be, int32_t *out, const float *x, int n_rows, int64_t n) {
+    (void)be;
+    for (int r = 0; r < n_rows; r++) {
+        const float *row = x + (int64_t)r * n;
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; i++)
+            if (row[i] > row[best]) best = i;
+        out[r] = (int32_t)best;
+    }
+}
+
 void qw_op_ple_hist_push(const qw_backend *be, int32_t *hist, const int32_t *tokens, int n_tok, int ngram_n) {
     (void)be;
     int keep = ngram_n - 1, n = 0;

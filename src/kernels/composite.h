@@ -54,6 +54,7 @@ void qw_op_ple_rows(const qw_backend *be, int64_t *rows, const int32_t *tokens, 
 void qw_op_ple_hist_push(const qw_backend *be, int32_t *hist, const int32_t *tokens, int n_tok, int ngram_n);
 void qw_op_ple_gather(const qw_backend *be, float *e, const int64_t *rows, int64_t n, const qw_tensor *chunks,
                       int n_chunks, int64_t chunk_rows, int prefetch);
+void qw_op_argmax(const qw_backend *be, int32_t *out, const float *x, int n_rows, int64_t n);
 void qw_op_ple_gate(const qw_backend *be, float *G, const float *K, const float *Q, const float *V, int n_tok, int C,
                     int H);
 

@@ -205,6 +205,11 @@ struct qw_backend {
     void (*ple_gate)(const qw_backend *be, float *G, const float *K, const float *Q, const float *V, int n_tok, int C,
                      int H);
 
+    /* ---- choosing */
+    /* out[r] = the index of the largest of x[r][0..n) for r < n_rows, the lowest index among equal values (as
+     * the greedy sampler): greedy drafts without the logits leaving the backend. */
+    void (*argmax)(const qw_backend *be, int32_t *out, const float *x, int n_rows, int64_t n);
+
     /* ---- graphs (optional: NULL where a backend has none, as on the CPU, and under an interposer) */
     /* The ops issued between graph_begin and graph_end are recorded, not run; graph_end returns them as a graph
      * (NULL when recording failed) that graph_launch runs again, with the same addresses and the values then in

@@ -126,14 +126,6 @@ static void auto_count(draft_auto *a, int pos, int accepted) {
     if (a->tried[pos] == 16) a->tried[pos] /= 2, a->acc[pos] /= 2;
 }
 
-/* The first largest of x[0..n). */
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* What one generation keeps between tokens. */
 typedef struct {
     qwenc_session *s;
@@ -233,11 +225,8 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
             int room = QW_MIN(autodraft ? auto_draft(&ad, res->n_steps) : n_draft, n_ctx - past0 - 1);
             if (gp->n_predict >= 0) room = QW_MIN(room, gp->n_predict - res->n_gen - 1);
             if (room > 0 && !use_head) k = qwenc_draft_lookup(g.hist, g.n_hist, room, toks + 1);
-            for (int32_t cur = t; use_head && k < room; cur = toks[++k]) { /* the head's greedy chain */
-                g.st = qwenc_session_draft_head(s, cur, logits, err, errlen);
-                if (g.st) break;
-                toks[k + 1] = argmax(logits, V);
-            }
+            for (int32_t cur = t; use_head && k < room; cur = toks[++k]) /* the head's greedy chain */
+                if ((g.st = qwenc_session_draft_head(s, cur, NULL, &toks[k + 1], err, errlen))) break;
             if (g.st) break;
         }
         res->n_steps++;

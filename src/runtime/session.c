@@ -140,8 +140,9 @@ static float *mtp_ops(qwenc_session *s, const qw_backend *be, int n, const float
     float *out = qw_arena_f32(&s->arena, (size_t)n * hp->n_embd);
     qw_arch_get(hp->arch)->mtp_forward(&f, h_in, h_next, out);
     if (!want) return NULL;
-    float *lg = be->host_memory ? host_logits : qw_arena_f32(&s->arena, (size_t)hp->n_vocab);
+    float *lg = be->host_memory && host_logits ? host_logits : qw_arena_f32(&s->arena, (size_t)hp->n_vocab);
     be->matmul(be, lg, m->output, out + (int64_t)(n - 1) * hp->n_embd, 1);
+    be->argmax(be, s->mtp_best, lg, 1, hp->n_vocab);
     return lg;
 }
 
@@ -264,7 +265,8 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
         size_t W = (size_t)qw_mtp_width(&m->hp);
         if (!(s->mtp_hid = be->alloc(be, (size_t)(s->n_batch + 1) * W * sizeof(float), QW_MEM_STATE)) ||
             !(s->mtp_chain = be->alloc(be, W * sizeof(float), QW_MEM_STATE)) ||
-            !(s->mtp_tok = be->alloc(be, (size_t)s->n_batch * sizeof(int32_t), QW_MEM_ACT)))
+            !(s->mtp_tok = be->alloc(be, (size_t)s->n_batch * sizeof(int32_t), QW_MEM_ACT)) ||
+            !(s->mtp_best = be->alloc(be, sizeof(int32_t), QW_MEM_ACT)))
             st = qw_err(err, errlen, QWENC_ERR_NOMEM, "session: out of memory allocating the draft head's inputs");
     }
     if (!st) {
@@ -303,6 +305,7 @@ void qwenc_session_free(qwenc_session *s) {
     be->free(be, s->mtp_hid);
     be->free(be, s->mtp_chain);
     be->free(be, s->mtp_tok);
+    be->free(be, s->mtp_best);
     free(s->dl);
     free(s->ls);
     free(s);
@@ -546,7 +549,8 @@ qwenc_status qwenc_session_accept(qwenc_session *s, int n_keep, char *err, size_
 
 int qwenc_session_has_draft_head(const qwenc_session *s) { return s->mtp; }
 
-qwenc_status qwenc_session_draft_head(qwenc_session *s, int32_t token, float *logits, char *err, size_t errlen) {
+qwenc_status qwenc_session_draft_head(qwenc_session *s, int32_t token, float *logits, int32_t *best, char *err,
+                                      size_t errlen) {
     const qw_hparams *hp = &s->model->hp;
     if (!s->mtp)
         return qw_err(err, errlen, QWENC_ERR_ARG,
@@ -572,10 +576,11 @@ qwenc_status qwenc_session_draft_head(qwenc_session *s, int32_t token, float *lo
     qw_step step = {.pos0 = pos};
     be->upload(be, s->step, &step, sizeof(step));
     be->upload(be, s->mtp_tok, &token, sizeof(token));
-    step_args a = {.T = 1, .want = logits || !be->host_memory, .h_in = s->mtp_j ? s->mtp_chain : s->mtp_hid,
-                   .h_next = s->mtp_chain, .host_logits = logits};
+    step_args a = {.T = 1, .want = 1, .h_in = s->mtp_j ? s->mtp_chain : s->mtp_hid, .h_next = s->mtp_chain,
+                   .host_logits = logits};
     float *lg = graphed(s, &s->gr_head[s->mtp_j > 0], run_mtp_ops, &a);
     if (logits && !be->host_memory) be->download(be, logits, lg, (size_t)hp->n_vocab * sizeof(float));
+    if (best) be->download(be, best, s->mtp_best, sizeof(int32_t));
     be->sync(be);
     if (qw_cpu_scratch_failures() != failed) {
         s->lost = 1;

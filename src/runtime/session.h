@@ -70,6 +70,7 @@ struct qwenc_session {
                               * has not read it: it waits for the token after); a step writes its rows from row 1 */
     float *mtp_chain;        /* [qw_mtp_width] the last head step's output hidden */
     int32_t *mtp_tok;        /* [n_batch] the head's input tokens */
+    int32_t *mtp_best;       /* [1] the arg max of the head's last logits */
     /* graphs of the steps of speculative decoding, by their number of tokens (draft steps, the head's catch-up
      * rows, accept's replay of n kept tokens) and for the head's first and later steps */
     qw_step_graph gr_draft[QWENC_MAX_DRAFT + 2], gr_catch[QWENC_MAX_DRAFT + 2], gr_accept[QWENC_MAX_DRAFT + 2];

@@ -408,17 +408,12 @@ static int draft_step(srv_sched *s, slot *c) {
     int k = 0;
     char err[256];
     if (qwenc_session_has_draft_head(c->session)) { /* the model's MTP head: its greedy chain */
-        for (; k < room; k++) {
-            if (qwenc_session_draft_head(c->session, toks[k], s->logits, err, sizeof(err))) {
+        for (; k < room; k++)
+            if (qwenc_session_draft_head(c->session, toks[k], NULL, &toks[k + 1], err, sizeof(err))) {
                 lose_state(c);
                 finish(s, c, QWENC_STOP_NONE, 500, err);
                 return 1;
             }
-            int32_t best = 0;
-            for (int v = 1; v < s->n_vocab; v++)
-                if (s->logits[v] > s->logits[best]) best = v;
-            toks[k + 1] = best;
-        }
     } else {
         k = qwenc_draft_lookup(c->hist, c->n_hist + 1, room, toks + 1);
     }

@@ -413,6 +413,26 @@ static void test_hc_ple(void) {
     for (int c = 0; c < 3; c++) free(blocks[c]);
 }
 
+static void test_argmax(void) {
+    printf("argmax\n");
+    /* rows of a vocabulary's width: random, with the largest value repeated (the lower index wins), at the end,
+     * and all equal */
+    int rows = 4;
+    int64_t n = 248320;
+    float *x = rvec((size_t)rows * n, 1);
+    x[1 * n + 200000] = 5, x[1 * n + 70000] = 5, x[1 * n + 90000] = 5;
+    x[2 * n + n - 1] = 9;
+    for (int64_t i = 0; i < n; i++) x[3 * n + i] = 0.5f;
+    int32_t want[4], *dout = dev(NULL, sizeof(want));
+    R->argmax(R, want, x, rows, n);
+    G->argmax(G, dout, dev(x, (size_t)rows * n * 4), rows, n);
+    int32_t *got = back(dout, sizeof(want));
+    CHECK(same(got, want, sizeof(want)) && want[1] == 70000 && want[2] == n - 1 && want[3] == 0,
+          "argmax: %d %d %d %d, the reference %d %d %d %d", got[0], got[1], got[2], got[3], want[0], want[1], want[2],
+          want[3]);
+    free(got), free(x);
+}
+
 int main(void) {
     char desc[320];
     if (!qw_cuda_available(desc, sizeof(desc))) {
@@ -434,6 +454,7 @@ int main(void) {
     test_gdn();
     test_moe();
     test_hc_ple();
+    test_argmax();
     G->release(G); /* the test's device buffers go with the process */
     return test_summary();
 }
