@@ -499,12 +499,13 @@ typedef struct {
     const int32_t *ids;
     int n;
     const float *want; /* the logits of the last token, from a run without failures */
+    int head;          /* the session keeps the MTP draft head: then head steps and a draft step too */
 } run_arg;
 
 /* A session: init, a prompt in two steps, two decode steps; then the logits of the last one checked. */
 static qwenc_status session_run(void *arg, char *err, size_t errlen) {
     const run_arg *a = arg;
-    qwenc_session_params sp = {.n_ctx = 32, .n_batch = 4};
+    qwenc_session_params sp = {.n_ctx = 32, .n_batch = 4, .draft_head = a->head};
     qwenc_session *s = NULL;
     qwenc_status st = qwenc_session_init(a->m, &sp, &s, err, errlen);
     if (st) return st;
@@ -523,6 +524,15 @@ static qwenc_status session_run(void *arg, char *err, size_t errlen) {
     if (!st && a->want) {
         test_cmp c = test_compare_logits(lg, a->want, 1, (size_t)V);
         if (c.rel_l2 > 1e-5) st = qw_err(err, errlen, QWENC_ERR_FORMAT, "logits differ by %g", c.rel_l2);
+    }
+    if (!st && a->head) { /* two head steps, a draft step of three tokens keeping one */
+        int32_t d[3] = {a->ids[0], 0, 0};
+        st = qwenc_session_draft_head(s, d[0], NULL, &d[1], err, errlen);
+        if (!st) st = qwenc_session_draft_head(s, d[1], lg, &d[2], err, errlen);
+        float *l3 = st ? NULL : malloc((size_t)3 * V * sizeof(float));
+        if (!st) st = qwenc_session_forward_draft(s, d, 3, l3, err, errlen);
+        if (!st) st = qwenc_session_accept(s, 1, err, errlen);
+        free(l3);
     }
     free(lg);
     qwenc_session_free(s);
@@ -576,7 +586,7 @@ static qwenc_status do_save(void *arg, char *err, size_t errlen) {
 static void test_out_of_memory(const char *gguf) {
     qwenc_model_params mp = qwenc_model_default_params();
     mp.n_threads = 1;
-    static const char *dirs[] = {FIX "/llama", FIX "/qwen3_next", FIX "/qwen4_exp"};
+    static const char *dirs[] = {FIX "/llama", FIX "/qwen3_next", FIX "/qwen4_exp", FIX "/mtp/qwen3_5_moe"};
     for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
         void *a[2] = {(void *)dirs[i], &mp};
         int n = fail_each(dirs[i], do_load, a, 0);
@@ -593,23 +603,25 @@ static void test_out_of_memory(const char *gguf) {
     /* sessions, also of models quantized at load: their matmuls take the kernels' integer scratch */
     static const struct {
         const char *dir, *quant;
-    } runs[] = {{FIX "/llama", NULL}, {FIX "/qwen3_next", NULL}, {FIX "/qwen4_exp", NULL},
-                {FIX "/llama", "Q8_0"}, {FIX "/qwen4_exp", "Q4_K"}};
+        int head;
+    } runs[] = {{FIX "/llama", NULL, 0},     {FIX "/qwen3_next", NULL, 0}, {FIX "/qwen4_exp", NULL, 0},
+                {FIX "/llama", "Q8_0", 0},   {FIX "/qwen4_exp", "Q4_K", 0}, {FIX "/mtp/qwen4_exp", NULL, 1}};
     for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
         qwenc_model *m = NULL;
         char err[1024], what[160];
         qwenc_model_params p = mp;
         p.quant = runs[i].quant;
-        snprintf(what, sizeof(what), "a session of %s%s%s", runs[i].dir, p.quant ? " as " : "", p.quant ? p.quant : "");
+        snprintf(what, sizeof(what), "a session of %s%s%s%s", runs[i].dir, p.quant ? " as " : "", p.quant ? p.quant : "",
+                 runs[i].head ? " with the draft head" : "");
         if (qwenc_model_load_params(runs[i].dir, &p, &m, err, sizeof(err))) {
             CHECK(0, "%s: %s", runs[i].dir, err);
             continue;
         }
         int32_t ids[10] = {1, 5, 9, 33, 2, 7, 100, 3, 12, 64};
-        run_arg r = {m, ids, 10, NULL};
+        run_arg r = {m, ids, 10, NULL, runs[i].head};
         int V = qwenc_model_n_vocab(m);
         float *want = malloc((size_t)V * sizeof(float));
-        qwenc_session_params sp = {.n_ctx = 32, .n_batch = 4};
+        qwenc_session_params sp = {.n_ctx = 32, .n_batch = 4, .draft_head = runs[i].head};
         qwenc_session *s = NULL;
         if (!qwenc_session_init(m, &sp, &s, err, sizeof(err)) &&
             !qwenc_session_forward(s, ids, 10, want, 0, err, sizeof(err)))
