@@ -137,6 +137,30 @@ static void test_draft_steps(const fixture *fx) {
     qwenc_session_free(s);
 }
 
+/* Batched steps of two sessions keeping the head (and one that does not): each head as the session alone. */
+static void test_batch(const fixture *fx) {
+    char err[512];
+    int V = fx->V, ca = 5, cb = fx->T / 2;
+    qwenc_session *a = open_session(fx, 8, 1), *b = open_session(fx, 8, 1), *c = open_session(fx, 8, 0);
+    float *got = malloc((size_t)2 * V * sizeof(float)), *ref = malloc((size_t)2 * V * sizeof(float));
+    int ok = a && b && c && !qwenc_session_forward(a, fx->ids, ca, NULL, 0, err, sizeof(err)) &&
+             !qwenc_session_forward(b, fx->ids, cb, NULL, 0, err, sizeof(err)) &&
+             !qwenc_session_forward(c, fx->ids, 2, NULL, 0, err, sizeof(err));
+    for (int step = 0; ok && step < 2; step++) {
+        qwenc_session *ss[3] = {a, b, c};
+        int32_t tk[3] = {fx->ids[ca + step], fx->ids[cb + step], fx->ids[2 + step]};
+        ok = !qwenc_session_forward_batch(ss, tk, 3, NULL, err, sizeof(err));
+    }
+    ok = ok && !qwenc_session_draft_head(a, fx->ids[ca + 2], got, NULL, err, sizeof(err)) &&
+         !qwenc_session_draft_head(b, fx->ids[cb + 2], got + V, NULL, err, sizeof(err));
+    CHECK(ok, "%s: batched steps: %s", fx->name, err);
+    memcpy(ref, fx->ref + (size_t)(ca + 1) * V, (size_t)V * sizeof(float));
+    memcpy(ref + V, fx->ref + (size_t)(cb + 1) * V, (size_t)V * sizeof(float));
+    if (ok) check_rows(fx, "after batched steps", got, ref, 2);
+    free(got), free(ref);
+    qwenc_session_free(a), qwenc_session_free(b), qwenc_session_free(c);
+}
+
 static void test_snapshot(const fixture *fx) {
     char err[512];
     int cut = fx->T / 2, V = fx->V;
@@ -278,6 +302,7 @@ static void run(const char *fdir, const char *mdir, const char *name, const char
         test_cuts(&fx);
         test_draft_steps(&fx);
         test_snapshot(&fx);
+        test_batch(&fx);
         for (int k = 1; k <= 4; k++) test_greedy(&fx, k, fx.T < 60 ? 40 : 80);
         test_gguf(&fx, mdir, backend);
     }

@@ -94,7 +94,7 @@ static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_ba
     qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .seqs = seqs, .n_ctx = n_ctx, .ar = &s->arena, .n_tok = T,
                 .tokens = tokens, .rope_cs = cs, .draft = draft};
     /* the draft head's input rows: into the session's buffer from row 1, or for a batched step into the arena,
-     * each row then its session's row 0 (the head skips the position before: its cache keeps a hole there) */
+     * each row then its session's row 1 (each session's head then catches up on its own) */
     int64_t W = qw_mtp_width(hp);
     if (!seqs && s->mtp) f.mtp_hidden = s->mtp_hid + W;
     if (seqs && hp->n_mtp) f.mtp_hidden = qw_arena_f32(&s->arena, (size_t)T * W);
@@ -102,7 +102,7 @@ static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_ba
     qw_model_forward(&f, hidden);
     if (seqs && hp->n_mtp)
         for (int r = 0; r < T; r++)
-            if (seqs[r]->mtp) be->copy(be, seqs[r]->mtp_hid, f.mtp_hidden + r * W, (size_t)W * sizeof(float));
+            if (seqs[r]->mtp) be->copy(be, seqs[r]->mtp_hid + W, f.mtp_hidden + r * W, (size_t)W * sizeof(float));
     float *lg = NULL;
     if (want_logits && first_logit < T) {
         int n = T - first_logit;
@@ -767,13 +767,14 @@ qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const i
     unsigned long failed = qw_cpu_scratch_failures();
     float *lg = step_ops(s, sessions, be, n, tokens, logits, logits != NULL, 0, 0);
     if (lg && !be->host_memory) be->download(be, logits, lg, (size_t)n * m->hp.n_vocab * sizeof(float));
+    for (int i = 0; i < n; i++) mtp_catch_up(sessions[i], tokens + i, 1, sessions[i]->n_past);
     be->sync(be);
     if (qw_cpu_scratch_failures() != failed) {
         for (int i = 0; i < n; i++) sessions[i]->lost = 1;
         return qw_err(err, errlen, QWENC_ERR_NOMEM,
                       "forward_batch: the kernels ran out of memory for their scratch; the sessions' states are lost");
     }
-    for (int i = 0; i < n; i++) sessions[i]->n_past++;
+    for (int i = 0; i < n; i++) sessions[i]->n_past++, sessions[i]->mtp_j = 0;
     return QWENC_OK;
 }
 
