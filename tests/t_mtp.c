@@ -16,7 +16,8 @@
  *   - speculative greedy decoding with the head's drafts gives the tokens of plain greedy decoding (random heads:
  *     most drafts are rejected, so the rollback runs nearly every step);
  *   - misuse is refused: a session without the head's caches, no token fed, more than QWENC_MAX_DRAFT steps.
- * Usage: t_mtp [--backend NAME] [ROOT] (ROOT: tests/fixtures).
+ * Usage: t_mtp [--backend NAME] [ROOT] (ROOT: tests/fixtures). Without --backend: on the CPU, then the random
+ * heads again in its guard mode (activations and state inaccessible outside the backend's calls).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,14 +311,7 @@ static void run(const char *fdir, const char *mdir, const char *name, const char
     qwenc_model_free(fx.m);
 }
 
-int main(int argc, char **argv) {
-    const char *backend = "cpu";
-    if (argc > 2 && !strcmp(argv[1], "--backend")) {
-        backend = argv[2];
-        argc -= 2;
-        argv += 2;
-    }
-    const char *root = argc > 1 ? argv[1] : "tests/fixtures";
+static void run_all(const char *root, const char *backend, int bundled) {
     char mroot[512], *names[16];
     snprintf(mroot, sizeof(mroot), "%s/mtp", root);
     int n = test_list_fixtures(mroot, 0, names, 16);
@@ -329,10 +323,23 @@ int main(int argc, char **argv) {
         run(d, d, nm, backend);
         free(names[i]);
     }
+    if (!bundled) return;
     /* the bundled model's trained head (its fixture names the model directory) */
     char fdir[1100], mdir[1100];
     snprintf(fdir, sizeof(fdir), "%s/tiny-flash", root);
     snprintf(mdir, sizeof(mdir), "%s/../../models/tiny-flash", root);
     run(fdir, mdir, "tiny-flash", backend);
+}
+
+int main(int argc, char **argv) {
+    const char *backend = NULL;
+    if (argc > 2 && !strcmp(argv[1], "--backend")) {
+        backend = argv[2];
+        argc -= 2;
+        argv += 2;
+    }
+    const char *root = argc > 1 ? argv[1] : "tests/fixtures";
+    run_all(root, backend ? backend : "cpu", 1);
+    if (!backend) run_all(root, "cpu-guard", 0);
     return test_summary();
 }
