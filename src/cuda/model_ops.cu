@@ -148,7 +148,7 @@ __global__ void k_argmax(int32_t *out, const float *x, int64_t n) {
     si[threadIdx.x] = bi;
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
+        if ((int)threadIdx.x < s) {
             float v = sv[threadIdx.x + s];
             int64_t i = si[threadIdx.x + s];
             if (i >= 0 && (si[threadIdx.x] < 0 || v > sv[threadIdx.x] || (v == sv[threadIdx.x] && i < si[threadIdx.x])))
