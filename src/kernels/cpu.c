@@ -241,7 +241,7 @@ static void detect(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     int fma_f16c = __builtin_cpu_supports("fma") && has_f16c();
-    unsigned a, b, c, d; /* vendor "GenuineIntel": b, d, c = "Genu", "ineI", "ntel" (decode's prefetch differs) */
+    unsigned a = 0, b = 0, c = 0, d = 0; /* vendor "GenuineIntel": b, d, c = "Genu", "ineI", "ntel" (decode's prefetch differs) */
     int intel = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756E6547 && d == 0x49656E69 && c == 0x6C65746E;
     if (fma_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {

@@ -88,7 +88,7 @@ void srv_reply_error(srv_reply *r, int status, const char *param, const char *co
     va_end(ap);
     char *clean = qwenc_utf8_repair(msg, strlen(msg)); /* messages may quote the request */
     srv_reply_json(r, status, error_json(status, param, code, clean ? clean : msg));
-    snprintf(r->log, sizeof(r->log), "%s", clean ? clean : msg);
+    snprintf(r->log, sizeof(r->log), "%.*s", (int)sizeof(r->log) - 1, clean ? clean : msg);
     free(clean);
 }
 
