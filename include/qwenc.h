@@ -292,6 +292,17 @@ void qwenc_sampler_reset(qwenc_sampler *sampler);
 void qwenc_sampler_accept(qwenc_sampler *sampler, int32_t token);
 /* Choose the next token from n_vocab logits (not modified). */
 int32_t qwenc_sampler_sample(qwenc_sampler *sampler, const float *logits);
+/* The distribution qwenc_sampler_sample draws from for these logits (after the penalties, temperature, top-k,
+ * top-p and min-p), as n_vocab probabilities summing to 1 (greedy: 1 at the arg max); nothing is drawn. probs
+ * may be logits. */
+void qwenc_sampler_probs(qwenc_sampler *sampler, const float *logits, float *probs);
+/* A draw from n_vocab non-negative weights (not all zero) with the sampler's random stream. */
+int32_t qwenc_sampler_draw(qwenc_sampler *sampler, const float *probs);
+/* Speculative sampling: `draft` was drawn from the distribution q [n_vocab]; the next token is the draft with
+ * probability min(1, p(draft) / q(draft)) (*accepted = 1), else a draw from max(0, p - q) normalised, where p is
+ * qwenc_sampler_probs of logits. Over the draft's draw, the token has the distribution p. */
+int32_t qwenc_sampler_verify(qwenc_sampler *sampler, const float *logits, const float *q, int32_t draft,
+                             int *accepted);
 
 /* ---- generation ---- */
 typedef enum {
@@ -322,6 +333,12 @@ typedef struct {
                                  * the session keeps it, else prompt lookup), _LOOKUP (what followed the last
                                  * occurrence of the last tokens), _HEAD (the head's greedy chain; an error without
                                  * one) */
+    int draft_sample;           /* with drafts from the head: 1 draws each draft from the head's distribution (the
+                                 * sampler's steps applied to its logits) and keeps it by the speculative-sampling
+                                 * rule (qwenc_sampler_verify): the text has the distribution of sampling without
+                                 * drafts, but is not the same text for a seed; 0 (default): the head's greedy
+                                 * drafts, each position sampled as without drafting (the same text). Greedy
+                                 * decoding gives the same text either way. */
 } qwenc_gen_params;
 #define QWENC_DRAFT_AUTO (-1)
 enum { QWENC_DRAFT_SRC_AUTO = 0, QWENC_DRAFT_SRC_LOOKUP = 1, QWENC_DRAFT_SRC_HEAD = 2 };

@@ -38,6 +38,19 @@ for mode in greedy sampled; do
 done
 echo "  head:   $(grep '^qwenc: draft:' "$tmp/greedy.head.4.err")"
 echo "  lookup: $(grep '^qwenc: draft:' "$tmp/greedy.lookup.4.err")"
+# --draft-sample: greedy, the same text; sampled, drafts drawn from the head and kept by the rule (the rule's
+# distribution is t_sampler's test): a whole run, drafts both kept and not
+gen "$tmp/gs" 3 --draft-sample --temp 0 && cmp -s "$tmp/greedy.0" "$tmp/gs" && ok || bad "--draft-sample greedy: other text"
+if gen "$tmp/ss" 3 --draft-sample --temp 0.8 --top-k 40 -s 1234; then
+    line=$(grep '^qwenc: draft:' "$tmp/ss.err")
+    drafted=$(sed -n 's/.*drafted \([0-9]*\), accepted.*/\1/p' <<<"$line")
+    accepted=$(sed -n 's/.*accepted \([0-9]*\) (.*/\1/p' <<<"$line")
+    [ "$(wc -w <"$tmp/ss")" -gt 100 ] && [ -n "$drafted" ] && [ "$accepted" -gt 0 ] && [ "$accepted" -lt "$drafted" ] && ok \
+        || bad "--draft-sample sampled: $line"
+    echo "  sampled, --draft 3 --draft-sample: $line"
+else
+    bad "--draft-sample sampled: $(tail -n 2 "$tmp/ss.err")"
+fi
 # --draft-src head without a head to draft with; --no-mtp leaves the head out, so auto drafts by lookup
 expect_error "--draft-src head with --no-mtp" "no MTP draft head" $QWENC run -m $M -p hi -n 4 --draft 2 --draft-src head --no-mtp
 $QWENC run -m $M -p "$P" -n 200 -t 2 --temp 0 --no-display-prompt --draft 3 --no-mtp >"$tmp/nomtp" 2>"$tmp/nomtp.err"

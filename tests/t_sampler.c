@@ -1,6 +1,9 @@
 /*
  * t_sampler.c - sampling: greedy and its tie rule, seed reproducibility, that top-k / top-p / min-p
  * never emit an excluded token, the penalties, and that plain sampling follows the distribution.
+ * Speculative sampling (qwenc_sampler_verify): a draft drawn from another distribution q and kept by the rule
+ * gives tokens distributed as the sampler's own p (chi-square over 400,000 draws, for several q: close to p,
+ * far from it, zero where p is not, and p truncated by top-k), and is kept as often as sum min(p, q).
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +32,103 @@ static qwenc_sampler *mk(qwenc_sampler_params p, int V) {
 /* logits whose softmax is probs */
 static void from_probs(const double *probs, float *logits, int V) {
     for (int i = 0; i < V; i++) logits[i] = (float)log(probs[i]);
+}
+
+/* The rule over n trials: tokens tallied into cnt, the share of drafts kept returned. */
+static double spec_trials(qwenc_sampler *s, const float *lg, const float *q, int V, int n, long *cnt) {
+    long kept = 0;
+    for (int t = 0; t < n; t++) {
+        int32_t d = qwenc_sampler_draw(s, q);
+        int acc = 0;
+        int32_t x = qwenc_sampler_verify(s, lg, q, d, &acc);
+        if (x >= 0 && x < V) cnt[x]++;
+        kept += acc;
+    }
+    return (double)kept / n;
+}
+
+/* top-k by selection: the support of the distribution is exactly the k first by (logit, then lower id), on rows
+ * with many equal logits. */
+static void test_topk_select(void) {
+    printf("top-k selection: the k largest, ties to the lower id\n");
+    enum { V = 1000 };
+    float lg[V], pr[V];
+    uint64_t r = 12345;
+    int bad = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        for (int i = 0; i < V; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            lg[i] = (float)((r >> 33) % 23) * 0.25f; /* 23 distinct values: ties everywhere */
+        }
+        int k = 1 + trial % 97;
+        qwenc_sampler_params sp = plain(trial);
+        sp.top_k = k;
+        qwenc_sampler *s = mk(sp, V);
+        qwenc_sampler_probs(s, lg, pr);
+        /* the k-th largest (logit, -id): count how many beat each kept token */
+        for (int i = 0; i < V; i++) {
+            int before = 0;
+            for (int j = 0; j < V; j++) before += lg[j] > lg[i] || (lg[j] == lg[i] && j < i);
+            bad += (before < k) != (pr[i] > 0);
+        }
+        qwenc_sampler_free(s);
+    }
+    CHECK(bad == 0, "top-k selection kept %d tokens it should not have (or dropped them)", bad);
+}
+
+static void test_speculative(const double *probs, const float *lg) {
+    printf("speculative sampling: the rule keeps the distribution\n");
+    enum { V = 6, N = 400000 };
+    static const float qs[4][V] = {
+        {0.30f, 0.30f, 0.20f, 0.10f, 0.05f, 0.05f}, /* close to p */
+        {0.02f, 0.03f, 0.05f, 0.10f, 0.30f, 0.50f}, /* far from it */
+        {0.00f, 0.50f, 0.00f, 0.50f, 0.00f, 0.00f}, /* zero where p is not */
+        {0.10f, 0.10f, 0.10f, 0.10f, 0.30f, 0.30f}, /* mass outside top-k 3 */
+    };
+    for (int k = 0; k < 4; k++) {
+        qwenc_sampler_params sp = plain(100 + k);
+        int topk = k == 3 ? 3 : 0;
+        sp.top_k = topk;
+        qwenc_sampler *s = mk(sp, V);
+        double p[V], ptot = 0;
+        for (int i = 0; i < V; i++) ptot += p[i] = topk && i >= topk ? 0 : probs[i];
+        for (int i = 0; i < V; i++) p[i] /= ptot;
+        float pf[V];
+        qwenc_sampler_probs(s, lg, pf);
+        double dmax = 0, overlap = 0;
+        for (int i = 0; i < V; i++) dmax = fmax(dmax, fabs(pf[i] - p[i])), overlap += fmin(p[i], qs[k][i]);
+        CHECK(dmax < 1e-6, "q%d: qwenc_sampler_probs differs from the distribution by %g", k, dmax);
+        long cnt[V] = {0};
+        double kept = spec_trials(s, lg, qs[k], V, N, cnt);
+        double chi2 = 0;
+        int df = -1, outside = 0;
+        for (int i = 0; i < V; i++) {
+            if (p[i] == 0) {
+                outside += cnt[i] != 0;
+                continue;
+            }
+            double e = p[i] * N;
+            chi2 += (cnt[i] - e) * (cnt[i] - e) / e;
+            df++;
+        }
+        /* chi-square at p = 0.001: 20.5 for 5 degrees of freedom, 13.8 for 2 */
+        double lim = df == 5 ? 20.5 : df == 2 ? 13.8 : 0;
+        CHECK(lim > 0 && chi2 < lim && !outside, "q%d: chi-square %.2f (limit %.1f, %d df), %d tokens outside p", k,
+              chi2, lim, df, outside);
+        double sd = sqrt(overlap * (1 - overlap) / N);
+        CHECK(fabs(kept - overlap) < 5 * sd + 1e-9, "q%d: %.4f of drafts kept, expected sum min(p, q) = %.4f", k, kept,
+              overlap);
+        printf("  q%d: chi-square %.2f (%d df), %.4f kept (expected %.4f)\n", k, chi2, df, kept, overlap);
+        qwenc_sampler_free(s);
+    }
+    /* greedy: p is one-hot, so only the arg max is ever emitted */
+    qwenc_sampler_params g = plain(7);
+    g.temperature = 0;
+    qwenc_sampler *s = mk(g, V);
+    long cnt[V] = {0};
+    spec_trials(s, lg, qs[1], V, 2000, cnt);
+    CHECK(cnt[0] == 2000, "greedy speculative sampling emitted other tokens than the arg max");
+    qwenc_sampler_free(s);
 }
 
 int main(void) {
@@ -154,6 +254,8 @@ int main(void) {
     p.top_p = 0;
     CHECK(qwenc_sampler_init(&p, 3, &s, err, sizeof(err)) == QWENC_ERR_ARG && strstr(err, "top_p"), "top_p 0 rejected");
 
+    test_speculative(probs, lg);
+    test_topk_select();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

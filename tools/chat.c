@@ -161,7 +161,7 @@ static qwenc_gen_params gen_params(const engine *e, const cli_opts *o, int defau
     qwenc_gen_params gp = {.n_predict = o->n_predict == CLI_UNSET ? default_n : o->n_predict,
                            .eos = e->eos, .n_eos = e->n_eos, .stop = o->stop, .n_stop = o->n_stop,
                            .skip_special = !o->show_special, .n_draft = o->draft,
-                           .draft_src = o->draft_src};
+                           .draft_src = o->draft_src, .draft_sample = o->draft_sample};
     return gp;
 }
 

@@ -39,6 +39,7 @@ struct cli_opts {
     int batch, ctx, n_predict, chat, no_think, add_gen, no_parse_special, show_special, seed_set;
     int draft;                /* --draft N: speculative decoding, drafts of up to N tokens (0: off) */
     int draft_src;            /* --draft-src: QWENC_DRAFT_SRC_* */
+    int draft_sample;         /* --draft-sample: head drafts drawn and kept by the speculative-sampling rule */
     int no_mtp;               /* --no-mtp: leave the model's MTP draft head unloaded */
     int escape, no_display_prompt, context_shift;
     int threads, reps, json;  /* -t (0: one per core), -r (bench; 0: unset), --json (bench) */

@@ -82,7 +82,7 @@ static const cli_cmd commands[] = {
 typedef enum {
     O_HELP, O_VERSION, O_MODEL, O_TOKENIZER, O_THREADS, O_THREADS_LIST, O_BACKEND, O_KERNELS, O_QUANT, O_F32ACT, O_CTX, O_BATCH,
     O_PROMPT, O_FILE, O_NPREDICT, O_CHAT, O_SYSTEM, O_NOTHINK, O_STOP, O_ESCAPE, O_NOESCAPE, O_NODISPLAY,
-    O_SPECIAL, O_CTXSHIFT, O_DRAFT, O_DRAFT_SRC, O_NO_MTP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
+    O_SPECIAL, O_CTXSHIFT, O_DRAFT, O_DRAFT_SRC, O_DRAFT_SAMPLE, O_NO_MTP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
     O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_BENCH_DRAFT, O_REPS, O_JSON, O_PROFILE,
     O_TYPE, O_PRESET, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM, O_SYNTH_MTP,
     O_HOST, O_PORT, O_APIKEY, O_APIKEYFILE, O_PARALLEL, O_ALIAS, O_CACHERAM, O_MAXQUEUE, O_TIMEOUT, O_MAXBODY, O_QUIET,
@@ -127,6 +127,10 @@ static const opt_def options[] = {
     {O_DRAFT_SRC, "--draft-src", C_GEN, "auto|head|lookup",
      "where --draft takes drafts from: the model's MTP draft head (head),\n"
      "prompt lookup (lookup), or the head when the model has one (auto)"},
+    {O_DRAFT_SAMPLE, "--draft-sample", C_GEN, NULL,
+     "sampling with the head's drafts: draw them from the head's distribution\n"
+     "and keep them by the speculative-sampling rule (more are kept; the\n"
+     "text has the distribution of sampling without drafts, not its bytes)"},
     {O_NO_MTP, "--no-mtp", C_ALL & ~C_SYNTH & ~C_TOK, NULL,
      "leave the model's MTP draft head unloaded (its memory is not used)"},
     {O_SYSTEM, "-sys|--system-prompt|--system", C_GEN, "TEXT", "system message (run: implies --chat)"},
@@ -508,6 +512,7 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
         else return fprintf(stderr, "qwenc: --draft-src takes auto, head or lookup, got \"%s\"\n", v), 0;
         return 1;
     case O_NO_MTP: o->no_mtp = 1; return 1;
+    case O_DRAFT_SAMPLE: o->draft_sample = 1; return 1;
     case O_CHAT: o->chat = 1; return 1;
     case O_SYSTEM: o->system = v; return 1;
     case O_NOTHINK: o->no_think = 1; return 1;

@@ -188,6 +188,7 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
                           ? "generate: drafts from the head need a session made with draft_head"
                           : "generate: the model has no MTP draft head to draft with");
     int use_head = gp->draft_src != QWENC_DRAFT_SRC_LOOKUP && qwenc_session_has_draft_head(s);
+    int rule = use_head && gp->draft_sample; /* drafts drawn from the head's distribution, kept by the rule */
     int V = s->model->hp.n_vocab, n_ctx = qwenc_session_n_ctx(s);
     int autodraft = gp->n_draft == QWENC_DRAFT_AUTO;
     int n_draft = QW_MIN(autodraft ? DRAFT_AUTO_MAX : gp->n_draft, s->n_batch - 1);
@@ -197,11 +198,15 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
     g.o = (text_out){.gp = gp, .fn = on_text, .user = user, .cap = held};
     /* the logits of a step, or of a draft step's every token */
     float *logits = qw_malloc((size_t)V * (size_t)(n_draft + 1), sizeof(float));
+    float *q = rule && n_draft > 0 ? qw_malloc((size_t)V * (size_t)n_draft, sizeof(float)) : NULL; /* drafts' q */
     g.o.buf = qw_malloc(g.o.cap, 1);
     if (n_draft > 0 && (g.hist = qw_malloc((size_t)n_prompt + (size_t)n_ctx + 1, sizeof(int32_t))))
         memcpy(g.hist, prompt, (size_t)n_prompt * sizeof(int32_t)), g.n_hist = n_prompt;
-    g.dt = logits && g.o.buf && (n_draft == 0 || g.hist) ? qwenc_detok_new(tok, gp->skip_special) : NULL;
+    g.dt = logits && g.o.buf && (n_draft == 0 || g.hist) && (!rule || n_draft == 0 || q)
+               ? qwenc_detok_new(tok, gp->skip_special)
+               : NULL;
     if (!g.dt) {
+        free(q);
         free(logits);
         free(g.o.buf);
         free(g.hist);
@@ -225,8 +230,14 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
             int room = QW_MIN(autodraft ? auto_draft(&ad, res->n_steps) : n_draft, n_ctx - past0 - 1);
             if (gp->n_predict >= 0) room = QW_MIN(room, gp->n_predict - res->n_gen - 1);
             if (room > 0 && !use_head) k = qwenc_draft_lookup(g.hist, g.n_hist, room, toks + 1);
-            for (int32_t cur = t; use_head && k < room; cur = toks[++k]) /* the head's greedy chain */
+            for (int32_t cur = t; use_head && !rule && k < room; cur = toks[++k]) /* the head's greedy chain */
                 if ((g.st = qwenc_session_draft_head(s, cur, NULL, &toks[k + 1], err, errlen))) break;
+            for (int32_t cur = t; rule && k < room; cur = toks[++k]) { /* drawn from the head's distribution */
+                float *qk = q + (int64_t)k * V;
+                if ((g.st = qwenc_session_draft_head(s, cur, qk, NULL, err, errlen))) break;
+                qwenc_sampler_probs(smp, qk, qk);
+                toks[k + 1] = qwenc_sampler_draw(smp, qk);
+            }
             if (g.st) break;
         }
         res->n_steps++;
@@ -246,12 +257,16 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
         for (int i = 0; i < k; i++) res->drafted_at[i]++;
         int keep = 0;
         for (int i = 0; i <= k; i++) {
-            int32_t x = qwenc_sampler_sample(smp, logits + (int64_t)i * V);
+            int acc = 0;
+            int32_t x = rule && i < k ? qwenc_sampler_verify(smp, logits + (int64_t)i * V, q + (int64_t)i * V,
+                                                             toks[i + 1], &acc)
+                                      : qwenc_sampler_sample(smp, logits + (int64_t)i * V);
+            if (!rule) acc = i < k && x == toks[i + 1];
             keep = i + 1;
             done = take_token(&g, x, past0 + i + 1);
             if (done || i == k) break;
-            auto_count(&ad, i, x == toks[i + 1]);
-            if (x != toks[i + 1]) break;
+            auto_count(&ad, i, acc);
+            if (!acc) break;
             res->n_accepted++;
             res->accepted_at[i]++;
         }
@@ -269,6 +284,7 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
     qwenc_detok_free(g.dt);
     free(g.o.buf);
     free(g.hist);
+    free(q);
     free(logits);
     return g.st;
 }

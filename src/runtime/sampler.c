@@ -20,6 +20,7 @@ struct qwenc_sampler {
     int n_vocab;
     cand *c;          /* [n_vocab] */
     float *prob;      /* [n_vocab] */
+    float *full;      /* [n_vocab] the whole distribution (qwenc_sampler_verify) */
     int32_t *count;   /* [n_vocab] occurrences in the history */
     int32_t *hist;    /* [hist_cap] ring of recent tokens for the repetition penalty */
     int hist_cap, hist_len, hist_pos;
@@ -67,14 +68,15 @@ qwenc_status qwenc_sampler_init(const qwenc_sampler_params *params, int n_vocab,
     s->c = qw_calloc((size_t)n_vocab, sizeof(cand));
     s->prob = qw_calloc((size_t)n_vocab, sizeof(float));
     s->count = qw_calloc((size_t)n_vocab, sizeof(int32_t));
+    s->full = qw_calloc((size_t)n_vocab, sizeof(float));
     s->hist_cap = p.repeat_last_n > 0 ? p.repeat_last_n : 1;
     s->hist = qw_calloc((size_t)s->hist_cap, sizeof(int32_t));
-    if (!s->c || !s->prob || !s->count || !s->hist) {
-        int hist = s->c && s->prob && s->count;
+    if (!s->c || !s->prob || !s->count || !s->full || !s->hist) {
+        int hist = s->c && s->prob && s->count && s->full;
         qwenc_sampler_free(s);
         if (hist) return qw_err_nomem(err, errlen, "sampler: repeat_last_n history", (size_t)p.repeat_last_n, 4);
         return qw_err_nomem(err, errlen, "sampler: candidates, probabilities and counts", (size_t)n_vocab,
-                            sizeof(cand) + sizeof(float) + sizeof(int32_t));
+                            sizeof(cand) + 2 * sizeof(float) + sizeof(int32_t));
     }
     qwenc_sampler_reset(s);
     *out = s;
@@ -83,6 +85,7 @@ qwenc_status qwenc_sampler_init(const qwenc_sampler_params *params, int n_vocab,
 
 void qwenc_sampler_free(qwenc_sampler *s) {
     if (!s) return;
+    free(s->full);
     free(s->c);
     free(s->prob);
     free(s->count);
@@ -111,7 +114,31 @@ static int cand_cmp(const void *a, const void *b) {
     return x->id - y->id;
 }
 
-int32_t qwenc_sampler_sample(qwenc_sampler *s, const float *logits) {
+/* Reorder c[0..n) so that its first k are the k first of the sorted order (in any order): quickselect with
+ * cand_cmp (a total order: ids differ), expected O(n). */
+static void select_first(cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        cand piv = c[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cand_cmp(&c[i], &piv) < 0) i++;
+            while (cand_cmp(&c[j], &piv) > 0) j--;
+            if (i <= j) {
+                cand t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+/* The candidates a draw is made from: s->c[0..n) with weights s->prob[0..n) (not normalised), n returned;
+ * greedy: -1 - the arg max. */
+static int candidates(qwenc_sampler *s, const float *logits) {
     const qwenc_sampler_params *p = &s->p;
     int V = s->n_vocab;
     for (int i = 0; i < V; i++) {
@@ -146,12 +173,15 @@ int32_t qwenc_sampler_sample(qwenc_sampler *s, const float *logits) {
         int best = 0;
         for (int i = 1; i < V; i++)
             if (s->c[i].logit > s->c[best].logit) best = i;
-        return best;
+        return -1 - best;
     }
     for (int i = 0; i < V; i++) s->c[i].logit /= p->temperature;
-    qsort(s->c, (size_t)V, sizeof(cand), cand_cmp);
     int n = V;
-    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+    if (p->top_k > 0 && p->top_k < n) { /* only the top k need sorting: the same k, in the same order */
+        n = p->top_k;
+        select_first(s->c, V, n);
+    }
+    qsort(s->c, (size_t)n, sizeof(cand), cand_cmp);
     double sum = 0;
     for (int i = 0; i < n; i++) sum += s->prob[i] = expf(s->c[i].logit - s->c[0].logit);
     if (p->top_p < 1.0f) { /* smallest prefix whose probability reaches top_p */
@@ -169,7 +199,13 @@ int32_t qwenc_sampler_sample(qwenc_sampler *s, const float *logits) {
         while (m < n && s->prob[m] >= p->min_p * s->prob[0]) m++;
         n = m;
     }
-    sum = 0;
+    return n;
+}
+
+int32_t qwenc_sampler_sample(qwenc_sampler *s, const float *logits) {
+    int n = candidates(s, logits);
+    if (n < 0) return -1 - n;
+    double sum = 0;
     for (int i = 0; i < n; i++) sum += s->prob[i];
     double r = rng_uniform(s->rng) * sum, acc = 0;
     for (int i = 0; i < n; i++) {
@@ -177,4 +213,42 @@ int32_t qwenc_sampler_sample(qwenc_sampler *s, const float *logits) {
         if (r < acc) return s->c[i].id;
     }
     return s->c[n - 1].id;
+}
+
+void qwenc_sampler_probs(qwenc_sampler *s, const float *logits, float *probs) {
+    int n = candidates(s, logits); /* (the candidates hold copies: probs may be logits) */
+    memset(probs, 0, (size_t)s->n_vocab * sizeof(float));
+    if (n < 0) {
+        probs[-1 - n] = 1;
+        return;
+    }
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += s->prob[i];
+    for (int i = 0; i < n; i++) probs[s->c[i].id] = (float)(s->prob[i] / sum);
+}
+
+int32_t qwenc_sampler_draw(qwenc_sampler *s, const float *probs) {
+    double sum = 0;
+    int32_t last = 0;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (probs[i] > 0) sum += probs[i], last = i;
+    double r = rng_uniform(s->rng) * sum, acc = 0;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (probs[i] > 0 && r < (acc += probs[i])) return i;
+    return last;
+}
+
+int32_t qwenc_sampler_verify(qwenc_sampler *s, const float *logits, const float *q, int32_t draft, int *accepted) {
+    float *p = s->full;
+    qwenc_sampler_probs(s, logits, p);
+    *accepted = 0;
+    if (draft >= 0 && draft < s->n_vocab && q[draft] > 0 && rng_uniform(s->rng) * q[draft] < p[draft]) {
+        *accepted = 1; /* with probability min(1, p / q) */
+        return draft;
+    }
+    double rest = 0; /* else a draw from max(0, p - q), normalised */
+    for (int i = 0; i < s->n_vocab; i++) rest += p[i] > q[i] ? p[i] - q[i] : 0;
+    if (!(rest > 0)) return qwenc_sampler_draw(s, p);
+    for (int i = 0; i < s->n_vocab; i++) p[i] = p[i] > q[i] ? p[i] - q[i] : 0;
+    return qwenc_sampler_draw(s, p);
 }
