@@ -813,6 +813,32 @@ static void test_delta_chunk(const qw_backend *o1, const qw_backend *o3, const q
     }
 }
 
+/* QSA selection through the op table (threads, the variant's block scores) against ref.c: the same positions
+ * and the same scores, for index head dims 32, 128 and 40 (a tail of lanes) and positions across block counts. */
+static void test_qsa(const qw_backend *o, const char *name) {
+    const qw_backend *r = qw_backend_ref();
+    int bad = 0;
+    for (int trial = 0; trial < 24; trial++) {
+        int ihd = trial % 3 == 0 ? 32 : trial % 3 == 1 ? 128 : 40, nh = 1 + trial % 4, R = 4, topk = 8;
+        int pos0 = 37 + trial * 211, T = 1 + trial % 3, nb = (pos0 + T) / R + 1;
+        float *blk = malloc(sizeof(float) * (size_t)nb * ihd), *q = malloc(sizeof(float) * (size_t)T * (nh + 1) * ihd);
+        uint64_t s = 77 + (uint64_t)trial;
+        for (int i = 0; i < nb * ihd; i++) blk[i] = (float)((s = s * 6364136223846793005ull + 1) >> 40) / (1 << 24) - 0.5f;
+        for (int i = 0; i < T * (nh + 1) * ihd; i++) q[i] = (float)((s = s * 6364136223846793005ull + 1) >> 40) / (1 << 24) - 0.5f;
+        size_t ws = r->qsa_select_work(r, pos0 + T, R, topk);
+        float *w1 = malloc(ws), *w2 = malloc(ws);
+        size_t ns = (size_t)T * (topk + 1) * R + 16;
+        int32_t *s1 = malloc(ns * 4), *s2 = malloc(ns * 4), o1[4], o2[4];
+        qw_step st = {.pos0 = pos0};
+        r->qsa_select(r, s1, o1, q, (int64_t)(nh + 1) * ihd, blk, T, nh, ihd, R, topk, w1, &st);
+        o->qsa_select(o, s2, o2, q, (int64_t)(nh + 1) * ihd, blk, T, nh, ihd, R, topk, w2, &st);
+        bad += memcmp(o1, o2, sizeof(int32_t) * (size_t)(T + 1)) || memcmp(s1, s2, sizeof(int32_t) * (size_t)o1[T]) ||
+               memcmp(w1, w2, sizeof(float) * (size_t)((pos0 + T) / R)); /* the last query's scores */
+        free(blk), free(q), free(w1), free(w2), free(s1), free(s2);
+    }
+    CHECK(bad == 0, "qsa_select %s: %d of 24 cases differ from ref.c", name, bad);
+}
+
 static void test_ops(void) {
     for (const qw_cpu_kernels *const *ks = qw_cpu_kernels_available(); *ks; ks++) {
         printf("ops %s vs ref.c: matmul, attention, delta rule (1 and 3 threads), range ops, sigmoid/silu\n",
@@ -828,6 +854,7 @@ static void test_ops(void) {
         test_range_ops(o3);
         test_gates(*ks);
         test_axpy_mul(*ks);
+        test_qsa(o3, (*ks)->name);
         { /* argmax: the lowest index among equal largest values, per row */
             float x[3][6] = {{1, 3, 2, 3, -1, 0}, {-5, -4, -4, -9, -4, -6}, {0, 0, 0, 0, 0, 7}};
             int32_t out[3] = {-1, -1, -1};

@@ -232,6 +232,38 @@ static void rms_norm_row(float *y, const float *x, const float *w, int dim, floa
     }
 }
 
+/* QSA block scores (cpu.h): 8 blocks side by side in the lanes, their keys gathered a dimension at a time and
+ * shared by 4 heads; each lane's dot is the double sum over d in order (the float products are exact in double,
+ * so a fused multiply-add rounds as ref.c's multiply then add), the heads' relu'd dots added in float in head
+ * order: the reference's bits. */
+static void qsa_scores(float *score, const float *q, const float *blk, int n_b, int n_head, int ihd, float inv_sqrt) {
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(ihd));
+    for (int b0 = 0; b0 < n_b; b0 += 8) {
+        int nb = n_b - b0 < 8 ? n_b - b0 : 8;
+        __mmask8 m = (__mmask8)((1u << nb) - 1);
+        const float *base = blk + (int64_t)b0 * ihd;
+        __m256 s = _mm256_setzero_ps();
+        for (int h0 = 0; h0 < n_head; h0 += 4) {
+            int nh = n_head - h0 < 4 ? n_head - h0 : 4;
+            const float *qh = q + (int64_t)h0 * ihd;
+            __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = 0; d < ihd; d++) {
+                __m512d k = _mm512_cvtps_pd(_mm256_mmask_i32gather_ps(_mm256_setzero_ps(), m, idx, base + d, 4));
+                a0 = _mm512_fmadd_pd(_mm512_set1_pd(qh[d]), k, a0);
+                if (nh > 1) a1 = _mm512_fmadd_pd(_mm512_set1_pd(qh[ihd + d]), k, a1);
+                if (nh > 2) a2 = _mm512_fmadd_pd(_mm512_set1_pd(qh[2 * ihd + d]), k, a2);
+                if (nh > 3) a3 = _mm512_fmadd_pd(_mm512_set1_pd(qh[3 * ihd + d]), k, a3);
+            }
+            __m512d acc[4] = {a0, a1, a2, a3};
+            for (int j = 0; j < nh; j++) {
+                __mmask8 pos = _mm512_cmp_pd_mask(acc[j], _mm512_setzero_pd(), _CMP_GT_OQ);
+                s = _mm256_mask_add_ps(s, pos, s, _mm512_cvtpd_ps(acc[j]));
+            }
+        }
+        _mm256_mask_storeu_ps(score + b0, m, _mm256_mul_ps(s, _mm256_set1_ps(inv_sqrt)));
+    }
+}
+
 /* The avx512 table with the integer tiles of build v (avx512_q.c) */
 #define AVX512_TABLE(table_name, v)                                                                              \
     {                                                                                                              \
@@ -240,7 +272,7 @@ static void rms_norm_row(float *y, const float *x, const float *w, int dim, floa
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)}, .qtile_nt = 1 << 16, .q8a_quantize = qw_avx512_q8a_quantize,  \
         .decay_acc = decay_acc, .rank1_acc = rank1_acc, .scale_axpy = scale_axpy, .sigmoid = sigmoid,              \
-        .silu = silu, .rms_norm_row = rms_norm_row, .axpy = axpy, .mul = mul,                                      \
+        .silu = silu, .rms_norm_row = rms_norm_row, .axpy = axpy, .mul = mul, .qsa_scores = qsa_scores,            \
     }
 
 const qw_cpu_kernels qw_kernels_avx512 = AVX512_TABLE("avx512", avx512);

@@ -641,6 +641,49 @@ static void cpu_attention(const qw_backend *ops, float *out, const float *q, int
     qw_pool_parallel_for(b->pool, units, chunk_for(b, units, 1), attn_units, &c);
 }
 
+/* ---- QSA block scores by the kernel variant's qsa_scores, over the threads (the selection is the composite's) */
+
+typedef struct {
+    const qw_cpu_kernels *k;
+    const float *q, *blk;
+    float *score;
+    int n_head, ihd;
+    float inv_sqrt;
+} qsa_ctx;
+
+static void qsa_blocks(void *arg, int64_t b0, int64_t b1) {
+    const qsa_ctx *c = arg;
+    c->k->qsa_scores(c->score + b0, c->q, c->blk + b0 * c->ihd, (int)(b1 - b0), c->n_head, c->ihd, c->inv_sqrt);
+}
+
+static void cpu_qsa_select(const qw_backend *ops, int32_t *sel, int32_t *sel_off, const float *q, int64_t q_stride,
+                           const float *blk, int n_tok, int n_head, int ihd, int R, int topk, void *work,
+                           const qw_step *step) {
+    const cpu_backend *b = backend_of(ops);
+    if (!b->k->qsa_scores) {
+        qw_op_qsa_select(ops, sel, sel_off, q, q_stride, blk, n_tok, n_head, ihd, R, topk, work, step);
+        return;
+    }
+    int pos0 = step->pos0, blk_now = (pos0 + n_tok) / R;
+    float *score = work;
+    int *chosen = (int *)(score + blk_now + 1);
+    int64_t n = 0;
+    for (int t = 0; t < n_tok; t++) {
+        int i = pos0 + t, n_b = (i + 1) / R;
+        sel_off[t] = (int32_t)n;
+        if (n_b > topk) { /* more blocks than the budget: score them (else all are kept) */
+            qsa_ctx c = {.k = b->k, .q = q + t * q_stride, .blk = blk, .score = score, .n_head = n_head, .ihd = ihd,
+                         .inv_sqrt = 1.0f / sqrtf((float)ihd)};
+            if (b->n_threads == 1 || (int64_t)n_b * n_head * ihd < PAR_MIN_WORK)
+                qsa_blocks(&c, 0, n_b);
+            else
+                qw_pool_parallel_for(b->pool, n_b, chunk_for(b, n_b, 8), qsa_blocks, &c);
+        }
+        n += qw_qsa_positions(score, n_b, topk, R, i, chosen, sel + n);
+    }
+    sel_off[n_tok] = (int32_t)n;
+}
+
 /* ---- delta rule */
 
 #define DR_MAX_DV 1024
@@ -956,7 +999,7 @@ static const qw_backend cpu_table = {
     .attention = cpu_attention,
     .attention_work = cpu_attention_work,
     .qsa_keys = qw_op_qsa_keys,
-    .qsa_select = qw_op_qsa_select,
+    .qsa_select = cpu_qsa_select,
     .qsa_select_work = qw_op_qsa_select_work,
     .conv1d_dw = cpu_conv1d_dw,
     .gdn_gate = qw_op_gdn_gate,

@@ -69,6 +69,10 @@ typedef struct {
      * (lanes, then a fixed tree), so 1 / rms rounds to the reference's float but for a sum within about
      * dim * 2^-53 of a rounding boundary. NULL: the reference. */
     void (*rms_norm_row)(float *y, const float *x, const float *w, int dim, float eps, int zero_centred);
+    /* QSA block scores (ops.h qsa_select): score[b] = sum over heads h < n_head, in order, of relu(q_h . blk_b),
+     * then times inv_sqrt, for b < n_b; q [n_head][ihd], blk [n_b][ihd]; each dot a double sum over d in order:
+     * ref.c's bits. NULL: the composite's scalar loop. */
+    void (*qsa_scores)(float *score, const float *q, const float *blk, int n_b, int n_head, int ihd, float inv_sqrt);
 } qw_cpu_kernels;
 
 /* The variants compiled for this architecture and supported by this CPU, best first; NULL-terminated. */
