@@ -257,6 +257,42 @@ static void rms_norm_row(float *y, const float *x, const float *w, int dim, floa
     }
 }
 
+/* QSA block scores (cpu.h), as avx512.c's: 4 blocks side by side in the lanes, keys gathered a dimension at a
+ * time and shared by 4 heads, each lane's dot the double sum over d in order (exact products: a fused
+ * multiply-add rounds as ref.c's multiply then add), relu'd dots added in float in head order. */
+static void qsa_scores(float *score, const float *q, const float *blk, int n_b, int n_head, int ihd, float inv_sqrt) {
+    const __m128i idx = _mm_mullo_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32(ihd));
+    for (int b0 = 0; b0 < n_b; b0 += 4) {
+        int nb = n_b - b0 < 4 ? n_b - b0 : 4;
+        __m128i mi = _mm_cmpgt_epi32(_mm_set1_epi32(nb), _mm_setr_epi32(0, 1, 2, 3));
+        __m128 m = _mm_castsi128_ps(mi);
+        const float *base = blk + (int64_t)b0 * ihd;
+        __m128 s = _mm_setzero_ps();
+        for (int h0 = 0; h0 < n_head; h0 += 4) {
+            int nh = n_head - h0 < 4 ? n_head - h0 : 4;
+            const float *qh = q + (int64_t)h0 * ihd;
+            __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = 0; d < ihd; d++) {
+                __m256d k = _mm256_cvtps_pd(_mm_mask_i32gather_ps(_mm_setzero_ps(), base + d, idx, m, 4));
+                a0 = _mm256_fmadd_pd(_mm256_set1_pd(qh[d]), k, a0);
+                if (nh > 1) a1 = _mm256_fmadd_pd(_mm256_set1_pd(qh[ihd + d]), k, a1);
+                if (nh > 2) a2 = _mm256_fmadd_pd(_mm256_set1_pd(qh[2 * ihd + d]), k, a2);
+                if (nh > 3) a3 = _mm256_fmadd_pd(_mm256_set1_pd(qh[3 * ihd + d]), k, a3);
+            }
+            __m256d acc[4] = {a0, a1, a2, a3};
+            const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6); /* 64-bit lane masks to 32-bit */
+            for (int j = 0; j < nh; j++) {
+                __m256i gt = _mm256_castpd_si256(_mm256_cmp_pd(acc[j], _mm256_setzero_pd(), _CMP_GT_OQ));
+                __m128 pos = _mm_castsi128_ps(_mm256_castsi256_si128(_mm256_permutevar8x32_epi32(gt, pick)));
+                /* lanes whose dot is not > 0 add +0.0f, which leaves s as it is (s >= +0: it starts at +0) */
+                s = _mm_add_ps(s, _mm_and_ps(_mm256_cvtpd_ps(acc[j]), pos));
+            }
+        }
+        __m128 r = _mm_mul_ps(s, _mm_set1_ps(inv_sqrt));
+        _mm_maskstore_ps(score + b0, mi, r);
+    }
+}
+
 /* The avx2 table with the integer tiles of build v (avx2_q.c) */
 #define AVX2_TABLE(v)                                                                                              \
     {                                                                                                              \
@@ -265,7 +301,7 @@ static void rms_norm_row(float *y, const float *x, const float *w, int dim, floa
                  [QW_TYPE_Q8_0] = tile_q8_0},                                                                      \
         .qtile = {QW_QTILE_LIST(QW_QTILE_INIT, v)}, .qtile_nt = 1 << 16, .decay_acc = decay_acc,                   \
         .rank1_acc = rank1_acc, .scale_axpy = scale_axpy, .sigmoid = sigmoid, .silu = silu,                        \
-        .rms_norm_row = rms_norm_row, .axpy = axpy, .mul = mul,                                                    \
+        .rms_norm_row = rms_norm_row, .axpy = axpy, .mul = mul, .qsa_scores = qsa_scores,                          \
     }
 
 const qw_cpu_kernels qw_kernels_avx2 = AVX2_TABLE(avx2);
