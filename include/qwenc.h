@@ -190,6 +190,11 @@ int qwenc_session_n_ctx(const qwenc_session *session);
 qwenc_status qwenc_session_forward(qwenc_session *session, const int32_t *tokens, int n_tokens,
                                    float *logits, int logits_all, char *err, size_t errlen);
 
+/* The same as qwenc_session_forward without the logits: *best receives the arg max of the last position's logits
+ * (the lowest id on ties), chosen where the model runs, so the logits never leave a GPU (greedy decoding). */
+qwenc_status qwenc_session_forward_argmax(qwenc_session *session, const int32_t *tokens, int n_tokens, int32_t *best,
+                                          char *err, size_t errlen);
+
 /*
  * One decode step of several sessions of the same model: session i is fed tokens[i] (after its own past) and,
  * when logits is not NULL, its next logits go to logits + i * n_vocab. Each session's result is the one
@@ -292,6 +297,9 @@ void qwenc_sampler_reset(qwenc_sampler *sampler);
 void qwenc_sampler_accept(qwenc_sampler *sampler, int32_t token);
 /* Choose the next token from n_vocab logits (not modified). */
 int32_t qwenc_sampler_sample(qwenc_sampler *sampler, const float *logits);
+/* 1 when qwenc_sampler_sample is the arg max of the logits as given (temperature 0 and no penalty): a caller may
+ * then take the arg max where the model runs (qwenc_session_forward_argmax). */
+int qwenc_sampler_is_greedy(const qwenc_sampler *sampler);
 /* The distribution qwenc_sampler_sample draws from for these logits (after the penalties, temperature, top-k,
  * top-p and min-p), as n_vocab probabilities summing to 1 (greedy: 1 at the arg max); nothing is drawn. probs
  * may be logits. */

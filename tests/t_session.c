@@ -196,6 +196,34 @@ done:
     qwenc_session_free(b);
 }
 
+/* qwenc_session_forward_argmax: the arg max of the logits qwenc_session_forward gives, for the prompt (in steps of
+ * 5) and for one-token steps (graphs on a GPU), the lowest id on ties. */
+static void test_argmax(const char *dir, qwenc_model *m, const int32_t *ids, int n) {
+    char err[512];
+    int V = qwenc_model_n_vocab(m), bad = 0;
+    qwenc_session_params sp = {.n_ctx = n, .n_batch = 5};
+    qwenc_session *a = NULL, *b = NULL;
+    float *lg = malloc((size_t)V * sizeof(float));
+    int ok = !qwenc_session_init(m, &sp, &a, err, sizeof(err)) && !qwenc_session_init(m, &sp, &b, err, sizeof(err));
+    int cut = n / 2;
+    for (int i = cut; ok && i <= n; i++) {
+        int32_t best = -1;
+        const int32_t *t = i == cut ? ids : ids + i - 1;
+        int k = i == cut ? cut : 1;
+        ok = !qwenc_session_forward(a, t, k, lg, 0, err, sizeof(err)) &&
+             !qwenc_session_forward_argmax(b, t, k, &best, err, sizeof(err));
+        int32_t want = 0;
+        for (int v = 1; v < V; v++)
+            if (lg[v] > lg[want]) want = v;
+        bad += ok && best != want;
+    }
+    CHECK(ok, "%s: forward_argmax: %s", dir, err);
+    CHECK(ok && bad == 0, "%s: forward_argmax: %d steps gave another id than the arg max of the logits", dir, bad);
+    free(lg);
+    qwenc_session_free(a);
+    qwenc_session_free(b);
+}
+
 static void run_fixtures(const char *root, const char *backend) {
     char *names[64];
     int nf = test_list_fixtures(root, 1, names, 64);
@@ -231,6 +259,7 @@ static void run_fixtures(const char *root, const char *backend) {
             test_snapshots(names[f], m, ids, n);
             test_batch(names[f], m, ids, n);
             test_drafts(names[f], m, ids, n);
+            test_argmax(names[f], m, ids, n);
         }
         if (prev) { /* a snapshot of one model is refused by another's session */
             qwenc_session *a = NULL, *b = NULL;

@@ -214,7 +214,10 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
     }
 
     double t0 = now_s();
-    g.st = qwenc_session_forward(s, prompt, n_prompt, logits, 0, err, errlen);
+    int greedy = qwenc_sampler_is_greedy(smp); /* then the arg max is taken where the model runs */
+    int32_t first = -1;
+    g.st = greedy ? qwenc_session_forward_argmax(s, prompt, n_prompt, &first, err, errlen)
+                  : qwenc_session_forward(s, prompt, n_prompt, logits, 0, err, errlen);
     res->n_prompt = n_prompt;
     res->prompt_s = now_s() - t0;
     t0 = now_s();
@@ -222,7 +225,7 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
     int32_t toks[QWENC_MAX_DRAFT + 1];
     draft_auto ad = {{0}, {0}};
     int done = g.st || res->reason != QWENC_STOP_NONE;
-    if (!done) done = take_token(&g, qwenc_sampler_sample(smp, logits), qwenc_session_n_past(s));
+    if (!done) done = take_token(&g, greedy ? first : qwenc_sampler_sample(smp, logits), qwenc_session_n_past(s));
     while (!done) {
         int32_t t = res->unfed;
         int past0 = qwenc_session_n_past(s), k = 0;
@@ -242,10 +245,12 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
         }
         res->n_steps++;
         if (k == 0) {
-            g.st = qwenc_session_forward(s, &t, 1, logits, 0, err, errlen);
+            int32_t x = -1;
+            g.st = greedy ? qwenc_session_forward_argmax(s, &t, 1, &x, err, errlen)
+                          : qwenc_session_forward(s, &t, 1, logits, 0, err, errlen);
             if (g.st) break;
             res->unfed = -1;
-            done = take_token(&g, qwenc_sampler_sample(smp, logits), past0 + 1);
+            done = take_token(&g, greedy ? x : qwenc_sampler_sample(smp, logits), past0 + 1);
             continue;
         }
         /* verify: each position sampled as without drafting; the first that differs from the draft ends it */

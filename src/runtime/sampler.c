@@ -215,6 +215,12 @@ int32_t qwenc_sampler_sample(qwenc_sampler *s, const float *logits) {
     return s->c[n - 1].id;
 }
 
+int qwenc_sampler_is_greedy(const qwenc_sampler *s) {
+    const qwenc_sampler_params *p = &s->p;
+    return p->temperature <= 0 && (p->repeat_penalty == 1.0f || p->repeat_last_n == 0) && p->frequency_penalty == 0 &&
+           p->presence_penalty == 0;
+}
+
 void qwenc_sampler_probs(qwenc_sampler *s, const float *logits, float *probs) {
     int n = candidates(s, logits); /* (the candidates hold copies: probs may be logits) */
     memset(probs, 0, (size_t)s->n_vocab * sizeof(float));

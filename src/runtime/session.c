@@ -104,11 +104,12 @@ static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_ba
         for (int r = 0; r < T; r++)
             if (seqs[r]->mtp) be->copy(be, seqs[r]->mtp_hid + W, f.mtp_hidden + r * W, (size_t)W * sizeof(float));
     float *lg = NULL;
-    if (want_logits && first_logit < T) {
+    if (want_logits && first_logit < T) { /* want_logits 2: in the arena, and their last row's arg max into s->best */
         int n = T - first_logit;
         const float *h = hidden + (int64_t)first_logit * hp->n_embd;
-        lg = be->host_memory ? host_logits : qw_arena_f32(&s->arena, (size_t)n * hp->n_vocab);
+        lg = be->host_memory && want_logits == 1 ? host_logits : qw_arena_f32(&s->arena, (size_t)n * hp->n_vocab);
         be->matmul(be, lg, m->output, h, n);
+        if (want_logits == 2) be->argmax(be, s->best, lg + (int64_t)(n - 1) * hp->n_vocab, 1, hp->n_vocab);
     }
     /* the PLE hash history: the last ngram_n-1 ids */
     if (hp->ngram_n > 1) {
@@ -224,6 +225,7 @@ static size_t plan_scratch(qwenc_session *s) {
     if (!dry) return 0;
     qw_arena_init_measure(&s->arena);
     step_ops(s, NULL, dry, s->n_batch, NULL, NULL, 1, 0, 0);
+    step_ops(s, NULL, dry, s->n_batch, NULL, NULL, 2, s->n_batch - 1, 0);
     if (s->mtp) mtp_ops(s, dry, s->n_batch, NULL, NULL, NULL, 1);
     dry->release(dry);
     return QW_MAX(s->arena.high_water, (size_t)64);
@@ -259,6 +261,7 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
                     (double)s->state_bytes / (1 << 20), p.n_ctx);
     if (!st && (!(s->ple_hist = be->alloc(be, 8 * sizeof(int32_t), QW_MEM_STATE)) ||
                 !(s->step = be->alloc(be, sizeof(qw_step), QW_MEM_ACT)) ||
+                !(s->best = be->alloc(be, sizeof(int32_t), QW_MEM_ACT)) ||
                 !(s->tokens = be->alloc(be, (size_t)s->n_batch * sizeof(int32_t), QW_MEM_ACT))))
         st = qw_err(err, errlen, QWENC_ERR_NOMEM, "session: out of memory allocating the step's inputs");
     if (!st && s->mtp) {
@@ -291,9 +294,10 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
 void qwenc_session_free(qwenc_session *s) {
     if (!s) return;
     const qw_backend *be = s->model->be;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (s->graph[i]) be->graph_free(be, s->graph[i]);
     graphs_free(s);
+    be->free(be, s->best);
     qw_prof_free(s->prof);
     be->free(be, s->scratch);
     be->free(be, s->tokens);
@@ -330,14 +334,15 @@ int qwenc_session_n_ctx(const qwenc_session *s) { return s->n_ctx; }
 /* One step of at most n_batch tokens. logits: [T][V] rows to fill from row `first_logit` on (NULL: none). On a
  * backend with graphs, a one-token step is recorded once (after one has run op by op, so every weight it reads
  * is on the device) and replayed: its ops are the same at every position. */
-static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *logits, int first_logit, int draft) {
+static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *logits, int first_logit, int draft,
+                         int32_t *best) {
     double t0 = s->prof ? qw_prof_now() : 0;
     const qw_backend *be = s->be;
     const qw_hparams *hp = &s->model->hp;
     qw_step step = {.pos0 = s->n_past};
     be->upload(be, s->step, &step, sizeof(step));
     be->upload(be, s->tokens, tokens, (size_t)T * sizeof(int32_t));
-    int want = logits != NULL;
+    int want = best ? 2 : logits != NULL;
     float *lg = NULL;
     if (T == 1 && !draft && be->graph_begin && s->warm) {
         if (!s->graph[want] && !s->graph_failed && be->graph_begin(be) == 0) {
@@ -357,7 +362,8 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
     } else {
         lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit, draft);
     }
-    if (lg && logits && !be->host_memory)
+    if (best) be->download(be, best, s->best, sizeof(int32_t));
+    else if (lg && logits && !be->host_memory)
         be->download(be, logits, lg, (size_t)(T - first_logit) * hp->n_vocab * sizeof(float));
     if (!draft) mtp_catch_up(s, tokens, T, s->n_past); /* a draft step's: when its tokens are accepted */
     be->sync(be);
@@ -367,8 +373,9 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
     if (s->prof) qw_prof_step(s->prof, T, qw_prof_now() - t0);
 }
 
-qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int n_tokens, float *logits,
-                                   int logits_all, char *err, size_t errlen) {
+/* qwenc_session_forward, or with best its arg max variant (logits NULL, logits_all 0). */
+static qwenc_status forward_tokens(qwenc_session *s, const int32_t *tokens, int n_tokens, float *logits,
+                                   int logits_all, int32_t *best, char *err, size_t errlen) {
     const qw_hparams *hp = &s->model->hp;
     if (n_tokens <= 0) return qw_err(err, errlen, QWENC_ERR_ARG, "forward: no tokens given");
     for (int i = 0; i < n_tokens; i++)
@@ -389,9 +396,9 @@ qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int 
         int T = QW_MIN(s->n_batch, n_tokens - i);
         int last = i + T == n_tokens;
         if (logits_all)
-            forward_step(s, tokens + i, T, logits ? logits + (int64_t)i * hp->n_vocab : NULL, 0, 0);
+            forward_step(s, tokens + i, T, logits ? logits + (int64_t)i * hp->n_vocab : NULL, 0, 0, NULL);
         else
-            forward_step(s, tokens + i, T, last ? logits : NULL, T - 1, 0);
+            forward_step(s, tokens + i, T, last ? logits : NULL, T - 1, 0, last ? best : NULL);
         if (qw_cpu_scratch_failures() != failed) {
             s->lost = 1;
             return qw_err(err, errlen, QWENC_ERR_NOMEM,
@@ -400,6 +407,17 @@ qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int 
         }
     }
     return QWENC_OK;
+}
+
+qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int n_tokens, float *logits,
+                                   int logits_all, char *err, size_t errlen) {
+    return forward_tokens(s, tokens, n_tokens, logits, logits_all, NULL, err, errlen);
+}
+
+qwenc_status qwenc_session_forward_argmax(qwenc_session *s, const int32_t *tokens, int n_tokens, int32_t *best,
+                                          char *err, size_t errlen) {
+    if (!best) return qw_err(err, errlen, QWENC_ERR_ARG, "forward_argmax: no place for the token given");
+    return forward_tokens(s, tokens, n_tokens, NULL, 0, best, err, errlen);
 }
 
 /* ---- draft steps (qwenc.h): what a step of up to QWENC_MAX_DRAFT + 1 tokens keeps to take tokens back */
@@ -479,7 +497,7 @@ qwenc_status qwenc_session_forward_draft(qwenc_session *s, const int32_t *tokens
     be->copy(be, s->draft_hist, s->ple_hist, 8 * sizeof(int32_t));
     s->draft_past = s->n_past;
     unsigned long failed = qw_cpu_scratch_failures();
-    forward_step(s, tokens, n_tokens, logits, 0, 1);
+    forward_step(s, tokens, n_tokens, logits, 0, 1, NULL);
     if (qw_cpu_scratch_failures() != failed) {
         s->lost = 1;
         return qw_err(err, errlen, QWENC_ERR_NOMEM,
@@ -724,7 +742,7 @@ static qwenc_status plan_batch(qwenc_session *const *seqs, int n, char *err, siz
         if (!p)
             return qw_err(err, errlen, QWENC_ERR_NOMEM,
                           "forward_batch: out of memory for %.1f MiB of scratch for %d sessions", need / 1048576.0, n);
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 3; i++)
             if (s->graph[i]) be->graph_free(be, s->graph[i]), s->graph[i] = NULL;
         graphs_free(s);
         be->free(be, s->scratch);

@@ -52,8 +52,9 @@ struct qwenc_session {
     qw_arena arena;          /* over scratch */
     struct qw_prof *prof;    /* qwenc_session_profile's timing table, or NULL */
     /* a backend with graphs: one-token steps recorded once and replayed, without and with logits */
-    void *graph[2];
-    float *graph_lg[2];      /* where the recorded step leaves its logits */
+    void *graph[3];          /* [0] without logits, [1] with, [2] with their arg max only */
+    float *graph_lg[3];      /* where the recorded step leaves its logits */
+    int32_t *best;           /* [1] the arg max of a step's last logits (qwenc_session_forward_argmax) */
     int graph_failed, warm;  /* recording failed (the steps run op by op); a one-token step has run */
     int batch_planned;       /* the most sessions a batched step run in this session's scratch has been planned for */
     int lost;                /* a step failed half-way (out of memory): the state is unusable until a reset */
