@@ -189,10 +189,12 @@ static void graphs_free(qwenc_session *s) {
             if (lists[l][i].g) be->graph_free(be, lists[l][i].g);
             memset(&lists[l][i], 0, sizeof(qw_step_graph));
         }
-    for (int i = 0; i < 2; i++) {
-        if (s->gr_head[i].g) be->graph_free(be, s->gr_head[i].g);
-        memset(&s->gr_head[i], 0, sizeof(qw_step_graph));
-    }
+    qw_step_graph *few[2] = {s->gr_head, s->gr_one};
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < (l ? 3 : 2); i++) {
+            if (few[l][i].g) be->graph_free(be, few[l][i].g);
+            memset(&few[l][i], 0, sizeof(qw_step_graph));
+        }
 }
 
 /* After a step fed tokens[0..n) from position past0 and left their hidden in mtp_hid's rows 1..n: the head reads
@@ -294,8 +296,6 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
 void qwenc_session_free(qwenc_session *s) {
     if (!s) return;
     const qw_backend *be = s->model->be;
-    for (int i = 0; i < 3; i++)
-        if (s->graph[i]) be->graph_free(be, s->graph[i]);
     graphs_free(s);
     be->free(be, s->best);
     qw_prof_free(s->prof);
@@ -332,8 +332,8 @@ int qwenc_session_n_past(const qwenc_session *s) { return s->n_past; }
 int qwenc_session_n_ctx(const qwenc_session *s) { return s->n_ctx; }
 
 /* One step of at most n_batch tokens. logits: [T][V] rows to fill from row `first_logit` on (NULL: none). On a
- * backend with graphs, a one-token step is recorded once (after one has run op by op, so every weight it reads
- * is on the device) and replayed: its ops are the same at every position. */
+ * backend with graphs, a one-token step is recorded once (graphed: after one has run op by op, so every weight
+ * it reads is on the device) and replayed: its ops are the same at every position; so are draft steps by size. */
 static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *logits, int first_logit, int draft,
                          int32_t *best) {
     double t0 = s->prof ? qw_prof_now() : 0;
@@ -344,18 +344,9 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
     be->upload(be, s->tokens, tokens, (size_t)T * sizeof(int32_t));
     int want = best ? 2 : logits != NULL;
     float *lg = NULL;
-    if (T == 1 && !draft && be->graph_begin && s->warm) {
-        if (!s->graph[want] && !s->graph_failed && be->graph_begin(be) == 0) {
-            s->graph_lg[want] = step_ops(s, NULL, be, T, NULL, logits, want, first_logit, 0);
-            s->graph[want] = be->graph_end(be);
-            s->graph_failed = !s->graph[want];
-        }
-        if (s->graph[want]) {
-            be->graph_launch(be, s->graph[want]);
-            lg = s->graph_lg[want];
-        } else {
-            lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit, 0);
-        }
+    if (T == 1 && !draft) {
+        step_args a = {.T = 1, .want = want, .first_logit = first_logit, .host_logits = logits};
+        lg = graphed(s, &s->gr_one[want], run_step_ops, &a);
     } else if (draft && T <= QWENC_MAX_DRAFT + 1) {
         step_args a = {.T = T, .want = want || !be->host_memory, .draft = 1, .host_logits = logits};
         lg = graphed(s, &s->gr_draft[T], run_step_ops, &a);
@@ -367,7 +358,6 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
         be->download(be, logits, lg, (size_t)(T - first_logit) * hp->n_vocab * sizeof(float));
     if (!draft) mtp_catch_up(s, tokens, T, s->n_past); /* a draft step's: when its tokens are accepted */
     be->sync(be);
-    if (T == 1) s->warm = 1; /* a one-token step has run op by op: every weight it reads is on the device */
     s->n_past += T;
     s->mtp_j = 0;
     if (s->prof) qw_prof_step(s->prof, T, qw_prof_now() - t0);
@@ -742,8 +732,6 @@ static qwenc_status plan_batch(qwenc_session *const *seqs, int n, char *err, siz
         if (!p)
             return qw_err(err, errlen, QWENC_ERR_NOMEM,
                           "forward_batch: out of memory for %.1f MiB of scratch for %d sessions", need / 1048576.0, n);
-        for (int i = 0; i < 3; i++)
-            if (s->graph[i]) be->graph_free(be, s->graph[i]), s->graph[i] = NULL;
         graphs_free(s);
         be->free(be, s->scratch);
         s->scratch = p;

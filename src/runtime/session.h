@@ -51,11 +51,7 @@ struct qwenc_session {
     size_t scratch_bytes;
     qw_arena arena;          /* over scratch */
     struct qw_prof *prof;    /* qwenc_session_profile's timing table, or NULL */
-    /* a backend with graphs: one-token steps recorded once and replayed, without and with logits */
-    void *graph[3];          /* [0] without logits, [1] with, [2] with their arg max only */
-    float *graph_lg[3];      /* where the recorded step leaves its logits */
     int32_t *best;           /* [1] the arg max of a step's last logits (qwenc_session_forward_argmax) */
-    int graph_failed, warm;  /* recording failed (the steps run op by op); a one-token step has run */
     int batch_planned;       /* the most sessions a batched step run in this session's scratch has been planned for */
     int lost;                /* a step failed half-way (out of memory): the state is unusable until a reset */
     /* a draft step not yet accepted (draft_n > 0): its tokens, the position and PLE token history before it */
@@ -72,8 +68,10 @@ struct qwenc_session {
     float *mtp_chain;        /* [qw_mtp_width] the last head step's output hidden */
     int32_t *mtp_tok;        /* [n_batch] the head's input tokens */
     int32_t *mtp_best;       /* [1] the arg max of the head's last logits */
-    /* graphs of the steps of speculative decoding, by their number of tokens (draft steps, the head's catch-up
-     * rows, accept's replay of n kept tokens) and for the head's first and later steps */
+    /* a backend with graphs: one-token steps without logits, with them, and with their arg max only (gr_one);
+     * the steps of speculative decoding by their number of tokens (draft steps, the head's catch-up rows,
+     * accept's replay of n kept tokens) and the head's first and later steps */
+    qw_step_graph gr_one[3];
     qw_step_graph gr_draft[QWENC_MAX_DRAFT + 2], gr_catch[QWENC_MAX_DRAFT + 2], gr_accept[QWENC_MAX_DRAFT + 2];
     qw_step_graph gr_head[2];
 };
