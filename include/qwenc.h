@@ -230,6 +230,10 @@ int qwenc_session_has_draft_head(const qwenc_session *session);
  * chosen where the model runs, so a greedy chain of drafts never brings the logits to the host. */
 qwenc_status qwenc_session_draft_head(qwenc_session *session, int32_t token, float *logits, int32_t *best,
                                       char *err, size_t errlen);
+/* n head steps from `token`, each reading the previous one's arg max: the head's greedy chain of drafts
+ * (drafts[0..n)), as speculative decoding takes them. */
+qwenc_status qwenc_session_draft_greedy(qwenc_session *session, int32_t token, int n, int32_t *drafts, char *err,
+                                        size_t errlen);
 
 /* ---- snapshots: the exact state of a session at a point (every cache row and recurrent state its tokens
  * left, and its position), restored later into a session of the same model whose context holds as many tokens:

@@ -221,8 +221,10 @@ static void test_greedy(const fixture *fx, int k, int n) {
         int32_t toks[QWENC_MAX_DRAFT + 1];
         toks[0] = spec[got - 1];
         int kk = k < n - got ? k : n - got;
-        for (int j = 0; ok && j < kk; j++) /* the arg max alone (no logits to the host) */
-            ok = !qwenc_session_draft_head(b, toks[j], NULL, &toks[j + 1], err, sizeof(err));
+        if (steps % 2) /* head steps one by one, the arg max alone (no logits to the host), or the chain in one call */
+            for (int j = 0; ok && j < kk; j++) ok = !qwenc_session_draft_head(b, toks[j], NULL, &toks[j + 1], err, sizeof(err));
+        else
+            ok = !qwenc_session_draft_greedy(b, toks[0], kk, toks + 1, err, sizeof(err));
         ok = ok && !qwenc_session_forward_draft(b, toks, kk + 1, lg, err, sizeof(err));
         int keep = 0;
         for (int i = 0; ok && i <= kk; i++) {

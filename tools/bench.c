@@ -271,8 +271,7 @@ static double run_draft(qwenc_session *s, const int32_t *ids, int len, int n, in
     double t0 = cli_now_s();
     for (int i = 0; i < n && !*failed; i++) {
         for (int j = 0; j <= k; j++) toks[j] = ids[(i + j) % len];
-        for (int j = 0; head && i > 0 && j < k && !*failed; j++)
-            if (qwenc_session_draft_head(s, toks[j], NULL, &toks[j + 1], err, errlen)) *failed = 1;
+        if (head && i > 0 && qwenc_session_draft_greedy(s, toks[0], k, toks + 1, err, errlen)) *failed = 1;
         if (*failed || qwenc_session_forward_draft(s, toks, k + 1, logits, err, errlen) ||
             qwenc_session_accept(s, 1, err, errlen))
             *failed = 1;

@@ -233,8 +233,8 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
             int room = QW_MIN(autodraft ? auto_draft(&ad, res->n_steps) : n_draft, n_ctx - past0 - 1);
             if (gp->n_predict >= 0) room = QW_MIN(room, gp->n_predict - res->n_gen - 1);
             if (room > 0 && !use_head) k = qwenc_draft_lookup(g.hist, g.n_hist, room, toks + 1);
-            for (int32_t cur = t; use_head && !rule && k < room; cur = toks[++k]) /* the head's greedy chain */
-                if ((g.st = qwenc_session_draft_head(s, cur, NULL, &toks[k + 1], err, errlen))) break;
+            if (room > 0 && use_head && !rule && !(g.st = qwenc_session_draft_greedy(s, t, room, toks + 1, err, errlen)))
+                k = room;
             for (int32_t cur = t; rule && k < room; cur = toks[++k]) { /* drawn from the head's distribution */
                 float *qk = q + (int64_t)k * V;
                 if ((g.st = qwenc_session_draft_head(s, cur, qk, NULL, err, errlen))) break;

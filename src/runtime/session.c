@@ -600,6 +600,15 @@ qwenc_status qwenc_session_draft_head(qwenc_session *s, int32_t token, float *lo
     return QWENC_OK;
 }
 
+qwenc_status qwenc_session_draft_greedy(qwenc_session *s, int32_t token, int n, int32_t *drafts, char *err,
+                                        size_t errlen) {
+    for (int j = 0; j < n; j++) {
+        qwenc_status st = qwenc_session_draft_head(s, j ? drafts[j - 1] : token, NULL, &drafts[j], err, errlen);
+        if (st) return st;
+    }
+    return QWENC_OK;
+}
+
 /* ---- snapshots: the state a session's first n_past tokens left, region by region in a fixed order (the rows of
  * the caches that hold them, the whole recurrent states, the token history) */
 

@@ -408,12 +408,12 @@ static int draft_step(srv_sched *s, slot *c) {
     int k = 0;
     char err[256];
     if (qwenc_session_has_draft_head(c->session)) { /* the model's MTP head: its greedy chain */
-        for (; k < room; k++)
-            if (qwenc_session_draft_head(c->session, toks[k], NULL, &toks[k + 1], err, sizeof(err))) {
-                lose_state(c);
-                finish(s, c, QWENC_STOP_NONE, 500, err);
-                return 1;
-            }
+        if (qwenc_session_draft_greedy(c->session, toks[0], room, toks + 1, err, sizeof(err))) {
+            lose_state(c);
+            finish(s, c, QWENC_STOP_NONE, 500, err);
+            return 1;
+        }
+        k = room;
     } else {
         k = qwenc_draft_lookup(c->hist, c->n_hist + 1, room, toks + 1);
     }
