@@ -160,6 +160,14 @@ const char *qwenc_synth_presets(void);
  * batch by batch: memory use does not grow with the model. */
 qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, const qwenc_gguf_params *params,
                               char *err, size_t errlen);
+/* The same model held in memory, without a file, at the tensor types `qwenc synth --type type` writes
+ * (params: as for qwenc_model_load_params; its quant is ignored, progress is called as the tensors are made).
+ * On the CPU the weights are the bytes that file would hold (the same logits). On a GPU (params->backend "cuda",
+ * or "auto" with a device where the weights fit in nine tenths of its free memory) the matrices are made in
+ * device memory only, as random codes with scales of the same magnitude (the same bytes per token to read, not
+ * the file's values): a model larger than the host's memory or disk can be measured (qwenc bench --synth). */
+qwenc_status qwenc_model_synth(const qwenc_synth_params *sp, const char *type, const qwenc_model_params *params,
+                               qwenc_model **out, char *err, size_t errlen);
 
 typedef struct {
     int n_ctx;   /* maximum number of tokens the session holds (0: the model's training context, capped) */

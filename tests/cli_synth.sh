@@ -89,6 +89,57 @@ else
     bad "one layer: synth failed: $(tail -c 400 "$tmp/err")"
 fi
 
+# --- --synth PRESET: the same model made in memory (info, logits, bench), no file. On the CPU it holds the bytes
+# synth writes: the logits are those of the file, bit for bit, with and without the draft head, and bench reads the
+# same bytes per token.
+geo=(--layers 2 --experts 4 --ngram-base 1000 "${small[@]}")
+toks=5,17,300,2,999,41,7
+for t in Q4_K Q8_0; do
+    for mtp in "" --mtp; do
+        if $QWENC synth --preset flash-next "${geo[@]}" $mtp --type $t -o "$tmp/m.gguf" 2>/dev/null &&
+            $QWENC logits -m "$tmp/m.gguf" --tokens $toks -o "$tmp/file.f32" 2>"$tmp/err" &&
+            $QWENC logits --synth flash-next "${geo[@]}" $mtp --type $t --tokens $toks -o "$tmp/mem.f32" 2>"$tmp/err"; then
+            cmp -s "$tmp/file.f32" "$tmp/mem.f32" && ok || bad "--synth $t $mtp: logits differ from the file's"
+        else
+            bad "--synth $t $mtp: $(tail -c 300 "$tmp/err")"
+        fi
+    done
+done
+$QWENC synth --preset qwen3.5-35b-a3b --layers 5 --experts 4 "${small[@]}" --seed 9 --type Q6_K -o "$tmp/m.gguf" 2>/dev/null
+$QWENC logits -m "$tmp/m.gguf" --tokens $toks -o "$tmp/file.f32" 2>/dev/null
+$QWENC logits --synth qwen3.5-35b-a3b --layers 5 --experts 4 "${small[@]}" --seed 9 --type Q6_K --tokens $toks \
+    -o "$tmp/mem.f32" 2>"$tmp/err" && cmp -s "$tmp/file.f32" "$tmp/mem.f32" && ok \
+    || bad "--synth qwen3.5 Q6_K --seed 9: logits differ from the file's $(tail -c 300 "$tmp/err")"
+$QWENC logits --synth qwen3.5-35b-a3b --layers 5 --experts 4 "${small[@]}" --type Q6_K --tokens $toks \
+    -o "$tmp/mem42.f32" 2>/dev/null
+! cmp -s "$tmp/mem42.f32" "$tmp/mem.f32" && ok || bad "--synth: --seed 9 gave the logits of seed 42"
+expect_info_synth() {
+    if $QWENC info --synth flash-next "${geo[@]}" --type Q8_0 >"$tmp/info" 2>"$tmp/err" &&
+        grep -q '^files *none: random weights made in host memory' "$tmp/info" &&
+        grep -q '^types *the tensors of qwenc synth --type Q8_0' "$tmp/info" &&
+        grep -qE 'layer plan +SD\+ple$' "$tmp/info"; then ok; else bad "info --synth: $(cat "$tmp/info" "$tmp/err")"; fi
+}
+expect_info_synth
+$QWENC synth --preset flash-next "${geo[@]}" --type Q8_0 -o "$tmp/m.gguf" 2>/dev/null
+reads() { grep -o 'decode reads *[0-9.]* MiB' "$1"; }
+if $QWENC bench -m "$tmp/m.gguf" -p 0 -n 4 -r 1 -t 1 >"$tmp/bf" 2>&1 &&
+    $QWENC bench --synth flash-next "${geo[@]}" --type Q8_0 -p 0 -n 4 -r 1 -t 1 >"$tmp/bs" 2>&1; then
+    grep -q '^| synth-flash-next ' "$tmp/bs" && ok || bad "bench --synth: the row does not name synth-flash-next"
+    [ -n "$(reads "$tmp/bs")" ] && [ "$(reads "$tmp/bs")" = "$(reads "$tmp/bf")" ] && ok \
+        || bad "bench --synth reads '$(reads "$tmp/bs")' per token, the file '$(reads "$tmp/bf")'"
+else
+    bad "bench --synth: $(tail -c 300 "$tmp/bs")"
+fi
+expect_error "--synth without --type" '--synth flash-next needs --type TYPE' $QWENC bench --synth flash-next
+expect_error "--synth and -m" 'give -m MODEL or --synth PRESET, not both' \
+    $QWENC info --synth flash-next --type Q8_0 -m "$tmp/m.gguf"
+expect_error "--synth --quant" 'not --quant' $QWENC info --synth flash-next --type Q8_0 --quant Q4_K
+expect_error "--layers without --synth" 'go with --synth PRESET' $QWENC bench -m "$tmp/m.gguf" --layers 2
+expect_error "--synth unknown preset" 'unknown preset "nope"' $QWENC info --synth nope --type Q8_0
+expect_error "--synth bad type" 'unknown tensor type "Q3_X"' $QWENC info --synth flash-next --type Q3_X
+expect_error "--synth --backend cuda without one" '--backend cuda' \
+    $QWENC info --synth flash-next "${geo[@]}" --type Q8_0 --backend cuda
+
 # --- errors
 expect_error "unknown preset" 'unknown preset "nope"' $QWENC synth --preset nope --type Q8_0 -o "$tmp/x.gguf"
 expect_error "arch mismatch" 'is architecture qwen35moe, not qwen4exp' \

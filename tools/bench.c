@@ -399,7 +399,10 @@ static void test_name(const bench_row *r, char *buf, size_t n) {
 
 static void print_table(const bench_run *b) {
     char path[512], *name = path; /* the last component of the model path, trailing slashes dropped */
-    snprintf(path, sizeof(path), "%s", b->o->model);
+    if (b->o->synth)
+        snprintf(path, sizeof(path), "synth-%s", b->o->synth);
+    else
+        snprintf(path, sizeof(path), "%s", b->o->model);
     for (size_t n = strlen(path); n > 1 && path[n - 1] == '/'; n--) path[n - 1] = 0;
     if (strrchr(path, '/')) name = strrchr(path, '/') + 1;
     printf("| %-20s | %-12s | %11s | %-7s | %7s | %8s | %20s |\n", "model", "arch", "size", "kernels", "threads", "test",
@@ -461,7 +464,9 @@ static void print_table(const bench_run *b) {
 /* The fields every JSON object has: the run's settings and the machine's numbers. */
 static cJSON *json_head(const bench_run *b, const bench_cfg *c, int p, int n, int np) {
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "model", b->o->model);
+    char label[160];
+    snprintf(label, sizeof(label), "synth-%s", b->o->synth ? b->o->synth : "");
+    cJSON_AddStringToObject(j, "model", b->o->synth ? label : b->o->model);
     cJSON_AddStringToObject(j, "arch", b->arch);
     cJSON_AddStringToObject(j, "kernels", c->kernels);
     cJSON_AddNumberToObject(j, "n_threads", c->threads);

@@ -32,6 +32,7 @@ struct cli_opts {
     int n_pos;
     const char *type;       /* quantize, synth: --type, the GGUF tensor type */
     const char *preset, *arch; /* synth */
+    const char *synth;         /* info, logits, bench: --synth PRESET, a random model in memory instead of -m */
     int layers, experts, hidden, vocab, ngram_base; /* synth (0: the preset's) */
     int synth_mtp;            /* synth --mtp */
     const char *stop[16];

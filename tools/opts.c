@@ -38,6 +38,8 @@ enum {
     C_TOK = C_TOKENIZE | C_DETOKENIZE | C_TEMPLATE,
     C_LOAD = C_RUN | C_CHAT | C_INFO | C_LOGITS | C_BENCH | C_PPL | C_SERVE, /* load a model to run it */
     C_WRITE = C_QUANTIZE | C_SYNTH,
+    C_SYNSRC = C_INFO | C_LOGITS | C_BENCH, /* take --synth PRESET instead of -m */
+    C_GEOM = C_SYNTH | C_SYNSRC,            /* take synth's geometry options */
 };
 
 static const cli_cmd commands[] = {
@@ -84,7 +86,7 @@ typedef enum {
     O_PROMPT, O_FILE, O_NPREDICT, O_CHAT, O_SYSTEM, O_NOTHINK, O_STOP, O_ESCAPE, O_NOESCAPE, O_NODISPLAY,
     O_SPECIAL, O_CTXSHIFT, O_DRAFT, O_DRAFT_SRC, O_DRAFT_SAMPLE, O_NO_MTP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
     O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_BENCH_DRAFT, O_REPS, O_JSON, O_PROFILE,
-    O_TYPE, O_PRESET, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM, O_SYNTH_MTP,
+    O_TYPE, O_PRESET, O_SYNTH_SRC, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM, O_SYNTH_MTP,
     O_HOST, O_PORT, O_APIKEY, O_APIKEYFILE, O_PARALLEL, O_ALIAS, O_CACHERAM, O_MAXQUEUE, O_TIMEOUT, O_MAXBODY, O_QUIET,
 } opt_id;
 
@@ -101,6 +103,11 @@ typedef struct {
 static const opt_def options[] = {
     {O_MODEL, "-m|--model", C_ALL & ~C_SYNTH & ~C_TOK, "PATH",
      "Hugging Face checkpoint directory (config.json, *.safetensors,\ntokenizer.json) or a llama.cpp .gguf file"},
+    {O_SYNTH_SRC, "--synth", C_SYNSRC, "PRESET",
+     "instead of -m: a model of random weights at a preset's geometry\n"
+     "(flash-next, qwen3.5-35b-a3b), made in memory at --type TYPE with\n"
+     "synth's --layers, --experts, ... (no file); on the CPU the bytes\n"
+     "`qwenc synth` would write, on a GPU random codes made in its memory"},
     {O_MODEL, "-m|--model", C_TOK, "PATH",
      "a checkpoint directory (only its tokenizer files are needed)\nor a .gguf file"},
     {O_TOKENIZER, "--tokenizer", C_GEN | C_PPL | C_TOK | C_SERVE, "PATH",
@@ -220,16 +227,17 @@ static const opt_def options[] = {
     {O_TYPE, "--type", C_WRITE, "TYPE",
      "tensor type (required): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,\n"
      "Q4_K (= Q4_K_M), Q4_K_S, Q5_K (= Q5_K_M), Q5_K_S, Q6_K, IQ4_NL, IQ4_XS"},
+    {O_TYPE, "--type", C_SYNSRC, "TYPE", "with --synth: the tensor type, as synth's (required)"},
     {O_OUT, "-o|--out", C_WRITE, "OUT.gguf", "the file to write (required)"},
     {O_PRESET, "--preset", C_SYNTH, "NAME", "flash-next (qwen4exp) or qwen3.5-35b-a3b (qwen35moe) (required)"},
     {O_ARCH, "--arch", C_SYNTH, "ARCH", "the preset's architecture, checked"},
-    {O_LAYERS, "--layers", C_SYNTH, "N", "the first N layers of the preset's pattern (default: all)"},
-    {O_EXPERTS, "--experts", C_SYNTH, "N", "routed experts (default: the preset's)"},
-    {O_HIDDEN, "--hidden", C_SYNTH, "N", "hidden size (default: the preset's)"},
-    {O_VOCAB, "--vocab", C_SYNTH, "N", "vocabulary size (default: the preset's)"},
-    {O_NGRAM, "--ngram-base", C_SYNTH, "N", "PLE n-gram table base size (default: the preset's)"},
-    {O_SYNTH_MTP, "--mtp", C_SYNTH, NULL, "also an MTP draft head (random, as the other weights)"},
-    {O_SEED, "-s|--seed", C_SYNTH, "N", "seed of the random weights (default 42)"},
+    {O_LAYERS, "--layers", C_GEOM, "N", "the first N layers of the preset's pattern (default: all)"},
+    {O_EXPERTS, "--experts", C_GEOM, "N", "routed experts (default: the preset's)"},
+    {O_HIDDEN, "--hidden", C_GEOM, "N", "hidden size (default: the preset's)"},
+    {O_VOCAB, "--vocab", C_GEOM, "N", "vocabulary size (default: the preset's)"},
+    {O_NGRAM, "--ngram-base", C_GEOM, "N", "PLE n-gram table base size (default: the preset's)"},
+    {O_SYNTH_MTP, "--mtp", C_GEOM, NULL, "also an MTP draft head (random, as the other weights)"},
+    {O_SEED, "-s|--seed", C_GEOM, "N", "seed of the random weights (default 42)"},
     /* loading and threads */
     {O_THREADS, "-t|--threads", C_LOAD & ~C_BENCH, "N", "CPU threads (default 0: one per core)"},
     {O_THREADS_LIST, "-t|--threads", C_BENCH, "N[,N...]",
@@ -571,6 +579,7 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
     case O_PROFILE: o->profile = 1; return 1;
     case O_TYPE: o->type = v; return 1;
     case O_PRESET: o->preset = v; return 1;
+    case O_SYNTH_SRC: o->synth = v; return 1;
     case O_ARCH: o->arch = v; return 1;
     case O_LAYERS: return parse_int(v, opt, 1, &o->layers);
     case O_EXPERTS: return parse_int(v, opt, 1, &o->experts);
@@ -750,7 +759,22 @@ int cli_parse(int argc, char **argv, cli_opts *o) {
         if (!set_option(o, d, opt, v)) return 1;
     }
     if (!take_positionals(o)) return 1;
-    if (!o->model && bit != C_SYNTH) {
+    if (o->synth && o->model) {
+        fprintf(stderr, "qwenc: %s: give -m MODEL or --synth PRESET, not both\n", name);
+        return 1;
+    }
+    if (o->synth && (!o->type || o->quant)) {
+        fprintf(stderr, "qwenc: %s: --synth %s needs --type TYPE (one of %s)%s\n", name, o->synth,
+                qwenc_gguf_types(), o->quant ? ", not --quant" : "");
+        return 1;
+    }
+    if (!o->synth && bit & C_SYNSRC && (o->type || o->layers || o->experts || o->hidden || o->vocab || o->ngram_base ||
+                                        o->synth_mtp || o->seed_set)) {
+        fprintf(stderr, "qwenc: %s: --type, --layers, --experts, --hidden, --vocab, --ngram-base, --mtp and --seed "
+                        "go with --synth PRESET\n", name);
+        return 1;
+    }
+    if (!o->model && !o->synth && bit != C_SYNTH) {
         fprintf(stderr, "qwenc: %s: -m MODEL is required (a checkpoint directory or a .gguf file; see qwenc %s "
                         "--help)\n", name, name);
         return 1;

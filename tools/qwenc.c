@@ -38,9 +38,29 @@ qwenc_model *cli_load_model(const cli_opts *o) {
     mp.quant = o->quant;
     mp.no_draft_head = o->no_mtp;
     cli_progress ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1, .min_bytes = (uint64_t)256 << 20};
-    if (o->quant) {
+    if (o->quant || o->synth) {
         mp.progress = cli_show_progress;
         mp.progress_user = &ps;
+    }
+    if (o->synth) {
+        qwenc_synth_params sp = qwenc_synth_default_params();
+        sp.preset = o->synth;
+        sp.n_layer = o->layers;
+        sp.n_expert = o->experts;
+        sp.n_embd = o->hidden;
+        sp.n_vocab = o->vocab;
+        sp.ngram_base = o->ngram_base;
+        sp.mtp = o->synth_mtp;
+        if (o->seed_set) sp.seed = o->sp.seed;
+        if (qwenc_model_synth(&sp, o->type, &mp, &m, err, sizeof(err))) {
+            if (ps.shown && ps.tty) fprintf(stderr, "\n");
+            fprintf(stderr, "qwenc: cannot make the model: %s\n", err);
+            return NULL;
+        }
+        if (ps.shown)
+            fprintf(stderr, "qwenc: made random %s weights (%s, seed %llu) on the %s in %.1f s\n", o->synth, o->type,
+                    sp.seed, qwenc_model_backend(m), cli_now_s() - ps.t0);
+        return m;
     }
     if (qwenc_model_load_params(o->model, &mp, &m, err, sizeof(err))) {
         if (ps.shown && ps.tty) fprintf(stderr, "\n");

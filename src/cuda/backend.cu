@@ -47,6 +47,11 @@ struct qwc {
     size_t weight_bytes;
     int capturing, capture_spoiled;
     int qsa_blocks;
+    /* weights made on the device (qw_backend_cuda_weights_adopt): host addresses [region_key, + region_bytes)
+     * stand for region_dev at the same offset; the host never holds those bytes */
+    const uint8_t *region_key;
+    uint8_t *region_dev;
+    size_t region_bytes;
 };
 
 static qwc *C(const qw_backend *be) { return (qwc *)be; }
@@ -108,8 +113,17 @@ static wentry *entry_of(qwc *c, const void *key) {
     return &c->map[s];
 }
 
+/* the device address of a key inside the adopted range, else NULL */
+static void *in_region(const qwc *c, const void *key) {
+    const uint8_t *k = (const uint8_t *)key;
+    return c->region_key && k >= c->region_key && k < c->region_key + c->region_bytes
+               ? c->region_dev + (k - c->region_key)
+               : NULL;
+}
+
 const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t bytes) {
     if (!key) return NULL;
+    if (void *r = in_region(c, key)) return r;
     pthread_mutex_lock(&c->lock);
     wentry *e = entry_of(c, key);
     if (!e->host || e->bytes < bytes) {
@@ -143,6 +157,7 @@ const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t 
 const void *qwc_weight(qwc *c, const void *host, size_t bytes) { return qwc_weight_as(c, host, host, bytes); }
 
 const void *qwc_lookup(qwc *c, const void *key) {
+    if (void *r = in_region(c, key)) return r;
     pthread_mutex_lock(&c->lock);
     wentry *e = entry_of(c, key);
     void *d = e->host ? e->dev : NULL;
@@ -264,6 +279,7 @@ static void cu_release(qw_backend *be) {
     for (size_t i = 0; i < c->map_cap; i++)
         if (c->map[i].host) cudaFree(c->map[i].dev);
     free(c->map);
+    if (c->region_dev) cudaFree(c->region_dev);
     if (c->scratch) cudaFree(c->scratch);
     cublasDestroy(c->cublas);
     cudaStreamDestroy(c->stream);
@@ -339,6 +355,37 @@ extern "C" void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes,
     if (!be || be->release != cu_release) return;
     QWC_CHECK(cudaSetDevice(C(be)->device));
     cudaMemGetInfo(free_bytes, total_bytes);
+}
+
+extern "C" qwenc_status qw_backend_cuda_weights_adopt(qw_backend *be, const void *keys, size_t bytes, char *err,
+                                                     size_t errlen) {
+    if (!be || be->release != cu_release)
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "weights on the device: not a CUDA backend");
+    qwc *c = C(be);
+    if (c->region_key)
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "weights on the device: the backend already has a range");
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        size_t f = 0, t = 0;
+        cudaMemGetInfo(&f, &t);
+        return qw_err(err, errlen, QWENC_ERR_NOMEM,
+                      "out of device memory for %.2f GiB of weights (%.2f GiB free of %.2f GiB)",
+                      (double)bytes / (1 << 30), (double)f / (1 << 30), (double)t / (1 << 30));
+    }
+    c->region_key = (const uint8_t *)keys;
+    c->region_dev = (uint8_t *)d;
+    c->region_bytes = bytes;
+    return QWENC_OK;
+}
+
+extern "C" void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type type, size_t bytes,
+                                               uint64_t seed) {
+    qwc *c = C(be);
+    uint8_t *d = (uint8_t *)in_region(c, key);
+    if (!d || (const uint8_t *)key + bytes > c->region_key + c->region_bytes)
+        qwc_die(__FILE__, __LINE__, "qw_backend_cuda_weights_random", "the range is not inside the adopted one");
+    qwc_fill_random(c, d, type, bytes, seed);
 }
 
 extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *err, size_t errlen) {

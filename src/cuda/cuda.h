@@ -23,4 +23,13 @@ double qw_backend_cuda_read_bandwidth(const qw_backend *be);
 /* Free device memory in bytes, and the total (0, 0 when not a CUDA backend). */
 void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes, size_t *total_bytes);
 
+/* Device memory for weights the host never holds: the host addresses [keys, keys + bytes) (a reserved mapping
+ * that is never written) stand for the device copy at the same offset, for every op and view. One range per
+ * backend; freed with it. QWENC_ERR_NOMEM (with the sizes) when the device lacks the memory. */
+qwenc_status qw_backend_cuda_weights_adopt(qw_backend *be, const void *keys, size_t bytes, char *err, size_t errlen);
+/* Random weights of `type` in the device copy of [key, key + bytes), inside the adopted range (qwenc_model_synth):
+ * random codes with block scales that give a deviation near 0.02 (not the values the host's synth would write;
+ * the same bytes to read). Deterministic in seed; asynchronous (on the backend's stream). */
+void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type type, size_t bytes, uint64_t seed);
+
 #endif

@@ -67,6 +67,13 @@ void qwc_gather_rows(qwc *c, float *y, const void *const *chunk_data, qw_type ty
 void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
                       const float *x, int64_t x_stride, int n_pairs);
 
+/* ---- synth.cu: random weights made on the device (qw_backend_cuda_weights_random) */
+
+/* d [bytes]: weights of `type` with random codes (a hash of seed and the position), each block's scales set so
+ * that a weight's standard deviation is about 0.02 (the plain types: uniform values of that deviation); always
+ * finite. d is 4-byte aligned. */
+void qwc_fill_random(qwc *c, uint8_t *d, qw_type type, size_t bytes, uint64_t seed);
+
 } /* extern "C" */
 
 #endif

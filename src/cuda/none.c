@@ -24,3 +24,12 @@ double qw_backend_cuda_read_bandwidth(const qw_backend *be) {
     (void)be;
     return 0;
 }
+
+qwenc_status qw_backend_cuda_weights_adopt(qw_backend *be, const void *keys, size_t bytes, char *err, size_t errlen) {
+    (void)be, (void)keys, (void)bytes;
+    return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "the cuda backend is not built in");
+}
+
+void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type type, size_t bytes, uint64_t seed) {
+    (void)be, (void)key, (void)type, (void)bytes, (void)seed;
+}

@@ -103,13 +103,75 @@ qwenc_status qwenc_model_load_params(const char *path, const qwenc_model_params 
     m->params.backend = m->backend_name;
     /* a .gguf file (models/gguf_bind.c) or a checkpoint directory (models/hf_bind.c) */
     st = qw_path_is_gguf(path) ? qw_gguf_model_load(m, path, err, errlen) : qw_hf_model_load(m, path, err, errlen);
-    if (!st && mp.quant) st = qw_model_quantize_at_load(m, err, errlen);
+    if (!st && mp.quant) st = qw_model_quantize_at_load(m, NULL, NULL, NULL, 0, err, errlen);
     if (!st) st = model_device(m, &mp, err, errlen);
     if (st) {
         qwenc_model_free(m);
         return st;
     }
     advise_sparse(m);
+    *out = m;
+    return QWENC_OK;
+}
+
+qwenc_status qwenc_model_synth(const qwenc_synth_params *sp, const char *type, const qwenc_model_params *params,
+                               qwenc_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    qwenc_model_params mp = params ? *params : qwenc_model_default_params();
+    if (mp.n_threads < 0) return qw_err(err, errlen, QWENC_ERR_ARG, "model: n_threads must not be negative");
+    qw_gguf_policy pol;
+    if (!type || !qw_gguf_policy_parse(&pol, type))
+        return qw_err(err, errlen, QWENC_ERR_ARG, "synth: %s tensor type \"%s\" (one of %s)", type ? "unknown" : "no",
+                      type ? type : "", qw_gguf_policy_names());
+    mp.quant = type;
+    char label[160];
+    snprintf(label, sizeof(label), "synth-%s", sp->preset ? sp->preset : "");
+    qwenc_model *m = qw_calloc(1, sizeof(*m));
+    if (m) m->path = qw_strdup(label);
+    if (!m || !m->path) {
+        free(m);
+        return qw_err_nomem(err, errlen, label, 1, sizeof(*m));
+    }
+    m->params = mp;
+    qw_backend *gpu = NULL;
+    qwenc_status st = model_backend(m, &mp, err, errlen);
+    if (!st) st = qw_synth_bind(sp, m, err, errlen);
+    const char *name = mp.backend ? mp.backend : "auto";
+    char desc[320];
+    if (!st && (!strcmp(name, "cuda") || !strcmp(name, "auto"))) {
+        if (qw_cuda_available(desc, sizeof(desc))) {
+            st = qw_backend_cuda_new(0, &gpu, err, errlen);
+            if (st && !strcmp(name, "auto")) st = QWENC_OK;
+        } else if (!strcmp(name, "cuda")) {
+            st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--backend cuda: %s", desc);
+        }
+    }
+    if (!st && gpu && !strcmp(name, "auto")) { /* on the GPU only if the weights fit */
+        qw_gguf_plan *pl = NULL;
+        st = qw_gguf_plan_new(m, type, mp.n_threads, NULL, NULL, &pl, err, errlen);
+        size_t free_b = 0, total_b = 0;
+        qw_backend_cuda_memory(gpu, &free_b, &total_b);
+        if (!st && (double)qw_gguf_plan_bytes(pl) > 0.9 * (double)free_b) {
+            gpu->release(gpu);
+            gpu = NULL;
+        }
+        qw_gguf_plan_free(pl);
+    }
+    uint64_t seed = sp->seed;
+    if (!st) st = qw_model_quantize_at_load(m, qw_synth_row, &seed, gpu, seed, err, errlen);
+    if (!st && gpu) {
+        m->be->release(m->be);
+        m->be = gpu;
+        gpu = NULL;
+        m->backend_name = "cuda";
+    }
+    if (gpu) gpu->release(gpu);
+    if (st) {
+        qwenc_model_free(m);
+        return st;
+    }
+    m->params.kernels = m->be->name;
+    m->params.backend = m->backend_name;
     *out = m;
     return QWENC_OK;
 }
@@ -209,11 +271,16 @@ void qwenc_model_print_info(const qwenc_model *m, FILE *f) {
     if (m->gguf)
         fprintf(f, "files        GGUF v%u, %lld tensors (llama.cpp architecture \"%s\")\n", m->gguf->version,
                 (long long)m->gguf->n_tensors, hp->model_type);
-    else
+    else if (m->ws.n_files)
         fprintf(f, "files        %d safetensors file%s, %d tensors, prefix \"%s\"\n", m->ws.n_files,
                 m->ws.n_files == 1 ? "" : "s", m->ws.n_entries, m->prefix);
+    else
+        fprintf(f, "files        none: random weights made in %s memory\n", m->conv && m->conv->keys ? "device" : "host");
     if (m->gguf_note[0]) fprintf(f, "note         %s\n", m->gguf_note);
-    if (m->conv)
+    if (m->conv && !m->ws.n_files && !m->gguf)
+        fprintf(f, "types        the tensors of qwenc synth --type %s: %d tensors, %.1f MiB\n", m->conv->type,
+                m->conv->n_tensors, (double)m->conv->n_bytes / 1048576.0);
+    else if (m->conv)
         fprintf(f, "quantized    at load to %s (the tensors of qwenc quantize --type %s): %d tensors, %.1f MiB\n",
                 m->conv->type, m->conv->type, m->conv->n_tensors, (double)m->conv->n_bytes / 1048576.0);
     fprintf(f, "vocab        %d   hidden %d   layers %d   context %d\n", hp->n_vocab, hp->n_embd, hp->n_layer,

@@ -24,6 +24,10 @@ typedef struct {
     char *names;              /* [n_tensors][64] backing store of the tensor names */
     uint8_t *data;            /* every tensor's bytes, each at a 64-byte aligned offset */
     uint64_t n_bytes;         /* bytes of tensor data (without the alignment padding) */
+    /* weights made on a GPU (qw_model_quantize_at_load's dev): the tensors that are not F32 have addresses in
+     * this reserved, never written mapping (reads give zeros) that stand for their device copies */
+    uint8_t *keys;
+    size_t keys_bytes;
 } qw_converted;
 
 struct qwenc_model {
@@ -114,11 +118,21 @@ qwenc_status qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, v
 
 /* ---- quantizing at load (qwenc_model_params.quant; models/load_quant.c, gguf_bind.c) ---- */
 /* Replace the bound weights of m by the tensors of the plan for m->params.quant, converted into one owned
- * buffer (m->conv), and bind the model from them as from the GGUF qwenc quantize would write. */
-qwenc_status qw_model_quantize_at_load(qwenc_model *m, char *err, size_t errlen);
+ * buffer (m->conv), and bind the model from them as from the GGUF qwenc quantize would write. gen supplies the
+ * rows of tensors without data (a synthetic model; NULL when all have data). dev: a CUDA backend to make the
+ * tensors that are not F32 in, as random weights of their types (qw_backend_cuda_weights_random, seeded by
+ * seed and the tensor's name), never held on the host (m->conv->keys); NULL: every tensor on the host. */
+qwenc_status qw_model_quantize_at_load(qwenc_model *m, qw_row_gen gen, void *gen_user, qw_backend *dev, uint64_t seed,
+                                       char *err, size_t errlen);
 void qw_model_converted_free(qwenc_model *m);
 /* Bind every weight of m from m->conv (GGUF names; models/gguf_bind.c). */
 qwenc_status qw_gguf_bind_converted(qwenc_model *m, char *err, size_t errlen);
+
+/* ---- synthetic models (models/synth.c) ---- */
+/* Check sp and bind m (m->path set) at the preset's geometry: matrices without data, the vectors drawn. */
+qwenc_status qw_synth_bind(const qwenc_synth_params *sp, qwenc_model *m, char *err, size_t errlen);
+/* The rows of those matrices (a qw_row_gen; user: a uint64_t, the seed): what qwenc synth writes. */
+void qw_synth_row(const qw_tensor *t, int64_t row, int64_t cols, float *out, void *user);
 
 /* Dispatch to the architecture's forward. */
 void qw_model_forward(const qw_fwd *f, float *hidden);

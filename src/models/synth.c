@@ -85,7 +85,7 @@ static void normals(uint64_t *s, float *out, int64_t n, float mean, float sigma)
 
 typedef struct {
     uint64_t seed;
-} gen_state;
+} gen_state; /* = qw_synth_row's user: a uint64_t seed */
 
 /* Row `row` of a tensor without data: N(0, 0.02), seeded by (seed, name, row). */
 static void gen_row(const qw_tensor *t, int64_t row, int64_t cols, float *out, void *user) {
@@ -339,8 +339,9 @@ static const synth_preset *find_preset(const char *name) {
     return NULL;
 }
 
-qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, const qwenc_gguf_params *gp, char *err,
-                              size_t errlen) {
+/* Check the parameters and bind m (its path set) at the preset's geometry: matrices without data (BF16, the
+ * released dtype), the vectors drawn. */
+qwenc_status qw_synth_bind(const qwenc_synth_params *sp, qwenc_model *m, char *err, size_t errlen) {
     const synth_preset *pr = find_preset(sp->preset);
     if (!pr)
         return qw_err(err, errlen, QWENC_ERR_ARG, "synth: unknown preset \"%s\" (one of %s)",
@@ -357,27 +358,35 @@ qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, co
     char *json = NULL;
     qwenc_status st = config_json(pr, sp, &json, err, errlen);
     if (st) return st;
+    st = qw_hparams_parse(&m->hp, json, m->path, err, errlen);
+    free(json);
+    if (st) return st;
+    m->hp.n_mtp = sp->mtp != 0;
+    synth y = {.s = sp->seed * 0x2545F4914F6CDD1Dull + 1};
+    qw_binder b = {.m = m, .io = &synth_io, .ctx = &y, .err = err, .errlen = errlen};
+    st = qw_bind_model(&b);
+    if (!st) fill_vectors(&y, m);
+    free(y.vecs);
+    return st;
+}
+
+void qw_synth_row(const qw_tensor *t, int64_t row, int64_t cols, float *out, void *user) {
+    gen_row(t, row, cols, out, user);
+}
+
+qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, const qwenc_gguf_params *gp, char *err,
+                              size_t errlen) {
     char label[160];
-    snprintf(label, sizeof(label), "synth-%s", pr->name);
+    snprintf(label, sizeof(label), "synth-%s", sp->preset ? sp->preset : "");
     qwenc_model *m = qw_calloc(1, sizeof(*m));
     if (m) m->path = qw_strdup(label);
     if (!m || !m->path) {
-        free(json);
         free(m);
         return qw_err_nomem(err, errlen, label, 1, sizeof(*m));
     }
-    st = qw_hparams_parse(&m->hp, json, label, err, errlen);
-    free(json);
-    if (!st) {
-        m->hp.n_mtp = sp->mtp != 0;
-        synth y = {.s = sp->seed * 0x2545F4914F6CDD1Dull + 1};
-        qw_binder b = {.m = m, .io = &synth_io, .ctx = &y, .err = err, .errlen = errlen};
-        st = qw_bind_model(&b);
-        if (!st) fill_vectors(&y, m);
-        free(y.vecs);
-        gen_state g = {.seed = sp->seed};
-        if (!st) st = qw_model_save_gguf_gen(m, path, gp, gen_row, &g, err, errlen);
-    }
+    qwenc_status st = qw_synth_bind(sp, m, err, errlen);
+    gen_state g = {.seed = sp->seed};
+    if (!st) st = qw_model_save_gguf_gen(m, path, gp, gen_row, &g, err, errlen);
     qwenc_model_free(m);
     return st;
 }
