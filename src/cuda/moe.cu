@@ -1,8 +1,8 @@
 /*
  * moe.cu - the CUDA backend's mixture of experts (ops.h moe_route, moe_ffn; spec qwen4_exp.md 3.6).
  *
- * Routing runs on the device, one block per token: the softmax (max in f32, the sum of the f32 exponentials
- * in double), the top k by k rounds of a block-wide arg max (ties to the lower expert), the weights divided
+ * Routing runs on the device, one warp per token: the softmax (max in f32, the sum of the f32 exponentials
+ * in double), the top k by k rounds of a warp-wide arg max (ties to the lower expert), the weights divided
  * by their sum (double) when norm_topk.
  *
  * The experts: each (token, slot) pair is a row. With few rows (a decode step) every pair runs as its own
@@ -26,35 +26,32 @@ extern "C" {
 
 /* ---------------------------------------------------------------- routing */
 
+/* One warp per token: every lane holds experts lane, lane + 32, ...; the k rounds of the arg max are warp
+ * shuffles (no block barrier per round). */
 __global__ void k_moe_route(int32_t *sel, float *wt, float *logits, int E, int k, int norm) {
     extern __shared__ unsigned char taken[]; /* [E] */
-    __shared__ double shd[32];
-    __shared__ float shf[32];
-    __shared__ int shi[32];
     float *p = logits + (int64_t)blockIdx.x * E;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int lane = threadIdx.x;
     float mx = -INFINITY;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, p[e]);
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e]);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0) shf[warp] = mx;
-    __syncthreads();
-    mx = shf[0];
-    for (int w = 1; w < nw; w++) mx = fmaxf(mx, shf[w]);
     double sum = 0;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    for (int e = lane; e < E; e += 32) {
         float v = expf(p[e] - mx);
         p[e] = v;
         sum += v;
         taken[e] = 0;
     }
-    sum = qwc_block_sum(sum, shd);
-    for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = (float)(p[e] / sum);
-    __syncthreads();
+    sum = qwc_warp_sum(sum);
+    for (int e = lane; e < E; e += 32) p[e] = (float)(p[e] / sum);
+    __syncwarp();
     int32_t *st = sel + (int64_t)blockIdx.x * k;
+    float *wtt = wt + (int64_t)blockIdx.x * k;
+    double ws = 0;
     for (int j = 0; j < k; j++) {
         float bs = -INFINITY;
         int bb = E;
-        for (int e = threadIdx.x; e < E; e += blockDim.x)
+        for (int e = lane; e < E; e += 32)
             if (!taken[e] && (bb == E || p[e] > bs)) { /* ascending e: the first of equals stays */
                 bs = p[e];
                 bb = e;
@@ -68,36 +65,20 @@ __global__ void k_moe_route(int32_t *sel, float *wt, float *logits, int E, int k
             }
         }
         if (lane == 0) {
-            shf[warp] = bs;
-            shi[warp] = bb;
+            st[j] = bb;
+            taken[bb] = 1;
+            ws += wtt[j] = bs;
         }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float s = -INFINITY;
-            int w = E;
-            for (int i = 0; i < nw; i++)
-                if (shi[i] < E && (w == E || shf[i] > s || (shf[i] == s && shi[i] < w))) {
-                    s = shf[i];
-                    w = shi[i];
-                }
-            st[j] = w;
-            taken[w] = 1;
-        }
-        __syncthreads();
+        __syncwarp();
     }
-    if (threadIdx.x == 0) {
-        float *wtt = wt + (int64_t)blockIdx.x * k;
-        double ws = 0;
-        for (int j = 0; j < k; j++) ws += wtt[j] = p[st[j]];
-        if (norm)
-            for (int j = 0; j < k; j++) wtt[j] = (float)(wtt[j] / ws);
-    }
+    if (lane == 0 && norm)
+        for (int j = 0; j < k; j++) wtt[j] = (float)(wtt[j] / ws);
 }
 
 static void cu_moe_route(const qw_backend *be, int32_t *sel, float *wt, float *logits, int n_tok, int E, int k,
                          int norm) {
     if (n_tok <= 0) return;
-    k_moe_route<<<n_tok, 256, (size_t)E, qwc_stream(qwc_of(be))>>>(sel, wt, logits, E, k, norm);
+    k_moe_route<<<n_tok, 32, (size_t)E, qwc_stream(qwc_of(be))>>>(sel, wt, logits, E, k, norm);
     QWC_LAUNCHED();
 }
 
@@ -201,20 +182,25 @@ __global__ void k_moe_gather(float *xin, const float *x, const int32_t *order, i
  * rowpos[p] (NULL: p). Grid: tokens x blocks of 256 columns; the slots' order is found once per block. */
 __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos, const int32_t *sel, const float *wt,
                               const float *sg, int has_shared, int k, int H) {
-    __shared__ int rows[64];
-    __shared__ float w[64];
+    __shared__ int rows[64], ids[64], pos[64];
+    __shared__ float w[64], wk[64];
     int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
-    const int32_t *st = sel + (int64_t)t * k;
+    if (threadIdx.x < k) { /* the token's slots read at once, then ordered from shared memory */
+        int p = t * k + threadIdx.x;
+        ids[threadIdx.x] = sel[p];
+        pos[threadIdx.x] = rowpos ? rowpos[p] : p;
+        wk[threadIdx.x] = wt[p];
+    }
+    __syncthreads();
     if (threadIdx.x == 0) { /* the slots by ascending expert id (the ids of one token are distinct) */
         int last = -1;
         for (int n = 0; n < k; n++) {
             int best = -1;
             for (int j = 0; j < k; j++)
-                if (st[j] > last && (best < 0 || st[j] < st[best])) best = j;
-            last = st[best];
-            int p = t * k + best;
-            rows[n] = rowpos ? rowpos[p] : p;
-            w[n] = wt[p];
+                if (ids[j] > last && (best < 0 || ids[j] < ids[best])) best = j;
+            last = ids[best];
+            rows[n] = pos[best];
+            w[n] = wk[best];
         }
     }
     __syncthreads();

@@ -48,8 +48,12 @@ constexpr int MV_WARPS = 4, MV_THREADS = 32 * MV_WARPS;
 constexpr int MV_ROWS = 4;       /* rows of a row group: every x load serves them all */
 constexpr int MV_PASS_TOK = 8;   /* tokens of one matrix-vector pass */
 constexpr int MV_MAX_TOK = 16;   /* more tokens: dequantized tiles and cuBLAS */
-constexpr int64_t MV_TARGET_WARPS = 2048; /* kw grows until the grid has this many warps (a constant, so that a
-                                             matrix's results do not depend on the GPU) */
+/* Decode (1-2 tokens): blocks per SM the register budget is set for, and the warps kw grows the grid to (a
+ * constant, so that a matrix's results do not depend on the GPU). H200, Flash-Next cut Q4_K decode: 6 and 8192
+ * gave +9 % over 1 and 2048 (8 blocks: slower, spills). More tokens keep 1 and 2048: 6 made the 8-token kernels
+ * spill (the whole Flash-Next's prefill, many experts of a few rows each: pp512 445 -> 314 tok/s). */
+constexpr int MV_MINB_DECODE = 6;
+constexpr int64_t MV_TARGET_DECODE = 8192, MV_TARGET_WARPS = 2048;
 constexpr size_t GEMM_TILE_BYTES = (size_t)256 << 20;
 constexpr int DQ_THREADS = 256;
 
@@ -783,7 +787,8 @@ template <int V> __device__ __forceinline__ float warp_sum_many(float (&v)[V], i
     return s;
 }
 
-template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mv_kernel(mv_args a) {
+template <int T, int NT>
+__global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? MV_MINB_DECODE : 1) mv_kernel(mv_args a) {
     using L = lay<T>;
     constexpr int V = MV_ROWS * NT;
     __shared__ __align__(16) uint8_t stage[MV_WARPS][2][MV_ROWS][L::SROW];
@@ -876,8 +881,9 @@ template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs
         }
         a.nblk = cols / L::BE;
         const int64_t nchunk = cdiv(a.nblk, L::CBLK), groups = cdiv(a.rows, MV_ROWS) * n_pairs;
+        const int64_t target = a.n_tok <= 2 ? MV_TARGET_DECODE : MV_TARGET_WARPS;
         a.kw = 1;
-        while (a.kw < MV_WARPS && 2 * a.kw <= nchunk && groups * a.kw < MV_TARGET_WARPS) a.kw *= 2;
+        while (a.kw < MV_WARPS && 2 * a.kw <= nchunk && groups * a.kw < target) a.kw *= 2;
         const dim3 grid((unsigned)cdiv(cdiv(a.rows, MV_ROWS), MV_WARPS / a.kw), ny);
         const int nt = a.n_tok;
         if (nt == 1) mv_kernel<T, 1><<<grid, MV_THREADS, 0, s>>>(a);
