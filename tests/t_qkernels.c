@@ -13,7 +13,9 @@
  *             rounding) + (n/32 + 4) * 2^-24 * qw_q8a_dot_abs (the f32 sums), on rows of 32 .. 4128;
  *   kernels   every variant's qtile against qw_q8a_dot_ref within (n/32 + 16) * 2^-24 * qw_q8a_dot_abs (only
  *             the order of the f32 additions differs), bit-identical across tile shapes; on random blocks
- *             and adversarial ones (extreme weights and scales, all-zero activation blocks, +-127 codes).
+ *             and adversarial ones (extreme weights and scales, all-zero activation blocks, +-127 codes);
+ *   words     q8dot.h's group dot of 32-bit words (the CUDA backend's integer matrix-vector kernels) gives
+ *             qw_q8a_unpack's integer sum and A, B bit for bit, for every type and group, on the same rows.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/q8a.h"
+#include "kernels/q8dot.h"
 #include "tensor/quant.h"
 #include "test_util.h"
 
@@ -118,6 +121,39 @@ static void test_q8a_unpack(qw_type type) {
     }
     CHECK(ok, "%s: integer unpack differs from the dequantized weights", qw_type_name(type));
     free(wq);
+}
+
+/* q8dot.h's words against qw_q8a_unpack: the same integer sum and the same A, B bits for every group; the row sits
+ * 2 bytes off a 4-byte boundary (the alignment the device kernels may meet) */
+static void test_q8dot(qw_type type) {
+    int64_t n = 512;
+    size_t rb = qw_type_row_size(type, n);
+    float wf[4 * 512], x[4 * 512];
+    char *buf = malloc(rb + 8), *wq = buf + 2;
+    qw_q8a xq[512 / 32];
+    int ok = 1;
+    for (int adv = 0; adv < 3 && ok; adv++) {
+        fill_case(wf, x, n, adv);
+        qw_quantize(type, wf, wq, n);
+        qw_q8a_quantize(x, xq, n);
+        for (int64_t g = 0; g < n / 32 && ok; g++) {
+            int16_t iw[32];
+            float A, B, A2, B2;
+            qw_q8a_unpack(type, wq, g, iw, &A, &B);
+            int32_t want = 0, got;
+            for (int i = 0; i < 32; i++) want += iw[i] * xq[g].q[i];
+            uint32_t words[8];
+            memcpy(words, xq[g].q, sizeof(words));
+            qd_group(type, (const uint8_t *)wq, g, words, xq[g].s, &got, &A2, &B2);
+            if (got != want || memcmp(&A, &A2, 4) || memcmp(&B, &B2, 4)) {
+                printf("  %s adv %d group %lld: isum %d (want %d), A %.9g (%.9g), B %.9g (%.9g)\n", qw_type_name(type),
+                       adv, (long long)g, got, want, A2, A, B2, B);
+                ok = 0;
+            }
+        }
+    }
+    CHECK(ok && qd_supported(type), "%s: q8dot.h's words differ from qw_q8a_unpack", qw_type_name(type));
+    free(buf);
 }
 
 /* the reference integer dot against the exact f32 dot of the dequantized weights, and quantize() itself */
@@ -375,6 +411,7 @@ int main(void) {
     for (int i = 0; i < N_Q8A_TYPES; i++) {
         test_q8a_unpack(q8a_types[i]);
         test_q8a_ref(q8a_types[i]);
+        test_q8dot(q8a_types[i]);
     }
     int n_variants = 0;
     for (const qw_cpu_kernels *const *k = qw_cpu_kernels_available(); *k; k++) {

@@ -52,12 +52,22 @@ struct qwc {
     const uint8_t *region_key;
     uint8_t *region_dev;
     size_t region_bytes;
+    int q8;        /* quantized weights meet 8-bit activations */
+    void *q8_buf;  /* their buffer, Q8_BYTES */
 };
+
+#define Q8_BYTES ((size_t)4 << 20) /* 104,857 blocks of 32: 16 tokens of 209,712 columns, 64 pairs of 52,428 */
 
 static qwc *C(const qw_backend *be) { return (qwc *)be; }
 
 cudaStream_t qwc_stream(const qwc *c) { return c->stream; }
 cublasHandle_t qwc_cublas(const qwc *c) { return c->cublas; }
+
+int qwc_q8_on(const qwc *c) { return c->q8 && c->q8_buf; }
+void *qwc_q8_buf(qwc *c, size_t *bytes) {
+    *bytes = c->q8_buf ? Q8_BYTES : 0;
+    return c->q8_buf;
+}
 
 int qwc_capture_spoil(qwc *c) {
     if (!c->capturing) return 0;
@@ -280,6 +290,7 @@ static void cu_release(qw_backend *be) {
         if (c->map[i].host) cudaFree(c->map[i].dev);
     free(c->map);
     if (c->region_dev) cudaFree(c->region_dev);
+    if (c->q8_buf) cudaFree(c->q8_buf);
     if (c->scratch) cudaFree(c->scratch);
     cublasDestroy(c->cublas);
     cudaStreamDestroy(c->stream);
@@ -357,6 +368,10 @@ extern "C" void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes,
     cudaMemGetInfo(free_bytes, total_bytes);
 }
 
+extern "C" void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) {
+    if (be && be->release == cu_release) C(be)->q8 = on != 0;
+}
+
 extern "C" qwenc_status qw_backend_cuda_weights_adopt(qw_backend *be, const void *keys, size_t bytes, char *err,
                                                      size_t errlen) {
     if (!be || be->release != cu_release)
@@ -408,6 +423,10 @@ extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *
         return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "cuda: cannot create a stream and a cuBLAS handle");
     }
     cublasSetStream(c->cublas, c->stream);
+    if (cudaMalloc(&c->q8_buf, Q8_BYTES) != cudaSuccess) { /* without it, f32 activations throughout */
+        cudaGetLastError();
+        c->q8_buf = NULL;
+    }
     cublasSetMathMode(c->cublas, CUBLAS_PEDANTIC_MATH); /* f32 products, f32 sums: no TF32 */
     c->be = qwc_op_table();
     c->be.alloc = cu_alloc;

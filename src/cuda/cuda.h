@@ -23,6 +23,10 @@ double qw_backend_cuda_read_bandwidth(const qw_backend *be);
 /* Free device memory in bytes, and the total (0, 0 when not a CUDA backend). */
 void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes, size_t *total_bytes);
 
+/* on: quantized weights meet activations rounded to 8 bits per block of 32 in integer dot products (kernels/q8a.h:
+ * the CPU backend's default, qwenc_model_params.f32_activations 0), off (the backend's start): f32 activations, the
+ * exact product. Matrix-vector products only (up to 16 tokens); longer products stay f32 (cuBLAS). */
+void qw_backend_cuda_set_q8_activations(qw_backend *be, int on);
 /* Device memory for weights the host never holds: the host addresses [keys, keys + bytes) (a reserved mapping
  * that is never written) stand for the device copy at the same offset, for every op and view. One range per
  * backend; freed with it. QWENC_ERR_NOMEM (with the sizes) when the device lacks the memory. */

@@ -45,6 +45,12 @@ void *qwc_scratch(qwc *c, size_t bytes);
 /* An op that needs the host mid-way (a download) cannot be recorded: while a graph is being recorded this spoils
  * the recording (graph_end then gives none, and the caller runs the step op by op) and returns 1; else 0. */
 int qwc_capture_spoil(qwc *c);
+/* 1 when quantized weights meet 8-bit activations (qw_backend_cuda_set_q8_activations; the CPU's default), 0: f32
+ * activations (the exact product). */
+int qwc_q8_on(const qwc *c);
+/* The device buffer of the 8-bit activations (*bytes its size: fixed, made with the backend, so recorded graphs
+ * keep its address); NULL when there is none. */
+void *qwc_q8_buf(qwc *c, size_t *bytes);
 
 /* ---- quant.cu: weights of every type qwenc reads (F32, F16, BF16 and the 10 block-quantized types of
  * tensor/quant.h), dequantized on the device exactly as tensor/quant.c and quant_k.c do on the host (the same

@@ -33,3 +33,5 @@ qwenc_status qw_backend_cuda_weights_adopt(qw_backend *be, const void *keys, siz
 void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type type, size_t bytes, uint64_t seed) {
     (void)be, (void)key, (void)type, (void)bytes, (void)seed;
 }
+
+void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) { (void)be, (void)on; }

@@ -25,6 +25,14 @@
  * weight and token: about a byte permute, a subtraction and an fma, the budget of a 4.5-bit weight read at
  * 4.8 TB/s on 132 SMs (qwenc bench measures what it reaches).
  *
+ * 8-bit activations (qwc_q8_on: the backend asked for the CPU's integer path, qw_backend_cuda_set_q8_activations):
+ * quantized weights and up to 16 tokens (or the MoE's pairs) go through k_q8a, which rounds each token's x per block
+ * of 32 exactly as kernels/q8a.c does, into a fixed device buffer (graphs keep its address), and mvq_kernel: a warp
+ * per row, a lane per group of 32 weights, the group's exact integer sum from kernels/q8dot.h (dp4a over the codes
+ * four to a word, the same integers as the CPU's) and its f32 term as qw_q8a_dot_ref forms it; about one
+ * instruction per weight instead of the f32 path's three or four. Every token of a pass does what a pass of one
+ * does, so a draft step's logits are one-token steps' bits.
+ *
  * Many tokens: rows are dequantized to f32 in qwc_scratch (tiles of at most GEMM_TILE_BYTES) and multiplied by
  * cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F_PEDANTIC: f32 products and sums, never TF32, whatever the handle's math
  * mode); F32 weights go to cuBLAS in place (4-byte aligned, as every f32 weight on the device is).
@@ -41,6 +49,11 @@
 #include <algorithm>
 
 #include "cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "kernels/q8a.h"
+}
+#include "kernels/q8dot.h"
 
 namespace {
 
@@ -852,6 +865,90 @@ template <int T> __global__ void __launch_bounds__(MV_THREADS) mv_any(mv_args a,
     }
 }
 
+/* ------------------------------------------------------------------ 8-bit activations (integer path) */
+
+/* Rows of x (row r at x + r * ldx, nb blocks of 32 each) to xq [n_rows][nb] exactly as qw_q8a_quantize rounds them
+ * (the same f32 operations, correctly rounded): a warp per block, a lane per element. */
+__global__ void k_q8a(const float *x, int64_t ldx, int64_t nb, int64_t n_rows, qw_q8a *xq) {
+    const int lane = threadIdx.x & 31;
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= nb * n_rows) return; /* the whole warp */
+    const float v = x[blk / nb * ldx + 32 * (blk % nb) + lane], a = fabsf(v);
+    float amax = a; /* fmaxf passes over a NaN, as the host's compare does */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const bool nan = __any_sync(0xffffffffu, a != a);
+    const float d = nan ? __int_as_float(0x7fc00000) : __fdiv_rn(amax, 127.0f);
+    const float id = amax != 0.0f && !nan ? __fdiv_rn(127.0f, amax) : 0.0f;
+    int q = 0;
+    if (id != 0.0f) { /* else 0, as the host's rounding of x * 0 gives (NaN and infinite blocks too) */
+        q = (__float_as_int(__fadd_rn(__fmul_rn(v, id), 12582912.0f)) & 0x007fffff) - 0x00400000;
+        q = q > 127 ? 127 : q < -127 ? -127 : q;
+    }
+    int s = q;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    qw_q8a *o = xq + blk;
+    o->q[lane] = (int8_t)q;
+    if (lane == 0) o->d = d, o->s = s;
+}
+
+struct mvq_args {
+    const uint8_t *w;        /* the matrix, or NULL: mats */
+    const void *const *mats; /* [n_pairs] the matrix of pair blockIdx.y + pair0 */
+    int64_t rows, row_bytes, ng; /* ng: groups of 32 per row */
+    const qw_q8a *xq;
+    int64_t xq_tok, xq_pair; /* blocks from one token's activations to the next, from one pair's to the next */
+    float *y;
+    int64_t y_tok, y_pair, pair0;
+    int n_tok;
+};
+
+/*
+ * Quantized weights against 8-bit activations (the CPU's default for them): a warp per row, lane l taking groups
+ * l, l + 32, ... of 32 weights, each the exact integer sum of q8dot.h and the f32 term d (A isum + B s) of
+ * qw_q8a_dot_ref, the lane's terms added in order and the lanes' sums by a fixed butterfly. Every token of a pass
+ * runs the same operations as a pass of one (the weights are read again from the cache, not from memory), so a
+ * draft step's logits are the bits of one-token steps.
+ */
+template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5), pair = a.pair0 + blockIdx.y;
+    if (row >= a.rows) return;
+    const uint8_t *r = (a.mats ? (const uint8_t *)a.mats[pair] : a.w) + row * a.row_bytes;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int64_t g = lane; g < a.ng; g += 32) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= a.n_tok) break;
+            const qw_q8a *xb = a.xq + pair * a.xq_pair + t * a.xq_tok + g;
+            uint32_t xw[8];
+            const uint2 *src = (const uint2 *)xb->q; /* 8-byte aligned: the blocks are 40 bytes, the buffer 256-aligned */
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint2 u = __ldg(src + i);
+                xw[2 * i] = u.x, xw[2 * i + 1] = u.y;
+            }
+            const int32_t xs = __ldg(&xb->s);
+            int32_t isum;
+            float A, B;
+            qd_group((qw_type)T, r, g, xw, xs, &isum, &A, &B);
+            const float term = __fmul_rn(__ldg(&xb->d), __fadd_rn(__fmul_rn(A, (float)isum), __fmul_rn(B, (float)xs)));
+            acc[t] = __fadd_rn(acc[t], term);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], o));
+    if (lane == 0)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < a.n_tok) a.y[pair * a.y_pair + t * a.y_tok + row] = acc[t];
+}
+
 /* ------------------------------------------------------------------ launches */
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -894,6 +991,45 @@ template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs
     }
 }
 
+/* The integer path for n_rows activation rows of cols (x rows ldx apart) when it applies: the backend asks for it
+ * (qwc_q8_on), the type has it and the rows fit the activation buffer; returns the quantized rows, else NULL. */
+template <int T> constexpr bool q8_type() {
+    return T != QW_TYPE_F32 && T != QW_TYPE_F16 && T != QW_TYPE_BF16;
+}
+template <int T> const qw_q8a *q8_rows(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    if (!q8_type<T>() || !qwc_q8_on(c) || !qd_supported((qw_type)T) || cols % 32 || n_rows <= 0) return NULL;
+    size_t cap = 0;
+    qw_q8a *xq = (qw_q8a *)qwc_q8_buf(c, &cap);
+    const int64_t nb = cols / 32;
+    if (!xq || (size_t)(nb * n_rows) * sizeof(qw_q8a) > cap) return NULL;
+    const int64_t warps = nb * n_rows;
+    k_q8a<<<(unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c)>>>(x, ldx, nb, n_rows, xq);
+    QWC_LAUNCHED();
+    return xq;
+}
+
+/* mvq_kernel over n_pairs pairs, passes of up to 8 tokens */
+template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
+    cudaStream_t s = qwc_stream(c);
+    const int n_tok = a.n_tok;
+    const qw_q8a *xq0 = a.xq;
+    float *y0 = a.y;
+    for (int t0 = 0; t0 < n_tok; t0 += MV_PASS_TOK) {
+        a.n_tok = std::min(MV_PASS_TOK, n_tok - t0);
+        a.xq = xq0 + t0 * a.xq_tok;
+        a.y = y0 + t0 * a.y_tok;
+        for (int64_t p0 = 0; p0 < n_pairs; p0 += 65535) {
+            a.pair0 = p0;
+            const dim3 grid((unsigned)cdiv(a.rows, MV_WARPS), (unsigned)std::min<int64_t>(n_pairs - p0, 65535));
+            if (a.n_tok == 1) mvq_kernel<T, 1><<<grid, MV_THREADS, 0, s>>>(a);
+            else if (a.n_tok == 2) mvq_kernel<T, 2><<<grid, MV_THREADS, 0, s>>>(a);
+            else if (a.n_tok <= 4) mvq_kernel<T, 4><<<grid, MV_THREADS, 0, s>>>(a);
+            else mvq_kernel<T, 8><<<grid, MV_THREADS, 0, s>>>(a);
+            QWC_LAUNCHED();
+        }
+    }
+}
+
 /* y [n_tok][rows] = x W^T through cuBLAS: column-major, y^T [rows][n_tok] = W^T^T x^T; W here [m][cols] from A */
 void gemm(qwc *c, float *y, int64_t ldy, const float *A, int64_t m, int64_t cols, const float *x, int n_tok) {
     const float one = 1.0f, zero = 0.0f;
@@ -906,6 +1042,21 @@ template <int T> struct op_matmul {
     static void run(qwc *c, float *y, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int n_tok) {
         const int64_t row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
         if (n_tok <= MV_MAX_TOK) {
+            const qw_q8a *xq = q8_type<T>() ? q8_rows<T>(c, x, cols, cols, n_tok) : NULL;
+            if constexpr (q8_type<T>()) if (xq) {
+                mvq_args q = {};
+                q.w = w;
+                q.rows = rows;
+                q.row_bytes = row_bytes;
+                q.ng = cols / 32;
+                q.xq = xq;
+                q.xq_tok = q.ng;
+                q.y = y;
+                q.y_tok = rows;
+                q.n_tok = n_tok;
+                mvq_launch<T>(c, q, 1);
+                return;
+            }
             for (int t0 = 0; t0 < n_tok; t0 += MV_PASS_TOK) {
                 mv_args a = {};
                 a.w = w;
@@ -954,10 +1105,26 @@ template <int T> struct op_gather {
 template <int T> struct op_pairs {
     static void run(qwc *c, float *y, const void *const *mats, int64_t rows, int64_t cols, const float *x,
                     int64_t x_stride, int n_pairs) {
+        const int64_t row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
+        const qw_q8a *xq = q8_type<T>() ? q8_rows<T>(c, x, x_stride, cols, x_stride ? n_pairs : 1) : NULL;
+        if constexpr (q8_type<T>()) if (xq) {
+            mvq_args q = {};
+            q.mats = mats;
+            q.rows = rows;
+            q.row_bytes = row_bytes;
+            q.ng = cols / 32;
+            q.xq = xq;
+            q.xq_pair = x_stride ? q.ng : 0;
+            q.y = y;
+            q.y_pair = rows;
+            q.n_tok = 1;
+            mvq_launch<T>(c, q, n_pairs);
+            return;
+        }
         mv_args a = {};
         a.mats = mats;
         a.rows = rows;
-        a.row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
+        a.row_bytes = row_bytes;
         a.x = x;
         a.x_pair = x_stride;
         a.y = y;

@@ -47,6 +47,16 @@ static qwenc_status model_backend(qwenc_model *m, const qwenc_model_params *mp, 
     return QWENC_OK;
 }
 
+/* Whether quantized weights meet 8-bit activations on the GPU as they do on the CPU (params.f32_activations 0): the
+ * integer kernels (cuda/quant.cu, mvq_kernel) are checked on the host (tests/t_qkernels.c: q8dot.h against the
+ * CPU's integer reference) and have their GPU tests (tests/gpu/t_cuda_quant.c), which have not run on a GPU yet:
+ * until they have, the GPU keeps f32 activations for every weight type. */
+#define CUDA_Q8_ACTIVATIONS 0
+
+static void cuda_activations(qw_backend *gpu, const qwenc_model_params *mp) {
+    qw_backend_cuda_set_q8_activations(gpu, CUDA_Q8_ACTIVATIONS && !mp->f32_activations);
+}
+
 /* "cuda": the model runs on the GPU (an error when there is none); "auto": on the GPU when there is one and the
  * weights fit in its free memory with a tenth to spare, else on the CPU. The weights stay bound on the host;
  * the GPU backend uploads each one the first time it is read. */
@@ -69,6 +79,7 @@ static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, c
         gpu->release(gpu);
         return QWENC_OK;
     }
+    cuda_activations(gpu, mp);
     m->be->release(m->be);
     m->be = gpu;
     m->backend_name = "cuda";
@@ -160,6 +171,7 @@ qwenc_status qwenc_model_synth(const qwenc_synth_params *sp, const char *type, c
     uint64_t seed = sp->seed;
     if (!st) st = qw_model_quantize_at_load(m, qw_synth_row, &seed, gpu, seed, err, errlen);
     if (!st && gpu) {
+        cuda_activations(gpu, &mp);
         m->be->release(m->be);
         m->be = gpu;
         gpu = NULL;

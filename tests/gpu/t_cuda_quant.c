@@ -22,6 +22,13 @@
  * (4.5 GB: byte offsets past 2^32, GEMM tiles) checked on sampled rows; and the decode-sized calls recorded as a
  * CUDA graph and replayed (no synchronisation or allocation inside them), giving the direct calls' bits.
  *
+ * With 8-bit activations (the integer path of quantized weights, quant.cu's mvq_kernel, up to 16 tokens and the
+ * pairs): against the host's integer reference qw_q8a_dot_ref on the host's rounding of x (kernels/q8a.h), within
+ *       |device - ref| <= (n/32 + 48) * 2^-24 * qw_q8a_dot_abs + n * 2^-149
+ * (the same exact integers; only the order of the f32 additions of the group terms differs: a lane's at most
+ * n/1024 + 1 in turn, then 5 butterfly levels), and every token of a pass of n_tok the bits of a pass of one (a
+ * draft step gives one-token steps' logits), and the recorded graph's replays the direct calls' bits.
+ *
  * The kernels run on a stand-in for the backend (stream, cuBLAS handle, scratch): weak definitions, so that the
  * library's own backend.cu, when linked, does not clash (the first check tells which one runs). Without a CUDA
  * device it prints SKIP and passes.
@@ -34,6 +41,7 @@
 
 #include "../test_util.h"
 #include "kernels/ops.h"
+#include "kernels/q8a.h"
 #include "tensor/quant.h"
 
 /* ---- the CUDA runtime and cuBLAS functions used (C linkage, from libcudart / libcublas; the test is plain C
@@ -74,7 +82,10 @@ void qwc_matmul_pairs(struct qwc *c, float *y, const void *const *mats, qw_type 
 struct qwc {
     void *stream, *cublas, *scratch;
     size_t scratch_bytes;
+    int q8;       /* 8-bit activations on */
+    void *q8_buf; /* Q8_BYTES */
 };
+#define Q8_BYTES ((size_t)4 << 20)
 static union {
     struct qwc q;
     char pad[4096];
@@ -100,6 +111,11 @@ __attribute__((weak)) void *qwc_cublas(const struct qwc *c) { return c->cublas; 
 __attribute__((weak)) int qwc_capture_spoil(struct qwc *c) {
     (void)c;
     return 0;
+}
+__attribute__((weak)) int qwc_q8_on(const struct qwc *c) { return c->q8 && c->q8_buf; }
+__attribute__((weak)) void *qwc_q8_buf(struct qwc *c, size_t *bytes) {
+    *bytes = c->q8_buf ? Q8_BYTES : 0;
+    return c->q8_buf;
 }
 __attribute__((weak)) void *qwc_scratch(struct qwc *c, size_t bytes) {
     if (bytes <= c->scratch_bytes) return c->scratch;
@@ -278,6 +294,81 @@ static void check_matmul(const mat *m, int n_tok, int xmis) {
     cuda_ok(cudaFree(dx), "cudaFree"), cuda_ok(cudaFree(dy), "cudaFree");
 }
 
+/* y [n_tok][rows] against qw_q8a_dot_ref of the host's 8-bit rounding of each token's x */
+static worst compare_q8(const mat *m, const float *y, const float *x, int64_t x_stride, int n_tok) {
+    worst w = {0, 0, 0, 0, -1, -1};
+    const int64_t n = m->cols, rows = m->rows;
+    qw_q8a *xq = malloc((size_t)(n / 32) * sizeof(qw_q8a));
+    for (int t = 0; t < n_tok; t++) {
+        qw_q8a_quantize(x + t * x_stride, xq, n);
+        for (int64_t r = 0; r < rows; r++) {
+            const uint8_t *row = m->q + r * m->row_bytes;
+            double ref = qw_q8a_dot_ref(m->type, row, xq, n);
+            double bound = (n / 32.0 + 48) * U24 * qw_q8a_dot_abs(m->type, row, xq, n) + n * SUB;
+            double got = y[t * rows + r], err = fabs(got - ref), ratio = err / bound;
+            if (!(err <= bound)) ratio = INFINITY;
+            if (ratio >= w.ratio) w = (worst){ratio, got, ref, bound, r, t};
+        }
+    }
+    free(xq);
+    return w;
+}
+
+/* matmul with 8-bit activations: the integer reference, and each token the bits of a one-token call */
+static void check_matmul_q8(const mat *m, int n_tok, int xmis) {
+    const int64_t rows = m->rows, cols = m->cols;
+    float *x = malloc((size_t)(n_tok * cols) * sizeof(float)), *y = malloc((size_t)(n_tok * rows) * sizeof(float));
+    float *y1 = malloc((size_t)rows * sizeof(float));
+    fill_x(x, n_tok * cols);
+    float *dx = dalloc((size_t)(n_tok * cols + 4) * sizeof(float)), *dy = dalloc((size_t)(n_tok * rows) * sizeof(float));
+    up(dx + xmis, x, (size_t)(n_tok * cols) * sizeof(float));
+    qw_tensor t = mat_tensor(m, 1);
+    C->q8 = 1;
+    qwc_matmul(C, dy, &t, dx + xmis, n_tok);
+    down(y, dy, (size_t)(n_tok * rows) * sizeof(float));
+    worst w = compare_q8(m, y, x, cols, n_tok);
+    CHECK_WORST(w, "matmul q8 %s [%lld, %lld] n_tok %d (weights %+d bytes, x %+d)", qw_type_name(m->type),
+                (long long)rows, (long long)cols, n_tok, m->mis, 4 * xmis);
+    int same = 1;
+    for (int k = 0; k < n_tok && n_tok > 1; k++) {
+        qwc_matmul(C, dy, &t, dx + xmis + k * cols, 1);
+        down(y1, dy, (size_t)rows * sizeof(float));
+        same &= memcmp(y1, y + k * rows, (size_t)rows * sizeof(float)) == 0;
+    }
+    CHECK(same, "matmul q8 %s [%lld, %lld] n_tok %d: a token's outputs are not the bits of a one-token call",
+          qw_type_name(m->type), (long long)rows, (long long)cols, n_tok);
+    C->q8 = 0;
+    free(x), free(y), free(y1);
+    cuda_ok(cudaFree(dx), "cudaFree"), cuda_ok(cudaFree(dy), "cudaFree");
+}
+
+/* matmul_pairs with 8-bit activations (x per pair, or one x for all) against the integer reference */
+static void check_pairs_q8(const mat *mats, int64_t x_stride) {
+    enum { NP = 7 };
+    static const int which[NP] = {0, 1, 2, 0, 2, 1, 1};
+    const int64_t rows = mats[0].rows, cols = mats[0].cols, xn = x_stride ? (NP - 1) * x_stride + cols : cols;
+    float *x = malloc((size_t)xn * sizeof(float)), *y = malloc((size_t)(NP * rows) * sizeof(float));
+    fill_x(x, xn);
+    const void *ptrs[NP];
+    for (int p = 0; p < NP; p++) ptrs[p] = mats[which[p]].dbuf + mats[which[p]].mis;
+    void *dptrs = dup_to_device(ptrs, sizeof(ptrs));
+    float *dx = dup_to_device(x, (size_t)xn * sizeof(float)), *dy = dalloc((size_t)(NP * rows) * sizeof(float));
+    C->q8 = 1;
+    qwc_matmul_pairs(C, dy, dptrs, mats[0].type, rows, cols, dx, x_stride, NP);
+    C->q8 = 0;
+    down(y, dy, (size_t)(NP * rows) * sizeof(float));
+    worst wp = {0, 0, 0, 0, -1, -1};
+    int wpair = -1;
+    for (int p = 0; p < NP; p++) {
+        worst w = compare_q8(&mats[which[p]], y + p * rows, x + p * x_stride, 0, 1);
+        if (w.ratio >= wp.ratio) wp = w, wpair = p;
+    }
+    CHECK_WORST(wp, "matmul_pairs q8 %s [%lld, %lld] x_stride %lld, pair %d", qw_type_name(mats[0].type),
+                (long long)rows, (long long)cols, (long long)x_stride, wpair);
+    free(x), free(y);
+    cuda_ok(cudaFree(dptrs), "cudaFree"), cuda_ok(cudaFree(dx), "cudaFree"), cuda_ok(cudaFree(dy), "cudaFree");
+}
+
 /* get_rows: the first, the last, row 1 (all zero) and random rows, bit for bit */
 static void check_get_rows(const mat *m) {
     int32_t ids[7] = {0, (int32_t)m->rows - 1, m->rows > 1 ? 1 : 0};
@@ -432,6 +523,12 @@ static void check_type(qw_type t) {
                 if (rows == 67 || toks[k] <= 9) check_matmul(&m, toks[k], 0);
             check_matmul(&m, 1, 1);
             check_matmul(&m, 3, 1);
+            if (!plain) {
+                static const int qtoks[] = {1, 2, 3, 5, 8, 9, 16};
+                for (size_t k = 0; k < sizeof(qtoks) / sizeof(qtoks[0]); k++)
+                    if (rows == 67 || qtoks[k] <= 3) check_matmul_q8(&m, qtoks[k], 0);
+                check_matmul_q8(&m, 2, 1);
+            }
             check_get_rows(&m);
             check_gather(&m);
             mat_free(&m);
@@ -441,6 +538,7 @@ static void check_type(qw_type t) {
         mat_make(&m, t, 7, cols, t == QW_TYPE_F32 ? 4 : 2);
         for (int nt = 1; nt <= 8; nt *= 2) check_matmul(&m, nt, 0);
         check_matmul(&m, 20, 0);
+        if (!plain) check_matmul_q8(&m, 3, 0);
         check_get_rows(&m);
         mat_free(&m);
         /* the MoE's pairs: 3 matrices of 5 rows, one 2 bytes off */
@@ -450,6 +548,16 @@ static void check_type(qw_type t) {
         check_pairs(pm, 0);
         check_pairs(pm, cols + 1);
         if (li == nl - 1) check_graph(&pm[0]);
+        if (!plain) {
+            check_pairs_q8(pm, cols);
+            check_pairs_q8(pm, 0);
+            check_pairs_q8(pm, cols + 1);
+            if (li == nl - 1) { /* the integer path recorded and replayed */
+                C->q8 = 1;
+                check_graph(&pm[0]);
+                C->q8 = 0;
+            }
+        }
         for (int k = 0; k < 3; k++) mat_free(&pm[k]);
     }
 }
@@ -526,6 +634,7 @@ int main(void) {
     cuda_ok(cublasCreate_v2(&C->cublas), "cuBLAS handle");
     cuda_ok(cublasSetStream_v2(C->cublas, C->stream), "cuBLAS stream");
     cuda_ok(cublasSetMathMode(C->cublas, CUBLAS_PEDANTIC), "cuBLAS math mode");
+    C->q8_buf = dalloc(Q8_BYTES);
     CHECK(qwc_stream(C) == C->stream, "the test's stand-in backend is not the one linked (backend.cu's accessors "
           "were): the test cannot run");
     if (n_fail) return test_summary();
@@ -546,6 +655,7 @@ int main(void) {
            worst_gemm[QW_TYPE_Q8_0]);
 
     if (C->scratch) cudaFree(C->scratch);
+    cudaFree(C->q8_buf);
     cublasDestroy_v2(C->cublas);
     cudaStreamDestroy(C->stream);
     return test_summary();

@@ -1,0 +1,197 @@
+/*
+ * q8dot.h - one group of 32 quantized weights against one 8-bit activation block (kernels/q8a.h), in 32-bit
+ * words: written once for the host and for the CUDA backend's integer matrix-vector kernels (src/cuda/quant.cu),
+ * and checked on the host against qw_q8a_unpack (tests/t_qkernels.c), so the device reads every weight type
+ * exactly as the CPU's integer path does.
+ *
+ * qd_group gives, for group g of a row, the exact integer isum_g = sum_i iw_i q_i and the floats A_g, B_g of
+ * q8a.h's split, from the weight's codes taken four to a word (the byte-wise dot product of the device, dp4a):
+ * the codes without their offset (Q4_0's q, not q - 8), the offset then taken off with the activations' sum
+ * (isum = sum c q - 8 s), and the sub-block scales applied to the integer sums (Q4_K: sc_j sum c q; Q6_K: one
+ * scale per 16 elements, so its two halves are summed apart). The same integers as qw_q8a_unpack's products.
+ *
+ * Reads: every field by 16-bit loads (2-byte alignment is all that every block layout guarantees inside a row);
+ * x: the block's 8 words of codes (element 4w + k in byte k of word w) and its sum s.
+ */
+#ifndef QW_Q8DOT_H
+#define QW_Q8DOT_H
+
+#include <stdint.h>
+
+#include "kernels/hostdev.h"
+#include "tensor/tensor.h"
+
+#ifdef __CUDACC__
+#define QD_INLINE static __host__ __device__ __forceinline__
+#else
+#define QD_INLINE static inline
+#endif
+
+QD_INLINE uint32_t qd_ld16(const uint8_t *p) {
+#ifdef __CUDA_ARCH__
+    return *(const uint16_t *)p;
+#else
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+#endif
+}
+QD_INLINE uint32_t qd_ld32(const uint8_t *p) { return qd_ld16(p) | qd_ld16(p + 2) << 16; }
+
+/* c + the dot of the 4 signed bytes of a and b */
+QD_INLINE int32_t qd_dp4a(uint32_t a, uint32_t b, int32_t c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a((int)a, (int)b, c);
+#else
+    for (int k = 0; k < 4; k++) c += (int32_t)(int8_t)(a >> 8 * k) * (int32_t)(int8_t)(b >> 8 * k);
+    return c;
+#endif
+}
+
+QD_INLINE float qd_f16(uint32_t h) {
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFF)));
+#else
+    return qw_f16_to_f32((uint16_t)h);
+#endif
+}
+QD_INLINE float qd_mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+/* bits 0..3 of x to bit 4 of bytes 0..3 */
+QD_INLINE uint32_t qd_spread4(uint32_t x) { return ((x & 0xF) * 0x00204081u & 0x01010101u) << 4; }
+
+/* the IQ4_NL levels of the 4 nibbles at bits 0, 8, 16, 24 of v (after >> shift), as signed bytes */
+QD_INLINE uint32_t qd_iq4(uint32_t v) {
+    const uint64_t lo = 0xF6EADDCFBFAD9881ull, hi = 0x7159453526190D01ull; /* -127 -104 -83 -65 -49 -35 -22 -10 | 1 13 25 38 53 69 89 113 */
+    uint32_t r = 0;
+    for (int k = 0; k < 4; k++) {
+        uint32_t n = v >> 8 * k & 0xF;
+        r |= (uint32_t)((n < 8 ? lo >> 8 * n : hi >> 8 * (n - 8)) & 0xFF) << 8 * k;
+    }
+    return r;
+}
+
+/* sum over the 8 words of codes c (element 4w + k in byte k of word w) times the activations' words */
+QD_INLINE int32_t qd_dot8(const uint32_t *c, const uint32_t *xq) {
+    int32_t s = 0;
+    for (int w = 0; w < 8; w++) s = qd_dp4a(c[w], xq[w], s);
+    return s;
+}
+
+/* the 16 bytes at p as 32 4-bit codes: element j < 16 the low nibble of byte j, j + 16 its high nibble */
+QD_INLINE void qd_nib32(const uint8_t *p, uint32_t *c) {
+    for (int w = 0; w < 4; w++) {
+        uint32_t v = qd_ld32(p + 4 * w);
+        c[w] = v & 0x0F0F0F0Fu;
+        c[4 + w] = v >> 4 & 0x0F0F0F0Fu;
+    }
+}
+
+/* Q4_K / Q5_K sub-block j's 6-bit scale and min (qw_k4_scale_min) from the 12 scale bytes at s */
+QD_INLINE void qd_k4_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
+        *mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+/* Group g of the row at r (type t): *isum = sum_i iw_i q_i, *A, *B as qw_q8a_unpack gives them; xq the activation
+ * block's 8 words, xs its sum. */
+QD_INLINE void qd_group(qw_type t, const uint8_t *r, int64_t g, const uint32_t *xq, int32_t xs, int32_t *isum, float *A,
+                        float *B) {
+    uint32_t c[8];
+    *B = 0.0f;
+    switch (t) {
+    case QW_TYPE_Q8_0: {
+        const uint8_t *b = r + g * 34;
+        *A = qd_f16(qd_ld16(b));
+        for (int w = 0; w < 8; w++) c[w] = qd_ld32(b + 2 + 4 * w);
+        *isum = qd_dot8(c, xq);
+        return;
+    }
+    case QW_TYPE_Q4_0:
+    case QW_TYPE_Q4_1:
+    case QW_TYPE_IQ4_NL: {
+        const int bb = t == QW_TYPE_Q4_1 ? 20 : 18, qs = t == QW_TYPE_Q4_1 ? 4 : 2;
+        const uint8_t *b = r + g * bb;
+        *A = qd_f16(qd_ld16(b));
+        qd_nib32(b + qs, c);
+        if (t == QW_TYPE_IQ4_NL)
+            for (int w = 0; w < 8; w++) c[w] = qd_iq4(c[w]);
+        if (t == QW_TYPE_Q4_1) *B = qd_f16(qd_ld16(b + 2));
+        *isum = qd_dot8(c, xq) - (t == QW_TYPE_Q4_0 ? 8 * xs : 0);
+        return;
+    }
+    case QW_TYPE_Q5_0:
+    case QW_TYPE_Q5_1: {
+        const int q5_1 = t == QW_TYPE_Q5_1, off = q5_1 ? 4 : 2;
+        const uint8_t *b = r + g * (q5_1 ? 24 : 22);
+        *A = qd_f16(qd_ld16(b));
+        if (q5_1) *B = qd_f16(qd_ld16(b + 2));
+        const uint32_t qh = qd_ld32(b + off);
+        qd_nib32(b + off + 4, c);
+        for (int w = 0; w < 8; w++) c[w] |= qd_spread4(qh >> 4 * w); /* element 4w + k: bit 4w + k of qh */
+        *isum = qd_dot8(c, xq) - (q5_1 ? 0 : 16 * xs);
+        return;
+    }
+    case QW_TYPE_Q4_K:
+    case QW_TYPE_Q5_K: {
+        const int q5 = t == QW_TYPE_Q5_K, j = (int)(g % 8);
+        const uint8_t *b = r + g / 8 * (q5 ? 176 : 144), *qs = b + (q5 ? 48 : 16) + 32 * (j / 2);
+        int sc, mn;
+        qd_k4_scale_min(j, b + 4, &sc, &mn);
+        *A = qd_f16(qd_ld16(b));
+        *B = qd_mul(-qd_f16(qd_ld16(b + 2)), (float)mn);
+        for (int w = 0; w < 8; w++) {
+            c[w] = qd_ld32(qs + 4 * w) >> 4 * (j % 2) & 0x0F0F0F0Fu;
+            if (q5) c[w] |= (qd_ld32(b + 16 + 4 * w) >> j & 0x01010101u) << 4;
+        }
+        *isum = sc * qd_dot8(c, xq);
+        return;
+    }
+    case QW_TYPE_Q6_K: {
+        const uint8_t *b = r + g / 8 * 210;
+        const int h = (int)(g % 8) / 4, k = (int)(g % 4);
+        const uint8_t *ql = b + 64 * h + (k & 1) * 32, *qh = b + 128 + 32 * h;
+        *A = qd_f16(qd_ld16(b + 208));
+        for (int w = 0; w < 8; w++)
+            c[w] = (qd_ld32(ql + 4 * w) >> 4 * (k / 2) & 0x0F0F0F0Fu) | (qd_ld32(qh + 4 * w) >> 2 * k & 0x03030303u) << 4;
+        int32_t s0 = 0, s1 = 0, x0 = 0, x1 = 0;
+        for (int w = 0; w < 4; w++) {
+            s0 = qd_dp4a(c[w], xq[w], s0);
+            s1 = qd_dp4a(c[4 + w], xq[4 + w], s1);
+            x0 = qd_dp4a(0x01010101u, xq[w], x0);
+            x1 = qd_dp4a(0x01010101u, xq[4 + w], x1);
+        }
+        const int sc0 = (int8_t)b[192 + 8 * h + 2 * k], sc1 = (int8_t)b[192 + 8 * h + 1 + 2 * k];
+        *isum = sc0 * (s0 - 32 * x0) + sc1 * (s1 - 32 * x1);
+        return;
+    }
+    case QW_TYPE_IQ4_XS: {
+        const int j = (int)(g % 8);
+        const uint8_t *b = r + g / 8 * 136;
+        const int ls = (b[4 + j / 2] >> 4 * (j % 2) & 0xF) | (int)(qd_ld16(b + 2) >> 2 * j & 3) << 4;
+        *A = qd_f16(qd_ld16(b));
+        qd_nib32(b + 8 + 16 * j, c);
+        for (int w = 0; w < 8; w++) c[w] = qd_iq4(c[w]);
+        *isum = (ls - 32) * qd_dot8(c, xq);
+        return;
+    }
+    default: *isum = 0, *A = 0.0f; return;
+    }
+}
+
+/* 1 for the types qd_group reads */
+QD_INLINE int qd_supported(qw_type t) {
+    return t == QW_TYPE_Q8_0 || t == QW_TYPE_Q4_0 || t == QW_TYPE_Q4_1 || t == QW_TYPE_Q5_0 || t == QW_TYPE_Q5_1 ||
+           t == QW_TYPE_Q4_K || t == QW_TYPE_Q5_K || t == QW_TYPE_Q6_K || t == QW_TYPE_IQ4_NL || t == QW_TYPE_IQ4_XS;
+}
+
+#endif
