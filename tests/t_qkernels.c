@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/common.h"
 #include "kernels/cpu.h"
 #include "kernels/q8a.h"
 #include "kernels/q8dot.h"
@@ -123,13 +124,14 @@ static void test_q8a_unpack(qw_type type) {
     free(wq);
 }
 
-/* q8dot.h's words against qw_q8a_unpack: the same integer sum and the same A, B bits for every group; the row sits
- * 2 bytes off a 4-byte boundary (the alignment the device kernels may meet) */
-static void test_q8dot(qw_type type) {
+/* q8dot.h's words against qw_q8a_unpack: the same integer sum and the same A, B bits for every group; the row on
+ * a 16-byte boundary (the wide loads of the K-quants) and 2 bytes off one (the alignment the device kernels may
+ * meet) */
+static void test_q8dot(qw_type type, int mis) {
     int64_t n = 512;
     size_t rb = qw_type_row_size(type, n);
     float wf[4 * 512], x[4 * 512];
-    char *buf = malloc(rb + 8), *wq = buf + 2;
+    char *buf = qw_aligned_alloc(16, rb + 32), *wq = buf + mis;
     qw_q8a xq[512 / 32];
     int ok = 1;
     for (int adv = 0; adv < 3 && ok; adv++) {
@@ -152,7 +154,8 @@ static void test_q8dot(qw_type type) {
             }
         }
     }
-    CHECK(ok && qd_supported(type), "%s: q8dot.h's words differ from qw_q8a_unpack", qw_type_name(type));
+    CHECK(ok && qd_supported(type), "%s (row %d bytes off 16): q8dot.h's words differ from qw_q8a_unpack",
+          qw_type_name(type), mis);
     free(buf);
 }
 
@@ -411,7 +414,8 @@ int main(void) {
     for (int i = 0; i < N_Q8A_TYPES; i++) {
         test_q8a_unpack(q8a_types[i]);
         test_q8a_ref(q8a_types[i]);
-        test_q8dot(q8a_types[i]);
+        test_q8dot(q8a_types[i], 0);
+        test_q8dot(q8a_types[i], 2);
     }
     int n_variants = 0;
     for (const qw_cpu_kernels *const *k = qw_cpu_kernels_available(); *k; k++) {

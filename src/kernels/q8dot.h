@@ -35,6 +35,15 @@ QD_INLINE uint32_t qd_ld16(const uint8_t *p) {
 #endif
 }
 QD_INLINE uint32_t qd_ld32(const uint8_t *p) { return qd_ld16(p) | qd_ld16(p + 2) << 16; }
+/* 16 bytes at a 16-byte aligned p as 4 words (one load on the device) */
+QD_INLINE void qd_ld128(const uint8_t *p, uint32_t *w) {
+#ifdef __CUDA_ARCH__
+    const uint4 v = *(const uint4 *)p;
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+#else
+    for (int i = 0; i < 4; i++) w[i] = qd_ld32(p + 4 * i);
+#endif
+}
 
 /* c + the dot of the 4 signed bytes of a and b */
 QD_INLINE int32_t qd_dp4a(uint32_t a, uint32_t b, int32_t c) {
@@ -149,9 +158,20 @@ QD_INLINE void qd_group(qw_type t, const uint8_t *r, int64_t g, const uint32_t *
         qd_k4_scale_min(j, b + 4, &sc, &mn);
         *A = qd_f16(qd_ld16(b));
         *B = qd_mul(-qd_f16(qd_ld16(b + 2)), (float)mn);
+        uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (((uintptr_t)b & 15) == 0) { /* the block on a 16-byte boundary (a whole row's are): wide loads */
+            qd_ld128(qs, c);
+            qd_ld128(qs + 16, c + 4);
+            if (q5) qd_ld128(b + 16, h), qd_ld128(b + 32, h + 4);
+        } else {
+            for (int w = 0; w < 8; w++) {
+                c[w] = qd_ld32(qs + 4 * w);
+                if (q5) h[w] = qd_ld32(b + 16 + 4 * w);
+            }
+        }
         for (int w = 0; w < 8; w++) {
-            c[w] = qd_ld32(qs + 4 * w) >> 4 * (j % 2) & 0x0F0F0F0Fu;
-            if (q5) c[w] |= (qd_ld32(b + 16 + 4 * w) >> j & 0x01010101u) << 4;
+            c[w] = c[w] >> 4 * (j % 2) & 0x0F0F0F0Fu;
+            if (q5) c[w] |= (h[w] >> j & 0x01010101u) << 4;
         }
         *isum = sc * qd_dot8(c, xq);
         return;
