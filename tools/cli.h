@@ -94,6 +94,9 @@ int cli_show_progress(const char *tensor, const char *type, int i, int n, uint64
 /* Load a model (with the options' threads and kernels) / tokenizer, printing the error on stderr;
  * NULL on failure. */
 qwenc_model *cli_load_model(const cli_opts *o);
+/* The synthetic model's parameters of the options: preset (synth's --preset or --synth), --arch, --layers,
+ * --experts, --hidden, --vocab, --ngram-base, --mtp, --seed. */
+qwenc_synth_params cli_synth_params(const cli_opts *o, const char *preset);
 /* The tokenizer of --tokenizer DIR|FILE.gguf, else the model's (a .gguf's own, else tokenizer.json beside it). */
 qwenc_tokenizer *cli_load_tokenizer(const cli_opts *o);
 /* A whole file ("-": stdin; pipes and terminals too) as a NUL-terminated buffer of *len bytes (which may hold

@@ -101,16 +101,7 @@ int cmd_synth(cli_opts *o) {
                 qwenc_synth_presets(), qwenc_gguf_types());
         return 1;
     }
-    qwenc_synth_params sp = qwenc_synth_default_params();
-    sp.preset = o->preset;
-    sp.arch = o->arch;
-    sp.n_layer = o->layers;
-    sp.n_expert = o->experts;
-    sp.n_embd = o->hidden;
-    sp.n_vocab = o->vocab;
-    sp.ngram_base = o->ngram_base;
-    sp.mtp = o->synth_mtp;
-    if (o->seed_set) sp.seed = o->sp.seed;
+    qwenc_synth_params sp = cli_synth_params(o, o->preset);
     cli_progress ps = {.tty = isatty(2), .t0 = cli_now_s(), .last_tensor = -1};
     qwenc_gguf_params gp = qwenc_gguf_default_params();
     gp.type = o->type;

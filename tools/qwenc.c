@@ -27,6 +27,20 @@ double cli_now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+qwenc_synth_params cli_synth_params(const cli_opts *o, const char *preset) {
+    qwenc_synth_params sp = qwenc_synth_default_params();
+    sp.preset = preset;
+    sp.arch = o->arch;
+    sp.n_layer = o->layers;
+    sp.n_expert = o->experts;
+    sp.n_embd = o->hidden;
+    sp.n_vocab = o->vocab;
+    sp.ngram_base = o->ngram_base;
+    sp.mtp = o->synth_mtp;
+    if (o->seed_set) sp.seed = o->sp.seed;
+    return sp;
+}
+
 qwenc_model *cli_load_model(const cli_opts *o) {
     char err[1024];
     qwenc_model *m = NULL;
@@ -43,15 +57,7 @@ qwenc_model *cli_load_model(const cli_opts *o) {
         mp.progress_user = &ps;
     }
     if (o->synth) {
-        qwenc_synth_params sp = qwenc_synth_default_params();
-        sp.preset = o->synth;
-        sp.n_layer = o->layers;
-        sp.n_expert = o->experts;
-        sp.n_embd = o->hidden;
-        sp.n_vocab = o->vocab;
-        sp.ngram_base = o->ngram_base;
-        sp.mtp = o->synth_mtp;
-        if (o->seed_set) sp.seed = o->sp.seed;
+        qwenc_synth_params sp = cli_synth_params(o, o->synth);
         if (qwenc_model_synth(&sp, o->type, &mp, &m, err, sizeof(err))) {
             if (ps.shown && ps.tty) fprintf(stderr, "\n");
             fprintf(stderr, "qwenc: cannot make the model: %s\n", err);

@@ -135,17 +135,12 @@ qwenc_status qwenc_model_synth(const qwenc_synth_params *sp, const char *type, c
         return qw_err(err, errlen, QWENC_ERR_ARG, "synth: %s tensor type \"%s\" (one of %s)", type ? "unknown" : "no",
                       type ? type : "", qw_gguf_policy_names());
     mp.quant = type;
-    char label[160];
-    snprintf(label, sizeof(label), "synth-%s", sp->preset ? sp->preset : "");
-    qwenc_model *m = qw_calloc(1, sizeof(*m));
-    if (m) m->path = qw_strdup(label);
-    if (!m || !m->path) {
-        free(m);
-        return qw_err_nomem(err, errlen, label, 1, sizeof(*m));
-    }
+    qwenc_model *m = NULL;
+    qwenc_status st = qw_synth_model_new(sp, &m, err, errlen);
+    if (st) return st;
     m->params = mp;
     qw_backend *gpu = NULL;
-    qwenc_status st = model_backend(m, &mp, err, errlen);
+    st = model_backend(m, &mp, err, errlen);
     if (!st) st = qw_synth_bind(sp, m, err, errlen);
     const char *name = mp.backend ? mp.backend : "auto";
     char desc[320];

@@ -129,6 +129,8 @@ void qw_model_converted_free(qwenc_model *m);
 qwenc_status qw_gguf_bind_converted(qwenc_model *m, char *err, size_t errlen);
 
 /* ---- synthetic models (models/synth.c) ---- */
+/* An empty model named synth-PRESET (QWENC_ERR_NOMEM), for qw_synth_bind. */
+qwenc_status qw_synth_model_new(const qwenc_synth_params *sp, qwenc_model **out, char *err, size_t errlen);
 /* Check sp and bind m (m->path set) at the preset's geometry: matrices without data, the vectors drawn. */
 qwenc_status qw_synth_bind(const qwenc_synth_params *sp, qwenc_model *m, char *err, size_t errlen);
 /* The rows of those matrices (a qw_row_gen; user: a uint64_t, the seed): what qwenc synth writes. */

@@ -374,8 +374,8 @@ void qw_synth_row(const qw_tensor *t, int64_t row, int64_t cols, float *out, voi
     gen_row(t, row, cols, out, user);
 }
 
-qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, const qwenc_gguf_params *gp, char *err,
-                              size_t errlen) {
+qwenc_status qw_synth_model_new(const qwenc_synth_params *sp, qwenc_model **out, char *err, size_t errlen) {
+    *out = NULL;
     char label[160];
     snprintf(label, sizeof(label), "synth-%s", sp->preset ? sp->preset : "");
     qwenc_model *m = qw_calloc(1, sizeof(*m));
@@ -384,7 +384,15 @@ qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, co
         free(m);
         return qw_err_nomem(err, errlen, label, 1, sizeof(*m));
     }
-    qwenc_status st = qw_synth_bind(sp, m, err, errlen);
+    *out = m;
+    return QWENC_OK;
+}
+
+qwenc_status qwenc_synth_gguf(const qwenc_synth_params *sp, const char *path, const qwenc_gguf_params *gp, char *err,
+                              size_t errlen) {
+    qwenc_model *m = NULL;
+    qwenc_status st = qw_synth_model_new(sp, &m, err, errlen);
+    if (!st) st = qw_synth_bind(sp, m, err, errlen);
     gen_state g = {.seed = sp->seed};
     if (!st) st = qw_model_save_gguf_gen(m, path, gp, gen_row, &g, err, errlen);
     qwenc_model_free(m);

@@ -342,33 +342,6 @@ static void check_matmul_q8(const mat *m, int n_tok, int xmis) {
     cuda_ok(cudaFree(dx), "cudaFree"), cuda_ok(cudaFree(dy), "cudaFree");
 }
 
-/* matmul_pairs with 8-bit activations (x per pair, or one x for all) against the integer reference */
-static void check_pairs_q8(const mat *mats, int64_t x_stride) {
-    enum { NP = 7 };
-    static const int which[NP] = {0, 1, 2, 0, 2, 1, 1};
-    const int64_t rows = mats[0].rows, cols = mats[0].cols, xn = x_stride ? (NP - 1) * x_stride + cols : cols;
-    float *x = malloc((size_t)xn * sizeof(float)), *y = malloc((size_t)(NP * rows) * sizeof(float));
-    fill_x(x, xn);
-    const void *ptrs[NP];
-    for (int p = 0; p < NP; p++) ptrs[p] = mats[which[p]].dbuf + mats[which[p]].mis;
-    void *dptrs = dup_to_device(ptrs, sizeof(ptrs));
-    float *dx = dup_to_device(x, (size_t)xn * sizeof(float)), *dy = dalloc((size_t)(NP * rows) * sizeof(float));
-    C->q8 = 1;
-    qwc_matmul_pairs(C, dy, dptrs, mats[0].type, rows, cols, dx, x_stride, NP);
-    C->q8 = 0;
-    down(y, dy, (size_t)(NP * rows) * sizeof(float));
-    worst wp = {0, 0, 0, 0, -1, -1};
-    int wpair = -1;
-    for (int p = 0; p < NP; p++) {
-        worst w = compare_q8(&mats[which[p]], y + p * rows, x + p * x_stride, 0, 1);
-        if (w.ratio >= wp.ratio) wp = w, wpair = p;
-    }
-    CHECK_WORST(wp, "matmul_pairs q8 %s [%lld, %lld] x_stride %lld, pair %d", qw_type_name(mats[0].type),
-                (long long)rows, (long long)cols, (long long)x_stride, wpair);
-    free(x), free(y);
-    cuda_ok(cudaFree(dptrs), "cudaFree"), cuda_ok(cudaFree(dx), "cudaFree"), cuda_ok(cudaFree(dy), "cudaFree");
-}
-
 /* get_rows: the first, the last, row 1 (all zero) and random rows, bit for bit */
 static void check_get_rows(const mat *m) {
     int32_t ids[7] = {0, (int32_t)m->rows - 1, m->rows > 1 ? 1 : 0};
@@ -426,8 +399,8 @@ static void check_gather(const mat *m) {
 }
 
 /* matmul_pairs over 3 matrices of m's type and shape, 7 pairs; x per pair (stride cols, or cols + 1: the fallback)
- * or one x for all (stride 0) */
-static void check_pairs(const mat *mats, int64_t x_stride) {
+ * or one x for all (stride 0); q8: with 8-bit activations, against the integer reference */
+static void check_pairs(const mat *mats, int64_t x_stride, int q8) {
     enum { NP = 7 };
     static const int which[NP] = {0, 1, 2, 0, 2, 1, 1};
     const int64_t rows = mats[0].rows, cols = mats[0].cols, xn = x_stride ? (NP - 1) * x_stride + cols : cols;
@@ -437,16 +410,19 @@ static void check_pairs(const mat *mats, int64_t x_stride) {
     for (int p = 0; p < NP; p++) ptrs[p] = mats[which[p]].dbuf + mats[which[p]].mis;
     void *dptrs = dup_to_device(ptrs, sizeof(ptrs));
     float *dx = dup_to_device(x, (size_t)xn * sizeof(float)), *dy = dalloc((size_t)(NP * rows) * sizeof(float));
+    C->q8 = q8;
     qwc_matmul_pairs(C, dy, dptrs, mats[0].type, rows, cols, dx, x_stride, NP);
+    C->q8 = 0;
     down(y, dy, (size_t)(NP * rows) * sizeof(float));
     worst wp = {0, 0, 0, 0, -1, -1};
     int wpair = -1;
     for (int p = 0; p < NP; p++) {
-        worst w = compare(&mats[which[p]], y + p * rows, rows, NULL, x + p * x_stride, 0, 1, 0);
+        worst w = q8 ? compare_q8(&mats[which[p]], y + p * rows, x + p * x_stride, 0, 1)
+                     : compare(&mats[which[p]], y + p * rows, rows, NULL, x + p * x_stride, 0, 1, 0);
         if (w.ratio >= wp.ratio) wp = w, wpair = p;
     }
-    CHECK_WORST(wp, "matmul_pairs %s [%lld, %lld] x_stride %lld, pair %d", qw_type_name(mats[0].type), (long long)rows,
-                (long long)cols, (long long)x_stride, wpair);
+    CHECK_WORST(wp, "matmul_pairs%s %s [%lld, %lld] x_stride %lld, pair %d", q8 ? " q8" : "", qw_type_name(mats[0].type),
+                (long long)rows, (long long)cols, (long long)x_stride, wpair);
     free(x), free(y);
     cuda_ok(cudaFree(dptrs), "cudaFree"), cuda_ok(cudaFree(dx), "cudaFree"), cuda_ok(cudaFree(dy), "cudaFree");
 }
@@ -544,19 +520,16 @@ static void check_type(qw_type t) {
         /* the MoE's pairs: 3 matrices of 5 rows, one 2 bytes off */
         mat pm[3];
         for (int k = 0; k < 3; k++) mat_make(&pm[k], t, 5, cols, k == 1 ? (t == QW_TYPE_F32 ? 4 : 2) : 0);
-        check_pairs(pm, cols);
-        check_pairs(pm, 0);
-        check_pairs(pm, cols + 1);
+        for (int q8 = 0; q8 <= !plain; q8++) {
+            check_pairs(pm, cols, q8);
+            check_pairs(pm, 0, q8);
+            check_pairs(pm, cols + 1, q8);
+        }
         if (li == nl - 1) check_graph(&pm[0]);
-        if (!plain) {
-            check_pairs_q8(pm, cols);
-            check_pairs_q8(pm, 0);
-            check_pairs_q8(pm, cols + 1);
-            if (li == nl - 1) { /* the integer path recorded and replayed */
-                C->q8 = 1;
-                check_graph(&pm[0]);
-                C->q8 = 0;
-            }
+        if (!plain && li == nl - 1) { /* the integer path recorded and replayed */
+            C->q8 = 1;
+            check_graph(&pm[0]);
+            C->q8 = 0;
         }
         for (int k = 0; k < 3; k++) mat_free(&pm[k]);
     }
