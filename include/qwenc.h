@@ -203,6 +203,17 @@ qwenc_status qwenc_session_forward(qwenc_session *session, const int32_t *tokens
 qwenc_status qwenc_session_forward_argmax(qwenc_session *session, const int32_t *tokens, int n_tokens, int32_t *best,
                                           char *err, size_t errlen);
 
+#define QWENC_MAX_TOPK 64
+/* The same as qwenc_session_forward without the logits: the k (1 .. QWENC_MAX_TOPK, at most n_vocab) largest logits
+ * of the last position, largest first and the lower id first among equal values, into ids[k] and logits[k],
+ * chosen where the model runs: from a GPU 8 k bytes come back instead of the n_vocab logits (sampling:
+ * qwenc_sampler_top_k, qwenc_sampler_sample_top). */
+qwenc_status qwenc_session_forward_topk(qwenc_session *session, const int32_t *tokens, int n_tokens, int k,
+                                        int32_t *ids, float *logits, char *err, size_t errlen);
+/* The whole logits[n_vocab] of the last position of the last qwenc_session_forward_topk call (QWENC_ERR_ARG when
+ * another forward, a reset or a restore came after it): for the rare draw its top k cannot decide. */
+qwenc_status qwenc_session_last_logits(qwenc_session *session, float *logits, char *err, size_t errlen);
+
 /*
  * One decode step of several sessions of the same model: session i is fed tokens[i] (after its own past) and,
  * when logits is not NULL, its next logits go to logits + i * n_vocab. Each session's result is the one
@@ -312,6 +323,15 @@ int32_t qwenc_sampler_sample(qwenc_sampler *sampler, const float *logits);
 /* 1 when qwenc_sampler_sample is the arg max of the logits as given (temperature 0 and no penalty): a caller may
  * then take the arg max where the model runs (qwenc_session_forward_argmax). */
 int qwenc_sampler_is_greedy(const qwenc_sampler *sampler);
+/* When a draw needs only the largest logits (temperature > 0, top_k > 0, no penalty): how many to give
+ * qwenc_sampler_sample_top (top_k + 1, at most QWENC_MAX_TOPK; a caller takes them where the model runs,
+ * qwenc_session_forward_topk); else 0. */
+int qwenc_sampler_top_k(const qwenc_sampler *sampler);
+/* The token qwenc_sampler_sample would choose from the whole logits, given their n = qwenc_sampler_top_k largest
+ * (largest first, the lower id first among equal values) as ids and logits; the same draw from the same random
+ * stream. -1 when these cannot decide (the top_k-th and the next are equal once divided by the temperature; then
+ * nothing is drawn and the whole logits are needed: qwenc_session_last_logits). */
+int32_t qwenc_sampler_sample_top(qwenc_sampler *sampler, const int32_t *ids, const float *logits, int n);
 /* The distribution qwenc_sampler_sample draws from for these logits (after the penalties, temperature, top-k,
  * top-p and min-p), as n_vocab probabilities summing to 1 (greedy: 1 at the arg max); nothing is drawn. probs
  * may be logits. */

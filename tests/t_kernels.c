@@ -839,6 +839,44 @@ static void test_qsa(const qw_backend *o, const char *name) {
     CHECK(bad == 0, "qsa_select %s: %d of 24 cases differ from ref.c", name, bad);
 }
 
+/* topk against a selection by rounds under qw_topk_better: random rows, rows of few distinct values (ties: the
+ * lower index first), -inf and NaN (below every number, the lower index first among them), k from 1 to n */
+static void test_topk(const qw_backend *o, const char *name) {
+    enum { N = 3000, R = 3 };
+    static float x[R * N]; /* row r at r * n */
+    static int32_t ids[R * QW_TOPK_MAX], want[QW_TOPK_MAX]; /* row r at r * k */
+    static float vals[R * QW_TOPK_MAX];
+    static unsigned char taken[N];
+    uint64_t r = 4242;
+    int bad = 0;
+    for (int trial = 0; trial < 12; trial++) {
+        int n = trial < 10 ? N : 70, k = trial == 11 ? 64 : 1 + (trial * 7) % QW_TOPK_MAX;
+        if (k > n) k = n;
+        for (int row = 0; row < R; row++)
+            for (int i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                float v = trial % 3 == 0 ? (float)((r >> 33) % 9) : (float)((double)(r >> 11) / 9007199254740992.0 - 0.5);
+                if (trial % 4 == 1 && i % 97 == 3) v = -INFINITY;
+                if (trial % 4 == 2 && i % 89 == 5) v = NAN;
+                x[row * n + i] = v;
+            }
+        o->topk(o, ids, vals, x, R, n, k, NULL);
+        for (int row = 0; row < R; row++) {
+            memset(taken, 0, sizeof(taken));
+            for (int j = 0; j < k; j++) {
+                int best = -1;
+                for (int i = 0; i < n; i++)
+                    if (!taken[i] && (best < 0 || qw_topk_better(x[row * n + i], i, x[row * n + best], best))) best = i;
+                taken[best] = 1;
+                want[j] = best;
+            }
+            for (int j = 0; j < k; j++)
+                bad += ids[row * k + j] != want[j] || memcmp(&vals[row * k + j], &x[row * n + want[j]], sizeof(float)) != 0;
+        }
+    }
+    CHECK(bad == 0, "topk %s: %d ids or values differ from the selection by rounds", name, bad);
+}
+
 static void test_ops(void) {
     for (const qw_cpu_kernels *const *ks = qw_cpu_kernels_available(); *ks; ks++) {
         printf("ops %s vs ref.c: matmul, attention, delta rule (1 and 3 threads), range ops, sigmoid/silu\n",
@@ -862,6 +900,7 @@ static void test_ops(void) {
             CHECK(out[0] == 1 && out[1] == 1 && out[2] == 5, "argmax %s: %d %d %d (want 1 1 5)", (*ks)->name, out[0],
                   out[1], out[2]);
         }
+        test_topk(o3, (*ks)->name);
         o1->release(o1);
         o3->release(o3);
     }

@@ -4,6 +4,10 @@
  * Speculative sampling (qwenc_sampler_verify): a draft drawn from another distribution q and kept by the rule
  * gives tokens distributed as the sampler's own p (chi-square over 400,000 draws, for several q: close to p,
  * far from it, zero where p is not, and p truncated by top-k), and is kept as often as sum min(p, q).
+ * Sampling from the top candidates (qwenc_sampler_sample_top, what a GPU brings back instead of the logits) draws
+ * the token qwenc_sampler_sample draws from the whole logits, from the same random stream, over thousands of
+ * draws at several temperatures, top-k, top-p and min-p; declines (draws nothing) when the top_k-th and the next
+ * candidate divide to equal values; and qwenc_sampler_top_k says when it applies.
  */
 #include <math.h>
 #include <stdio.h>
@@ -76,6 +80,95 @@ static void test_topk_select(void) {
     CHECK(bad == 0, "top-k selection kept %d tokens it should not have (or dropped them)", bad);
 }
 
+/* the n largest of lg[0..V) (largest first, the lower id first among equals): what qwenc_session_forward_topk
+ * gives */
+static void top_of(const float *lg, int V, int n, int32_t *ids, float *vals) {
+    for (int j = 0; j < n; j++) {
+        int best = -1;
+        for (int i = 0; i < V; i++) {
+            int taken = 0;
+            for (int t = 0; t < j && !taken; t++) taken = ids[t] == i;
+            if (!taken && (best < 0 || lg[i] > lg[best])) best = i;
+        }
+        ids[j] = best;
+        vals[j] = lg[best];
+    }
+}
+
+static void test_sample_top(void) {
+    printf("sampling from the top candidates: the draws of the whole logits\n");
+    enum { V = 700 };
+    static const float temps[] = {0.3f, 0.8f, 1.0f, 1.7f};
+    static const int ks[] = {1, 2, 5, 40, 63};
+    float lg[V], vals[64];
+    int32_t ids[64];
+    uint64_t r = 99;
+    int bad = 0, draws = 0, declined = 0;
+    for (int ti = 0; ti < 4; ti++)
+        for (int ki = 0; ki < 5; ki++) {
+            qwenc_sampler_params sp = plain(1000 + ti * 10 + ki);
+            sp.temperature = temps[ti];
+            sp.top_k = ks[ki];
+            sp.top_p = ki % 2 ? 0.9f : 1.0f;
+            sp.min_p = ki == 3 ? 0.05f : 0.0f;
+            qwenc_sampler *a = mk(sp, V), *b = mk(sp, V);
+            int n = qwenc_sampler_top_k(b);
+            CHECK(n == ks[ki] + 1, "top_k %d: qwenc_sampler_top_k gives %d, not %d", ks[ki], n, ks[ki] + 1);
+            for (int d = 0; d < 120 && n; d++) {
+                for (int i = 0; i < V; i++) {
+                    r = r * 6364136223846793005ull + 1442695040888963407ull;
+                    /* coarse values every 5th draw: ties inside the top candidates */
+                    lg[i] = d % 5 ? (float)((double)(r >> 11) / 9007199254740992.0 * 12.0 - 6.0)
+                                  : (float)((r >> 33) % 31) * 0.5f;
+                }
+                top_of(lg, V, n, ids, vals);
+                int32_t x = qwenc_sampler_sample_top(b, ids, vals, n);
+                if (x < 0) { /* (coarse values can tie at the boundary): then the whole logits */
+                    declined++;
+                    x = qwenc_sampler_sample(b, lg);
+                }
+                bad += x != qwenc_sampler_sample(a, lg);
+                draws++;
+            }
+            qwenc_sampler_free(a);
+            qwenc_sampler_free(b);
+        }
+    CHECK(bad == 0, "sample_top drew another token than sample in %d of %d draws", bad, draws);
+    CHECK(declined > 0 && declined < draws / 4, "sample_top declined %d of %d draws (ties at the boundary expected "
+          "in some of the coarse ones)", declined, draws);
+
+    /* declines exactly when the k-th and the next divide to equal values: raw 1.5 + 2^-22 and 1.5 + 2^-23 at T = 3 */
+    qwenc_sampler_params sp = plain(7);
+    sp.temperature = 3.0f;
+    sp.top_k = 2;
+    qwenc_sampler *a = mk(sp, 8), *b = mk(sp, 8);
+    float lt[8] = {5, 0x1.800004p+0f, 0x1.800002p+0f, 0, 0, 0, 0, 0};
+    CHECK(lt[1] / 3.0f == lt[2] / 3.0f && lt[1] != lt[2], "the test's values divide to equal values");
+    top_of(lt, 8, 3, ids, vals);
+    CHECK(qwenc_sampler_sample_top(b, ids, vals, 3) == -1, "sample_top decides a tie at the boundary");
+    CHECK(qwenc_sampler_sample(b, lt) == qwenc_sampler_sample(a, lt), "a declined sample_top drew from the stream");
+    qwenc_sampler_free(a);
+    qwenc_sampler_free(b);
+
+    /* when it applies */
+    qwenc_sampler_params q = qwenc_sampler_default_params();
+    qwenc_sampler *c = mk(q, 1000);
+    CHECK(qwenc_sampler_top_k(c) == 41, "default sampler: top_k %d, not 41", qwenc_sampler_top_k(c));
+    qwenc_sampler_free(c);
+    const char *why[5] = {"greedy", "repeat penalty", "presence penalty", "top-k off", "top-k 63 + 1 > 64"};
+    for (int w = 0; w < 5; w++) {
+        q = qwenc_sampler_default_params();
+        if (w == 0) q.temperature = 0;
+        if (w == 1) q.repeat_penalty = 1.1f;
+        if (w == 2) q.presence_penalty = 0.5f;
+        if (w == 3) q.top_k = 0;
+        if (w == 4) q.top_k = 64;
+        c = mk(q, 1000);
+        CHECK(qwenc_sampler_top_k(c) == 0, "qwenc_sampler_top_k applies with %s", why[w]);
+        qwenc_sampler_free(c);
+    }
+}
+
 static void test_speculative(const double *probs, const float *lg) {
     printf("speculative sampling: the rule keeps the distribution\n");
     enum { V = 6, N = 400000 };
@@ -146,6 +239,8 @@ int main(void) {
     s = mk(p, 4);
     CHECK(qwenc_sampler_sample(s, tie) == 1, "greedy tie goes to the lowest id");
     qwenc_sampler_free(s);
+
+    test_sample_top();
 
     printf("seed reproducibility\n");
     int a[200], b[200], c[200];

@@ -224,6 +224,55 @@ static void test_argmax(const char *dir, qwenc_model *m, const int32_t *ids, int
     qwenc_session_free(b);
 }
 
+/* qwenc_session_forward_topk: the k largest of the logits qwenc_session_forward gives (largest first, the lower id
+ * first among equals, the same bits), for the prompt and for one-token steps, k from 1 to QWENC_MAX_TOPK (a change
+ * of k between steps too); qwenc_session_last_logits: the step's logits, refused after another forward; k out of
+ * range refused. */
+static void test_topk(const char *dir, qwenc_model *m, const int32_t *ids, int n) {
+    char err[512];
+    int V = qwenc_model_n_vocab(m), bad = 0, bad_last = 0;
+    qwenc_session_params sp = {.n_ctx = n, .n_batch = 5};
+    qwenc_session *a = NULL, *b = NULL;
+    float *lg = malloc((size_t)V * sizeof(float)), *last = malloc((size_t)V * sizeof(float)), vals[QWENC_MAX_TOPK];
+    int32_t tid[QWENC_MAX_TOPK];
+    unsigned char *taken = malloc((size_t)V);
+    int ok = !qwenc_session_init(m, &sp, &a, err, sizeof(err)) && !qwenc_session_init(m, &sp, &b, err, sizeof(err));
+    int cut = n / 2;
+    for (int i = cut; ok && i <= n; i++) {
+        const int32_t *t = i == cut ? ids : ids + i - 1;
+        int nt = i == cut ? cut : 1, k = i % 3 == 0 ? 41 : i % 3 == 1 ? QWENC_MAX_TOPK : 1 + i % 7;
+        if (k > V) k = V;
+        ok = !qwenc_session_forward(a, t, nt, lg, 0, err, sizeof(err)) &&
+             !qwenc_session_forward_topk(b, t, nt, k, tid, vals, err, sizeof(err)) &&
+             !qwenc_session_last_logits(b, last, err, sizeof(err));
+        if (!ok) break;
+        memset(taken, 0, (size_t)V);
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int v = 0; v < V; v++)
+                if (!taken[v] && (best < 0 || lg[v] > lg[best])) best = v;
+            taken[best] = 1;
+            bad += tid[j] != best || memcmp(&vals[j], &lg[best], sizeof(float)) != 0;
+        }
+        bad_last += memcmp(last, lg, (size_t)V * sizeof(float)) != 0;
+    }
+    CHECK(ok, "%s: forward_topk: %s", dir, err);
+    CHECK(ok && bad == 0, "%s: forward_topk: %d ids or values differ from the largest logits of forward", dir, bad);
+    CHECK(ok && bad_last == 0, "%s: last_logits: %d steps gave other logits than forward", dir, bad_last);
+    if (ok) {
+        qwenc_session_reset(b);
+        ok = !qwenc_session_forward_topk(b, ids, 1, 3, tid, vals, err, sizeof(err)) &&
+             !qwenc_session_forward(b, ids + 1, 1, NULL, 0, err, sizeof(err));
+        CHECK(ok && qwenc_session_last_logits(b, last, err, sizeof(err)) == QWENC_ERR_ARG, "%s: last_logits after a "
+              "forward", dir);
+        CHECK(qwenc_session_forward_topk(b, ids, 1, QWENC_MAX_TOPK + 1, tid, vals, err, sizeof(err)) == QWENC_ERR_ARG &&
+                  strstr(err, "k must be"), "%s: forward_topk with k %d: %s", dir, QWENC_MAX_TOPK + 1, err);
+    }
+    free(lg), free(last), free(taken);
+    qwenc_session_free(a);
+    qwenc_session_free(b);
+}
+
 static void run_fixtures(const char *root, const char *backend) {
     char *names[64];
     int nf = test_list_fixtures(root, 1, names, 64);
@@ -260,6 +309,7 @@ static void run_fixtures(const char *root, const char *backend) {
             test_batch(names[f], m, ids, n);
             test_drafts(names[f], m, ids, n);
             test_argmax(names[f], m, ids, n);
+            test_topk(names[f], m, ids, n);
         }
         if (prev) { /* a snapshot of one model is refused by another's session */
             qwenc_session *a = NULL, *b = NULL;

@@ -73,6 +73,9 @@ void qwc_gather_rows(qwc *c, float *y, const void *const *chunk_data, qw_type ty
 void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
                       const float *x, int64_t x_stride, int n_pairs);
 
+/* ---- model_ops.cu: the topk op (ops.h), callable by the GPU tests before the op table takes it */
+void qwc_topk(qwc *c, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k, void *work);
+
 /* ---- synth.cu: random weights made on the device (qw_backend_cuda_weights_random) */
 
 /* d [bytes]: weights of `type` with random codes (a hash of seed and the position), each block's scales set so

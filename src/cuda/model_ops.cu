@@ -165,8 +165,105 @@ static void cu_argmax(const qw_backend *be, int32_t *out, const float *x, int n_
     QWC_LAUNCHED();
 }
 
+/* ---- topk: the k largest of a row under qw_topk_better (a NaN below every number; the sentinel (NaN, INT_MAX) below
+ * everything) in rounds: a warp takes a chunk of 512 candidates, 16 in each lane's registers, and finds its best k by
+ * k rounds of a warp arg max (the winner's lane retires it), largest first. k_topk_chunks does that for every chunk of
+ * the row (n / 512 warps over the device); k_topk_merge, one block per row, repeats it over the chunks' winners until
+ * one chunk's are left (31k -> 3.9k -> 512 -> 64 candidates for 248k values and k = 64). */
+constexpr int TK_E = 16, TK_CHUNK = 32 * TK_E;
+
+__device__ __forceinline__ bool tk_better(float a, int ia, float b, int ib) {
+    if (a != a) return b != b && ia < ib;
+    if (b != b) return true;
+    return a > b || (a == b && ia < ib);
+}
+
+/* the warp's best k of candidates [base, base + cnt) of (v, ids: NULL = the index) into ov/oi[0..k) */
+__device__ void tk_warp(const float *v, const int32_t *ids, int64_t base, int64_t cnt, int k, float *ov, int32_t *oi) {
+    const int lane = threadIdx.x & 31;
+    float cv[TK_E];
+    int ci[TK_E];
+#pragma unroll
+    for (int e = 0; e < TK_E; e++) {
+        const int64_t i = (int64_t)e * 32 + lane;
+        cv[e] = i < cnt ? v[base + i] : __int_as_float(0x7fc00000);
+        ci[e] = i < cnt ? (ids ? ids[base + i] : (int)(base + i)) : INT_MAX;
+    }
+    for (int j = 0; j < k; j++) {
+        float bv = cv[0];
+        int bi = ci[0];
+#pragma unroll
+        for (int e = 1; e < TK_E; e++)
+            if (tk_better(cv[e], ci[e], bv, bi)) bv = cv[e], bi = ci[e];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ovv = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oii = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (tk_better(ovv, oii, bv, bi)) bv = ovv, bi = oii;
+        }
+        if (lane == 0) ov[j] = bv, oi[j] = bi;
+#pragma unroll
+        for (int e = 0; e < TK_E; e++)
+            if (ci[e] == bi && bi != INT_MAX) cv[e] = __int_as_float(0x7fc00000), ci[e] = INT_MAX;
+    }
+}
+
+/* grid (chunks / 4, rows), 4 warps a block: chunk c of row r into cv/ci[(r * chunks + c) * k ..] */
+__global__ void k_topk_chunks(const float *x, int64_t n, int64_t chunks, int k, float *cv, int32_t *ci) {
+    const int64_t c = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5), r = blockIdx.y;
+    if (c >= chunks) return;
+    const int64_t base = c * TK_CHUNK, o = (r * chunks + c) * k;
+    tk_warp(x + r * n, NULL, base, n - base < TK_CHUNK ? n - base : TK_CHUNK, k, cv + o, ci + o);
+}
+
+/* one block of 32 warps per row: rounds over the row's m candidates (a[], then b[], ...) until one chunk's k remain */
+__global__ void k_topk_merge(float *av, int32_t *ai, float *bv, int32_t *bi, int64_t m0, int k, int32_t *ids,
+                             float *vals) {
+    const int warp = threadIdx.x >> 5, r = blockIdx.x;
+    float *sv = av + r * m0, *dv = bv + r * m0;
+    int32_t *si = ai + r * m0, *di = bi + r * m0;
+    int64_t m = m0;
+    while (m > k) {
+        const int64_t chunks = (m + TK_CHUNK - 1) / TK_CHUNK;
+        for (int64_t c = warp; c < chunks; c += 32) {
+            const int64_t base = c * TK_CHUNK;
+            tk_warp(sv, si, base, m - base < TK_CHUNK ? m - base : TK_CHUNK, k, dv + c * k, di + c * k);
+        }
+        __syncthreads();
+        float *tv = sv;
+        int32_t *ti = si;
+        sv = dv, si = di, dv = tv, di = ti;
+        m = chunks * k;
+    }
+    for (int j = threadIdx.x; j < k; j += blockDim.x) ids[(int64_t)r * k + j] = si[j], vals[(int64_t)r * k + j] = sv[j];
+}
+
+void qwc_topk(qwc *c, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k, void *work) {
+    if (n_rows <= 0 || n <= 0 || k <= 0) return;
+    cudaStream_t st = qwc_stream(c);
+    const int64_t chunks = (n + TK_CHUNK - 1) / TK_CHUNK, m = chunks * k; /* per row */
+    float *av = (float *)work;
+    int32_t *ai = (int32_t *)(av + n_rows * m);
+    float *bv = (float *)(ai + n_rows * m);
+    int32_t *bi = (int32_t *)(bv + n_rows * m);
+    k_topk_chunks<<<dim3((unsigned)((chunks + 3) / 4), (unsigned)n_rows), 128, 0, st>>>(x, n, chunks, k, av, ai);
+    QWC_LAUNCHED();
+    k_topk_merge<<<n_rows, 1024, 0, st>>>(av, ai, bv, bi, m, k, ids, vals);
+    QWC_LAUNCHED();
+}
+
+static void cu_topk(const qw_backend *be, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k,
+                    void *work) {
+    qwc_topk(qwc_of(be), ids, vals, x, n_rows, n, k, work);
+}
+
+/* The device's topk has not run on a GPU yet (its test is tests/gpu/t_cuda_ops.c): until it has, sessions on the
+ * GPU bring the logits to the host for sampling, as before. */
+#define QWC_TOPK_ON 0
+
 void qwc_model_ops_fill(qw_backend *t) {
     t->argmax = cu_argmax;
+    t->topk = QWC_TOPK_ON ? cu_topk : NULL;
     t->hc_read = cu_hc_read;
     t->hc_inject = cu_hc_inject;
     t->ple_rows = cu_ple_rows;

@@ -388,6 +388,28 @@ void qw_op_ple_rows(const qw_backend *be, int64_t *rows, const int32_t *tokens, 
     qw_ple_hash(rows, tokens, hist, n_tok, ngram_n, n_heads, eos, mult, prime, offset);
 }
 
+void qw_op_topk(const qw_backend *be, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k,
+                void *work) {
+    (void)be, (void)work;
+    for (int r = 0; r < n_rows; r++) {
+        const float *row = x + (int64_t)r * n;
+        int32_t *id = ids + (int64_t)r * k;
+        float *v = vals + (int64_t)r * k;
+        int m = 0; /* the best m so far, in order: each value goes in by insertion when it beats the last */
+        for (int64_t i = 0; i < n; i++) {
+            if (m == k && !qw_topk_better(row[i], i, v[k - 1], id[k - 1])) continue;
+            int j = m < k ? m++ : k - 1;
+            while (j > 0 && qw_topk_better(row[i], i, v[j - 1], id[j - 1])) {
+                v[j] = v[j - 1];
+                id[j] = id[j - 1];
+                j--;
+            }
+            v[j] = row[i];
+            id[j] = (int32_t)i;
+        }
+    }
+}
+
 void qw_op_argmax(const qw_backend *be, int32_t *out, const float *x, int n_rows, int64_t n) {
     (void)be;
     for (int r = 0; r < n_rows; r++) {

@@ -55,6 +55,8 @@ void qw_op_ple_hist_push(const qw_backend *be, int32_t *hist, const int32_t *tok
 void qw_op_ple_gather(const qw_backend *be, float *e, const int64_t *rows, int64_t n, const qw_tensor *chunks,
                       int n_chunks, int64_t chunk_rows, int prefetch);
 void qw_op_argmax(const qw_backend *be, int32_t *out, const float *x, int n_rows, int64_t n);
+void qw_op_topk(const qw_backend *be, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k,
+                void *work);
 void qw_op_ple_gate(const qw_backend *be, float *G, const float *K, const float *Q, const float *V, int n_tok, int C,
                     int H);
 

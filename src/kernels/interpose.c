@@ -23,7 +23,7 @@ enum {
     I_MATMUL, I_MATMUL_BATCH, I_GET_ROWS, I_STORE_ROWS, I_COPY_STRIDED, I_RMS_NORM, I_RMS_NORM_GROUPED, I_L2_NORM,
     I_SILU, I_SIGMOID, I_MUL, I_AXPY, I_DIVIDE, I_ACT_MUL, I_ROPE_TABLE, I_ROPE, I_ATTENTION, I_QSA_KEYS, I_QSA_SELECT,
     I_CONV1D_DW, I_GDN_GATE, I_DELTA_RULE, I_MOE_ROUTE, I_MOE_FFN, I_HC_READ, I_HC_INJECT, I_PLE_ROWS,
-    I_PLE_HIST_PUSH, I_PLE_GATHER, I_PLE_GATE, I_ARGMAX, I_COUNT
+    I_PLE_HIST_PUSH, I_PLE_GATHER, I_PLE_GATE, I_ARGMAX, I_TOPK, I_COUNT
 };
 
 static const char *const names[I_COUNT] = {
@@ -31,7 +31,7 @@ static const char *const names[I_COUNT] = {
     "matmul", "matmul_batch", "get_rows", "store_rows", "copy_strided", "rms_norm", "rms_norm_grouped", "l2_norm",
     "silu", "sigmoid", "mul", "axpy", "divide", "act_mul", "rope_table", "rope", "attention", "qsa_keys", "qsa_select",
     "conv1d_dw", "gdn_gate", "delta_rule", "moe_route", "moe_ffn", "hc_read", "hc_inject", "ple_rows",
-    "ple_hist_push", "ple_gather", "ple_gate", "argmax"};
+    "ple_hist_push", "ple_gather", "ple_gate", "argmax", "topk"};
 
 _Static_assert((int)I_MATMUL == (int)QW_OP_FIRST, "ops.h's QW_OP_FIRST is the index of matmul");
 
@@ -191,6 +191,10 @@ static void x_ple_gather(const qw_backend *be, float *e, const int64_t *rows, in
 static void x_argmax(const qw_backend *be, int32_t *out, const float *x, int n_rows, int64_t n) {
     WRAP(I_ARGMAX, in->argmax(tb, out, x, n_rows, n));
 }
+static void x_topk(const qw_backend *be, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k,
+                   void *work) {
+    WRAP(I_TOPK, in->topk(tb, ids, vals, x, n_rows, n, k, work));
+}
 static void x_ple_gate(const qw_backend *be, float *G, const float *K, const float *Q, const float *V, int n_tok, int C,
                        int H) {
     WRAP(I_PLE_GATE, in->ple_gate(tb, G, K, Q, V, n_tok, C, H));
@@ -239,6 +243,7 @@ qw_backend *qw_backend_interpose(const qw_backend *inner, const qw_backend_hooks
         {I_PLE_GATHER, n->ple_gather == qw_op_ple_gather},
         {I_PLE_GATE, n->ple_gate == qw_op_ple_gate},
         {I_ARGMAX, n->argmax == qw_op_argmax},
+        {I_TOPK, n->topk == qw_op_topk},
     };
     for (size_t i = 0; i < sizeof(comp) / sizeof(comp[0]); i++)
         if (comp[i].is) I->composite |= 1ull << comp[i].i;
@@ -286,6 +291,7 @@ qw_backend *qw_backend_interpose(const qw_backend *inner, const qw_backend_hooks
         .ple_gather = x_ple_gather,
         .ple_gate = x_ple_gate,
         .argmax = x_argmax,
+        .topk = inner->topk ? x_topk : NULL,
         .release = x_release,
     };
     return &I->be;

@@ -209,6 +209,12 @@ struct qw_backend {
     /* out[r] = the index of the largest of x[r][0..n) for r < n_rows, the lowest index among equal values (as
      * the greedy sampler): greedy drafts without the logits leaving the backend. */
     void (*argmax)(const qw_backend *be, int32_t *out, const float *x, int n_rows, int64_t n);
+    /* ids[r][0..k), vals[r][0..k) = the k largest of x[r][0..n) for r < n_rows, largest first, among equal values
+     * the lower index first, a NaN below every number (qw_topk_better); 1 <= k <= QW_TOPK_MAX, k <= n; work:
+     * qw_topk_work(n_rows, n, k) bytes of backend memory. Optional (NULL: the caller brings the logits to the host
+     * instead): sampling from the top candidates without the logits leaving the backend. */
+    void (*topk)(const qw_backend *be, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k,
+                 void *work);
 
     /* ---- graphs (optional: NULL where a backend has none, as on the CPU, and under an interposer) */
     /* The ops issued between graph_begin and graph_end are recorded, not run; graph_end returns them as a graph
@@ -222,6 +228,18 @@ struct qw_backend {
     /* ---- the backend object */
     void (*release)(qw_backend *be); /* frees the backend (NULL: a static table) */
 };
+
+#define QW_TOPK_MAX 64
+/* The order of topk: a before b (values a, b at indices ia, ib). */
+static inline int qw_topk_better(float a, int64_t ia, float b, int64_t ib) {
+    if (a != a) return b != b && ia < ib;
+    if (b != b) return 1;
+    return a > b || (a == b && ia < ib);
+}
+/* topk's work: two rounds of candidates, k of each 512 values */
+static inline size_t qw_topk_work(int n_rows, int64_t n, int k) {
+    return (size_t)n_rows * (size_t)((n + 511) / 512) * (size_t)k * 2 * (sizeof(float) + sizeof(int32_t)) + 256;
+}
 
 /* Reference dot product of row r (length n) of any weight type with f32 x, accumulated in double:
  * the oracle for every optimised dot kernel, and the fallback for types a backend does not handle. */

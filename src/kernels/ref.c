@@ -243,6 +243,7 @@ static const qw_backend ref_backend = {
     .ple_rows = qw_op_ple_rows,
     .ple_hist_push = qw_op_ple_hist_push,
     .argmax = qw_op_argmax,
+    .topk = qw_op_topk,
     .ple_gather = qw_op_ple_gather,
     .ple_gate = qw_op_ple_gate,
 };

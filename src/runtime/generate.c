@@ -168,6 +168,16 @@ static int take_token(gen_state *g, int32_t t, int n_past) {
     return res->reason != QWENC_STOP_NONE;
 }
 
+/* The token drawn after a qwenc_session_forward_topk step: from its n top candidates, or (when they cannot decide)
+ * from the whole logits, fetched into logits; the draw qwenc_sampler_sample makes from the whole logits. */
+static int32_t sample_top(qwenc_session *s, qwenc_sampler *smp, const int32_t *ids, const float *lg, int n, float *logits,
+                          qwenc_status *st, char *err, size_t errlen) {
+    int32_t x = qwenc_sampler_sample_top(smp, ids, lg, n);
+    if (x >= 0) return x;
+    *st = qwenc_session_last_logits(s, logits, err, errlen);
+    return *st ? -1 : qwenc_sampler_sample(smp, logits);
+}
+
 qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_sampler *smp, const int32_t *prompt,
                             int n_prompt, const qwenc_gen_params *gp, qwenc_text_fn on_text, void *user,
                             qwenc_gen_result *result, char *err, size_t errlen) {
@@ -215,8 +225,11 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
 
     double t0 = now_s();
     int greedy = qwenc_sampler_is_greedy(smp); /* then the arg max is taken where the model runs */
-    int32_t first = -1;
+    int topn = greedy ? 0 : qwenc_sampler_top_k(smp); /* else, with top-k, the top candidates are */
+    int32_t first = -1, tids[QWENC_MAX_TOPK];
+    float tlg[QWENC_MAX_TOPK];
     g.st = greedy ? qwenc_session_forward_argmax(s, prompt, n_prompt, &first, err, errlen)
+           : topn ? qwenc_session_forward_topk(s, prompt, n_prompt, topn, tids, tlg, err, errlen)
                   : qwenc_session_forward(s, prompt, n_prompt, logits, 0, err, errlen);
     res->n_prompt = n_prompt;
     res->prompt_s = now_s() - t0;
@@ -225,7 +238,11 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
     int32_t toks[QWENC_MAX_DRAFT + 1];
     draft_auto ad = {{0}, {0}};
     int done = g.st || res->reason != QWENC_STOP_NONE;
-    if (!done) done = take_token(&g, greedy ? first : qwenc_sampler_sample(smp, logits), qwenc_session_n_past(s));
+    if (!done) {
+        int32_t x = greedy ? first : topn ? sample_top(s, smp, tids, tlg, topn, logits, &g.st, err, errlen)
+                                          : qwenc_sampler_sample(smp, logits);
+        done = g.st || take_token(&g, x, qwenc_session_n_past(s));
+    }
     while (!done) {
         int32_t t = res->unfed;
         int past0 = qwenc_session_n_past(s), k = 0;
@@ -247,10 +264,14 @@ qwenc_status qwenc_generate(qwenc_session *s, const qwenc_tokenizer *tok, qwenc_
         if (k == 0) {
             int32_t x = -1;
             g.st = greedy ? qwenc_session_forward_argmax(s, &t, 1, &x, err, errlen)
+                   : topn ? qwenc_session_forward_topk(s, &t, 1, topn, tids, tlg, err, errlen)
                           : qwenc_session_forward(s, &t, 1, logits, 0, err, errlen);
             if (g.st) break;
             res->unfed = -1;
-            done = take_token(&g, greedy ? x : qwenc_sampler_sample(smp, logits), past0 + 1);
+            if (!greedy) x = topn ? sample_top(s, smp, tids, tlg, topn, logits, &g.st, err, errlen)
+                                  : qwenc_sampler_sample(smp, logits);
+            if (g.st) break;
+            done = take_token(&g, x, past0 + 1);
             continue;
         }
         /* verify: each position sampled as without drafting; the first that differs from the draft ends it */

@@ -136,6 +136,8 @@ static void select_first(cand *c, int n, int k) {
     }
 }
 
+static int cut(qwenc_sampler *s, int n);
+
 /* The candidates a draw is made from: s->c[0..n) with weights s->prob[0..n) (not normalised), n returned;
  * greedy: -1 - the arg max. */
 static int candidates(qwenc_sampler *s, const float *logits) {
@@ -181,6 +183,13 @@ static int candidates(qwenc_sampler *s, const float *logits) {
         n = p->top_k;
         select_first(s->c, V, n);
     }
+    return cut(s, n);
+}
+
+/* The first n candidates (those top-k keeps; logits divided by the temperature) sorted, weighed and cut by top-p
+ * and min-p: the count left. */
+static int cut(qwenc_sampler *s, int n) {
+    const qwenc_sampler_params *p = &s->p;
     qsort(s->c, (size_t)n, sizeof(cand), cand_cmp);
     double sum = 0;
     for (int i = 0; i < n; i++) sum += s->prob[i] = expf(s->c[i].logit - s->c[0].logit);
@@ -202,9 +211,8 @@ static int candidates(qwenc_sampler *s, const float *logits) {
     return n;
 }
 
-int32_t qwenc_sampler_sample(qwenc_sampler *s, const float *logits) {
-    int n = candidates(s, logits);
-    if (n < 0) return -1 - n;
+/* a draw from the first n candidates' weights */
+static int32_t draw_candidates(qwenc_sampler *s, int n) {
     double sum = 0;
     for (int i = 0; i < n; i++) sum += s->prob[i];
     double r = rng_uniform(s->rng) * sum, acc = 0;
@@ -213,6 +221,36 @@ int32_t qwenc_sampler_sample(qwenc_sampler *s, const float *logits) {
         if (r < acc) return s->c[i].id;
     }
     return s->c[n - 1].id;
+}
+
+int32_t qwenc_sampler_sample(qwenc_sampler *s, const float *logits) {
+    int n = candidates(s, logits);
+    if (n < 0) return -1 - n;
+    return draw_candidates(s, n);
+}
+
+int qwenc_sampler_top_k(const qwenc_sampler *s) {
+    const qwenc_sampler_params *p = &s->p;
+    int penalties = (p->repeat_penalty != 1.0f && p->repeat_last_n != 0) || p->frequency_penalty != 0 ||
+                    p->presence_penalty != 0;
+    if (p->temperature <= 0 || penalties || p->top_k <= 0 || p->top_k >= s->n_vocab || p->top_k + 1 > QWENC_MAX_TOPK)
+        return 0;
+    return p->top_k + 1;
+}
+
+int32_t qwenc_sampler_sample_top(qwenc_sampler *s, const int32_t *ids, const float *logits, int n) {
+    const qwenc_sampler_params *p = &s->p;
+    int k = p->top_k;
+    if (n != qwenc_sampler_top_k(s) || n < 2) return -1;
+    /* the top k of the divided logits are the first k unless the k-th and the next divide to equal values (the
+     * division keeps the order, and can only make values equal) */
+    if (!(logits[k - 1] / p->temperature != logits[k] / p->temperature)) return -1;
+    for (int i = 0; i < k; i++) {
+        if (ids[i] < 0 || ids[i] >= s->n_vocab) return -1;
+        s->c[i].id = ids[i];
+        s->c[i].logit = logits[i] / p->temperature;
+    }
+    return draw_candidates(s, cut(s, k));
 }
 
 int qwenc_sampler_is_greedy(const qwenc_sampler *s) {

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "blocks/blocks.h"
+#include "kernels/composite.h"
 #include "kernels/cpu.h"
 #include "runtime/profile.h"
 
@@ -104,12 +105,21 @@ static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_ba
         for (int r = 0; r < T; r++)
             if (seqs[r]->mtp) be->copy(be, seqs[r]->mtp_hid + W, f.mtp_hidden + r * W, (size_t)W * sizeof(float));
     float *lg = NULL;
-    if (want_logits && first_logit < T) { /* want_logits 2: in the arena, and their last row's arg max into s->best */
+    if (want_logits && first_logit < T) { /* want_logits 2: in the arena, and their last row's arg max into s->best;
+                                            * 3 (one row): in s->top_logits, and its top k into s->top_out */
         int n = T - first_logit;
         const float *h = hidden + (int64_t)first_logit * hp->n_embd;
-        lg = be->host_memory && want_logits == 1 ? host_logits : qw_arena_f32(&s->arena, (size_t)n * hp->n_vocab);
+        lg = be->host_memory && want_logits == 1 ? host_logits
+             : want_logits == 3 && n == 1 ? s->top_logits
+                                          : qw_arena_f32(&s->arena, (size_t)n * hp->n_vocab);
         be->matmul(be, lg, m->output, h, n);
-        if (want_logits == 2) be->argmax(be, s->best, lg + (int64_t)(n - 1) * hp->n_vocab, 1, hp->n_vocab);
+        const float *last = lg + (int64_t)(n - 1) * hp->n_vocab;
+        if (want_logits == 2) be->argmax(be, s->best, last, 1, hp->n_vocab);
+        if (want_logits == 3) {
+            int k = s->topk_k;
+            void *work = qw_arena_alloc(&s->arena, qw_topk_work(1, hp->n_vocab, k));
+            be->topk(be, s->top_out, (float *)(s->top_out + k), last, 1, hp->n_vocab, k, work);
+        }
     }
     /* the PLE hash history: the last ngram_n-1 ids */
     if (hp->ngram_n > 1) {
@@ -191,7 +201,7 @@ static void graphs_free(qwenc_session *s) {
         }
     qw_step_graph *few[2] = {s->gr_head, s->gr_one};
     for (int l = 0; l < 2; l++)
-        for (int i = 0; i < (l ? 3 : 2); i++) {
+        for (int i = 0; i < (l ? 4 : 2); i++) {
             if (few[l][i].g) be->graph_free(be, few[l][i].g);
             memset(&few[l][i], 0, sizeof(qw_step_graph));
         }
@@ -228,6 +238,10 @@ static size_t plan_scratch(qwenc_session *s) {
     qw_arena_init_measure(&s->arena);
     step_ops(s, NULL, dry, s->n_batch, NULL, NULL, 1, 0, 0);
     step_ops(s, NULL, dry, s->n_batch, NULL, NULL, 2, s->n_batch - 1, 0);
+    if (s->top_out) { /* a top-k step with the largest k */
+        s->topk_k = QWENC_MAX_TOPK;
+        step_ops(s, NULL, dry, s->n_batch, NULL, NULL, 3, s->n_batch - 1, 0);
+    }
     if (s->mtp) mtp_ops(s, dry, s->n_batch, NULL, NULL, NULL, 1);
     dry->release(dry);
     return QW_MAX(s->arena.high_water, (size_t)64);
@@ -266,6 +280,12 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
                 !(s->best = be->alloc(be, sizeof(int32_t), QW_MEM_ACT)) ||
                 !(s->tokens = be->alloc(be, (size_t)s->n_batch * sizeof(int32_t), QW_MEM_ACT))))
         st = qw_err(err, errlen, QWENC_ERR_NOMEM, "session: out of memory allocating the step's inputs");
+    if (!st && be->topk && !be->host_memory &&
+        (!(s->top_logits = be->alloc(be, (size_t)m->hp.n_vocab * sizeof(float), QW_MEM_ACT)) ||
+         !(s->top_out = be->alloc(be, 2 * QWENC_MAX_TOPK * sizeof(int32_t), QW_MEM_ACT))))
+        st = qw_err(err, errlen, QWENC_ERR_NOMEM, "session: out of memory allocating the top-k step's outputs");
+    if (!st && be->host_memory && !(s->top_logits = qw_malloc((size_t)m->hp.n_vocab, sizeof(float))))
+        st = qw_err_nomem(err, errlen, "session: the last logits", (size_t)m->hp.n_vocab, sizeof(float));
     if (!st && s->mtp) {
         size_t W = (size_t)qw_mtp_width(&m->hp);
         if (!(s->mtp_hid = be->alloc(be, (size_t)(s->n_batch + 1) * W * sizeof(float), QW_MEM_STATE)) ||
@@ -298,6 +318,9 @@ void qwenc_session_free(qwenc_session *s) {
     const qw_backend *be = s->model->be;
     graphs_free(s);
     be->free(be, s->best);
+    if (be->host_memory) free(s->top_logits);
+    else be->free(be, s->top_logits);
+    be->free(be, s->top_out);
     qw_prof_free(s->prof);
     be->free(be, s->scratch);
     be->free(be, s->tokens);
@@ -326,6 +349,7 @@ void qwenc_session_reset(qwenc_session *s) {
     s->lost = 0;
     s->draft_n = 0;
     s->mtp_j = 0;
+    s->top_valid = 0;
 }
 
 int qwenc_session_n_past(const qwenc_session *s) { return s->n_past; }
@@ -335,15 +359,21 @@ int qwenc_session_n_ctx(const qwenc_session *s) { return s->n_ctx; }
  * backend with graphs, a one-token step is recorded once (graphed: after one has run op by op, so every weight
  * it reads is on the device) and replayed: its ops are the same at every position; so are draft steps by size. */
 static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *logits, int first_logit, int draft,
-                         int32_t *best) {
+                         int32_t *best, int32_t *top) {
     double t0 = s->prof ? qw_prof_now() : 0;
     const qw_backend *be = s->be;
     const qw_hparams *hp = &s->model->hp;
     qw_step step = {.pos0 = s->n_past};
     be->upload(be, s->step, &step, sizeof(step));
     be->upload(be, s->tokens, tokens, (size_t)T * sizeof(int32_t));
-    int want = best ? 2 : logits != NULL;
+    int want = best ? 2 : top ? 3 : logits != NULL;
     float *lg = NULL;
+    s->top_valid = 0;
+    if (top && s->gr_topk_k != s->topk_k) { /* the recorded top-k step is of another k */
+        if (s->gr_one[3].g) be->graph_free(be, s->gr_one[3].g);
+        memset(&s->gr_one[3], 0, sizeof(qw_step_graph));
+        s->gr_topk_k = s->topk_k;
+    }
     if (T == 1 && !draft) {
         step_args a = {.T = 1, .want = want, .first_logit = first_logit, .host_logits = logits};
         lg = graphed(s, &s->gr_one[want], run_step_ops, &a);
@@ -354,18 +384,21 @@ static void forward_step(qwenc_session *s, const int32_t *tokens, int T, float *
         lg = step_ops(s, NULL, be, T, NULL, logits, want, first_logit, draft);
     }
     if (best) be->download(be, best, s->best, sizeof(int32_t));
+    else if (top) be->download(be, top, s->top_out, 2 * (size_t)s->topk_k * sizeof(int32_t));
     else if (lg && logits && !be->host_memory)
         be->download(be, logits, lg, (size_t)(T - first_logit) * hp->n_vocab * sizeof(float));
     if (!draft) mtp_catch_up(s, tokens, T, s->n_past); /* a draft step's: when its tokens are accepted */
     be->sync(be);
     s->n_past += T;
     s->mtp_j = 0;
+    s->top_valid = top != NULL;
     if (s->prof) qw_prof_step(s->prof, T, qw_prof_now() - t0);
 }
 
-/* qwenc_session_forward, or with best its arg max variant (logits NULL, logits_all 0). */
+/* qwenc_session_forward, or with best its arg max variant, with top its top-k variant (s->topk_k: k ids then k
+ * values) (logits NULL, logits_all 0). */
 static qwenc_status forward_tokens(qwenc_session *s, const int32_t *tokens, int n_tokens, float *logits,
-                                   int logits_all, int32_t *best, char *err, size_t errlen) {
+                                   int logits_all, int32_t *best, int32_t *top, char *err, size_t errlen) {
     const qw_hparams *hp = &s->model->hp;
     if (n_tokens <= 0) return qw_err(err, errlen, QWENC_ERR_ARG, "forward: no tokens given");
     for (int i = 0; i < n_tokens; i++)
@@ -386,9 +419,9 @@ static qwenc_status forward_tokens(qwenc_session *s, const int32_t *tokens, int 
         int T = QW_MIN(s->n_batch, n_tokens - i);
         int last = i + T == n_tokens;
         if (logits_all)
-            forward_step(s, tokens + i, T, logits ? logits + (int64_t)i * hp->n_vocab : NULL, 0, 0, NULL);
+            forward_step(s, tokens + i, T, logits ? logits + (int64_t)i * hp->n_vocab : NULL, 0, 0, NULL, NULL);
         else
-            forward_step(s, tokens + i, T, last ? logits : NULL, T - 1, 0, last ? best : NULL);
+            forward_step(s, tokens + i, T, last ? logits : NULL, T - 1, 0, last ? best : NULL, last ? top : NULL);
         if (qw_cpu_scratch_failures() != failed) {
             s->lost = 1;
             return qw_err(err, errlen, QWENC_ERR_NOMEM,
@@ -401,13 +434,58 @@ static qwenc_status forward_tokens(qwenc_session *s, const int32_t *tokens, int 
 
 qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int n_tokens, float *logits,
                                    int logits_all, char *err, size_t errlen) {
-    return forward_tokens(s, tokens, n_tokens, logits, logits_all, NULL, err, errlen);
+    s->top_valid = 0;
+    return forward_tokens(s, tokens, n_tokens, logits, logits_all, NULL, NULL, err, errlen);
 }
 
 qwenc_status qwenc_session_forward_argmax(qwenc_session *s, const int32_t *tokens, int n_tokens, int32_t *best,
                                           char *err, size_t errlen) {
     if (!best) return qw_err(err, errlen, QWENC_ERR_ARG, "forward_argmax: no place for the token given");
-    return forward_tokens(s, tokens, n_tokens, NULL, 0, best, err, errlen);
+    s->top_valid = 0;
+    return forward_tokens(s, tokens, n_tokens, NULL, 0, best, NULL, err, errlen);
+}
+
+qwenc_status qwenc_session_forward_topk(qwenc_session *s, const int32_t *tokens, int n_tokens, int k, int32_t *ids,
+                                        float *logits, char *err, size_t errlen) {
+    const qwenc_model *m = s->model;
+    if (!ids || !logits) return qw_err(err, errlen, QWENC_ERR_ARG, "forward_topk: no place for the ids and logits");
+    if (k < 1 || k > QWENC_MAX_TOPK || k > m->hp.n_vocab)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "forward_topk: k must be in [1, %d] and at most the vocabulary (%d), "
+                      "got %d", QWENC_MAX_TOPK, m->hp.n_vocab, k);
+    s->top_valid = 0;
+    qwenc_status st;
+    if (s->top_out) { /* chosen where the model runs: k ids and k values come back */
+        int32_t out[2 * QWENC_MAX_TOPK];
+        s->topk_k = k;
+        st = forward_tokens(s, tokens, n_tokens, NULL, 0, NULL, out, err, errlen);
+        if (!st) {
+            memcpy(ids, out, (size_t)k * sizeof(int32_t));
+            memcpy(logits, out + k, (size_t)k * sizeof(float));
+        }
+        return st;
+    }
+    if (!s->top_logits) { /* a device backend without the op: the logits come to the host */
+        float *lg = qw_malloc((size_t)m->hp.n_vocab, sizeof(float));
+        if (!lg) return qw_err_nomem(err, errlen, "forward_topk: the logits", (size_t)m->hp.n_vocab, sizeof(float));
+        st = forward_tokens(s, tokens, n_tokens, lg, 0, NULL, NULL, err, errlen);
+        if (!st) qw_op_topk(NULL, ids, logits, lg, 1, m->hp.n_vocab, k, NULL);
+        free(lg);
+        return st;
+    }
+    st = forward_tokens(s, tokens, n_tokens, s->top_logits, 0, NULL, NULL, err, errlen); /* host memory */
+    if (!st) {
+        qw_op_topk(NULL, ids, logits, s->top_logits, 1, m->hp.n_vocab, k, NULL);
+        s->top_valid = 1;
+    }
+    return st;
+}
+
+qwenc_status qwenc_session_last_logits(qwenc_session *s, float *logits, char *err, size_t errlen) {
+    if (!s->top_valid)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "last_logits: no qwenc_session_forward_topk step is the last one");
+    if (s->be->host_memory) memcpy(logits, s->top_logits, (size_t)s->model->hp.n_vocab * sizeof(float));
+    else s->be->download(s->be, logits, s->top_logits, (size_t)s->model->hp.n_vocab * sizeof(float));
+    return QWENC_OK;
 }
 
 /* ---- draft steps (qwenc.h): what a step of up to QWENC_MAX_DRAFT + 1 tokens keeps to take tokens back */
@@ -487,7 +565,7 @@ qwenc_status qwenc_session_forward_draft(qwenc_session *s, const int32_t *tokens
     be->copy(be, s->draft_hist, s->ple_hist, 8 * sizeof(int32_t));
     s->draft_past = s->n_past;
     unsigned long failed = qw_cpu_scratch_failures();
-    forward_step(s, tokens, n_tokens, logits, 0, 1, NULL);
+    forward_step(s, tokens, n_tokens, logits, 0, 1, NULL, NULL);
     if (qw_cpu_scratch_failures() != failed) {
         s->lost = 1;
         return qw_err(err, errlen, QWENC_ERR_NOMEM,
@@ -689,6 +767,7 @@ qwenc_status qwenc_session_snapshot(const qwenc_session *s, qwenc_snapshot **out
 }
 
 qwenc_status qwenc_session_restore(qwenc_session *s, const qwenc_snapshot *snap, char *err, size_t errlen) {
+    s->top_valid = 0;
     if (snap->model != s->model)
         return qw_err(err, errlen, QWENC_ERR_ARG, "restore: the snapshot is of another model");
     if (s->draft_n) return qw_err(err, errlen, QWENC_ERR_ARG, "restore: a draft step awaits qwenc_session_accept");
@@ -789,7 +868,7 @@ qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const i
         return qw_err(err, errlen, QWENC_ERR_NOMEM,
                       "forward_batch: the kernels ran out of memory for their scratch; the sessions' states are lost");
     }
-    for (int i = 0; i < n; i++) sessions[i]->n_past++, sessions[i]->mtp_j = 0;
+    for (int i = 0; i < n; i++) sessions[i]->n_past++, sessions[i]->mtp_j = 0, sessions[i]->top_valid = 0;
     return QWENC_OK;
 }
 

@@ -52,6 +52,12 @@ struct qwenc_session {
     qw_arena arena;          /* over scratch */
     struct qw_prof *prof;    /* qwenc_session_profile's timing table, or NULL */
     int32_t *best;           /* [1] the arg max of a step's last logits (qwenc_session_forward_argmax) */
+    /* qwenc_session_forward_topk on a backend with its own memory and a topk op: the step's last logits (they stay
+     * for qwenc_session_last_logits) and the k ids then k values; topk_k the k of the step being run and of gr_one[3] */
+    float *top_logits;       /* [n_vocab] backend memory; on a backend with host memory, host memory */
+    int32_t *top_out;        /* [2 * QWENC_MAX_TOPK] */
+    int topk_k, gr_topk_k;
+    int top_valid;           /* top_logits hold the last step's logits */
     int batch_planned;       /* the most sessions a batched step run in this session's scratch has been planned for */
     int lost;                /* a step failed half-way (out of memory): the state is unusable until a reset */
     /* a draft step not yet accepted (draft_n > 0): its tokens, the position and PLE token history before it */
@@ -68,10 +74,11 @@ struct qwenc_session {
     float *mtp_chain;        /* [qw_mtp_width] the last head step's output hidden */
     int32_t *mtp_tok;        /* [n_batch] the head's input tokens */
     int32_t *mtp_best;       /* [1] the arg max of the head's last logits */
-    /* a backend with graphs: one-token steps without logits, with them, and with their arg max only (gr_one);
+    /* a backend with graphs: one-token steps without logits, with them, with their arg max only and with their top k
+     * only (gr_one);
      * the steps of speculative decoding by their number of tokens (draft steps, the head's catch-up rows,
      * accept's replay of n kept tokens) and the head's first and later steps */
-    qw_step_graph gr_one[3];
+    qw_step_graph gr_one[4];
     qw_step_graph gr_draft[QWENC_MAX_DRAFT + 2], gr_catch[QWENC_MAX_DRAFT + 2], gr_accept[QWENC_MAX_DRAFT + 2];
     qw_step_graph gr_head[2];
 };

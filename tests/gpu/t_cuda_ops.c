@@ -413,6 +413,38 @@ static void test_hc_ple(void) {
     for (int c = 0; c < 3; c++) free(blocks[c]);
 }
 
+/* the device's topk (model_ops.cu) against the reference's, the same ids and value bits: rows of a vocabulary's
+ * width (random, a repeated value across the k-th place, NaN and -inf), k = 1, 41, 64; and a row of fewer values
+ * than a chunk. */
+void qwc_topk(void *c, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k, void *work);
+static void test_topk(void) {
+    printf("topk\n");
+    static const int ks[] = {1, 41, 64};
+    int rows = 3;
+    int64_t n = 248320;
+    float *x = rvec((size_t)rows * n, 1);
+    for (int64_t i = 0; i < 100; i++) x[1 * n + i * 997] = 7.0f; /* ties across the top */
+    for (int64_t i = 0; i < n; i += 1009) x[2 * n + i] = i % 2 ? NAN : -INFINITY;
+    float *dx = dev(x, (size_t)rows * n * 4);
+    for (int q = 0; q < 4; q++) {
+        int k = q < 3 ? ks[q] : 64;
+        int64_t nn = q < 3 ? n : 300; /* one row of 300 values: one chunk */
+        int nr = q < 3 ? rows : 1;
+        int32_t want_i[3 * 64], *di = dev(NULL, sizeof(want_i));
+        float want_v[3 * 64], *dv = dev(NULL, sizeof(want_v));
+        void *work = dev(NULL, qw_topk_work(nr, nn, k));
+        R->topk(R, want_i, want_v, x, nr, nn, k, NULL);
+        qwc_topk(G, di, dv, q < 3 ? dx : dev(x, (size_t)nn * 4), nr, nn, k, work);
+        int32_t *gi = back(di, (size_t)nr * k * 4);
+        float *gv = back(dv, (size_t)nr * k * 4);
+        CHECK(same(gi, want_i, (size_t)nr * k * 4) && same(gv, want_v, (size_t)nr * k * 4),
+              "topk k %d over %lld values: ids or values differ from the reference (first id %d, want %d)", k,
+              (long long)nn, gi[0], want_i[0]);
+        free(gi), free(gv);
+    }
+    free(x);
+}
+
 static void test_argmax(void) {
     printf("argmax\n");
     /* rows of a vocabulary's width: random, with the largest value repeated (the lower index wins), at the end,
@@ -455,6 +487,7 @@ int main(void) {
     test_moe();
     test_hc_ple();
     test_argmax();
+    test_topk();
     G->release(G); /* the test's device buffers go with the process */
     return test_summary();
 }
