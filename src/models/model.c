@@ -51,7 +51,9 @@ static qwenc_status model_backend(qwenc_model *m, const qwenc_model_params *mp, 
  * integer kernels (cuda/quant.cu, mvq_kernel) are checked on the host (tests/t_qkernels.c: q8dot.h against the
  * CPU's integer reference) and have their GPU tests (tests/gpu/t_cuda_quant.c), which have not run on a GPU yet:
  * until they have, the GPU keeps f32 activations for every weight type. */
+#ifndef CUDA_Q8_ACTIVATIONS /* tests/gpu/trial.sh builds with 1 */
 #define CUDA_Q8_ACTIVATIONS 0
+#endif
 
 static void cuda_activations(qw_backend *gpu, const qwenc_model_params *mp) {
     qw_backend_cuda_set_q8_activations(gpu, CUDA_Q8_ACTIVATIONS && !mp->f32_activations);
