@@ -54,6 +54,9 @@ struct qwc {
     size_t region_bytes;
     int q8;        /* quantized weights meet 8-bit activations */
     void *q8_buf;  /* their buffer, Q8_BYTES */
+    int q8_keep;   /* the next product reads the x of the one before (qwc_q8_keep) */
+    const float *q8_x; /* what q8_buf holds: the rounding of these rows */
+    int64_t q8_ldx, q8_cols, q8_rows;
 };
 
 #define Q8_BYTES ((size_t)4 << 20) /* 104,857 blocks of 32: 16 tokens of 209,712 columns, 64 pairs of 52,428 */
@@ -67,6 +70,17 @@ int qwc_q8_on(const qwc *c) { return c->q8 && c->q8_buf; }
 void *qwc_q8_buf(qwc *c, size_t *bytes) {
     *bytes = c->q8_buf ? Q8_BYTES : 0;
     return c->q8_buf;
+}
+
+void qwc_q8_keep(qwc *c, int on) {
+    c->q8_keep = on;
+    if (!on) c->q8_x = NULL; /* a chain starts: nothing held counts until a product of it rounds its x */
+}
+int qwc_q8_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    return c->q8_keep && c->q8_x == x && c->q8_ldx == ldx && c->q8_cols == cols && c->q8_rows == n_rows;
+}
+void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    c->q8_x = x, c->q8_ldx = ldx, c->q8_cols = cols, c->q8_rows = n_rows;
 }
 
 int qwc_capture_spoil(qwc *c) {

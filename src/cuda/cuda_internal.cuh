@@ -51,6 +51,12 @@ int qwc_q8_on(const qwc *c);
 /* The device buffer of the 8-bit activations (*bytes its size: fixed, made with the backend, so recorded graphs
  * keep its address); NULL when there is none. */
 void *qwc_q8_buf(qwc *c, size_t *bytes);
+/* Products that read the same x in a row (a matmul_batch's jobs, the MoE's gate and up): keep 0 starts a chain
+ * (forgets what the buffer holds), keep 1 lets a product of the chain use the buffer's rounding again when an
+ * earlier one rounded the same rows (qwc_q8_same); qwc_q8_note records what it holds. */
+void qwc_q8_keep(qwc *c, int on);
+int qwc_q8_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
+void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
 
 /* ---- quant.cu: weights of every type qwenc reads (F32, F16, BF16 and the 10 block-quantized types of
  * tensor/quant.h), dequantized on the device exactly as tensor/quant.c and quant_k.c do on the host (the same

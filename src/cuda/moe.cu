@@ -226,8 +226,11 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
         const void **mats = (const void **)(w + l.mats);
         k_moe_pairs<<<R, 256, 0, st>>>(mats, xin, x, sel, expert_table(c, experts, E), R, k, E, (int)H);
         QWC_LAUNCHED();
+        qwc_q8_keep(c, 0);
         qwc_matmul_pairs(c, g, mats, experts[0].gate.type, I, H, xin, H, R);
+        qwc_q8_keep(c, 1); /* up reads gate's x */
         qwc_matmul_pairs(c, u, mats + R, experts[0].up.type, I, H, xin, H, R);
+        qwc_q8_keep(c, 0);
         be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
         qwc_matmul_pairs(c, out, mats + 2 * R, experts[0].down.type, H, I, g, I, R);
     } else {

@@ -17,8 +17,14 @@ static void cu_matmul(const qw_backend *be, float *y, const qw_tensor *w, const 
     qwc_matmul(c, y, &d, x, n_tok);
 }
 
+/* the jobs in turn; a job reading the x of the one before uses its 8-bit rounding again (the integer path) */
 static void cu_matmul_batch(const qw_backend *be, const qw_matmul_job *jobs, int n_jobs) {
-    for (int j = 0; j < n_jobs; j++) cu_matmul(be, jobs[j].y, jobs[j].w, jobs[j].x, jobs[j].n_tok);
+    qwc *c = qwc_of(be);
+    for (int j = 0; j < n_jobs; j++) {
+        qwc_q8_keep(c, j > 0 && jobs[j].x == jobs[j - 1].x && jobs[j].n_tok == jobs[j - 1].n_tok);
+        cu_matmul(be, jobs[j].y, jobs[j].w, jobs[j].x, jobs[j].n_tok);
+    }
+    qwc_q8_keep(c, 0);
 }
 
 static void cu_get_rows(const qw_backend *be, float *y, const qw_tensor *w, const int32_t *ids, int n) {

@@ -1002,9 +1002,11 @@ template <int T> const qw_q8a *q8_rows(qwc *c, const float *x, int64_t ldx, int6
     qw_q8a *xq = (qw_q8a *)qwc_q8_buf(c, &cap);
     const int64_t nb = cols / 32;
     if (!xq || (size_t)(nb * n_rows) * sizeof(qw_q8a) > cap) return NULL;
+    if (qwc_q8_same(c, x, ldx, cols, n_rows)) return xq; /* the product before rounded the same x */
     const int64_t warps = nb * n_rows;
     k_q8a<<<(unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c)>>>(x, ldx, nb, n_rows, xq);
     QWC_LAUNCHED();
+    qwc_q8_note(c, x, ldx, cols, n_rows);
     return xq;
 }
 

@@ -16,6 +16,7 @@
 #include "cuda/cuda.h"
 #include "kernels/composite.h"
 #include "kernels/ops.h"
+#include "tensor/quant.h"
 #include "../test_util.h"
 
 static const qw_backend *R;
@@ -413,6 +414,45 @@ static void test_hc_ple(void) {
     for (int c = 0; c < 3; c++) free(blocks[c]);
 }
 
+/* With 8-bit activations (the integer path): a matmul_batch whose jobs read one x rounds it once and gives the bits
+ * of each job as a matmul of its own (which rounds it again): Q4_K, Q8_0 and Q6_K weights, 1 and 3 tokens, a job
+ * with another x in between. */
+static void test_q8_batch(void) {
+    printf("matmul_batch with 8-bit activations\n");
+    enum { ROWS = 96, COLS = 512, NJ = 4 };
+    static const qw_type types[NJ] = {QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q6_K, QW_TYPE_Q4_K};
+    void *wq[NJ];
+    qw_tensor w[NJ];
+    for (int j = 0; j < NJ; j++) {
+        float *wf = rvec((size_t)ROWS * COLS, 1);
+        size_t rb = qw_type_row_size(types[j], COLS);
+        wq[j] = malloc(rb * ROWS);
+        for (int r = 0; r < ROWS; r++) qw_quantize(types[j], wf + (size_t)r * COLS, (char *)wq[j] + rb * r, COLS);
+        free(wf);
+        w[j] = (qw_tensor){.name = "w", .data = wq[j], .type = types[j], .n_dims = 2, .shape = {ROWS, COLS}};
+    }
+    qw_backend_cuda_set_q8_activations(G, 1);
+    for (int nt = 1; nt <= 3; nt += 2) {
+        float *x1 = rvec((size_t)nt * COLS, 1), *x2 = rvec((size_t)nt * COLS, 1);
+        float *dx1 = dev(x1, (size_t)nt * COLS * 4), *dx2 = dev(x2, (size_t)nt * COLS * 4);
+        float *dy = dev(NULL, (size_t)NJ * nt * ROWS * 4), *dz = dev(NULL, (size_t)NJ * nt * ROWS * 4);
+        const float *xs[NJ] = {dx1, dx1, dx2, dx2}; /* jobs 0, 1 share x1; 2, 3 share x2 */
+        qw_matmul_job jobs[NJ];
+        for (int j = 0; j < NJ; j++) jobs[j] = (qw_matmul_job){dy + (size_t)j * nt * ROWS, &w[j], xs[j], nt};
+        G->matmul_batch(G, jobs, NJ);
+        for (int j = 0; j < NJ; j++) G->matmul(G, dz + (size_t)j * nt * ROWS, &w[j], xs[j], nt);
+        float *y = back(dy, (size_t)NJ * nt * ROWS * 4), *z = back(dz, (size_t)NJ * nt * ROWS * 4);
+        CHECK(same(y, z, (size_t)NJ * nt * ROWS * 4), "matmul_batch with 8-bit activations, %d tokens: not the bits of "
+              "the jobs' own matmuls", nt);
+        int finite = 1;
+        for (int i = 0; i < NJ * nt * ROWS; i++) finite &= isfinite(y[i]) && y[i] != 0;
+        CHECK(finite, "matmul_batch with 8-bit activations, %d tokens: a zero or non-finite output", nt);
+        free(y), free(z), free(x1), free(x2);
+    }
+    qw_backend_cuda_set_q8_activations(G, 0);
+    for (int j = 0; j < NJ; j++) free(wq[j]);
+}
+
 /* the device's topk (model_ops.cu) against the reference's, the same ids and value bits: rows of a vocabulary's
  * width (random, a repeated value across the k-th place, NaN and -inf), k = 1, 41, 64; and a row of fewer values
  * than a chunk. */
@@ -488,6 +528,7 @@ int main(void) {
     test_hc_ple();
     test_argmax();
     test_topk();
+    test_q8_batch();
     G->release(G); /* the test's device buffers go with the process */
     return test_summary();
 }
