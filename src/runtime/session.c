@@ -280,11 +280,12 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
                 !(s->best = be->alloc(be, sizeof(int32_t), QW_MEM_ACT)) ||
                 !(s->tokens = be->alloc(be, (size_t)s->n_batch * sizeof(int32_t), QW_MEM_ACT))))
         st = qw_err(err, errlen, QWENC_ERR_NOMEM, "session: out of memory allocating the step's inputs");
-    if (!st && be->topk && !be->host_memory &&
+    s->top_host = !be->topk || be->host_memory; /* the top k chosen on the host from logits in host memory */
+    if (!st && !s->top_host &&
         (!(s->top_logits = be->alloc(be, (size_t)m->hp.n_vocab * sizeof(float), QW_MEM_ACT)) ||
          !(s->top_out = be->alloc(be, 2 * QWENC_MAX_TOPK * sizeof(int32_t), QW_MEM_ACT))))
         st = qw_err(err, errlen, QWENC_ERR_NOMEM, "session: out of memory allocating the top-k step's outputs");
-    if (!st && be->host_memory && !(s->top_logits = qw_malloc((size_t)m->hp.n_vocab, sizeof(float))))
+    if (!st && s->top_host && !(s->top_logits = qw_malloc((size_t)m->hp.n_vocab, sizeof(float))))
         st = qw_err_nomem(err, errlen, "session: the last logits", (size_t)m->hp.n_vocab, sizeof(float));
     if (!st && s->mtp) {
         size_t W = (size_t)qw_mtp_width(&m->hp);
@@ -318,7 +319,7 @@ void qwenc_session_free(qwenc_session *s) {
     const qw_backend *be = s->model->be;
     graphs_free(s);
     be->free(be, s->best);
-    if (be->host_memory) free(s->top_logits);
+    if (s->top_host) free(s->top_logits);
     else be->free(be, s->top_logits);
     be->free(be, s->top_out);
     qw_prof_free(s->prof);
@@ -464,15 +465,8 @@ qwenc_status qwenc_session_forward_topk(qwenc_session *s, const int32_t *tokens,
         }
         return st;
     }
-    if (!s->top_logits) { /* a device backend without the op: the logits come to the host */
-        float *lg = qw_malloc((size_t)m->hp.n_vocab, sizeof(float));
-        if (!lg) return qw_err_nomem(err, errlen, "forward_topk: the logits", (size_t)m->hp.n_vocab, sizeof(float));
-        st = forward_tokens(s, tokens, n_tokens, lg, 0, NULL, NULL, err, errlen);
-        if (!st) qw_op_topk(NULL, ids, logits, lg, 1, m->hp.n_vocab, k, NULL);
-        free(lg);
-        return st;
-    }
-    st = forward_tokens(s, tokens, n_tokens, s->top_logits, 0, NULL, NULL, err, errlen); /* host memory */
+    /* else the logits come to the host (a backend with host memory, or one without the op) */
+    st = forward_tokens(s, tokens, n_tokens, s->top_logits, 0, NULL, NULL, err, errlen);
     if (!st) {
         qw_op_topk(NULL, ids, logits, s->top_logits, 1, m->hp.n_vocab, k, NULL);
         s->top_valid = 1;
@@ -483,7 +477,7 @@ qwenc_status qwenc_session_forward_topk(qwenc_session *s, const int32_t *tokens,
 qwenc_status qwenc_session_last_logits(qwenc_session *s, float *logits, char *err, size_t errlen) {
     if (!s->top_valid)
         return qw_err(err, errlen, QWENC_ERR_ARG, "last_logits: no qwenc_session_forward_topk step is the last one");
-    if (s->be->host_memory) memcpy(logits, s->top_logits, (size_t)s->model->hp.n_vocab * sizeof(float));
+    if (s->top_host) memcpy(logits, s->top_logits, (size_t)s->model->hp.n_vocab * sizeof(float));
     else s->be->download(s->be, logits, s->top_logits, (size_t)s->model->hp.n_vocab * sizeof(float));
     return QWENC_OK;
 }

@@ -54,7 +54,8 @@ struct qwenc_session {
     int32_t *best;           /* [1] the arg max of a step's last logits (qwenc_session_forward_argmax) */
     /* qwenc_session_forward_topk on a backend with its own memory and a topk op: the step's last logits (they stay
      * for qwenc_session_last_logits) and the k ids then k values; topk_k the k of the step being run and of gr_one[3] */
-    float *top_logits;       /* [n_vocab] backend memory; on a backend with host memory, host memory */
+    float *top_logits;       /* [n_vocab] backend memory, or with top_host host memory */
+    int top_host;            /* the top k is chosen on the host (a backend with host memory or without the op) */
     int32_t *top_out;        /* [2 * QWENC_MAX_TOPK] */
     int topk_k, gr_topk_k;
     int top_valid;           /* top_logits hold the last step's logits */
