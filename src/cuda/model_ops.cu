@@ -172,12 +172,6 @@ static void cu_argmax(const qw_backend *be, int32_t *out, const float *x, int n_
  * one chunk's are left (31k -> 3.9k -> 512 -> 64 candidates for 248k values and k = 64). */
 constexpr int TK_E = 16, TK_CHUNK = 32 * TK_E;
 
-__device__ __forceinline__ bool tk_better(float a, int ia, float b, int ib) {
-    if (a != a) return b != b && ia < ib;
-    if (b != b) return true;
-    return a > b || (a == b && ia < ib);
-}
-
 /* the warp's best k of candidates [base, base + cnt) of (v, ids: NULL = the index) into ov/oi[0..k) */
 __device__ void tk_warp(const float *v, const int32_t *ids, int64_t base, int64_t cnt, int k, float *ov, int32_t *oi) {
     const int lane = threadIdx.x & 31;
@@ -194,12 +188,12 @@ __device__ void tk_warp(const float *v, const int32_t *ids, int64_t base, int64_
         int bi = ci[0];
 #pragma unroll
         for (int e = 1; e < TK_E; e++)
-            if (tk_better(cv[e], ci[e], bv, bi)) bv = cv[e], bi = ci[e];
+            if (qw_topk_better(cv[e], ci[e], bv, bi)) bv = cv[e], bi = ci[e];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             const float ovv = __shfl_xor_sync(0xffffffffu, bv, o);
             const int oii = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (tk_better(ovv, oii, bv, bi)) bv = ovv, bi = oii;
+            if (qw_topk_better(ovv, oii, bv, bi)) bv = ovv, bi = oii;
         }
         if (lane == 0) ov[j] = bv, oi[j] = bi;
 #pragma unroll

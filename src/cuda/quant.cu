@@ -1045,18 +1045,8 @@ template <int T> struct op_matmul {
         const int64_t row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
         if (n_tok <= MV_MAX_TOK) {
             const qw_q8a *xq = q8_type<T>() ? q8_rows<T>(c, x, cols, cols, n_tok) : NULL;
-            if constexpr (q8_type<T>()) if (xq) {
-                mvq_args q = {};
-                q.w = w;
-                q.rows = rows;
-                q.row_bytes = row_bytes;
-                q.ng = cols / 32;
-                q.xq = xq;
-                q.xq_tok = q.ng;
-                q.y = y;
-                q.y_tok = rows;
-                q.n_tok = n_tok;
-                mvq_launch<T>(c, q, 1);
+            if constexpr (q8_type<T>()) if (xq) { /* tokens cols / 32 blocks apart */
+                mvq_launch<T>(c, mvq_args{w, NULL, rows, row_bytes, cols / 32, xq, cols / 32, 0, y, rows, 0, 0, n_tok}, 1);
                 return;
             }
             for (int t0 = 0; t0 < n_tok; t0 += MV_PASS_TOK) {
@@ -1109,18 +1099,9 @@ template <int T> struct op_pairs {
                     int64_t x_stride, int n_pairs) {
         const int64_t row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
         const qw_q8a *xq = q8_type<T>() ? q8_rows<T>(c, x, x_stride, cols, x_stride ? n_pairs : 1) : NULL;
-        if constexpr (q8_type<T>()) if (xq) {
-            mvq_args q = {};
-            q.mats = mats;
-            q.rows = rows;
-            q.row_bytes = row_bytes;
-            q.ng = cols / 32;
-            q.xq = xq;
-            q.xq_pair = x_stride ? q.ng : 0;
-            q.y = y;
-            q.y_pair = rows;
-            q.n_tok = 1;
-            mvq_launch<T>(c, q, n_pairs);
+        if constexpr (q8_type<T>()) if (xq) { /* pairs cols / 32 blocks apart, or all one x */
+            const int64_t ng = cols / 32;
+            mvq_launch<T>(c, mvq_args{NULL, mats, rows, row_bytes, ng, xq, 0, x_stride ? ng : 0, y, 0, rows, 0, 1}, n_pairs);
             return;
         }
         mv_args a = {};

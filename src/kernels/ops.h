@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/hostdev.h"
 #include "tensor/tensor.h"
 
 typedef struct qw_backend qw_backend;
@@ -230,8 +231,8 @@ struct qw_backend {
 };
 
 #define QW_TOPK_MAX 64
-/* The order of topk: a before b (values a, b at indices ia, ib). */
-static inline int qw_topk_better(float a, int64_t ia, float b, int64_t ib) {
+/* The order of topk: a before b (values a, b at indices ia, ib); the CUDA kernel's too. */
+static inline QW_HOST_DEVICE int qw_topk_better(float a, int64_t ia, float b, int64_t ib) {
     if (a != a) return b != b && ia < ib;
     if (b != b) return 1;
     return a > b || (a == b && ia < ib);

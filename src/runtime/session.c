@@ -435,14 +435,12 @@ static qwenc_status forward_tokens(qwenc_session *s, const int32_t *tokens, int 
 
 qwenc_status qwenc_session_forward(qwenc_session *s, const int32_t *tokens, int n_tokens, float *logits,
                                    int logits_all, char *err, size_t errlen) {
-    s->top_valid = 0;
     return forward_tokens(s, tokens, n_tokens, logits, logits_all, NULL, NULL, err, errlen);
 }
 
 qwenc_status qwenc_session_forward_argmax(qwenc_session *s, const int32_t *tokens, int n_tokens, int32_t *best,
                                           char *err, size_t errlen) {
     if (!best) return qw_err(err, errlen, QWENC_ERR_ARG, "forward_argmax: no place for the token given");
-    s->top_valid = 0;
     return forward_tokens(s, tokens, n_tokens, NULL, 0, best, NULL, err, errlen);
 }
 
