@@ -203,23 +203,25 @@ __device__ void tk_warp(const float *v, const int32_t *ids, int64_t base, int64_
 }
 
 /* grid (chunks / 4, rows), 4 warps a block: chunk c of row r into cv/ci[(r * chunks + c) * k ..] */
-__global__ void k_topk_chunks(const float *x, int64_t n, int64_t chunks, int k, float *cv, int32_t *ci) {
+__global__ void __launch_bounds__(128)
+    k_topk_chunks(const float *x, int64_t n, int64_t chunks, int k, float *cv, int32_t *ci) {
     const int64_t c = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5), r = blockIdx.y;
     if (c >= chunks) return;
     const int64_t base = c * TK_CHUNK, o = (r * chunks + c) * k;
     tk_warp(x + r * n, NULL, base, n - base < TK_CHUNK ? n - base : TK_CHUNK, k, cv + o, ci + o);
 }
 
-/* one block of 32 warps per row: rounds over the row's m candidates (a[], then b[], ...) until one chunk's k remain */
-__global__ void k_topk_merge(float *av, int32_t *ai, float *bv, int32_t *bi, int64_t m0, int k, int32_t *ids,
-                             float *vals) {
+/* one block of 16 warps per row (1024 threads would not have the registers tk_warp needs): rounds over the row's m
+ * candidates (a[], then b[], ...) until one chunk's k remain */
+__global__ void __launch_bounds__(512)
+    k_topk_merge(float *av, int32_t *ai, float *bv, int32_t *bi, int64_t m0, int k, int32_t *ids, float *vals) {
     const int warp = threadIdx.x >> 5, r = blockIdx.x;
     float *sv = av + r * m0, *dv = bv + r * m0;
     int32_t *si = ai + r * m0, *di = bi + r * m0;
     int64_t m = m0;
     while (m > k) {
         const int64_t chunks = (m + TK_CHUNK - 1) / TK_CHUNK;
-        for (int64_t c = warp; c < chunks; c += 32) {
+        for (int64_t c = warp; c < chunks; c += 16) {
             const int64_t base = c * TK_CHUNK;
             tk_warp(sv, si, base, m - base < TK_CHUNK ? m - base : TK_CHUNK, k, dv + c * k, di + c * k);
         }
@@ -242,7 +244,7 @@ void qwc_topk(qwc *c, int32_t *ids, float *vals, const float *x, int n_rows, int
     int32_t *bi = (int32_t *)(bv + n_rows * m);
     k_topk_chunks<<<dim3((unsigned)((chunks + 3) / 4), (unsigned)n_rows), 128, 0, st>>>(x, n, chunks, k, av, ai);
     QWC_LAUNCHED();
-    k_topk_merge<<<n_rows, 1024, 0, st>>>(av, ai, bv, bi, m, k, ids, vals);
+    k_topk_merge<<<n_rows, 512, 0, st>>>(av, ai, bv, bi, m, k, ids, vals);
     QWC_LAUNCHED();
 }
 
@@ -254,7 +256,7 @@ static void cu_topk(const qw_backend *be, int32_t *ids, float *vals, const float
 /* The device's topk has not run on a GPU yet (its test is tests/gpu/t_cuda_ops.c): until it has, sessions on the
  * GPU bring the logits to the host for sampling, as before. */
 #ifndef QWC_TOPK_ON /* tests/gpu/trial.sh builds with 1 */
-#define QWC_TOPK_ON 0
+#define QWC_TOPK_ON 1
 #endif
 
 void qwc_model_ops_fill(qw_backend *t) {

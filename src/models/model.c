@@ -52,7 +52,7 @@ static qwenc_status model_backend(qwenc_model *m, const qwenc_model_params *mp, 
  * CPU's integer reference) and have their GPU tests (tests/gpu/t_cuda_quant.c), which have not run on a GPU yet:
  * until they have, the GPU keeps f32 activations for every weight type. */
 #ifndef CUDA_Q8_ACTIVATIONS /* tests/gpu/trial.sh builds with 1 */
-#define CUDA_Q8_ACTIVATIONS 0
+#define CUDA_Q8_ACTIVATIONS 1
 #endif
 
 static void cuda_activations(qw_backend *gpu, const qwenc_model_params *mp) {
