@@ -120,12 +120,16 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     }
     be->silu(be, c, (int64_t)T * ch);
 
-    float *q = qw_arena_f32(f->ar, (size_t)T * kd), *k = qw_arena_f32(f->ar, (size_t)T * kd);
-    float *v = qw_arena_f32(f->ar, (size_t)T * vd);
-    qw_copy_layout qk = {{kd, T, 1, 1}, {1, kd, 0, 0}, {1, ch, 0, 0}}, vl = {{vd, T, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
-    be->copy_strided(be, q, c, &qk);
-    be->copy_strided(be, k, c + kd, &qk);
-    be->copy_strided(be, v, c + 2 * kd, &vl);
+    float *q = c, *k = c + kd, *v = c + 2 * kd; /* one token's q, k and v lie apart in c already */
+    if (T > 1) {
+        q = qw_arena_f32(f->ar, (size_t)T * kd), k = qw_arena_f32(f->ar, (size_t)T * kd);
+        v = qw_arena_f32(f->ar, (size_t)T * vd);
+        qw_copy_layout qk = {{kd, T, 1, 1}, {1, kd, 0, 0}, {1, ch, 0, 0}};
+        qw_copy_layout vl = {{vd, T, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
+        be->copy_strided(be, q, c, &qk);
+        be->copy_strided(be, k, c + kd, &qk);
+        be->copy_strided(be, v, c + 2 * kd, &vl);
+    }
     be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
     be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f);
     float *g = a; /* in place: g = -exp(A_log) * softplus(a + dt_bias) */

@@ -11,33 +11,28 @@ extern "C" {
 
 /* ---------------------------------------------------------------- hyper-connections */
 
-__global__ void k_hc_read(float *a, const float *m, int n_tok, int C, int H) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)n_tok * H) return;
+/* threads [0, n_tok H): a[t] = (1/C) sum_s m[t][s]; the next n_inj: inj = 2 sigmoid(inj / C) (one launch for both) */
+__global__ void k_hc_read(float *a, const float *m, float *inj, int n_tok, int C, int H, int64_t n_inj) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, n = (int64_t)n_tok * H;
+    if (i >= n) {
+        if (i - n < n_inj) {
+            float v = inj[i - n] / (float)C;
+            v = 1.0f / (1.0f + qwc_expd(-v));
+            inj[i - n] = v * 2.0f;
+        }
+        return;
+    }
     int64_t t = i / H, d = i % H, CH = (int64_t)C * H;
     float s = 0;
     for (int c = 0; c < C; c++) s += m[t * CH + (int64_t)c * H + d];
     a[i] = s / (float)C;
 }
 
-__global__ void k_hc_inj(float *inj, int64_t n, int C) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float v = inj[i] / (float)C;
-    v = 1.0f / (1.0f + qwc_expd(-v));
-    inj[i] = v * 2.0f;
-}
-
 static void cu_hc_read(const qw_backend *be, float *a, const float *m, float *inj, int n_tok, int C, int H) {
-    cudaStream_t st = qwc_stream(qwc_of(be));
-    int64_t n = (int64_t)n_tok * H;
+    const int64_t n = (int64_t)n_tok * H, n_inj = inj ? (int64_t)n_tok * C : 0;
     if (n <= 0) return;
-    k_hc_read<<<qwc_blocks(n, 256), 256, 0, st>>>(a, m, n_tok, C, H);
+    k_hc_read<<<qwc_blocks(n + n_inj, 256), 256, 0, qwc_stream(qwc_of(be))>>>(a, m, inj, n_tok, C, H, n_inj);
     QWC_LAUNCHED();
-    if (inj) {
-        k_hc_inj<<<qwc_blocks((int64_t)n_tok * C, 256), 256, 0, st>>>(inj, (int64_t)n_tok * C, C);
-        QWC_LAUNCHED();
-    }
 }
 
 __global__ void k_hc_inject(float *X, const float *inj, const float *y, int n_tok, int C, int H) {
