@@ -23,8 +23,7 @@ void qw_hc_forward(const qw_fwd *f, const qw_hc_w *w, const float *X, float *a, 
     be->divide(be, u, (float)C, (int64_t)T * r);
     be->silu(be, u, (int64_t)T * r);
     be->matmul(be, m, w->up, u, T);
-    be->act_mul(be, m, m, xn, (int64_t)T * CH, QW_ACT_SIGMOID);
-    be->hc_read(be, a, m, inj, T, C, H);
+    be->hc_read(be, a, m, xn, inj, T, C, H); /* the gates sigma(m) on the normalised streams, summed */
     qw_arena_restore(f->ar, mk);
 }
 

@@ -22,6 +22,7 @@
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_head, int n_head_kv,
                 int hd, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step) {
+    QWC_PDL_ENTRY();
     __shared__ float qs[ATT_MAX_HD];
     __shared__ float acc_sh[ATT_WARPS][ATT_MAX_HD];
     __shared__ float m_sh[ATT_WARPS], l_sh[ATT_WARPS];
@@ -82,8 +83,8 @@ static void cu_attention(const qw_backend *be, float *out, const float *q, int q
     (void)work;
     if (hd > ATT_MAX_HD) qwc_die(__FILE__, __LINE__, "attention", "head dimension above 512");
     if (n_tok <= 0) return;
-    k_attention<<<n_tok * n_head, ATT_WARPS * 32, 0, qwc_stream(qwc_of(be))>>>(out, q, q_stride, kc, vc, n_head,
-                                                                               n_head_kv, hd, scale, sel, sel_off, step);
+    qwc_launch(k_attention, n_tok * n_head, ATT_WARPS * 32, 0, qwc_stream(qwc_of(be)), out, q, q_stride, kc, vc, n_head,
+               n_head_kv, hd, scale, sel, sel_off, step);
     QWC_LAUNCHED();
 }
 
@@ -95,6 +96,7 @@ static size_t cu_attention_work(const qw_backend *be, int n_ctx, int hd) {
 /* ---------------------------------------------------------------- QSA keys */
 
 __global__ void k_qsa_raw(float *raw, const float *key_rows, int64_t key_stride, int n_tok, int ihd, const qw_step *step) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n_tok * ihd) return;
     int t = (int)(i / ihd), d = (int)(i % ihd);
@@ -104,6 +106,7 @@ __global__ void k_qsa_raw(float *raw, const float *key_rows, int64_t key_stride,
 /* block blockIdx.x of those the step may complete: pooled, normed, rotated */
 __global__ void k_qsa_pool(float *raw, float *blk, int n_tok, int ihd, int R, const float *k_norm, float eps,
                            const float *inv_freq, int n_rot, const qw_step *step) {
+    QWC_PDL_ENTRY();
     __shared__ double sh[32];
     extern __shared__ float kb[]; /* [ihd] */
     int pos0 = step->pos0, b = pos0 / R + blockIdx.x;
@@ -142,10 +145,10 @@ static void cu_qsa_keys(const qw_backend *be, float *raw, float *blk, const floa
     cudaStream_t st = qwc_stream(c);
     int64_t n = (int64_t)n_tok * ihd;
     if (n <= 0) return;
-    k_qsa_raw<<<qwc_blocks(n, 256), 256, 0, st>>>(raw, key_rows, key_stride, n_tok, ihd, step);
+    qwc_launch(k_qsa_raw, qwc_blocks(n, 256), 256, 0, st, raw, key_rows, key_stride, n_tok, ihd, step);
     QWC_LAUNCHED();
-    k_qsa_pool<<<n_tok / R + 1, 128, (size_t)ihd * sizeof(float), st>>>(raw, blk, n_tok, ihd, R, qwc_wf(c, k_norm, ihd),
-                                                                        eps, qwc_wf(c, inv_freq, n_rot / 2), n_rot, step);
+    qwc_launch(k_qsa_pool, n_tok / R + 1, 128, (size_t)ihd * sizeof(float), st, raw, blk, n_tok, ihd, R,
+               qwc_wf(c, k_norm, ihd), eps, qwc_wf(c, inv_freq, n_rot / 2), n_rot, step);
     QWC_LAUNCHED();
 }
 
@@ -153,6 +156,7 @@ static void cu_qsa_keys(const qw_backend *be, float *raw, float *blk, const floa
 
 /* the offsets of every query's positions: min(n_b, topk) blocks of R, then the tail */
 __global__ void k_qsa_offsets(int32_t *sel_off, int n_tok, int R, int topk, const qw_step *step) {
+    QWC_PDL_ENTRY();
     if (threadIdx.x || blockIdx.x) return;
     int64_t n = 0;
     for (int t = 0; t < n_tok; t++) {
@@ -166,6 +170,7 @@ __global__ void k_qsa_offsets(int32_t *sel_off, int n_tok, int R, int topk, cons
 /* one block per query: scores of its blocks, the top topk marked, positions written in block order */
 __global__ void k_qsa_select(int32_t *sel, const int32_t *sel_off, const float *q, int64_t q_stride, const float *blk,
                              int n_head, int ihd, int R, int topk, const qw_step *step) {
+    QWC_PDL_ENTRY();
     extern __shared__ float score[]; /* [n_b] scores, then [n_b] chosen flags */
     __shared__ float best_s[32];
     __shared__ int best_b[32];
@@ -240,12 +245,12 @@ static void cu_qsa_select(const qw_backend *be, int32_t *sel, int32_t *sel_off, 
                           const qw_step *step) {
     (void)work;
     cudaStream_t st = qwc_stream(qwc_of(be));
-    k_qsa_offsets<<<1, 1, 0, st>>>(sel_off, n_tok, R, topk, step);
+    qwc_launch(k_qsa_offsets, 1, 1, 0, st, sel_off, n_tok, R, topk, step);
     QWC_LAUNCHED();
     /* shared memory for the most blocks a query of this session may see: set by qsa_select_work */
     int max_blocks = qwc_qsa_max_blocks(qwc_of(be));
     size_t sh = (size_t)max_blocks * (sizeof(float) + 1) + 16;
-    k_qsa_select<<<n_tok, 256, sh, st>>>(sel, sel_off, q, q_stride, blk, n_head, ihd, R, topk, step);
+    qwc_launch(k_qsa_select, n_tok, 256, sh, st, sel, sel_off, q, q_stride, blk, n_head, ihd, R, topk, step);
     QWC_LAUNCHED();
 }
 

@@ -333,6 +333,7 @@ extern "C" int qw_cuda_available(char *desc, size_t n) {
 
 /* every 16 bytes of the buffer read once, summed so that nothing is left out */
 __global__ void k_read(const uint4 *p, size_t n, unsigned *out) {
+    QWC_PDL_ENTRY();
     unsigned acc = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         uint4 v = p[i];
@@ -361,7 +362,7 @@ extern "C" double qw_backend_cuda_read_bandwidth(const qw_backend *be) {
     double best = 0;
     for (int pass = 0; pass < 6; pass++) {
         QWC_CHECK(cudaEventRecord(a, c->stream));
-        k_read<<<p.multiProcessorCount * 8, 512, 0, c->stream>>>((const uint4 *)buf, bytes / 16, out);
+        qwc_launch(k_read, p.multiProcessorCount * 8, 512, 0, c->stream, (const uint4 *)buf, bytes / 16, out);
         QWC_CHECK(cudaEventRecord(b, c->stream));
         QWC_CHECK(cudaEventSynchronize(b));
         float ms = 0;

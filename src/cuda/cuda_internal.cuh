@@ -13,6 +13,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "kernels/ops.h"
@@ -90,5 +91,38 @@ void qwc_topk(qwc *c, int32_t *ids, float *vals, const float *x, int n_rows, int
 void qwc_fill_random(qwc *c, uint8_t *d, qw_type type, size_t bytes, uint64_t seed);
 
 } /* extern "C" */
+
+/*
+ * Programmatic dependent launch (sm_90 and later): every kernel is launched with qwc_launch and opens with
+ * QWC_PDL_ENTRY(), so the next kernel of the stream (or of a recorded graph) is set up on the device while this
+ * one runs and only its first instruction waits: griddepcontrol.wait returns once the kernel before has finished
+ * and its writes are visible, which is the order a plain launch gives; after it the kernel lets the next one be
+ * scheduled (launch_dependents), so no more than one kernel waits ahead. Nothing is read or written before the
+ * wait, so results are those of plain launches. QWENC_CUDA_PDL=0 in the environment launches plainly
+ * (qwc_pdl_on; to measure what it saves).
+ */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define QWC_PDL_ENTRY() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define QWC_PDL_ENTRY() ((void)0)
+#endif
+static inline int qwc_pdl_on(void) {
+    static int on = -1; /* the environment read once (per file: the same answer) */
+    if (on < 0) {
+        const char *e = getenv("QWENC_CUDA_PDL");
+        on = !(e && e[0] == '0');
+    }
+    return on;
+}
+template <class... P, class... A>
+void qwc_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args) {
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
+    cfg.attrs = &at, cfg.numAttrs = qwc_pdl_on() ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...); /* errors: QWC_LAUNCHED after it */
+}
 
 #endif

@@ -11,8 +11,11 @@ extern "C" {
 
 /* ---------------------------------------------------------------- hyper-connections */
 
-/* threads [0, n_tok H): a[t] = (1/C) sum_s m[t][s]; the next n_inj: inj = 2 sigmoid(inj / C) (one launch for both) */
-__global__ void k_hc_read(float *a, const float *m, float *inj, int n_tok, int C, int H, int64_t n_inj) {
+/* threads [0, n_tok H): a[t] = (1/C) sum_s m[t][s], or of sigmoid(m) * xn as k_act_mul forms it; the next n_inj:
+ * inj = 2 sigmoid(inj / C) (one launch for all) */
+__global__ void k_hc_read(float *a, const float *m, const float *xn, float *inj, int n_tok, int C, int H,
+                          int64_t n_inj) {
+    QWC_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, n = (int64_t)n_tok * H;
     if (i >= n) {
         if (i - n < n_inj) {
@@ -24,18 +27,26 @@ __global__ void k_hc_read(float *a, const float *m, float *inj, int n_tok, int C
     }
     int64_t t = i / H, d = i % H, CH = (int64_t)C * H;
     float s = 0;
-    for (int c = 0; c < C; c++) s += m[t * CH + (int64_t)c * H + d];
+    for (int c = 0; c < C; c++) {
+        const int64_t o = t * CH + (int64_t)c * H + d;
+        float v = m[o];
+        if (xn) v = 1.0f / (1.0f + qwc_expd(-v)) * xn[o];
+        s += v;
+    }
     a[i] = s / (float)C;
 }
 
-static void cu_hc_read(const qw_backend *be, float *a, const float *m, float *inj, int n_tok, int C, int H) {
+static void cu_hc_read(const qw_backend *be, float *a, float *m, const float *xn, float *inj, int n_tok, int C,
+                       int H) {
     const int64_t n = (int64_t)n_tok * H, n_inj = inj ? (int64_t)n_tok * C : 0;
     if (n <= 0) return;
-    k_hc_read<<<qwc_blocks(n + n_inj, 256), 256, 0, qwc_stream(qwc_of(be))>>>(a, m, inj, n_tok, C, H, n_inj);
+    qwc_launch(k_hc_read, qwc_blocks(n + n_inj, 256), 256, 0, qwc_stream(qwc_of(be)), a, m, xn, inj, n_tok, C, H,
+               n_inj);
     QWC_LAUNCHED();
 }
 
 __global__ void k_hc_inject(float *X, const float *inj, const float *y, int n_tok, int C, int H) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n_tok * C * H) return;
     int64_t d = i % H, tc = i / H, t = tc / C;
@@ -45,7 +56,7 @@ __global__ void k_hc_inject(float *X, const float *inj, const float *y, int n_to
 static void cu_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H) {
     int64_t n = (int64_t)n_tok * C * H;
     if (n <= 0) return;
-    k_hc_inject<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(X, inj, y, n_tok, C, H);
+    qwc_launch(k_hc_inject, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), X, inj, y, n_tok, C, H);
     QWC_LAUNCHED();
 }
 
@@ -58,6 +69,7 @@ typedef struct {
 /* one thread per (token, head) */
 __global__ void k_ple_rows(int64_t *rows, const int32_t *tokens, const int32_t *hist, int n_tok, int n, int nh,
                            int32_t eos, mults mult, const int64_t *prime, const int64_t *offset) {
+    QWC_PDL_ENTRY();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n_tok * nh) rows[i] = qw_ple_row(tokens, hist, i / nh, i % nh, n, nh, eos, mult.m, prime, offset);
 }
@@ -71,12 +83,13 @@ static void cu_ple_rows(const qw_backend *be, int64_t *rows, const int32_t *toke
     for (int i = 0; i < 8; i++) m.m[i] = i < ngram_n ? mult[i] : 0;
     const int64_t *dp = (const int64_t *)qwc_weight(c, prime, (size_t)n_heads * sizeof(int64_t));
     const int64_t *dof = (const int64_t *)qwc_weight(c, offset, (size_t)n_heads * sizeof(int64_t));
-    k_ple_rows<<<qwc_blocks((int64_t)n_tok * n_heads, 128), 128, 0, qwc_stream(c)>>>(rows, tokens, hist, n_tok, ngram_n,
-                                                                                    n_heads, eos, m, dp, dof);
+    qwc_launch(k_ple_rows, qwc_blocks((int64_t)n_tok * n_heads, 128), 128, 0, qwc_stream(c), rows, tokens, hist, n_tok,
+               ngram_n, n_heads, eos, m, dp, dof);
     QWC_LAUNCHED();
 }
 
 __global__ void k_ple_hist_push(int32_t *hist, const int32_t *tokens, int n_tok, int keep) {
+    QWC_PDL_ENTRY();
     if (threadIdx.x || blockIdx.x) return;
     int32_t all[16];
     int n = 0;
@@ -87,7 +100,7 @@ __global__ void k_ple_hist_push(int32_t *hist, const int32_t *tokens, int n_tok,
 
 static void cu_ple_hist_push(const qw_backend *be, int32_t *hist, const int32_t *tokens, int n_tok, int ngram_n) {
     if (ngram_n < 2 || ngram_n > 9) return;
-    k_ple_hist_push<<<1, 1, 0, qwc_stream(qwc_of(be))>>>(hist, tokens, n_tok, ngram_n - 1);
+    qwc_launch(k_ple_hist_push, 1, 1, 0, qwc_stream(qwc_of(be)), hist, tokens, n_tok, ngram_n - 1);
     QWC_LAUNCHED();
 }
 
@@ -108,6 +121,7 @@ static void cu_ple_gather(const qw_backend *be, float *e, const int64_t *rows, i
 
 /* one block per (token, stream): the gate from <K, Q> (a double sum), then G = gate * V */
 __global__ void k_ple_gate(float *G, const float *K, const float *Q, const float *V, int C, int H) {
+    QWC_PDL_ENTRY();
     __shared__ double sh[32];
     int w = blockIdx.x, t = w / C;
     const float *k = K + (int64_t)w * H, *q = Q + (int64_t)w * H;
@@ -126,12 +140,13 @@ __global__ void k_ple_gate(float *G, const float *K, const float *Q, const float
 static void cu_ple_gate(const qw_backend *be, float *G, const float *K, const float *Q, const float *V, int n_tok, int C,
                         int H) {
     if (n_tok <= 0) return;
-    k_ple_gate<<<n_tok * C, 256, 0, qwc_stream(qwc_of(be))>>>(G, K, Q, V, C, H);
+    qwc_launch(k_ple_gate, n_tok * C, 256, 0, qwc_stream(qwc_of(be)), G, K, Q, V, C, H);
     QWC_LAUNCHED();
 }
 
 /* one block per row: each thread the first largest of its strided share, then the block's by (value, lower index) */
 __global__ void k_argmax(int32_t *out, const float *x, int64_t n) {
+    QWC_PDL_ENTRY();
     __shared__ float sv[256];
     __shared__ int64_t si[256];
     const float *row = x + (int64_t)blockIdx.x * n;
@@ -156,7 +171,7 @@ __global__ void k_argmax(int32_t *out, const float *x, int64_t n) {
 
 static void cu_argmax(const qw_backend *be, int32_t *out, const float *x, int n_rows, int64_t n) {
     if (n_rows <= 0 || n <= 0) return;
-    k_argmax<<<n_rows, 256, 0, qwc_stream(qwc_of(be))>>>(out, x, n);
+    qwc_launch(k_argmax, n_rows, 256, 0, qwc_stream(qwc_of(be)), out, x, n);
     QWC_LAUNCHED();
 }
 
@@ -200,6 +215,7 @@ __device__ void tk_warp(const float *v, const int32_t *ids, int64_t base, int64_
 /* grid (chunks / 4, rows), 4 warps a block: chunk c of row r into cv/ci[(r * chunks + c) * k ..] */
 __global__ void __launch_bounds__(128)
     k_topk_chunks(const float *x, int64_t n, int64_t chunks, int k, float *cv, int32_t *ci) {
+    QWC_PDL_ENTRY();
     const int64_t c = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5), r = blockIdx.y;
     if (c >= chunks) return;
     const int64_t base = c * TK_CHUNK, o = (r * chunks + c) * k;
@@ -210,6 +226,7 @@ __global__ void __launch_bounds__(128)
  * candidates (a[], then b[], ...) until one chunk's k remain */
 __global__ void __launch_bounds__(512)
     k_topk_merge(float *av, int32_t *ai, float *bv, int32_t *bi, int64_t m0, int k, int32_t *ids, float *vals) {
+    QWC_PDL_ENTRY();
     const int warp = threadIdx.x >> 5, r = blockIdx.x;
     float *sv = av + r * m0, *dv = bv + r * m0;
     int32_t *si = ai + r * m0, *di = bi + r * m0;
@@ -237,9 +254,10 @@ void qwc_topk(qwc *c, int32_t *ids, float *vals, const float *x, int n_rows, int
     int32_t *ai = (int32_t *)(av + n_rows * m);
     float *bv = (float *)(ai + n_rows * m);
     int32_t *bi = (int32_t *)(bv + n_rows * m);
-    k_topk_chunks<<<dim3((unsigned)((chunks + 3) / 4), (unsigned)n_rows), 128, 0, st>>>(x, n, chunks, k, av, ai);
+    qwc_launch(k_topk_chunks, dim3((unsigned)((chunks + 3) / 4), (unsigned)n_rows), 128, 0, st, x, n, chunks, k, av,
+               ai);
     QWC_LAUNCHED();
-    k_topk_merge<<<n_rows, 512, 0, st>>>(av, ai, bv, bi, m, k, ids, vals);
+    qwc_launch(k_topk_merge, n_rows, 512, 0, st, av, ai, bv, bi, m, k, ids, vals);
     QWC_LAUNCHED();
 }
 

@@ -29,6 +29,7 @@ extern "C" {
 /* One warp per token: every lane holds experts lane, lane + 32, ...; the k rounds of the arg max are warp
  * shuffles (no block barrier per round). */
 __global__ void k_moe_route(int32_t *sel, float *wt, float *logits, int E, int k, int norm) {
+    QWC_PDL_ENTRY();
     extern __shared__ unsigned char taken[]; /* [E] */
     float *p = logits + (int64_t)blockIdx.x * E;
     const int lane = threadIdx.x;
@@ -78,7 +79,7 @@ __global__ void k_moe_route(int32_t *sel, float *wt, float *logits, int E, int k
 static void cu_moe_route(const qw_backend *be, int32_t *sel, float *wt, float *logits, int n_tok, int E, int k,
                          int norm) {
     if (n_tok <= 0) return;
-    k_moe_route<<<n_tok, 32, (size_t)E, qwc_stream(qwc_of(be))>>>(sel, wt, logits, E, k, norm);
+    qwc_launch(k_moe_route, n_tok, 32, (size_t)E, qwc_stream(qwc_of(be)), sel, wt, logits, E, k, norm);
     QWC_LAUNCHED();
 }
 
@@ -107,15 +108,18 @@ typedef struct {
 
 static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 
+/* Few rows (R <= PAIRS_MAX) have room for P = R + T pairs (the shared expert as one more pair per token, when it
+ * can go with the routed ones) and two copies of the input rows (gate and up as one product of 2P pairs); u follows
+ * g directly. */
 static moe_layout layout_of(int T, int k, int E, int H, int I, int Is) {
-    size_t R = (size_t)T * k, o = 0;
+    size_t R = (size_t)T * k, o = 0, P = R <= PAIRS_MAX && Is == I ? R + T : R, X = R <= PAIRS_MAX ? 2 * P : R;
     moe_layout l;
 #define PART(f, bytes) (l.f = o, o += up256(bytes))
-    PART(xin, R * H * sizeof(float));
-    PART(g, R * I * sizeof(float));
-    PART(u, R * I * sizeof(float));
-    PART(out, R * H * sizeof(float));
-    PART(mats, 3 * R * sizeof(void *));
+    PART(xin, X * H * sizeof(float));
+    PART(g, 2 * P * I * sizeof(float));
+    l.u = l.g + P * I * sizeof(float);
+    PART(out, P * H * sizeof(float));
+    PART(mats, 3 * P * sizeof(void *));
     PART(rowpos, R * sizeof(int32_t));
     PART(order, R * sizeof(int32_t));
     PART(offs, ((size_t)E + 1) * sizeof(int32_t));
@@ -132,23 +136,28 @@ static size_t cu_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, 
     return layout_of(n_tok, k, E, H, I, Is).total;
 }
 
-/* few rows: each pair's matrices and its token's row */
+/* few rows: pair p's matrices (gate mats[p], up mats[P + p], down mats[2P + p]) and its token's row (xin[p], and
+ * xin[P + p] when dup); pairs R .. P-1 are the shared expert's (sh: its gate, up and down), token p - R */
 __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, const int32_t *sel, const void *const *tab,
-                            int R, int k, int E, int H) {
+                            int R, int P, int k, int E, int H, const void *const *sh, int dup) {
+    QWC_PDL_ENTRY();
     int p = blockIdx.x;
-    if (p >= R) return;
-    int e = sel[p];
+    if (p >= P) return;
+    const int t = p < R ? p / k : p - R;
     if (threadIdx.x == 0) {
-        mats[p] = tab[e];
-        mats[R + p] = tab[E + e];
-        mats[2 * R + p] = tab[2 * E + e];
+        const int e = p < R ? sel[p] : 0;
+        for (int j = 0; j < 3; j++) mats[j * P + p] = p < R ? tab[j * E + e] : sh[j];
     }
-    const float *src = x + (int64_t)(p / k) * H;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) xin[(int64_t)p * H + i] = src[i];
+    const float *src = x + (int64_t)t * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        xin[(int64_t)p * H + i] = src[i];
+        if (dup) xin[(int64_t)(P + p) * H + i] = src[i];
+    }
 }
 
 /* many rows: expert e's rows in token order (one thread per expert), then the offsets (one thread) */
 __global__ void k_moe_group(int32_t *order, int32_t *rowpos, int32_t *offs, const int32_t *sel, int R, int E) {
+    QWC_PDL_ENTRY();
     /* offs[e+1] first holds expert e's count */
     int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e < E) {
@@ -158,11 +167,13 @@ __global__ void k_moe_group(int32_t *order, int32_t *rowpos, int32_t *offs, cons
     }
 }
 __global__ void k_moe_scan(int32_t *offs, int E) {
+    QWC_PDL_ENTRY();
     if (threadIdx.x || blockIdx.x) return;
     offs[0] = 0;
     for (int e = 0; e < E; e++) offs[e + 1] += offs[e];
 }
 __global__ void k_moe_place(int32_t *order, int32_t *rowpos, const int32_t *offs, const int32_t *sel, int R, int E) {
+    QWC_PDL_ENTRY();
     int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= E) return;
     int n = offs[e];
@@ -173,15 +184,18 @@ __global__ void k_moe_place(int32_t *order, int32_t *rowpos, const int32_t *offs
         }
 }
 __global__ void k_moe_gather(float *xin, const float *x, const int32_t *order, int k, int H) {
+    QWC_PDL_ENTRY();
     int r = blockIdx.x;
     const float *src = x + (int64_t)(order[r] / k) * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x) xin[(int64_t)r * H + i] = src[i];
 }
 
-/* y[t] = (shared ? y[t] * sg[t] : 0) + the token's routed outputs in ascending expert order; out row of pair p at
- * rowpos[p] (NULL: p). Grid: tokens x blocks of 256 columns; the slots' order is found once per block. */
+/* y[t] = (shared ? s[t] * sg[t] : 0) + the token's routed outputs in ascending expert order, s the shared expert's
+ * output (in y, or at shared_out when not NULL); out row of pair p at rowpos[p] (NULL: p). Grid: tokens x blocks
+ * of 256 columns; the slots' order is found once per block. */
 __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos, const int32_t *sel, const float *wt,
-                              const float *sg, int has_shared, int k, int H) {
+                              const float *sg, int has_shared, const float *shared_out, int k, int H) {
+    QWC_PDL_ENTRY();
     __shared__ int rows[64], ids[64], pos[64];
     __shared__ float w[64], wk[64];
     int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -205,7 +219,8 @@ __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos,
     }
     __syncthreads();
     if (i >= H) return;
-    float v = has_shared ? (sg ? y[(int64_t)t * H + i] * sg[t] : y[(int64_t)t * H + i]) : 0.0f;
+    const float s = has_shared ? (shared_out ? shared_out : y)[(int64_t)t * H + i] : 0.0f;
+    float v = has_shared ? (sg ? s * sg[t] : s) : 0.0f;
     for (int n = 0; n < k; n++) v += out[(int64_t)rows[n] * H + i] * w[n];
     y[(int64_t)t * H + i] = v;
 }
@@ -222,24 +237,46 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
     float *xin = (float *)(w + l.xin), *g = (float *)(w + l.g), *u = (float *)(w + l.u), *out = (float *)(w + l.out);
     float *sgt = (float *)(w + l.sgt), *sup = (float *)(w + l.sup), *sg = (float *)(w + l.sg);
     int32_t *rowpos = NULL;
+    const float *shared_out = NULL; /* the shared expert's output when it ran as pairs R .. P-1 */
     if (R <= PAIRS_MAX) { /* one type per projection: every expert of a layer has its projections' types */
+        const qw_ffn_w *e0 = &experts[0];
+        const qw_type tg = e0->gate.type, tu = e0->up.type, td = e0->down.type;
+        /* the shared expert as T more pairs when its shapes and types are the experts' (the same products) */
+        const int with_shared = shared && Is == I && shared->gate.type == tg && shared->up.type == tu &&
+                                shared->down.type == td && shared->down.shape[1] == I;
+        const int P = R + (with_shared ? T : 0), one = tg == tu; /* one: gate and up as one product of 2P pairs */
         const void **mats = (const void **)(w + l.mats);
-        k_moe_pairs<<<R, 256, 0, st>>>(mats, xin, x, sel, expert_table(c, experts, E), R, k, E, (int)H);
+        const void *const *sh = NULL;
+        if (with_shared) sh = expert_table(c, shared, 1); /* [gate, up, down] */
+        float *gu = g, *uu = g + (int64_t)P * I; /* up's outputs right after gate's */
+        qwc_launch(k_moe_pairs, P, 256, 0, st, mats, xin, x, sel, expert_table(c, experts, E), R, P, k, E, (int)H, sh,
+                   one);
         QWC_LAUNCHED();
         qwc_q8_keep(c, 0);
-        qwc_matmul_pairs(c, g, mats, experts[0].gate.type, I, H, xin, H, R);
-        qwc_q8_keep(c, 1); /* up reads gate's x */
-        qwc_matmul_pairs(c, u, mats + R, experts[0].up.type, I, H, xin, H, R);
-        qwc_q8_keep(c, 0);
-        be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
-        qwc_matmul_pairs(c, out, mats + 2 * R, experts[0].down.type, H, I, g, I, R);
+        if (one) {
+            qwc_matmul_pairs(c, gu, mats, tg, I, H, xin, H, 2 * P);
+        } else {
+            qwc_matmul_pairs(c, gu, mats, tg, I, H, xin, H, P);
+            qwc_q8_keep(c, 1); /* up reads gate's x */
+            qwc_matmul_pairs(c, uu, mats + P, tu, I, H, xin, H, P);
+            qwc_q8_keep(c, 0);
+        }
+        be->act_mul(be, gu, gu, uu, (int64_t)P * I, QW_ACT_SILU);
+        qwc_matmul_pairs(c, out, mats + 2 * P, td, H, I, gu, I, P);
+        if (with_shared) {
+            shared_out = out + (int64_t)R * H;
+            if (shared_gate) {
+                be->matmul(be, sg, shared_gate, x, T);
+                be->sigmoid(be, sg, T);
+            }
+        }
     } else {
         int32_t *order = (int32_t *)(w + l.order), *offs = (int32_t *)(w + l.offs);
         rowpos = (int32_t *)(w + l.rowpos);
-        k_moe_group<<<qwc_blocks(E, 128), 128, 0, st>>>(order, rowpos, offs, sel, R, E);
-        k_moe_scan<<<1, 1, 0, st>>>(offs, E);
-        k_moe_place<<<qwc_blocks(E, 128), 128, 0, st>>>(order, rowpos, offs, sel, R, E);
-        k_moe_gather<<<R, 256, 0, st>>>(xin, x, order, k, (int)H);
+        qwc_launch(k_moe_group, qwc_blocks(E, 128), 128, 0, st, order, rowpos, offs, sel, R, E);
+        qwc_launch(k_moe_scan, 1, 1, 0, st, offs, E);
+        qwc_launch(k_moe_place, qwc_blocks(E, 128), 128, 0, st, order, rowpos, offs, sel, R, E);
+        qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H);
         QWC_LAUNCHED();
         if (qwc_capture_spoil(c)) return; /* the group sizes cannot come to the host inside a graph */
         int32_t *ho = (int32_t *)qw_malloc((size_t)E + 1, sizeof(int32_t));
@@ -259,7 +296,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
         }
         free(ho);
     }
-    if (shared) {
+    if (shared && !shared_out) {
         qw_matmul_job j[2] = {{sgt, &shared->gate, x, T}, {sup, &shared->up, x, T}};
         be->matmul_batch(be, j, 2);
         be->act_mul(be, sgt, sgt, sup, (int64_t)T * Is, QW_ACT_SILU);
@@ -270,8 +307,8 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
         }
     }
     if (k > 64) qwc_die(__FILE__, __LINE__, "moe_ffn", "more than 64 experts per token");
-    k_moe_combine<<<dim3(qwc_blocks(H, 256), T), 256, 0, st>>>(y, out, rowpos, sel, wt, shared_gate ? sg : NULL,
-                                                                shared != NULL, k, (int)H);
+    qwc_launch(k_moe_combine, dim3(qwc_blocks(H, 256), T), 256, 0, st, y, out, rowpos, sel, wt, shared_gate ? sg : NULL,
+               shared != NULL, shared_out, k, (int)H);
     QWC_LAUNCHED();
 }
 

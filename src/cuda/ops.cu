@@ -34,6 +34,7 @@ static void cu_get_rows(const qw_backend *be, float *y, const qw_tensor *w, cons
 }
 
 __global__ void k_store_rows(float *cache, const float *src, int64_t n, int64_t width, const qw_step *step) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) cache[(int64_t)step->pos0 * width + i] = src[i];
 }
@@ -41,11 +42,12 @@ __global__ void k_store_rows(float *cache, const float *src, int64_t n, int64_t 
 static void cu_store_rows(const qw_backend *be, float *cache, const float *src, int n_tok, int64_t width,
                           const qw_step *step) {
     int64_t n = (int64_t)n_tok * width;
-    k_store_rows<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(cache, src, n, width, step);
+    qwc_launch(k_store_rows, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), cache, src, n, width, step);
     QWC_LAUNCHED();
 }
 
 __global__ void k_copy_strided(float *dst, const float *src, qw_copy_layout l, int64_t n) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int64_t i0 = i % l.ne[0], r = i / l.ne[0], i1 = r % l.ne[1];
@@ -57,7 +59,7 @@ __global__ void k_copy_strided(float *dst, const float *src, qw_copy_layout l, i
 static void cu_copy_strided(const qw_backend *be, float *dst, const float *src, const qw_copy_layout *l) {
     int64_t n = l->ne[0] * l->ne[1] * l->ne[2] * l->ne[3];
     if (n <= 0) return;
-    k_copy_strided<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(dst, src, *l, n);
+    qwc_launch(k_copy_strided, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), dst, src, *l, n);
     QWC_LAUNCHED();
 }
 
@@ -65,6 +67,7 @@ static void cu_copy_strided(const qw_backend *be, float *dst, const float *src, 
 
 /* one block per row; n_group > 0: the weights of row r are w + (r % n_group) * dim */
 __global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, int n_group, float eps, int zc) {
+    QWC_PDL_ENTRY();
     __shared__ double sh[32];
     int64_t r = blockIdx.x;
     const float *xr = x + r * dim;
@@ -86,7 +89,7 @@ static void cu_rms_norm(const qw_backend *be, float *y, const float *x, const fl
                         int zc) {
     qwc *c = qwc_of(be);
     if (n_rows <= 0) return;
-    k_rms_norm<<<n_rows, norm_threads(dim), 0, qwc_stream(c)>>>(y, x, qwc_wf(c, w, dim), dim, 1, eps, zc);
+    qwc_launch(k_rms_norm, n_rows, norm_threads(dim), 0, qwc_stream(c), y, x, qwc_wf(c, w, dim), dim, 1, eps, zc);
     QWC_LAUNCHED();
 }
 
@@ -95,11 +98,12 @@ static void cu_rms_norm_grouped(const qw_backend *be, float *y, const float *x, 
     qwc *c = qwc_of(be);
     if (n_rows <= 0) return;
     const float *dw = qwc_wf(c, w, (int64_t)n_group * dim);
-    k_rms_norm<<<n_rows, norm_threads(dim), 0, qwc_stream(c)>>>(y, x, dw, dim, n_group, eps, zc);
+    qwc_launch(k_rms_norm, n_rows, norm_threads(dim), 0, qwc_stream(c), y, x, dw, dim, n_group, eps, zc);
     QWC_LAUNCHED();
 }
 
 __global__ void k_l2_norm(float *x, int dim, float eps, float scale) {
+    QWC_PDL_ENTRY();
     __shared__ double sh[32];
     float *xr = x + (int64_t)blockIdx.x * dim;
     double ss = 0;
@@ -111,68 +115,75 @@ __global__ void k_l2_norm(float *x, int dim, float eps, float scale) {
 
 static void cu_l2_norm(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale) {
     if (n_rows <= 0) return;
-    k_l2_norm<<<n_rows, norm_threads(dim), 0, qwc_stream(qwc_of(be))>>>(x, dim, eps, scale);
+    qwc_launch(k_l2_norm, n_rows, norm_threads(dim), 0, qwc_stream(qwc_of(be)), x, dim, eps, scale);
     QWC_LAUNCHED();
 }
 
 /* ---------------------------------------------------------------- element-wise */
 
 __global__ void k_silu(float *x, int64_t n) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = x[i] / (1.0f + qwc_expd(-x[i]));
 }
 __global__ void k_sigmoid(float *x, int64_t n) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = 1.0f / (1.0f + qwc_expd(-x[i]));
 }
 __global__ void k_mul(float *y, const float *a, const float *b, int64_t n) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a[i] * b[i];
 }
 __global__ void k_axpy(float *y, const float *a, float s, int64_t n) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += a[i] * s;
 }
 __global__ void k_act_mul(float *y, const float *a, const float *b, int64_t n, int act) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = a[i], v = act == QW_ACT_SILU ? x / (1.0f + qwc_expd(-x)) : 1.0f / (1.0f + qwc_expd(-x));
     y[i] = v * b[i];
 }
 __global__ void k_divide(float *x, float d, int64_t n) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] /= d;
 }
 
 static void cu_silu(const qw_backend *be, float *x, int64_t n) {
     if (n <= 0) return;
-    k_silu<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(x, n);
+    qwc_launch(k_silu, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), x, n);
     QWC_LAUNCHED();
 }
 static void cu_sigmoid(const qw_backend *be, float *x, int64_t n) {
     if (n <= 0) return;
-    k_sigmoid<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(x, n);
+    qwc_launch(k_sigmoid, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), x, n);
     QWC_LAUNCHED();
 }
 static void cu_mul(const qw_backend *be, float *y, const float *a, const float *b, int64_t n) {
     if (n <= 0) return;
-    k_mul<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(y, a, b, n);
+    qwc_launch(k_mul, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), y, a, b, n);
     QWC_LAUNCHED();
 }
 static void cu_axpy(const qw_backend *be, float *y, const float *a, float s, int64_t n) {
     if (n <= 0) return;
-    k_axpy<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(y, a, s, n);
+    qwc_launch(k_axpy, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), y, a, s, n);
     QWC_LAUNCHED();
 }
 static void cu_divide(const qw_backend *be, float *x, float d, int64_t n) {
     if (n <= 0) return;
-    k_divide<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(x, d, n);
+    qwc_launch(k_divide, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), x, d, n);
     QWC_LAUNCHED();
 }
 
 /* ---------------------------------------------------------------- RoPE */
 
 __global__ void k_rope_table(float *cs, const float *inv_freq, int n_rot, int n_tok, const qw_step *step) {
+    QWC_PDL_ENTRY();
     int half = n_rot / 2, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_tok * half) return;
     int t = i / half, k = i % half;
@@ -183,7 +194,7 @@ __global__ void k_rope_table(float *cs, const float *inv_freq, int n_rot, int n_
 
 static void cu_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act) {
     if (n <= 0) return;
-    k_act_mul<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(y, a, b, n, act);
+    qwc_launch(k_act_mul, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), y, a, b, n, act);
     QWC_LAUNCHED();
 }
 
@@ -192,11 +203,13 @@ static void cu_rope_table(const qw_backend *be, float *cs, const float *inv_freq
     qwc *c = qwc_of(be);
     int n = n_tok * (n_rot / 2);
     if (n <= 0) return;
-    k_rope_table<<<qwc_blocks(n, 256), 256, 0, qwc_stream(c)>>>(cs, qwc_wf(c, inv_freq, n_rot / 2), n_rot, n_tok, step);
+    qwc_launch(k_rope_table, qwc_blocks(n, 256), 256, 0, qwc_stream(c), cs, qwc_wf(c, inv_freq, n_rot / 2), n_rot,
+               n_tok, step);
     QWC_LAUNCHED();
 }
 
 __global__ void k_rope(float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot, const float *cs) {
+    QWC_PDL_ENTRY();
     int half = n_rot / 2;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n_tok * n_head * half) return;
@@ -214,13 +227,15 @@ static void cu_rope(const qw_backend *be, float *x, int n_tok, int row_stride, i
                     const float *cs) {
     int64_t n = (int64_t)n_tok * n_head * (n_rot / 2);
     if (n <= 0) return;
-    k_rope<<<qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be))>>>(x, n_tok, row_stride, n_head, head_stride, n_rot, cs);
+    qwc_launch(k_rope, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), x, n_tok, row_stride, n_head, head_stride,
+               n_rot, cs);
     QWC_LAUNCHED();
 }
 
 /* ---------------------------------------------------------------- Gated DeltaNet */
 
 __global__ void k_conv1d_dw(float *y, const float *x, const float *w, int n_tok, int ch, int k, int dil) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n_tok * ch) return;
     int t = (int)(i / ch), c = (int)(i % ch);
@@ -234,11 +249,13 @@ static void cu_conv1d_dw(const qw_backend *be, float *y, const float *x, const f
     qwc *c = qwc_of(be);
     int64_t n = (int64_t)n_tok * ch;
     if (n <= 0) return;
-    k_conv1d_dw<<<qwc_blocks(n, 256), 256, 0, qwc_stream(c)>>>(y, x, qwc_wf(c, w, (int64_t)ch * k), n_tok, ch, k, dil);
+    qwc_launch(k_conv1d_dw, qwc_blocks(n, 256), 256, 0, qwc_stream(c), y, x, qwc_wf(c, w, (int64_t)ch * k), n_tok, ch,
+               k, dil);
     QWC_LAUNCHED();
 }
 
 __global__ void k_gdn_gate(float *a, const float *neg_exp_a, const float *dt_bias, int64_t n, int hv) {
+    QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int j = (int)(i % hv);
@@ -250,7 +267,8 @@ static void cu_gdn_gate(const qw_backend *be, float *a, const float *neg_exp_a, 
     qwc *c = qwc_of(be);
     int64_t n = (int64_t)n_tok * hv;
     if (n <= 0) return;
-    k_gdn_gate<<<qwc_blocks(n, 256), 256, 0, qwc_stream(c)>>>(a, qwc_wf(c, neg_exp_a, hv), qwc_wf(c, dt_bias, hv), n, hv);
+    qwc_launch(k_gdn_gate, qwc_blocks(n, 256), 256, 0, qwc_stream(c), a, qwc_wf(c, neg_exp_a, hv),
+               qwc_wf(c, dt_bias, hv), n, hv);
     QWC_LAUNCHED();
 }
 
@@ -263,6 +281,7 @@ static void cu_gdn_gate(const qw_backend *be, float *a, const float *neg_exp_a, 
 template <int DK>
 __global__ void k_delta_rule(float *o, float *state, const float *q, const float *k, const float *v, const float *g,
                              const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
+    QWC_PDL_ENTRY();
     extern __shared__ float qk[]; /* [2][dk] */
     int j = blockIdx.x, c = threadIdx.x, rep = hv / hk;
     float *S = state + (int64_t)j * dk * dv;
@@ -319,13 +338,13 @@ static void cu_delta_rule(const qw_backend *be, float *o, float *state, const fl
     size_t sh = (size_t)2 * dk * sizeof(float);
     if (threads > 1024) qwc_die(__FILE__, __LINE__, "delta_rule", "value heads wider than 1024");
     if (dk == 128)
-        k_delta_rule<128><<<hv, threads, sh, st>>>(o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+        qwc_launch(k_delta_rule<128>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
     else if (dk == 64)
-        k_delta_rule<64><<<hv, threads, sh, st>>>(o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+        qwc_launch(k_delta_rule<64>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
     else if (dk == 32)
-        k_delta_rule<32><<<hv, threads, sh, st>>>(o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+        qwc_launch(k_delta_rule<32>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
     else
-        k_delta_rule<0><<<hv, threads, sh, st>>>(o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+        qwc_launch(k_delta_rule<0>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
     QWC_LAUNCHED();
 }
 

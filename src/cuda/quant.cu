@@ -373,6 +373,7 @@ struct rows_chunks { /* global rows rows[i] of a table in pieces of chunk_rows r
 /* y [n][cols] = rows src(0 .. n-1) as f32; one thread per 32 elements. */
 template <int T, class Src>
 __global__ void __launch_bounds__(DQ_THREADS) dq_rows(float *y, int64_t n, int64_t cols, Src src) {
+    QWC_PDL_ENTRY();
     const int64_t ipr = (cols + 31) / 32, total = n * ipr;
     for (int64_t idx = (int64_t)blockIdx.x * DQ_THREADS + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * DQ_THREADS) {
         const int64_t i = idx / ipr, it = idx - i * ipr;
@@ -802,6 +803,7 @@ template <int V> __device__ __forceinline__ float warp_sum_many(float (&v)[V], i
 
 template <int T, int NT>
 __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? MV_MINB_DECODE : 1) mv_kernel(mv_args a) {
+    QWC_PDL_ENTRY();
     using L = lay<T>;
     constexpr int V = MV_ROWS * NT;
     __shared__ __align__(16) uint8_t stage[MV_WARPS][2][MV_ROWS][L::SROW];
@@ -845,6 +847,7 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? MV_MINB_DECODE : 1) mv_k
 /* The fallback for any shape and alignment (plain rows of any length, x not 16-byte aligned): a warp per row and
  * pair, the exact elements of dq_item dotted with x one token at a time. */
 template <int T> __global__ void __launch_bounds__(MV_THREADS) mv_any(mv_args a, int64_t cols) {
+    QWC_PDL_ENTRY();
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5), pair = a.pair0 + blockIdx.y;
     if (row >= a.rows) return;
@@ -870,6 +873,7 @@ template <int T> __global__ void __launch_bounds__(MV_THREADS) mv_any(mv_args a,
 /* Rows of x (row r at x + r * ldx, nb blocks of 32 each) to xq [n_rows][nb] exactly as qw_q8a_quantize rounds them
  * (the same f32 operations, correctly rounded): a warp per block, a lane per element. */
 __global__ void k_q8a(const float *x, int64_t ldx, int64_t nb, int64_t n_rows, qw_q8a *xq) {
+    QWC_PDL_ENTRY();
     const int lane = threadIdx.x & 31;
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= nb * n_rows) return; /* the whole warp */
@@ -912,6 +916,7 @@ struct mvq_args {
  * draft step's logits are the bits of one-token steps.
  */
 template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
+    QWC_PDL_ENTRY();
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5), pair = a.pair0 + blockIdx.y;
     if (row >= a.rows) return;
@@ -958,7 +963,7 @@ template <int T, class Src> void dq_launch(qwc *c, float *y, int64_t n, int64_t 
     const int64_t total = n * cdiv(cols, 32);
     if (total <= 0) return;
     const unsigned grid = (unsigned)std::min<int64_t>(cdiv(total, DQ_THREADS), (int64_t)1 << 20);
-    dq_rows<T><<<grid, DQ_THREADS, 0, qwc_stream(c)>>>(y, n, cols, src);
+    qwc_launch(dq_rows<T, Src>, grid, DQ_THREADS, 0, qwc_stream(c), y, n, cols, src);
     QWC_LAUNCHED();
 }
 
@@ -972,7 +977,7 @@ template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs
         a.pair0 = p0;
         const unsigned ny = (unsigned)std::min<int64_t>(n_pairs - p0, 65535);
         if (!fast) {
-            mv_any<T><<<dim3((unsigned)cdiv(a.rows, MV_WARPS), ny), MV_THREADS, 0, s>>>(a, cols);
+            qwc_launch(mv_any<T>, dim3((unsigned)cdiv(a.rows, MV_WARPS), ny), MV_THREADS, 0, s, a, cols);
             QWC_LAUNCHED();
             continue;
         }
@@ -983,10 +988,10 @@ template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs
         while (a.kw < MV_WARPS && 2 * a.kw <= nchunk && groups * a.kw < target) a.kw *= 2;
         const dim3 grid((unsigned)cdiv(cdiv(a.rows, MV_ROWS), MV_WARPS / a.kw), ny);
         const int nt = a.n_tok;
-        if (nt == 1) mv_kernel<T, 1><<<grid, MV_THREADS, 0, s>>>(a);
-        else if (nt == 2) mv_kernel<T, 2><<<grid, MV_THREADS, 0, s>>>(a);
-        else if (nt <= 4) mv_kernel<T, 4><<<grid, MV_THREADS, 0, s>>>(a);
-        else mv_kernel<T, 8><<<grid, MV_THREADS, 0, s>>>(a);
+        if (nt == 1) qwc_launch(mv_kernel<T, 1>, grid, MV_THREADS, 0, s, a);
+        else if (nt == 2) qwc_launch(mv_kernel<T, 2>, grid, MV_THREADS, 0, s, a);
+        else if (nt <= 4) qwc_launch(mv_kernel<T, 4>, grid, MV_THREADS, 0, s, a);
+        else qwc_launch(mv_kernel<T, 8>, grid, MV_THREADS, 0, s, a);
         QWC_LAUNCHED();
     }
 }
@@ -1004,7 +1009,7 @@ template <int T> const qw_q8a *q8_rows(qwc *c, const float *x, int64_t ldx, int6
     if (!xq || (size_t)(nb * n_rows) * sizeof(qw_q8a) > cap) return NULL;
     if (qwc_q8_same(c, x, ldx, cols, n_rows)) return xq; /* the product before rounded the same x */
     const int64_t warps = nb * n_rows;
-    k_q8a<<<(unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c)>>>(x, ldx, nb, n_rows, xq);
+    qwc_launch(k_q8a, (unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c), x, ldx, nb, n_rows, xq);
     QWC_LAUNCHED();
     qwc_q8_note(c, x, ldx, cols, n_rows);
     return xq;
@@ -1023,10 +1028,10 @@ template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
         for (int64_t p0 = 0; p0 < n_pairs; p0 += 65535) {
             a.pair0 = p0;
             const dim3 grid((unsigned)cdiv(a.rows, MV_WARPS), (unsigned)std::min<int64_t>(n_pairs - p0, 65535));
-            if (a.n_tok == 1) mvq_kernel<T, 1><<<grid, MV_THREADS, 0, s>>>(a);
-            else if (a.n_tok == 2) mvq_kernel<T, 2><<<grid, MV_THREADS, 0, s>>>(a);
-            else if (a.n_tok <= 4) mvq_kernel<T, 4><<<grid, MV_THREADS, 0, s>>>(a);
-            else mvq_kernel<T, 8><<<grid, MV_THREADS, 0, s>>>(a);
+            if (a.n_tok == 1) qwc_launch(mvq_kernel<T, 1>, grid, MV_THREADS, 0, s, a);
+            else if (a.n_tok == 2) qwc_launch(mvq_kernel<T, 2>, grid, MV_THREADS, 0, s, a);
+            else if (a.n_tok <= 4) qwc_launch(mvq_kernel<T, 4>, grid, MV_THREADS, 0, s, a);
+            else qwc_launch(mvq_kernel<T, 8>, grid, MV_THREADS, 0, s, a);
             QWC_LAUNCHED();
         }
     }

@@ -29,6 +29,7 @@ constexpr float SPREAD = 0.0346410162f; /* 0.02 sqrt(3): the half width of a uni
 
 /* words [0, n) of d (plain types: values; others: hashes) */
 __global__ void k_words(uint32_t *d, size_t n, int plain, uint64_t seed) {
+    QWC_PDL_ENTRY();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const uint32_t h = mix(seed + i * 0x9E3779B97F4A7C15ull), g = mix(~seed + i * 0xD1B54A32D192ED03ull);
         uint32_t w = h;
@@ -46,6 +47,7 @@ __global__ void k_words(uint32_t *d, size_t n, int plain, uint64_t seed) {
 
 /* the f16 fields of every block: up to two (offset, value) pairs */
 __global__ void k_fields(uint8_t *d, size_t n_blocks, int bb, int n_f, int off0, uint16_t v0, int off1, uint16_t v1) {
+    QWC_PDL_ENTRY();
     for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b < n_blocks; b += (size_t)gridDim.x * blockDim.x) {
         uint8_t *p = d + b * bb;
         *(uint16_t *)(p + off0) = v0;
@@ -88,7 +90,7 @@ void qwc_fill_random(qwc *c, uint8_t *d, qw_type type, size_t bytes, uint64_t se
     const unsigned grid = 4096, threads = 256;
     const size_t words = bytes / 4;
     if (words) {
-        k_words<<<grid, threads, 0, s>>>((uint32_t *)d, words, plain, seed);
+        qwc_launch(k_words, grid, threads, 0, s, (uint32_t *)d, words, plain, seed);
         QWC_LAUNCHED();
     }
     if (bytes % 4) { /* the last bytes of a size that is not a whole number of words */
@@ -97,8 +99,8 @@ void qwc_fill_random(qwc *c, uint8_t *d, qw_type type, size_t bytes, uint64_t se
         QWC_CHECK(cudaStreamSynchronize(s)); /* `last` is on this stack */
     }
     if (!plain) {
-        k_fields<<<grid, threads, 0, s>>>(d, bytes / f.bb, f.bb, f.n, f.off0, qw_f32_to_f16(f.v0), f.off1,
-                                          qw_f32_to_f16(f.v1));
+        qwc_launch(k_fields, grid, threads, 0, s, d, bytes / f.bb, f.bb, f.n, f.off0, qw_f32_to_f16(f.v0), f.off1,
+                   qw_f32_to_f16(f.v1));
         QWC_LAUNCHED();
     }
 }

@@ -182,9 +182,10 @@ struct qw_backend {
     size_t (*moe_work)(const qw_backend *be, int n_tok, int k, int n_expert, int H, int I, int I_shared);
 
     /* ---- hyper-connections (spec qwen4_exp.md 3.2), C streams of H */
-    /* a[t] = (1/C) sum_s m[t][s] (m [n_tok][C][H], a [n_tok][H]); when inj is not NULL, inj = 2 sigmoid(inj / C)
-     * in place ([n_tok][C]). */
-    void (*hc_read)(const qw_backend *be, float *a, const float *m, float *inj, int n_tok, int C, int H);
+    /* a[t] = (1/C) sum_s m[t][s] (m [n_tok][C][H], a [n_tok][H]); with xn (not NULL, [n_tok][C][H]) m holds gate
+     * logits and each term is sigmoid(m[t][s]) * xn[t][s] (act_mul's QW_ACT_SIGMOID, its bits; m may then be
+     * overwritten); when inj is not NULL, inj = 2 sigmoid(inj / C) in place ([n_tok][C]). */
+    void (*hc_read)(const qw_backend *be, float *a, float *m, const float *xn, float *inj, int n_tok, int C, int H);
     /* X[t][s] += inj[t][s] * y[t] for every stream s; X [n_tok][C][H], y [n_tok][H]. */
     void (*hc_inject)(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H);
 

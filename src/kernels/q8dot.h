@@ -120,8 +120,26 @@ QD_INLINE void qd_group(qw_type t, const uint8_t *r, int64_t g, const uint32_t *
     switch (t) {
     case QW_TYPE_Q8_0: {
         const uint8_t *b = r + g * 34;
+#ifdef __CUDA_ARCH__
+        /* the device: the codes by aligned words (9 loads, not 16), the scale in the first word when it shares it */
+        const uint32_t *a = (const uint32_t *)((uintptr_t)(b + 2) & ~(uintptr_t)3);
+        if (((uintptr_t)b & 3) == 2) { /* codes 4-aligned */
+            *A = qd_f16(qd_ld16(b));
+            for (int w = 0; w < 8; w++) c[w] = a[w];
+        } else { /* b 4-aligned: word 0 holds the scale and the first two codes */
+            uint32_t prev = a[0];
+            *A = qd_f16(prev);
+            for (int w = 0; w < 7; w++) {
+                const uint32_t nx = a[w + 1];
+                c[w] = __funnelshift_r(prev, nx, 16);
+                prev = nx;
+            }
+            c[7] = __funnelshift_r(prev, qd_ld16((const uint8_t *)(a + 8)), 16);
+        }
+#else
         *A = qd_f16(qd_ld16(b));
         for (int w = 0; w < 8; w++) c[w] = qd_ld32(b + 2 + 4 * w);
+#endif
         *isum = qd_dot8(c, xq);
         return;
     }

@@ -355,16 +355,25 @@ static void test_hc_ple(void) {
     size_t n = (size_t)T * C * H;
     float *m = rvec(n, 1), *inj = rvec((size_t)T * C, 3), *a = malloc((size_t)T * H * 4), *ginj = malloc((size_t)T * C * 4);
     memcpy(ginj, inj, (size_t)T * C * 4);
-    float *dm = dev(m, n * 4), *dinj = dev(inj, (size_t)T * C * 4), *da = dev(NULL, (size_t)T * H * 4);
-    R->hc_read(R, a, m, ginj, T, C, H);
-    G->hc_read(G, da, dm, dinj, T, C, H);
-    float *g = back(da, (size_t)T * H * 4), *gi = back(dinj, (size_t)T * C * 4);
-    CHECK(same(g, a, (size_t)T * H * 4) && same(gi, ginj, (size_t)T * C * 4), "hc_read: not the reference's bits");
-    free(g), free(gi);
+    float *da = dev(NULL, (size_t)T * H * 4);
+    float *xn = rvec(n, 2), *dxn = dev(xn, n * 4);
+    for (int gated = 0; gated < 2; gated++) { /* the plain sum, then the gates on xn */
+        float *mr = malloc(n * 4), *dmg = dev(m, n * 4);
+        memcpy(mr, m, n * 4);
+        memcpy(ginj, inj, (size_t)T * C * 4);
+        float *dinj = dev(inj, (size_t)T * C * 4);
+        R->hc_read(R, a, mr, gated ? xn : NULL, ginj, T, C, H);
+        G->hc_read(G, da, dmg, gated ? dxn : NULL, dinj, T, C, H);
+        float *g = back(da, (size_t)T * H * 4), *gi = back(dinj, (size_t)T * C * 4);
+        CHECK(same(g, a, (size_t)T * H * 4) && same(gi, ginj, (size_t)T * C * 4), "hc_read%s: not the reference's bits",
+              gated ? " with gates" : "");
+        free(g), free(gi), free(mr);
+    }
+    free(xn);
     float *X = rvec(n, 1), *yv = rvec((size_t)T * H, 1), *dX = dev(X, n * 4);
     R->hc_inject(R, X, ginj, yv, T, C, H);
     G->hc_inject(G, dX, dev(ginj, (size_t)T * C * 4), dev(yv, (size_t)T * H * 4), T, C, H);
-    g = back(dX, n * 4);
+    float *g = back(dX, n * 4);
     CHECK(same(g, X, n * 4), "hc_inject: not the reference's bits");
     free(g);
     /* PLE: hashing with an EOS in the history and in the step, the history pushed, rows gathered from a table
