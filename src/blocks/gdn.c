@@ -133,8 +133,7 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
     be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f);
     float *g = a; /* in place: g = -exp(A_log) * softplus(a + dt_bias) */
-    be->gdn_gate(be, g, w->neg_exp_a, w->dt_bias, T, hv);
-    be->sigmoid(be, b, (int64_t)T * hv); /* beta */
+    be->gdn_gate(be, g, b, w->neg_exp_a, w->dt_bias, T, hv); /* and beta = sigma(b) in place */
 
     int r = hv / hk;
     float *tmp = w->v_tiled && r > 1 ? qw_arena_f32(f->ar, (size_t)T * vd) : NULL;

@@ -20,8 +20,7 @@ void qw_hc_forward(const qw_fwd *f, const qw_hc_w *w, const float *X, float *a, 
     float *u = qw_arena_f32(f->ar, (size_t)T * r), *m = qw_arena_f32(f->ar, (size_t)T * CH);
     qw_matmul_job proj[2] = {{u, w->down, xn, T}, {inj, w->inject, xn, T}}; /* both read xn: one batch */
     be->matmul_batch(be, proj, inj ? 2 : 1);
-    be->divide(be, u, (float)C, (int64_t)T * r);
-    be->silu(be, u, (int64_t)T * r);
+    be->divide(be, u, (float)C, (int64_t)T * r, 1); /* then silu */
     be->matmul(be, m, w->up, u, T);
     be->hc_read(be, a, m, xn, inj, T, C, H); /* the gates sigma(m) on the normalised streams, summed */
     qw_arena_restore(f->ar, mk);

@@ -148,10 +148,13 @@ __global__ void k_act_mul(float *y, const float *a, const float *b, int64_t n, i
     float x = a[i], v = act == QW_ACT_SILU ? x / (1.0f + qwc_expd(-x)) : 1.0f / (1.0f + qwc_expd(-x));
     y[i] = v * b[i];
 }
-__global__ void k_divide(float *x, float d, int64_t n) {
+__global__ void k_divide(float *x, float d, int64_t n, int then_silu) {
     QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] /= d;
+    if (i >= n) return;
+    float v = x[i] / d;
+    if (then_silu) v = v / (1.0f + qwc_expd(-v)); /* k_silu's */
+    x[i] = v;
 }
 
 static void cu_silu(const qw_backend *be, float *x, int64_t n) {
@@ -174,9 +177,9 @@ static void cu_axpy(const qw_backend *be, float *y, const float *a, float s, int
     qwc_launch(k_axpy, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), y, a, s, n);
     QWC_LAUNCHED();
 }
-static void cu_divide(const qw_backend *be, float *x, float d, int64_t n) {
+static void cu_divide(const qw_backend *be, float *x, float d, int64_t n, int then_silu) {
     if (n <= 0) return;
-    qwc_launch(k_divide, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), x, d, n);
+    qwc_launch(k_divide, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), x, d, n, then_silu);
     QWC_LAUNCHED();
 }
 
@@ -254,21 +257,27 @@ static void cu_conv1d_dw(const qw_backend *be, float *y, const float *x, const f
     QWC_LAUNCHED();
 }
 
-__global__ void k_gdn_gate(float *a, const float *neg_exp_a, const float *dt_bias, int64_t n, int hv) {
+/* threads [0, n): the gate; [n, n + n_beta): beta = sigmoid(beta) as k_sigmoid forms it */
+__global__ void k_gdn_gate(float *a, float *beta, const float *neg_exp_a, const float *dt_bias, int64_t n, int hv,
+                           int64_t n_beta) {
     QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+    if (i >= n) {
+        if (i - n < n_beta) beta[i - n] = 1.0f / (1.0f + qwc_expd(-beta[i - n]));
+        return;
+    }
     int j = (int)(i % hv);
     float x = a[i] + dt_bias[j];
     a[i] = neg_exp_a[j] * (x > 20.0f ? x : log1pf(expf(x)));
 }
 
-static void cu_gdn_gate(const qw_backend *be, float *a, const float *neg_exp_a, const float *dt_bias, int n_tok, int hv) {
+static void cu_gdn_gate(const qw_backend *be, float *a, float *beta, const float *neg_exp_a, const float *dt_bias,
+                        int n_tok, int hv) {
     qwc *c = qwc_of(be);
-    int64_t n = (int64_t)n_tok * hv;
+    int64_t n = (int64_t)n_tok * hv, n_beta = beta ? n : 0;
     if (n <= 0) return;
-    qwc_launch(k_gdn_gate, qwc_blocks(n, 256), 256, 0, qwc_stream(c), a, qwc_wf(c, neg_exp_a, hv),
-               qwc_wf(c, dt_bias, hv), n, hv);
+    qwc_launch(k_gdn_gate, qwc_blocks(n + n_beta, 256), 256, 0, qwc_stream(c), a, beta, qwc_wf(c, neg_exp_a, hv),
+               qwc_wf(c, dt_bias, hv), n, hv, n_beta);
     QWC_LAUNCHED();
 }
 

@@ -73,9 +73,9 @@ void qw_op_rms_norm_grouped(const qw_backend *be, float *y, const float *x, cons
     }
 }
 
-void qw_op_divide(const qw_backend *be, float *x, float d, int64_t n) {
-    (void)be;
+void qw_op_divide(const qw_backend *be, float *x, float d, int64_t n, int then_silu) {
     for (int64_t i = 0; i < n; i++) x[i] /= d;
+    if (then_silu) be->silu(be, x, n);
 }
 
 void qw_op_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act) {
@@ -217,13 +217,14 @@ void qw_op_qsa_select(const qw_backend *be, int32_t *sel, int32_t *sel_off, cons
 
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-void qw_op_gdn_gate(const qw_backend *be, float *a, const float *neg_exp_a, const float *dt_bias, int n_tok, int hv) {
-    (void)be;
+void qw_op_gdn_gate(const qw_backend *be, float *a, float *beta, const float *neg_exp_a, const float *dt_bias,
+                    int n_tok, int hv) {
     for (int t = 0; t < n_tok; t++)
         for (int j = 0; j < hv; j++) {
             int64_t i = (int64_t)t * hv + j;
             a[i] = neg_exp_a[j] * softplus(a[i] + dt_bias[j]);
         }
+    if (beta) be->sigmoid(be, beta, (int64_t)n_tok * hv);
 }
 
 /* ---------------------------------------------------------------- mixture of experts */

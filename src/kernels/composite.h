@@ -28,7 +28,7 @@ void qw_op_store_rows(const qw_backend *be, float *cache, const float *src, int 
 void qw_op_copy_strided(const qw_backend *be, float *dst, const float *src, const qw_copy_layout *l);
 void qw_op_rms_norm_grouped(const qw_backend *be, float *y, const float *x, const float *w, int n_rows, int n_group,
                             int dim, float eps, int zero_centred);
-void qw_op_divide(const qw_backend *be, float *x, float d, int64_t n);
+void qw_op_divide(const qw_backend *be, float *x, float d, int64_t n, int then_silu);
 void qw_op_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act);
 void qw_op_rope_table(const qw_backend *be, float *cs, const float *inv_freq, int n_rot, int n_tok,
                       const qw_step *step);
@@ -39,7 +39,8 @@ void qw_op_qsa_select(const qw_backend *be, int32_t *sel, int32_t *sel_off, cons
                       const float *blk, int n_tok, int n_head, int ihd, int R, int topk, void *work,
                       const qw_step *step);
 size_t qw_op_qsa_select_work(const qw_backend *be, int n_ctx, int R, int topk);
-void qw_op_gdn_gate(const qw_backend *be, float *a, const float *neg_exp_a, const float *dt_bias, int n_tok, int hv);
+void qw_op_gdn_gate(const qw_backend *be, float *a, float *beta, const float *neg_exp_a, const float *dt_bias,
+                    int n_tok, int hv);
 void qw_op_moe_route(const qw_backend *be, int32_t *sel, float *wt, float *logits, int n_tok, int n_expert, int k,
                      int norm_topk);
 void qw_op_moe_ffn(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int n_tok,

@@ -115,7 +115,9 @@ static void x_mul(const qw_backend *be, float *y, const float *a, const float *b
 static void x_axpy(const qw_backend *be, float *y, const float *a, float s, int64_t n) {
     WRAP(I_AXPY, in->axpy(tb, y, a, s, n));
 }
-static void x_divide(const qw_backend *be, float *x, float d, int64_t n) { WRAP(I_DIVIDE, in->divide(tb, x, d, n)); }
+static void x_divide(const qw_backend *be, float *x, float d, int64_t n, int then_silu) {
+    WRAP(I_DIVIDE, in->divide(tb, x, d, n, then_silu));
+}
 static void x_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act) {
     WRAP(I_ACT_MUL, in->act_mul(tb, y, a, b, n, act));
 }
@@ -153,8 +155,9 @@ static void x_conv1d_dw(const qw_backend *be, float *y, const float *x, const fl
                         int dil) {
     WRAP(I_CONV1D_DW, in->conv1d_dw(tb, y, x, w, n_tok, ch, k, dil));
 }
-static void x_gdn_gate(const qw_backend *be, float *a, const float *nea, const float *dtb, int n_tok, int hv) {
-    WRAP(I_GDN_GATE, in->gdn_gate(tb, a, nea, dtb, n_tok, hv));
+static void x_gdn_gate(const qw_backend *be, float *a, float *beta, const float *nea, const float *dtb, int n_tok,
+                       int hv) {
+    WRAP(I_GDN_GATE, in->gdn_gate(tb, a, beta, nea, dtb, n_tok, hv));
 }
 static void x_delta_rule(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
                          const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv) {

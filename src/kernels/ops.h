@@ -101,12 +101,13 @@ struct qw_backend {
                              int dim, float eps, int zero_centred);
     /* x / sqrt(sum(x^2) + eps) * scale for n_rows vectors of length dim, in place. */
     void (*l2_norm)(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale);
-    /* x = silu(x), x = sigmoid(x), y = a * b, y += a * s, x = x / d (a division, as the reference divides). */
+    /* x = silu(x), x = sigmoid(x), y = a * b, y += a * s, x = x / d (a division, as the reference divides; then
+     * silu(x) when then_silu: the bits of divide and silu, one kernel where a backend fuses them). */
     void (*silu)(const qw_backend *be, float *x, int64_t n);
     void (*sigmoid)(const qw_backend *be, float *x, int64_t n);
     void (*mul)(const qw_backend *be, float *y, const float *a, const float *b, int64_t n);
     void (*axpy)(const qw_backend *be, float *y, const float *a, float s, int64_t n);
-    void (*divide)(const qw_backend *be, float *x, float d, int64_t n);
+    void (*divide)(const qw_backend *be, float *x, float d, int64_t n, int then_silu);
     /* y = act(a) * b with act silu or sigmoid (QW_ACT_*): the same bits as act(a) then mul(y, a, b); a may be
      * left holding act(a) or anything else; y may alias a or b. One kernel where a backend fuses them. */
     void (*act_mul)(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act);
@@ -155,8 +156,10 @@ struct qw_backend {
      * x [(k-1)*dil + n_tok][ch] (history rows first), w [ch][k], y [n_tok][ch]. */
     void (*conv1d_dw)(const qw_backend *be, float *y, const float *x, const float *w, int n_tok, int ch, int k,
                       int dil);
-    /* g[t][j] = neg_exp_a[j] * softplus(a[t][j] + dt_bias[j]) in place (a becomes g); [n_tok][hv]. */
-    void (*gdn_gate)(const qw_backend *be, float *a, const float *neg_exp_a, const float *dt_bias, int n_tok, int hv);
+    /* g[t][j] = neg_exp_a[j] * softplus(a[t][j] + dt_bias[j]) in place (a becomes g); [n_tok][hv]. With beta (not
+     * NULL, [n_tok][hv]) also beta = sigmoid(beta) in place, the sigmoid op's bits (one kernel for both). */
+    void (*gdn_gate)(const qw_backend *be, float *a, float *beta, const float *neg_exp_a, const float *dt_bias,
+                     int n_tok, int hv);
     /*
      * Gated delta rule, token by token, per value head j (qk head j / (hv/hk)):
      *   S = exp(g) S;  u = beta (v - S^T k);  S += k u^T;  o = S^T q.

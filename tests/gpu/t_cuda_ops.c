@@ -140,10 +140,15 @@ static void test_norms_elementwise(void) {
     G->upload(G, de, x, n * 4);
     R->axpy(R, y, a, 0.37f, (int64_t)n);
     G->axpy(G, de, da, 0.37f, (int64_t)n);
-    R->divide(R, y, 3.0f, (int64_t)n);
-    G->divide(G, de, 3.0f, (int64_t)n);
+    R->divide(R, y, 3.0f, (int64_t)n, 0);
+    G->divide(G, de, 3.0f, (int64_t)n, 0);
     g = back(de, n * 4);
     CHECK(same(g, y, n * 4), "axpy then divide: not the reference's bits");
+    free(g);
+    R->divide(R, y, 4.0f, (int64_t)n, 1);
+    G->divide(G, de, 4.0f, (int64_t)n, 1);
+    g = back(de, n * 4);
+    CHECK(same(g, y, n * 4), "divide then silu: not the reference's bits");
     free(g), free(x), free(w), free(y), free(e), free(a), free(b);
 }
 
@@ -266,13 +271,16 @@ static void test_gdn(void) {
     int hv = 8, hk = 2, dk = 128, dv = 128;
     float *a = rvec((size_t)T * hv, 10), *nea = rvec(hv, 1), *dtb = rvec(hv, 1), *ga = malloc((size_t)T * hv * 4);
     memcpy(ga, a, (size_t)T * hv * 4);
-    float *da = dev(a, (size_t)T * hv * 4);
-    R->gdn_gate(R, ga, nea, dtb, T, hv);
-    G->gdn_gate(G, da, nea, dtb, T, hv);
+    float *da = dev(a, (size_t)T * hv * 4), *bt = rvec((size_t)T * hv, 4), *dbt = dev(bt, (size_t)T * hv * 4);
+    R->gdn_gate(R, ga, bt, nea, dtb, T, hv);
+    G->gdn_gate(G, da, dbt, nea, dtb, T, hv);
     g = back(da, (size_t)T * hv * 4);
     CHECK(rel_err(g, ga, (size_t)T * hv, 1e-6) < 1e-6, "gdn_gate: relative error %.2e (CUDA's expf, log1pf)",
           rel_err(g, ga, (size_t)T * hv, 1e-6));
     free(g);
+    g = back(dbt, (size_t)T * hv * 4);
+    CHECK(same(g, bt, (size_t)T * hv * 4), "gdn_gate's beta: not the sigmoid op's bits");
+    free(g), free(bt);
     for (int dk_ = 64; dk_ <= 192; dk_ += 64) { /* 192: the state read from memory, not registers */
         dk = dk_;
         float *q = rvec((size_t)T * hk * dk, 0.1f), *kk = rvec((size_t)T * hk * dk, 0.1f);
@@ -314,39 +322,44 @@ static void test_moe(void) {
     printf("moe_route, moe_ffn (pairs and grouped)\n");
     int E = 64, k = 8, H = 128, I = 64;
     float *store, *sstore;
-    qw_ffn_w *ex = make_experts(E, H, I, &store), *sh = make_experts(1, H, 96, &sstore);
+    qw_ffn_w *ex = make_experts(E, H, I, &store);
     float *gate_w = rvec(H, 0.1f);
     qw_tensor sgt = {.name = "gate", .data = gate_w, .type = QW_TYPE_F32, .n_dims = 2, .shape = {1, H}};
     static const int Ts[] = {1, 2, 12};
-    for (size_t ti = 0; ti < sizeof(Ts) / sizeof(Ts[0]); ti++) {
-        int T = Ts[ti];
-        float *lg = rvec((size_t)T * E, 4), *x = rvec((size_t)T * H, 1);
-        float *dlg = dev(lg, (size_t)T * E * 4), *dx = dev(x, (size_t)T * H * 4);
-        int32_t *sel = malloc((size_t)T * k * 4);
-        float *wt = malloc((size_t)T * k * 4), *y = malloc((size_t)T * H * 4);
-        int32_t *dsel = dev(NULL, (size_t)T * k * 4);
-        float *dwt = dev(NULL, (size_t)T * k * 4), *dy = dev(NULL, (size_t)T * H * 4);
-        R->moe_route(R, sel, wt, lg, T, E, k, 1);
-        G->moe_route(G, dsel, dwt, dlg, T, E, k, 1);
-        int32_t *gsel = back(dsel, (size_t)T * k * 4);
-        float *gwt = back(dwt, (size_t)T * k * 4);
-        CHECK(same(gsel, sel, (size_t)T * k * 4), "moe_route T %d: other experts", T);
-        CHECK(rel_err(gwt, wt, (size_t)T * k, 1e-7) < 1e-6, "moe_route T %d: weights, relative error %.2e", T,
-              rel_err(gwt, wt, (size_t)T * k, 1e-7));
-        void *rw = malloc(R->moe_work(R, T, k, E, H, I, 96));
-        void *gw = dev(NULL, G->moe_work(G, T, k, E, H, I, 96));
-        G->upload(G, dwt, wt, (size_t)T * k * 4); /* the same weights on both sides */
-        R->moe_ffn(R, y, x, sel, wt, T, k, ex, E, sh, &sgt, rw);
-        G->moe_ffn(G, dy, dx, dsel, dwt, T, k, ex, E, sh, &sgt, gw);
-        float *gy = back(dy, (size_t)T * H * 4);
-        double worst = 0;
-        for (int i = 0; i < T * H; i++) worst = fmax(worst, fabs((double)gy[i] - y[i]));
-        /* outputs ~0.1: f32 dot products of 64-128 terms in another order */
-        CHECK(worst < 2e-6, "moe_ffn T %d (%s): largest difference %.2e (bound 2e-6)", T,
-              T * k <= 64 ? "pairs" : "grouped", worst);
-        free(lg), free(x), free(sel), free(wt), free(y), free(gsel), free(gwt), free(rw), free(gy);
+    /* a shared expert of another width (its own products), then of the experts' (few rows: more pairs of theirs) */
+    for (int Is = 96; Is >= I; Is -= 96 - I) {
+        qw_ffn_w *sh = make_experts(1, H, Is, &sstore);
+        for (size_t ti = 0; ti < sizeof(Ts) / sizeof(Ts[0]); ti++) {
+            int T = Ts[ti];
+            float *lg = rvec((size_t)T * E, 4), *x = rvec((size_t)T * H, 1);
+            float *dlg = dev(lg, (size_t)T * E * 4), *dx = dev(x, (size_t)T * H * 4);
+            int32_t *sel = malloc((size_t)T * k * 4);
+            float *wt = malloc((size_t)T * k * 4), *y = malloc((size_t)T * H * 4);
+            int32_t *dsel = dev(NULL, (size_t)T * k * 4);
+            float *dwt = dev(NULL, (size_t)T * k * 4), *dy = dev(NULL, (size_t)T * H * 4);
+            R->moe_route(R, sel, wt, lg, T, E, k, 1);
+            G->moe_route(G, dsel, dwt, dlg, T, E, k, 1);
+            int32_t *gsel = back(dsel, (size_t)T * k * 4);
+            float *gwt = back(dwt, (size_t)T * k * 4);
+            CHECK(same(gsel, sel, (size_t)T * k * 4), "moe_route T %d: other experts", T);
+            CHECK(rel_err(gwt, wt, (size_t)T * k, 1e-7) < 1e-6, "moe_route T %d: weights, relative error %.2e", T,
+                  rel_err(gwt, wt, (size_t)T * k, 1e-7));
+            void *rw = malloc(R->moe_work(R, T, k, E, H, I, Is));
+            void *gw = dev(NULL, G->moe_work(G, T, k, E, H, I, Is));
+            G->upload(G, dwt, wt, (size_t)T * k * 4); /* the same weights on both sides */
+            R->moe_ffn(R, y, x, sel, wt, T, k, ex, E, sh, &sgt, rw);
+            G->moe_ffn(G, dy, dx, dsel, dwt, T, k, ex, E, sh, &sgt, gw);
+            float *gy = back(dy, (size_t)T * H * 4);
+            double worst = 0;
+            for (int i = 0; i < T * H; i++) worst = fmax(worst, fabs((double)gy[i] - y[i]));
+            /* outputs ~0.1: f32 dot products of 64-128 terms in another order */
+            CHECK(worst < 2e-6, "moe_ffn T %d (%s): largest difference %.2e (bound 2e-6)", T,
+                  T * k <= 64 ? "pairs" : "grouped", worst);
+            free(lg), free(x), free(sel), free(wt), free(y), free(gsel), free(gwt), free(rw), free(gy);
+        }
+        free(sstore), free(sh);
     }
-    free(store), free(sstore), free(ex), free(sh), free(gate_w);
+    free(store), free(ex), free(gate_w);
 }
 
 static void test_hc_ple(void) {
