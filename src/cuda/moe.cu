@@ -20,6 +20,7 @@
 
 extern "C" {
 #include "core/common.h"
+#include "kernels/q8a.h"
 }
 
 #define PAIRS_MAX 64 /* rows up to which every pair is its own product */
@@ -242,9 +243,15 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
         const qw_ffn_w *e0 = &experts[0];
         const qw_type tg = e0->gate.type, tu = e0->up.type, td = e0->down.type;
         /* the shared expert as T more pairs when its shapes and types are the experts' (the same products) */
+        /* (and so long as the rows fit the 8-bit activations' buffer, which the separate products' rows do) */
+        size_t cap = 0;
+        qwc_q8_buf(c, &cap);
+        const int64_t q8w = (int64_t)sizeof(qw_q8a) * (H > I ? H : I) / 32; /* bytes of one row rounded */
         const int with_shared = shared && Is == I && shared->gate.type == tg && shared->up.type == tu &&
-                                shared->down.type == td && shared->down.shape[1] == I;
-        const int P = R + (with_shared ? T : 0), one = tg == tu; /* one: gate and up as one product of 2P pairs */
+                                shared->down.type == td && shared->down.shape[1] == I &&
+                                (int64_t)(R + T) * q8w <= (int64_t)cap;
+        const int P = R + (with_shared ? T : 0);
+        const int one = tg == tu && 2 * P * q8w <= (int64_t)cap; /* gate and up as one product of 2P pairs */
         const void **mats = (const void **)(w + l.mats);
         const void *const *sh = NULL;
         if (with_shared) sh = expert_table(c, shared, 1); /* [gate, up, down] */
