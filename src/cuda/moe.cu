@@ -226,6 +226,13 @@ __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos,
     y[(int64_t)t * H + i] = v;
 }
 
+/* The shared expert as more pairs of the routed experts' products (the same bits as its own products): on once
+ * t_cuda_ops (a shared expert of the experts' width) and tests/gpu/trial.sh (the logits of a model whose shared
+ * expert has the experts' width, bit for bit against the build without it) have run on a GPU. */
+#ifndef QWC_MOE_SHARED_PAIRS
+#define QWC_MOE_SHARED_PAIRS 0
+#endif
+
 static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int T, int k,
                        const qw_ffn_w *experts, int E, const qw_ffn_w *shared, const qw_tensor *shared_gate,
                        void *work) {
@@ -247,7 +254,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
         size_t cap = 0;
         qwc_q8_buf(c, &cap);
         const int64_t q8w = (int64_t)sizeof(qw_q8a) * (H > I ? H : I) / 32; /* bytes of one row rounded */
-        const int with_shared = shared && Is == I && shared->gate.type == tg && shared->up.type == tu &&
+        const int with_shared = QWC_MOE_SHARED_PAIRS && shared && Is == I && shared->gate.type == tg && shared->up.type == tu &&
                                 shared->down.type == td && shared->down.shape[1] == I &&
                                 (int64_t)(R + T) * q8w <= (int64_t)cap;
         const int P = R + (with_shared ? T : 0);
