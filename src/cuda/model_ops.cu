@@ -266,9 +266,9 @@ static void cu_topk(const qw_backend *be, int32_t *ids, float *vals, const float
     qwc_topk(qwc_of(be), ids, vals, x, n_rows, n, k, work);
 }
 
-/* The device's topk has not run on a GPU yet (its test is tests/gpu/t_cuda_ops.c): until it has, sessions on the
- * GPU bring the logits to the host for sampling, as before. */
-#ifndef QWC_TOPK_ON /* tests/gpu/trial.sh builds with 1 */
+/* The device's topk (tests/gpu/t_cuda_ops.c); 0 at build time: sessions on the GPU bring the logits to the host for
+ * sampling. */
+#ifndef QWC_TOPK_ON
 #define QWC_TOPK_ON 1
 #endif
 

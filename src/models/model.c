@@ -49,9 +49,9 @@ static qwenc_status model_backend(qwenc_model *m, const qwenc_model_params *mp, 
 
 /* Whether quantized weights meet 8-bit activations on the GPU as they do on the CPU (params.f32_activations 0): the
  * integer kernels (cuda/quant.cu, mvq_kernel) are checked on the host (tests/t_qkernels.c: q8dot.h against the
- * CPU's integer reference) and have their GPU tests (tests/gpu/t_cuda_quant.c), which have not run on a GPU yet:
- * until they have, the GPU keeps f32 activations for every weight type. */
-#ifndef CUDA_Q8_ACTIVATIONS /* tests/gpu/trial.sh builds with 1 */
+ * CPU's integer reference) and on the GPU (tests/gpu/t_cuda_quant.c). 0 at build time: f32 activations for every
+ * weight type on the GPU. */
+#ifndef CUDA_Q8_ACTIVATIONS
 #define CUDA_Q8_ACTIVATIONS 1
 #endif
 
