@@ -48,22 +48,15 @@ static void deinterleave(const qw_fwd *f, const qw_gdn_w *w, const float *x, flo
     be->copy_strided(be, a, mba + r, &ba);
 }
 
-/* Reorder the hv heads (d floats each) of n rows between tiled (i*hk + g) and grouped (g*r + i) order,
- * through tmp [n][hv][d]. */
-static void vhead_order(const qw_fwd *f, float *x, int64_t n, int64_t hk, int64_t r, int64_t d, int to_grouped,
-                        float *tmp) {
+/* n rows of hv heads (d floats each) from src (rows src_row apart) to dst (rows hv*d apart) in the other head order:
+ * tiled (i*hk + g) to grouped (g*r + i) when to_grouped, else back. One copy. */
+static void vhead_copy(const qw_fwd *f, float *dst, const float *src, int64_t src_row, int64_t n, int64_t hk,
+                       int64_t r, int64_t d, int to_grouped) {
     int64_t hv = hk * r;
-    /* element (t, g, i, e): grouped at t*hv*d + (g*r + i)*d + e, tiled at t*hv*d + (i*hk + g)*d + e */
-    qw_copy_layout l = {{d, r, hk, n}, {1, d, r * d, hv * d}, {1, hk * d, d, hv * d}};
-    if (!to_grouped)
-        for (int j = 1; j < 3; j++) { /* from grouped to tiled: swap the strides */
-            int64_t t = l.d[j];
-            l.d[j] = l.s[j];
-            l.s[j] = t;
-        }
-    qw_copy_layout back = {{n * hv * d, 1, 1, 1}, {1, 0, 0, 0}, {1, 0, 0, 0}};
-    f->be->copy_strided(f->be, tmp, x, &l);
-    f->be->copy_strided(f->be, x, tmp, &back);
+    /* element (t, g, i, e): grouped at (g*r + i)*d + e, tiled at (i*hk + g)*d + e of its row */
+    qw_copy_layout l = {{d, r, hk, n}, {1, d, r * d, hv * d}, {1, hk * d, d, src_row}};
+    if (!to_grouped) l = (qw_copy_layout){{d, r, hk, n}, {1, hk * d, d, hv * d}, {1, d, r * d, src_row}};
+    f->be->copy_strided(f->be, dst, src, &l);
 }
 
 /* The causal convolution of a segment's rows and its session's conv state: c rows [row0, row0+rows) from the
@@ -104,7 +97,7 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     float *xc = qw_arena_f32(f->ar, (size_t)(K - 1 + T) * ch);
     float *qkv = xc + (int64_t)(K - 1) * ch;
     float *z = qw_arena_f32(f->ar, (size_t)T * vd);
-    float *b = qw_arena_f32(f->ar, (size_t)T * hv), *a = qw_arena_f32(f->ar, (size_t)T * hv);
+    float *b = qw_arena_f32(f->ar, (size_t)2 * T * hv), *a = b + (int64_t)T * hv; /* side by side: one reorder */
     if (w->qkvz) {
         deinterleave(f, w, x, qkv, z, b, a);
     } else {
@@ -120,27 +113,32 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     }
     be->silu(be, c, (int64_t)T * ch);
 
+    const int r = hv / hk, tiled = w->v_tiled && r > 1;
     float *q = c, *k = c + kd, *v = c + 2 * kd; /* one token's q, k and v lie apart in c already */
     if (T > 1) {
         q = qw_arena_f32(f->ar, (size_t)T * kd), k = qw_arena_f32(f->ar, (size_t)T * kd);
-        v = qw_arena_f32(f->ar, (size_t)T * vd);
         qw_copy_layout qk = {{kd, T, 1, 1}, {1, kd, 0, 0}, {1, ch, 0, 0}};
-        qw_copy_layout vl = {{vd, T, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
         be->copy_strided(be, q, c, &qk);
         be->copy_strided(be, k, c + kd, &qk);
-        be->copy_strided(be, v, c + 2 * kd, &vl);
+        if (!tiled) {
+            v = qw_arena_f32(f->ar, (size_t)T * vd);
+            qw_copy_layout vl = {{vd, T, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
+            be->copy_strided(be, v, c + 2 * kd, &vl);
+        }
+    }
+    if (tiled) { /* v in the grouped order the delta rule reads, straight from c */
+        v = qw_arena_f32(f->ar, (size_t)T * vd);
+        vhead_copy(f, v, c + 2 * kd, ch, T, hk, r, dv, 1);
     }
     be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
     be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f);
     float *g = a; /* in place: g = -exp(A_log) * softplus(a + dt_bias) */
     be->gdn_gate(be, g, b, w->neg_exp_a, w->dt_bias, T, hv); /* and beta = sigma(b) in place */
 
-    int r = hv / hk;
-    float *tmp = w->v_tiled && r > 1 ? qw_arena_f32(f->ar, (size_t)T * vd) : NULL;
-    if (tmp) {
-        vhead_order(f, v, T, hk, r, dv, 1, tmp);
-        vhead_order(f, g, T, hk, r, 1, 1, tmp);
-        vhead_order(f, b, T, hk, r, 1, 1, tmp);
+    if (tiled) { /* beta and g (side by side: 2T rows of hv) in grouped order */
+        float *bg = qw_arena_f32(f->ar, (size_t)2 * T * hv);
+        vhead_copy(f, bg, b, hv, 2 * (int64_t)T, hk, r, 1, 1);
+        b = bg, g = bg + (int64_t)T * hv;
     }
     float *o = qw_arena_f32(f->ar, (size_t)T * vd);
     if (f->draft) { /* the state before the step and the step's inputs, for qwenc_session_accept */
@@ -162,7 +160,11 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
             be->delta_rule(be, o + r0 * vd, s.s->ls[il].ssm, q + r0 * kd, k + r0 * kd, v + r0 * vd, g + r0 * hv,
                            b + r0 * hv, s.rows, hk, hv, dk, dv);
     }
-    if (tmp) vhead_order(f, o, T, hk, r, dv, 0, tmp);
+    if (tiled) { /* back to the tiled order z and out_proj were stored in */
+        float *ot = qw_arena_f32(f->ar, (size_t)T * vd);
+        vhead_copy(f, ot, o, vd, T, hk, r, dv, 0);
+        o = ot;
+    }
 
     /* gated RMSNorm per value head: RMSNorm(o; w) * act(z) */
     be->rms_norm(be, o, o, w->norm, T * hv, dv, hp->norm_eps, 0);
