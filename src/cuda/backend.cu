@@ -57,6 +57,9 @@ struct qwc {
     int q8_keep;   /* the next product reads the x of the one before (qwc_q8_keep) */
     const float *q8_x; /* what q8_buf holds: the rounding of these rows */
     int64_t q8_ldx, q8_cols, q8_rows;
+    const float *q8_made_y; /* or of these n floats, written by a kernel when qwc_writes was q8_made_at */
+    int64_t q8_made_n;
+    unsigned long long q8_made_at;
 };
 
 #define Q8_BYTES ((size_t)4 << 20) /* 104,857 blocks of 32: 16 tokens of 209,712 columns, 64 pairs of 52,428 */
@@ -81,6 +84,26 @@ int qwc_q8_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t
 }
 void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
     c->q8_x = x, c->q8_ldx = ldx, c->q8_cols = cols, c->q8_rows = n_rows;
+}
+
+/* Kernels that write activations also round them (QWC_Q8_PRODUCERS 1): tests/gpu/trial.sh compares the logits with
+ * the default build's bit for bit; on once that has passed on a GPU. */
+#ifndef QWC_Q8_PRODUCERS
+#define QWC_Q8_PRODUCERS 0
+#endif
+
+qw_q8a *qwc_q8_for(qwc *c, const float *y, int64_t n) {
+    (void)y;
+    if (!QWC_Q8_PRODUCERS || !qwc_q8_on(c) || n <= 0 || n % 32 || (size_t)(n / 32) * sizeof(qw_q8a) > Q8_BYTES)
+        return NULL;
+    return (qw_q8a *)c->q8_buf;
+}
+void qwc_q8_made(qwc *c, const float *y, int64_t n) {
+    c->q8_x = NULL; /* the buffer no longer holds what a chain noted */
+    c->q8_made_y = y, c->q8_made_n = n, c->q8_made_at = qwc_writes;
+}
+int qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    return c->q8_made_y == x && c->q8_made_at == qwc_writes && ldx == cols && cols * n_rows == c->q8_made_n;
 }
 
 int qwc_capture_spoil(qwc *c) {
@@ -161,7 +184,8 @@ const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t 
         }
         /* on the backend's stream, so every op issued later reads it complete: a plain cudaMemcpy from pageable
          * memory returns once the bytes are staged, and the non-blocking stream does not wait for its DMA */
-        QWC_CHECK(cudaMemcpyAsync(d, contents, bytes, cudaMemcpyHostToDevice, c->stream));
+        QWC_WROTE();
+    QWC_CHECK(cudaMemcpyAsync(d, contents, bytes, cudaMemcpyHostToDevice, c->stream));
         if (e->host) {
             QWC_CHECK(cudaFree(e->dev));
             c->weight_bytes -= e->bytes;
@@ -229,6 +253,7 @@ static void *cu_alloc(const qw_backend *be, size_t bytes, qw_mem_kind kind) {
         cudaGetLastError(); /* clear it: out of memory is reported to the caller */
         return NULL;
     }
+    QWC_WROTE();
     QWC_CHECK(cudaMemsetAsync(p, 0, bytes, c->stream));
     return p;
 }
@@ -240,6 +265,7 @@ static void cu_free(const qw_backend *be, void *p) {
 }
 
 static void cu_upload(const qw_backend *be, void *dst, const void *src, size_t n) {
+    QWC_WROTE();
     if (n) QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, C(be)->stream));
 }
 
@@ -250,10 +276,12 @@ static void cu_download(const qw_backend *be, void *dst, const void *src, size_t
 }
 
 static void cu_copy(const qw_backend *be, void *dst, const void *src, size_t n) {
+    QWC_WROTE();
     if (n) QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, C(be)->stream));
 }
 
 static void cu_zero(const qw_backend *be, void *p, size_t n) {
+    QWC_WROTE();
     if (n) QWC_CHECK(cudaMemsetAsync(p, 0, n, C(be)->stream));
 }
 

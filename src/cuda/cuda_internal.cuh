@@ -17,6 +17,7 @@
 
 extern "C" {
 #include "kernels/ops.h"
+#include "kernels/q8a.h"
 #include "tensor/quant.h"
 #include "tensor/tensor.h"
 }
@@ -58,6 +59,13 @@ void *qwc_q8_buf(qwc *c, size_t *bytes);
 void qwc_q8_keep(qwc *c, int on);
 int qwc_q8_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
 void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
+/* A kernel that writes n floats at y can write their 8-bit rounding too (into qwc_q8_for's buffer: NULL when not
+ * now: the path off, n not whole blocks of 32, or more than the buffer holds); qwc_q8_made after its launch says the
+ * buffer holds y's rounding until the next launch or copy, and a product that reads y right after takes it
+ * (qwc_q8_fresh) instead of rounding y again. The same bits either way: the kernels round as k_q8a does. */
+qw_q8a *qwc_q8_for(qwc *c, const float *y, int64_t n);
+void qwc_q8_made(qwc *c, const float *y, int64_t n);
+int qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
 
 /* ---- quant.cu: weights of every type qwenc reads (F32, F16, BF16 and the 10 block-quantized types of
  * tensor/quant.h), dequantized on the device exactly as tensor/quant.c and quant_k.c do on the host (the same
@@ -106,6 +114,33 @@ void qwc_fill_random(qwc *c, uint8_t *d, qw_type type, size_t bytes, uint64_t se
 #else
 #define QWC_PDL_ENTRY() ((void)0)
 #endif
+/* Launches and copies on this thread so far (qwc_q8_made / qwc_q8_fresh: nothing ran between) */
+inline thread_local unsigned long long qwc_writes = 0;
+#define QWC_WROTE() (++qwc_writes)
+
+/* Lane l of a warp holds element 32 b + l of rows being rounded to 8 bits: block b of them into *o exactly as
+ * qw_q8a_quantize makes it (the same f32 operations, correctly rounded). The whole warp calls it. */
+__device__ __forceinline__ void qwc_q8a_warp(float v, qw_q8a *o) {
+    const int lane = threadIdx.x & 31;
+    const float a = fabsf(v);
+    float amax = a; /* fmaxf passes over a NaN, as the host's compare does */
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+    const bool nan = __any_sync(0xffffffffu, a != a);
+    const float d = nan ? __int_as_float(0x7fc00000) : __fdiv_rn(amax, 127.0f);
+    const float id = amax != 0.0f && !nan ? __fdiv_rn(127.0f, amax) : 0.0f;
+    int q = 0;
+    if (id != 0.0f) { /* else 0, as the host's rounding of x * 0 gives (NaN and infinite blocks too) */
+        q = (__float_as_int(__fadd_rn(__fmul_rn(v, id), 12582912.0f)) & 0x007fffff) - 0x00400000;
+        q = q > 127 ? 127 : q < -127 ? -127 : q;
+    }
+    int sum = q;
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+    o->q[lane] = (int8_t)q;
+    if (lane == 0) o->d = d, o->s = sum;
+}
+
 static inline int qwc_pdl_on(void) {
     static int on = -1; /* the environment read once (per file: the same answer) */
     if (on < 0) {
@@ -122,6 +157,7 @@ void qwc_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaSt
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
     cfg.attrs = &at, cfg.numAttrs = qwc_pdl_on() ? 1 : 0;
+    QWC_WROTE();
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...); /* errors: QWC_LAUNCHED after it */
 }
 

@@ -14,7 +14,7 @@ extern "C" {
 /* threads [0, n_tok H): a[t] = (1/C) sum_s m[t][s], or of sigmoid(m) * xn as k_act_mul forms it; the next n_inj:
  * inj = 2 sigmoid(inj / C) (one launch for all) */
 __global__ void k_hc_read(float *a, const float *m, const float *xn, float *inj, int n_tok, int C, int H,
-                          int64_t n_inj) {
+                          int64_t n_inj, qw_q8a *xq) {
     QWC_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, n = (int64_t)n_tok * H;
     if (i >= n) {
@@ -33,16 +33,20 @@ __global__ void k_hc_read(float *a, const float *m, const float *xn, float *inj,
         if (xn) v = 1.0f / (1.0f + qwc_expd(-v)) * xn[o];
         s += v;
     }
-    a[i] = s / (float)C;
+    const float r = s / (float)C;
+    a[i] = r;
+    if (xq) qwc_q8a_warp(r, xq + i / 32); /* n a multiple of 32: whole warps here */
 }
 
 static void cu_hc_read(const qw_backend *be, float *a, float *m, const float *xn, float *inj, int n_tok, int C,
                        int H) {
     const int64_t n = (int64_t)n_tok * H, n_inj = inj ? (int64_t)n_tok * C : 0;
     if (n <= 0) return;
-    qwc_launch(k_hc_read, qwc_blocks(n + n_inj, 256), 256, 0, qwc_stream(qwc_of(be)), a, m, xn, inj, n_tok, C, H,
-               n_inj);
+    qwc *c = qwc_of(be);
+    qw_q8a *xq = qwc_q8_for(c, a, n);
+    qwc_launch(k_hc_read, qwc_blocks(n + n_inj, 256), 256, 0, qwc_stream(c), a, m, xn, inj, n_tok, C, H, n_inj, xq);
     QWC_LAUNCHED();
+    if (xq) qwc_q8_made(c, a, n);
 }
 
 __global__ void k_hc_inject(float *X, const float *inj, const float *y, int n_tok, int C, int H) {

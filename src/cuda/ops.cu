@@ -65,8 +65,10 @@ static void cu_copy_strided(const qw_backend *be, float *dst, const float *src, 
 
 /* ---------------------------------------------------------------- norms */
 
-/* one block per row; n_group > 0: the weights of row r are w + (r % n_group) * dim */
-__global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, int n_group, float eps, int zc) {
+/* one block per row; n_group > 0: the weights of row r are w + (r % n_group) * dim; xq (not NULL, dim a multiple of
+ * 32): y's 8-bit rounding too */
+__global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, int n_group, float eps, int zc,
+                           qw_q8a *xq) {
     QWC_PDL_ENTRY();
     __shared__ double sh[32];
     int64_t r = blockIdx.x;
@@ -79,8 +81,15 @@ __global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, in
     float inv = (float)(1.0 / sqrt(ss / dim + eps));
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         float s = wr ? (zc ? 1.0f + wr[i] : wr[i]) : 1.0f;
-        yr[i] = xr[i] * inv * s;
+        const float v = xr[i] * inv * s;
+        yr[i] = v;
+        if (xq) qwc_q8a_warp(v, xq + (r * dim + i) / 32); /* a warp's 32 values: one block (dim % 32 == 0) */
     }
+}
+
+/* where a kernel writing n floats at y (rows of dim) also rounds them: NULL when it does not */
+static qw_q8a *q8_for_rows(qwc *c, const float *y, int64_t n, int dim) {
+    return dim % 32 ? NULL : qwc_q8_for(c, y, n);
 }
 
 static int norm_threads(int dim) { return dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64; }
@@ -89,8 +98,11 @@ static void cu_rms_norm(const qw_backend *be, float *y, const float *x, const fl
                         int zc) {
     qwc *c = qwc_of(be);
     if (n_rows <= 0) return;
-    qwc_launch(k_rms_norm, n_rows, norm_threads(dim), 0, qwc_stream(c), y, x, qwc_wf(c, w, dim), dim, 1, eps, zc);
+    const float *dw = qwc_wf(c, w, dim);
+    qw_q8a *xq = q8_for_rows(c, y, (int64_t)n_rows * dim, dim);
+    qwc_launch(k_rms_norm, n_rows, norm_threads(dim), 0, qwc_stream(c), y, x, dw, dim, 1, eps, zc, xq);
     QWC_LAUNCHED();
+    if (xq) qwc_q8_made(c, y, (int64_t)n_rows * dim);
 }
 
 static void cu_rms_norm_grouped(const qw_backend *be, float *y, const float *x, const float *w, int n_rows, int n_group,
@@ -98,8 +110,10 @@ static void cu_rms_norm_grouped(const qw_backend *be, float *y, const float *x, 
     qwc *c = qwc_of(be);
     if (n_rows <= 0) return;
     const float *dw = qwc_wf(c, w, (int64_t)n_group * dim);
-    qwc_launch(k_rms_norm, n_rows, norm_threads(dim), 0, qwc_stream(c), y, x, dw, dim, n_group, eps, zc);
+    qw_q8a *xq = q8_for_rows(c, y, (int64_t)n_rows * dim, dim);
+    qwc_launch(k_rms_norm, n_rows, norm_threads(dim), 0, qwc_stream(c), y, x, dw, dim, n_group, eps, zc, xq);
     QWC_LAUNCHED();
+    if (xq) qwc_q8_made(c, y, (int64_t)n_rows * dim);
 }
 
 __global__ void k_l2_norm(float *x, int dim, float eps, float scale) {
@@ -141,20 +155,24 @@ __global__ void k_axpy(float *y, const float *a, float s, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += a[i] * s;
 }
-__global__ void k_act_mul(float *y, const float *a, const float *b, int64_t n, int act) {
+/* xq (not NULL, n a multiple of 32): y's 8-bit rounding too (k_divide's and k_hc_read's likewise) */
+__global__ void k_act_mul(float *y, const float *a, const float *b, int64_t n, int act, qw_q8a *xq) {
     QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+    if (i >= n) return; /* whole warps when xq */
     float x = a[i], v = act == QW_ACT_SILU ? x / (1.0f + qwc_expd(-x)) : 1.0f / (1.0f + qwc_expd(-x));
-    y[i] = v * b[i];
+    const float r = v * b[i];
+    y[i] = r;
+    if (xq) qwc_q8a_warp(r, xq + i / 32);
 }
-__global__ void k_divide(float *x, float d, int64_t n, int then_silu) {
+__global__ void k_divide(float *x, float d, int64_t n, int then_silu, qw_q8a *xq) {
     QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float v = x[i] / d;
     if (then_silu) v = v / (1.0f + qwc_expd(-v)); /* k_silu's */
     x[i] = v;
+    if (xq) qwc_q8a_warp(v, xq + i / 32);
 }
 
 static void cu_silu(const qw_backend *be, float *x, int64_t n) {
@@ -179,8 +197,11 @@ static void cu_axpy(const qw_backend *be, float *y, const float *a, float s, int
 }
 static void cu_divide(const qw_backend *be, float *x, float d, int64_t n, int then_silu) {
     if (n <= 0) return;
-    qwc_launch(k_divide, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), x, d, n, then_silu);
+    qwc *c = qwc_of(be);
+    qw_q8a *xq = qwc_q8_for(c, x, n);
+    qwc_launch(k_divide, qwc_blocks(n, 256), 256, 0, qwc_stream(c), x, d, n, then_silu, xq);
     QWC_LAUNCHED();
+    if (xq) qwc_q8_made(c, x, n);
 }
 
 /* ---------------------------------------------------------------- RoPE */
@@ -197,8 +218,11 @@ __global__ void k_rope_table(float *cs, const float *inv_freq, int n_rot, int n_
 
 static void cu_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act) {
     if (n <= 0) return;
-    qwc_launch(k_act_mul, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), y, a, b, n, act);
+    qwc *c = qwc_of(be);
+    qw_q8a *xq = qwc_q8_for(c, y, n);
+    qwc_launch(k_act_mul, qwc_blocks(n, 256), 256, 0, qwc_stream(c), y, a, b, n, act, xq);
     QWC_LAUNCHED();
+    if (xq) qwc_q8_made(c, y, n);
 }
 
 static void cu_rope_table(const qw_backend *be, float *cs, const float *inv_freq, int n_rot, int n_tok,

@@ -874,27 +874,9 @@ template <int T> __global__ void __launch_bounds__(MV_THREADS) mv_any(mv_args a,
  * (the same f32 operations, correctly rounded): a warp per block, a lane per element. */
 __global__ void k_q8a(const float *x, int64_t ldx, int64_t nb, int64_t n_rows, qw_q8a *xq) {
     QWC_PDL_ENTRY();
-    const int lane = threadIdx.x & 31;
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= nb * n_rows) return; /* the whole warp */
-    const float v = x[blk / nb * ldx + 32 * (blk % nb) + lane], a = fabsf(v);
-    float amax = a; /* fmaxf passes over a NaN, as the host's compare does */
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const bool nan = __any_sync(0xffffffffu, a != a);
-    const float d = nan ? __int_as_float(0x7fc00000) : __fdiv_rn(amax, 127.0f);
-    const float id = amax != 0.0f && !nan ? __fdiv_rn(127.0f, amax) : 0.0f;
-    int q = 0;
-    if (id != 0.0f) { /* else 0, as the host's rounding of x * 0 gives (NaN and infinite blocks too) */
-        q = (__float_as_int(__fadd_rn(__fmul_rn(v, id), 12582912.0f)) & 0x007fffff) - 0x00400000;
-        q = q > 127 ? 127 : q < -127 ? -127 : q;
-    }
-    int s = q;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    qw_q8a *o = xq + blk;
-    o->q[lane] = (int8_t)q;
-    if (lane == 0) o->d = d, o->s = s;
+    qwc_q8a_warp(x[blk / nb * ldx + 32 * (blk % nb) + (threadIdx.x & 31)], xq + blk);
 }
 
 struct mvq_args {
@@ -1008,6 +990,10 @@ template <int T> const qw_q8a *q8_rows(qwc *c, const float *x, int64_t ldx, int6
     const int64_t nb = cols / 32;
     if (!xq || (size_t)(nb * n_rows) * sizeof(qw_q8a) > cap) return NULL;
     if (qwc_q8_same(c, x, ldx, cols, n_rows)) return xq; /* the product before rounded the same x */
+    if (qwc_q8_fresh(c, x, ldx, cols, n_rows)) { /* the kernel that wrote x rounded it */
+        qwc_q8_note(c, x, ldx, cols, n_rows);
+        return xq;
+    }
     const int64_t warps = nb * n_rows;
     qwc_launch(k_q8a, (unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c), x, ldx, nb, n_rows, xq);
     QWC_LAUNCHED();
@@ -1040,6 +1026,7 @@ template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
 /* y [n_tok][rows] = x W^T through cuBLAS: column-major, y^T [rows][n_tok] = W^T^T x^T; W here [m][cols] from A */
 void gemm(qwc *c, float *y, int64_t ldy, const float *A, int64_t m, int64_t cols, const float *x, int n_tok) {
     const float one = 1.0f, zero = 0.0f;
+    QWC_WROTE();
     QWC_CUBLAS(cublasGemmEx(qwc_cublas(c), CUBLAS_OP_T, CUBLAS_OP_N, (int)m, n_tok, (int)cols, &one, A, CUDA_R_32F,
                             (int)cols, x, CUDA_R_32F, (int)cols, &zero, y, CUDA_R_32F, (int)ldy,
                             CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));

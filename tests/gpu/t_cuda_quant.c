@@ -125,6 +125,10 @@ __attribute__((weak)) int qwc_q8_same(const struct qwc *c, const float *x, int64
 __attribute__((weak)) void qwc_q8_note(struct qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
     (void)c, (void)x, (void)ldx, (void)cols, (void)n_rows;
 }
+__attribute__((weak)) int qwc_q8_fresh(const struct qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    (void)c, (void)x, (void)ldx, (void)cols, (void)n_rows;
+    return 0;
+}
 __attribute__((weak)) void *qwc_scratch(struct qwc *c, size_t bytes) {
     if (bytes <= c->scratch_bytes) return c->scratch;
     cuda_ok(cudaStreamSynchronize(c->stream), "scratch: sync");
