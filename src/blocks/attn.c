@@ -28,16 +28,15 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
     int64_t nq = (int64_t)nh * hd, nk = (int64_t)nkv * hd;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
 
-    float *q = qw_arena_f32(f->ar, (size_t)T * nq), *gate = NULL, *qg = NULL;
+    float *q = w->gated ? NULL : qw_arena_f32(f->ar, (size_t)T * nq), *gate = NULL, *qg = NULL;
     float *k = qw_arena_f32(f->ar, (size_t)T * nk), *v = qw_arena_f32(f->ar, (size_t)T * nk);
     if (w->gated) qg = qw_arena_f32(f->ar, (size_t)T * nq * 2);
     qw_matmul_job proj[3] = {{w->gated ? qg : q, w->wq, x, T}, {k, w->wk, x, T}, {v, w->wv, x, T}};
     be->matmul_batch(be, proj, 3);
-    if (w->gated) { /* per head [q_h | gate_h] */
-        gate = qw_arena_f32(f->ar, (size_t)T * nq);
-        qw_copy_layout split = {{hd, (int64_t)T * nh, 1, 1}, {1, hd, 0, 0}, {1, 2 * hd, 0, 0}};
+    if (w->gated) { /* per head [q_h | gate_h]: all q heads, then all gate heads, in one copy */
+        q = qw_arena_f32(f->ar, (size_t)T * nq * 2), gate = q + (int64_t)T * nq;
+        qw_copy_layout split = {{hd, (int64_t)T * nh, 2, 1}, {1, hd, (int64_t)T * nq, 0}, {1, 2 * hd, hd, 0}};
         be->copy_strided(be, q, qg, &split);
-        be->copy_strided(be, gate, qg + hd, &split);
     }
     if (w->rope_interleaved) {
         float *tmp = qw_arena_f32(f->ar, (size_t)T * nq);

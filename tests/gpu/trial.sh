@@ -36,6 +36,9 @@ for t in gpu/t_cuda_ops t_model t_session t_mtp; do
     [ -n "$line" ] || { fail=$((fail + 1)); continue; }
     pass=$((pass + $(echo "$line" | cut -d' ' -f1))) fail=$((fail + $(echo "$line" | cut -d' ' -f3)))
 done
+line=$(QWENC=build-trial/qwenc BUILD=build-trial bash tests/gpu/synth_check.sh 2>&1 | tail -n 1)
+echo "synth_check (GPU vs CPU): $line"
+pass=$((pass + $(echo "$line" | cut -d' ' -f1))) fail=$((fail + $(echo "$line" | cut -d' ' -f3)))
 # the same products, so the same bits: decode (one token a step) and a draft-sized step of 4 tokens, quantized and
 # 16-bit weights, both presets (their shared experts have the experts' width)
 toks=5,17,300,2,999,41,7,7,7,1000,3,1500
