@@ -544,9 +544,17 @@ static void test_range_ops(const qw_backend *o3) {
         if (nr > 6) {
             int T = nr - 6;
             float *cw = rand_vec((int64_t)dim * 4, 1.0f);
-            R->conv1d_dw(R, a, x, cw, T, dim, 4, 2);
-            o3->conv1d_dw(o3, b, x, cw, T, dim, 4, 2);
+            R->conv1d_dw(R, a, x, cw, T, dim, 4, 2, 0);
+            o3->conv1d_dw(o3, b, x, cw, T, dim, 4, 2, 0);
             CHECK(!memcmp(a, b, (size_t)T * dim * 4), "conv1d_dw %dx%d", T, dim);
+            /* then silu: the bits of each backend's own silu after its convolution */
+            const qw_backend *bs[2] = {R, o3};
+            for (int bi = 0; bi < 2; bi++) {
+                bs[bi]->conv1d_dw(bs[bi], a, x, cw, T, dim, 4, 2, 0);
+                bs[bi]->silu(bs[bi], a, (int64_t)T * dim);
+                bs[bi]->conv1d_dw(bs[bi], b, x, cw, T, dim, 4, 2, 1);
+                CHECK(!memcmp(a, b, (size_t)T * dim * 4), "conv1d_dw then silu %dx%d (%s)", T, dim, bi ? "cpu" : "ref");
+            }
             free(cw);
         }
         if (si == 0) /* decode's shapes: a token or a few over many channels (split by channel blocks), a partial
@@ -556,8 +564,8 @@ static void test_range_ops(const qw_backend *o3) {
                 int64_t nx = (int64_t)(T + 3 * dil) * ch;
                 float *cx = rand_vec(nx, 2.0f), *cw = rand_vec((int64_t)ch * 4, 1.0f);
                 float *ca = malloc((size_t)T * ch * 4), *cb = malloc((size_t)T * ch * 4);
-                R->conv1d_dw(R, ca, cx, cw, T, ch, 4, dil);
-                o3->conv1d_dw(o3, cb, cx, cw, T, ch, 4, dil);
+                R->conv1d_dw(R, ca, cx, cw, T, ch, 4, dil, 0);
+                o3->conv1d_dw(o3, cb, cx, cw, T, ch, 4, dil, 0);
                 CHECK(!memcmp(ca, cb, (size_t)T * ch * 4), "conv1d_dw %dx%d dilation %d", T, ch, dil);
                 free(cx);
                 free(cw);

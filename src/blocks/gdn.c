@@ -74,7 +74,7 @@ static void gdn_conv(const qw_fwd *f, int il, const qw_gdn_w *w, qw_seg g, float
     be->copy(be, seq, ls->conv, hist);
     if (f->draft) /* the window, for qwenc_session_accept */
         be->copy(be, g.s->dl[il].conv_seq, seq, (size_t)(K - 1 + g.rows) * ch * sizeof(float));
-    be->conv1d_dw(be, c + (int64_t)g.row0 * ch, seq, w->conv, g.rows, (int)ch, K, 1);
+    be->conv1d_dw(be, c + (int64_t)g.row0 * ch, seq, w->conv, g.rows, (int)ch, K, 1, 1); /* and silu */
     be->copy(be, ls->conv, seq + (int64_t)g.rows * ch, hist);
 }
 
@@ -111,7 +111,6 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         gdn_conv(f, il, w, g, xc, c, ch, K);
         qw_arena_restore(f->ar, ms);
     }
-    be->silu(be, c, (int64_t)T * ch);
 
     const int r = hv / hk, tiled = w->v_tiled && r > 1;
     float *q = c, *k = c + kd, *v = c + 2 * kd; /* one token's q, k and v lie apart in c already */

@@ -157,11 +157,10 @@ void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
         be->copy(be, seq, ls->ple_hist, hist_bytes);
         if (f->draft) /* the window, for qwenc_session_accept */
             be->copy(be, g.s->dl[il].ple_seq, seq, (size_t)(nhist + g.rows) * CH * sizeof(float));
-        be->conv1d_dw(be, c + (int64_t)g.row0 * CH, seq, w->conv, g.rows, (int)CH, kc, dil);
+        be->conv1d_dw(be, c + (int64_t)g.row0 * CH, seq, w->conv, g.rows, (int)CH, kc, dil, 1); /* and silu */
         be->copy(be, ls->ple_hist, seq + (int64_t)g.rows * CH, hist_bytes);
         qw_arena_restore(f->ar, ms);
     }
-    be->silu(be, c, (int64_t)T * CH);
     /* X += G + c, summed as written: G + c first (c * 1 is exact) */
     be->axpy(be, G, c, 1.0f, (int64_t)T * CH);
     be->axpy(be, X, G, 1.0f, (int64_t)T * CH);

@@ -261,24 +261,34 @@ static void cu_rope(const qw_backend *be, float *x, int n_tok, int row_stride, i
 
 /* ---------------------------------------------------------------- Gated DeltaNet */
 
-__global__ void k_conv1d_dw(float *y, const float *x, const float *w, int n_tok, int ch, int k, int dil) {
+__global__ void k_conv1d_dw(float *y, const float *x, const float *w, int n_tok, int ch, int k, int dil,
+                            int then_silu) {
     QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n_tok * ch) return;
     int t = (int)(i / ch), c = (int)(i % ch);
     double acc = 0;
     for (int j = 0; j < k; j++) acc += (double)w[(int64_t)c * k + j] * x[(int64_t)(t + j * dil) * ch + c];
-    y[i] = (float)acc;
+    float v = (float)acc;
+    if (then_silu) v = v / (1.0f + qwc_expd(-v)); /* k_silu's */
+    y[i] = v;
 }
 
+/* The convolution and its silu in one launch: on once tests/gpu/trial.sh (which builds with 1) has passed. */
+#ifndef QWC_FUSE_CONV_SILU
+#define QWC_FUSE_CONV_SILU 0
+#endif
+
 static void cu_conv1d_dw(const qw_backend *be, float *y, const float *x, const float *w, int n_tok, int ch, int k,
-                         int dil) {
+                         int dil, int then_silu) {
     qwc *c = qwc_of(be);
     int64_t n = (int64_t)n_tok * ch;
     if (n <= 0) return;
+    const int fuse = then_silu && QWC_FUSE_CONV_SILU;
     qwc_launch(k_conv1d_dw, qwc_blocks(n, 256), 256, 0, qwc_stream(c), y, x, qwc_wf(c, w, (int64_t)ch * k), n_tok, ch,
-               k, dil);
+               k, dil, fuse);
     QWC_LAUNCHED();
+    if (then_silu && !fuse) cu_silu(be, y, n);
 }
 
 /* threads [0, n): the gate; [n, n + n_beta): beta = sigmoid(beta) as k_sigmoid forms it */

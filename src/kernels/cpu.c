@@ -824,15 +824,15 @@ static void conv_units(void *arg, int64_t u0, int64_t u1) {
 }
 
 static void cpu_conv1d_dw(const qw_backend *ops, float *y, const float *x, const float *w, int n_tok, int ch, int k,
-                          int dil) {
+                          int dil, int then_silu) {
     const cpu_backend *b = backend_of(ops);
     range_ctx c = {.y = y, .x = x, .w = w, .dim = ch, .k = k, .dil = dil};
     int64_t units = (int64_t)n_tok * ((ch + CONV_BLOCK - 1) / CONV_BLOCK);
-    if (b->n_threads == 1 || (int64_t)n_tok * ch * k < PAR_MIN_WORK) {
+    if (b->n_threads == 1 || (int64_t)n_tok * ch * k < PAR_MIN_WORK)
         conv_units(&c, 0, units);
-        return;
-    }
-    qw_pool_parallel_for(b->pool, units, chunk_for(b, units, 1), conv_units, &c);
+    else
+        qw_pool_parallel_for(b->pool, units, chunk_for(b, units, 1), conv_units, &c);
+    if (then_silu) ops->silu(ops, y, (int64_t)n_tok * ch);
 }
 
 /* element-wise ops */

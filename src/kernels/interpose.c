@@ -152,8 +152,8 @@ static size_t x_qsa_select_work(const qw_backend *be, int n_ctx, int R, int topk
     return I_(be)->inner->qsa_select_work(I_(be)->inner, n_ctx, R, topk);
 }
 static void x_conv1d_dw(const qw_backend *be, float *y, const float *x, const float *w, int n_tok, int ch, int k,
-                        int dil) {
-    WRAP(I_CONV1D_DW, in->conv1d_dw(tb, y, x, w, n_tok, ch, k, dil));
+                        int dil, int then_silu) {
+    WRAP(I_CONV1D_DW, in->conv1d_dw(tb, y, x, w, n_tok, ch, k, dil, then_silu));
 }
 static void x_gdn_gate(const qw_backend *be, float *a, float *beta, const float *nea, const float *dtb, int n_tok,
                        int hv) {

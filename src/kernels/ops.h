@@ -153,9 +153,10 @@ struct qw_backend {
 
     /* ---- Gated DeltaNet (spec qwen4_exp.md 3.4) */
     /* Depthwise causal convolution: y[t][c] = sum_j w[c][j] * x[t + j*dil][c], j < k;
-     * x [(k-1)*dil + n_tok][ch] (history rows first), w [ch][k], y [n_tok][ch]. */
+     * x [(k-1)*dil + n_tok][ch] (history rows first), w [ch][k], y [n_tok][ch]; then_silu: then y = silu(y), the
+     * bits of the silu op after it. */
     void (*conv1d_dw)(const qw_backend *be, float *y, const float *x, const float *w, int n_tok, int ch, int k,
-                      int dil);
+                      int dil, int then_silu);
     /* g[t][j] = neg_exp_a[j] * softplus(a[t][j] + dt_bias[j]) in place (a becomes g); [n_tok][hv]. With beta (not
      * NULL, [n_tok][hv]) also beta = sigmoid(beta) in place, the sigmoid op's bits (one kernel for both). */
     void (*gdn_gate)(const qw_backend *be, float *a, float *beta, const float *neg_exp_a, const float *dt_bias,

@@ -112,13 +112,15 @@ static void ref_rope(QW_OPS_SELF float *x, int n_tok, int row_stride, int n_head
     }
 }
 
-static void ref_conv1d_dw(QW_OPS_SELF float *y, const float *x, const float *w, int n_tok, int ch, int k, int dil) {
+static void ref_conv1d_dw(QW_OPS_SELF float *y, const float *x, const float *w, int n_tok, int ch, int k, int dil,
+                          int then_silu) {
     for (int t = 0; t < n_tok; t++)
         for (int c = 0; c < ch; c++) {
             double acc = 0;
             for (int j = 0; j < k; j++) acc += (double)w[(int64_t)c * k + j] * x[(int64_t)(t + j * dil) * ch + c];
             y[(int64_t)t * ch + c] = (float)acc;
         }
+    if (then_silu) ops->silu(ops, y, (int64_t)n_tok * ch);
 }
 
 static void ref_silu(QW_OPS_SELF float *x, int64_t n) {

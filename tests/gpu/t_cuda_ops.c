@@ -262,12 +262,15 @@ static void test_gdn(void) {
     printf("conv1d_dw, gdn_gate, delta_rule\n");
     int T = 7, ch = 300, k = 4, dil = 1;
     float *x = rvec((size_t)(k - 1 + T) * ch, 1), *w = rvec((size_t)ch * k, 1), *y = malloc((size_t)T * ch * 4);
-    R->conv1d_dw(R, y, x, w, T, ch, k, dil);
-    float *dy = dev(NULL, (size_t)T * ch * 4);
-    G->conv1d_dw(G, dy, dev(x, (size_t)(k - 1 + T) * ch * 4), w, T, ch, k, dil);
-    float *g = back(dy, (size_t)T * ch * 4);
-    CHECK(same(g, y, (size_t)T * ch * 4), "conv1d_dw: not the reference's bits");
-    free(g), free(x), free(w), free(y);
+    float *dy = dev(NULL, (size_t)T * ch * 4), *dx = dev(x, (size_t)(k - 1 + T) * ch * 4), *g;
+    for (int s = 0; s < 2; s++) { /* plain, then with the silu after it */
+        R->conv1d_dw(R, y, x, w, T, ch, k, dil, s);
+        G->conv1d_dw(G, dy, dx, w, T, ch, k, dil, s);
+        g = back(dy, (size_t)T * ch * 4);
+        CHECK(same(g, y, (size_t)T * ch * 4), "conv1d_dw%s: not the reference's bits", s ? " then silu" : "");
+        free(g);
+    }
+    free(x), free(w), free(y);
     int hv = 8, hk = 2, dk = 128, dv = 128;
     float *a = rvec((size_t)T * hv, 10), *nea = rvec(hv, 1), *dtb = rvec(hv, 1), *ga = malloc((size_t)T * hv * 4);
     memcpy(ga, a, (size_t)T * hv * 4);
