@@ -138,9 +138,10 @@ static size_t cu_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, 
 }
 
 /* few rows: pair p's matrices (gate mats[p], up mats[P + p], down mats[2P + p]) and its token's row (xin[p], and
- * xin[P + p] when dup); pairs R .. P-1 are the shared expert's (sh: its gate, up and down), token p - R */
+ * xin[P + p] when dup); pairs R .. P-1 are the shared expert's (sh: its gate, up and down), token p - R. xq (not
+ * NULL, H a multiple of 32): the rows' 8-bit rounding too. */
 __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, const int32_t *sel, const void *const *tab,
-                            int R, int P, int k, int E, int H, const void *const *sh, int dup) {
+                            int R, int P, int k, int E, int H, const void *const *sh, int dup, qw_q8a *xq) {
     QWC_PDL_ENTRY();
     int p = blockIdx.x;
     if (p >= P) return;
@@ -150,9 +151,14 @@ __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, const
         for (int j = 0; j < 3; j++) mats[j * P + p] = p < R ? tab[j * E + e] : sh[j];
     }
     const float *src = x + (int64_t)t * H;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) {
-        xin[(int64_t)p * H + i] = src[i];
-        if (dup) xin[(int64_t)(P + p) * H + i] = src[i];
+    for (int i = threadIdx.x; i < H; i += blockDim.x) { /* H % 32 == 0 when xq: whole warps */
+        const float v = src[i];
+        xin[(int64_t)p * H + i] = v;
+        if (dup) xin[(int64_t)(P + p) * H + i] = v;
+        if (xq) {
+            qwc_q8a_warp(v, xq + ((int64_t)p * H + i) / 32);
+            if (dup) qwc_q8a_warp(v, xq + ((int64_t)(P + p) * H + i) / 32);
+        }
     }
 }
 
@@ -263,9 +269,12 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
         const void *const *sh = NULL;
         if (with_shared) sh = expert_table(c, shared, 1); /* [gate, up, down] */
         float *gu = g, *uu = g + (int64_t)P * I; /* up's outputs right after gate's */
-        qwc_launch(k_moe_pairs, P, 256, 0, st, mats, xin, x, sel, expert_table(c, experts, E), R, P, k, E, (int)H, sh,
-                   one);
+        const void *const *tab = expert_table(c, experts, E);
+        const int64_t nx = (int64_t)(one ? 2 * P : P) * H;
+        qw_q8a *xq = H % 32 ? NULL : qwc_q8_for(c, xin, nx);
+        qwc_launch(k_moe_pairs, P, 256, 0, st, mats, xin, x, sel, tab, R, P, k, E, (int)H, sh, one, xq);
         QWC_LAUNCHED();
+        if (xq) qwc_q8_made(c, xin, nx);
         qwc_q8_keep(c, 0);
         if (one) {
             qwc_matmul_pairs(c, gu, mats, tg, I, H, xin, H, 2 * P);
