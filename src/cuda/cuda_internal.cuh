@@ -87,6 +87,9 @@ void qwc_gather_rows(qwc *c, float *y, const void *const *chunk_data, qw_type ty
  * [rows, cols] of `type`), x [n_pairs][cols] (x_stride floats apart; 0: every pair reads the same row). */
 void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
                       const float *x, int64_t x_stride, int n_pairs);
+/* One token x through n (<= 4) matrices w[j] on the device of one type and row length, into y[j]: one launch of the
+ * integer path, the bits of their own products. 0 (nothing done) when that path does not take them. */
+int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x);
 
 /* ---- model_ops.cu: the topk op (ops.h), callable by the GPU tests before the op table takes it */
 void qwc_topk(qwc *c, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k, void *work);

@@ -17,12 +17,34 @@ static void cu_matmul(const qw_backend *be, float *y, const qw_tensor *w, const 
     qwc_matmul(c, y, &d, x, n_tok);
 }
 
-/* the jobs in turn; a job reading the x of the one before uses its 8-bit rounding again (the integer path) */
+/* One token's jobs of one weight type and row length reading the same x as one launch (QWC_MVQ_BATCH; on once
+ * tests/gpu/trial.sh, which builds with 1, has passed). */
+#ifndef QWC_MVQ_BATCH
+#define QWC_MVQ_BATCH 0
+#endif
+
+/* the jobs in turn, or a run of them in one launch; a job reading the x of the one before uses its 8-bit rounding
+ * again (the integer path) */
 static void cu_matmul_batch(const qw_backend *be, const qw_matmul_job *jobs, int n_jobs) {
     qwc *c = qwc_of(be);
-    for (int j = 0; j < n_jobs; j++) {
+    for (int j = 0; j < n_jobs;) {
         qwc_q8_keep(c, j > 0 && jobs[j].x == jobs[j - 1].x && jobs[j].n_tok == jobs[j - 1].n_tok);
+        int n = 1;
+        while (QWC_MVQ_BATCH && jobs[j].n_tok == 1 && n < 4 && j + n < n_jobs && jobs[j + n].x == jobs[j].x &&
+               jobs[j + n].n_tok == 1 && jobs[j + n].w->type == jobs[j].w->type &&
+               jobs[j + n].w->shape[1] == jobs[j].w->shape[1])
+            n++;
+        if (n > 1) {
+            qw_tensor d[4];
+            float *y[4];
+            for (int i = 0; i < n; i++) d[i] = qwc_tensor(c, jobs[j + i].w), y[i] = jobs[j + i].y;
+            if (qwc_matmul_group(c, d, y, n, jobs[j].x)) {
+                j += n;
+                continue;
+            }
+        }
         cu_matmul(be, jobs[j].y, jobs[j].w, jobs[j].x, jobs[j].n_tok);
+        j++;
     }
     qwc_q8_keep(c, 0);
 }

@@ -60,6 +60,7 @@ namespace {
 constexpr int MV_WARPS = 4, MV_THREADS = 32 * MV_WARPS;
 constexpr int MV_ROWS = 4;       /* rows of a row group: every x load serves them all */
 constexpr int MV_PASS_TOK = 8;   /* tokens of one matrix-vector pass */
+constexpr int MVQ_JOBS = 4;      /* matrices of one grouped integer launch (qwc_matmul_group) */
 constexpr int MV_MAX_TOK = 16;   /* more tokens: dequantized tiles and cuBLAS */
 /* Decode (1-2 tokens): blocks per SM the register budget is set for, and the warps kw grows the grid to (a
  * constant, so that a matrix's results do not depend on the GPU). H200, Flash-Next cut Q4_K decode: 6 and 8192
@@ -888,7 +889,23 @@ struct mvq_args {
     float *y;
     int64_t y_tok, y_pair, pair0;
     int n_tok;
+    /* n_jobs > 0: one token through n_jobs matrices of the same type and row length at once, job blockIdx.y's
+     * matrix, rows and output taking the place of w, rows and y (qwc_matmul_group) */
+    int n_jobs;
+    const uint8_t *jw[MVQ_JOBS];
+    int64_t jrows[MVQ_JOBS];
+    float *jy[MVQ_JOBS];
 };
+
+/* the arguments of one matrix (or one matrix per pair), in mvq_args' order; no jobs */
+static mvq_args mvq_of(const uint8_t *w, const void *const *mats, int64_t rows, int64_t row_bytes, int64_t ng,
+                       const qw_q8a *xq, int64_t xq_tok, int64_t xq_pair, float *y, int64_t y_tok, int64_t y_pair,
+                       int64_t pair0, int n_tok) {
+    mvq_args a = {};
+    a.w = w, a.mats = mats, a.rows = rows, a.row_bytes = row_bytes, a.ng = ng, a.xq = xq, a.xq_tok = xq_tok;
+    a.xq_pair = xq_pair, a.y = y, a.y_tok = y_tok, a.y_pair = y_pair, a.pair0 = pair0, a.n_tok = n_tok;
+    return a;
+}
 
 /*
  * Quantized weights against 8-bit activations (the CPU's default for them): a warp per row, lane l taking groups
@@ -900,9 +917,13 @@ struct mvq_args {
 template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
     QWC_PDL_ENTRY();
     const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5), pair = a.pair0 + blockIdx.y;
-    if (row >= a.rows) return;
-    const uint8_t *r = (a.mats ? (const uint8_t *)a.mats[pair] : a.w) + row * a.row_bytes;
+    const int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    int64_t pair = a.pair0 + blockIdx.y, rows = a.rows;
+    const uint8_t *w = a.w;
+    float *yo = a.y;
+    if (a.n_jobs) w = a.jw[blockIdx.y], rows = a.jrows[blockIdx.y], yo = a.jy[blockIdx.y], pair = 0;
+    if (row >= rows) return;
+    const uint8_t *r = (a.mats ? (const uint8_t *)a.mats[pair] : w) + row * a.row_bytes;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
@@ -933,7 +954,7 @@ template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kerne
     if (lane == 0)
 #pragma unroll
         for (int t = 0; t < NT; t++)
-            if (t < a.n_tok) a.y[pair * a.y_pair + t * a.y_tok + row] = acc[t];
+            if (t < a.n_tok) yo[pair * a.y_pair + t * a.y_tok + row] = acc[t];
 }
 
 /* ------------------------------------------------------------------ launches */
@@ -1038,7 +1059,8 @@ template <int T> struct op_matmul {
         if (n_tok <= MV_MAX_TOK) {
             const qw_q8a *xq = q8_type<T>() ? q8_rows<T>(c, x, cols, cols, n_tok) : NULL;
             if constexpr (q8_type<T>()) if (xq) { /* tokens cols / 32 blocks apart */
-                mvq_launch<T>(c, mvq_args{w, NULL, rows, row_bytes, cols / 32, xq, cols / 32, 0, y, rows, 0, 0, n_tok}, 1);
+                const int64_t ng = cols / 32;
+                mvq_launch<T>(c, mvq_of(w, NULL, rows, row_bytes, ng, xq, ng, 0, y, rows, 0, 0, n_tok), 1);
                 return;
             }
             for (int t0 = 0; t0 < n_tok; t0 += MV_PASS_TOK) {
@@ -1093,7 +1115,8 @@ template <int T> struct op_pairs {
         const qw_q8a *xq = q8_type<T>() ? q8_rows<T>(c, x, x_stride, cols, x_stride ? n_pairs : 1) : NULL;
         if constexpr (q8_type<T>()) if (xq) { /* pairs cols / 32 blocks apart, or all one x */
             const int64_t ng = cols / 32;
-            mvq_launch<T>(c, mvq_args{NULL, mats, rows, row_bytes, ng, xq, 0, x_stride ? ng : 0, y, 0, rows, 0, 1}, n_pairs);
+            const mvq_args a = mvq_of(NULL, mats, rows, row_bytes, ng, xq, 0, x_stride ? ng : 0, y, 0, rows, 0, 1);
+            mvq_launch<T>(c, a, n_pairs);
             return;
         }
         mv_args a = {};
@@ -1106,6 +1129,31 @@ template <int T> struct op_pairs {
         a.y_pair = rows;
         a.n_tok = 1;
         mv_launch<T>(c, a, cols, n_pairs);
+    }
+};
+
+/* One token through n <= MVQ_JOBS matrices of type T that read the same x: one integer launch (when the integer
+ * path takes x); *done 0: not taken. */
+template <int T> struct op_group {
+    static void run(qwc *c, const uint8_t *const *w, const int64_t *rows, float *const *y, int n, int64_t cols,
+                    const float *x, int *done) {
+        *done = 0;
+        if constexpr (q8_type<T>()) {
+            const qw_q8a *xq = q8_rows<T>(c, x, cols, cols, 1);
+            if (!xq) return;
+            mvq_args a = {};
+            a.row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
+            a.ng = cols / 32, a.xq = xq, a.n_tok = 1, a.n_jobs = n;
+            int64_t most = 0;
+            for (int j = 0; j < n; j++) {
+                a.jw[j] = w[j], a.jrows[j] = rows[j], a.jy[j] = y[j];
+                most = std::max(most, rows[j]);
+            }
+            const dim3 grid((unsigned)cdiv(most, MV_WARPS), (unsigned)n);
+            qwc_launch(mvq_kernel<T, 1>, grid, MV_THREADS, 0, qwc_stream(c), a);
+            QWC_LAUNCHED();
+            *done = 1;
+        }
     }
 };
 
@@ -1152,4 +1200,17 @@ void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, i
                       const float *x, int64_t x_stride, int n_pairs) {
     if (n_pairs <= 0 || rows <= 0) return;
     by_type<op_pairs>(type, c, y, mats, rows, cols, x, x_stride, n_pairs);
+}
+
+int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x) {
+    if (n < 1 || n > MVQ_JOBS) return 0;
+    const uint8_t *d[MVQ_JOBS];
+    int64_t rows[MVQ_JOBS];
+    for (int j = 0; j < n; j++) {
+        if (w[j].type != w[0].type || w[j].shape[1] != w[0].shape[1] || w[j].shape[0] <= 0) return 0;
+        d[j] = (const uint8_t *)w[j].data, rows[j] = w[j].shape[0];
+    }
+    int done = 0;
+    by_type<op_group>(w[0].type, c, d, rows, y, n, w[0].shape[1], x, &done);
+    return done;
 }

@@ -447,33 +447,39 @@ static void test_hc_ple(void) {
  * with another x in between. */
 static void test_q8_batch(void) {
     printf("matmul_batch with 8-bit activations\n");
-    enum { ROWS = 96, COLS = 512, NJ = 4 };
-    static const qw_type types[NJ] = {QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q6_K, QW_TYPE_Q4_K};
+    /* jobs 0 and 1: one type, one x, other row counts (one launch where the backend groups them); job 2 another type
+     * on the same x (its rounding used again); job 3 another x */
+    enum { COLS = 512, NJ = 4 };
+    static const qw_type types[NJ] = {QW_TYPE_Q4_K, QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q6_K};
+    static const int rows[NJ] = {96, 40, 64, 96};
     void *wq[NJ];
     qw_tensor w[NJ];
+    size_t off[NJ + 1] = {0};
     for (int j = 0; j < NJ; j++) {
-        float *wf = rvec((size_t)ROWS * COLS, 1);
+        float *wf = rvec((size_t)rows[j] * COLS, 1);
         size_t rb = qw_type_row_size(types[j], COLS);
-        wq[j] = malloc(rb * ROWS);
-        for (int r = 0; r < ROWS; r++) qw_quantize(types[j], wf + (size_t)r * COLS, (char *)wq[j] + rb * r, COLS);
+        wq[j] = malloc(rb * rows[j]);
+        for (int r = 0; r < rows[j]; r++) qw_quantize(types[j], wf + (size_t)r * COLS, (char *)wq[j] + rb * r, COLS);
         free(wf);
-        w[j] = (qw_tensor){.name = "w", .data = wq[j], .type = types[j], .n_dims = 2, .shape = {ROWS, COLS}};
+        w[j] = (qw_tensor){.name = "w", .data = wq[j], .type = types[j], .n_dims = 2, .shape = {rows[j], COLS}};
+        off[j + 1] = off[j] + (size_t)rows[j];
     }
     qw_backend_cuda_set_q8_activations(G, 1);
     for (int nt = 1; nt <= 3; nt += 2) {
         float *x1 = rvec((size_t)nt * COLS, 1), *x2 = rvec((size_t)nt * COLS, 1);
         float *dx1 = dev(x1, (size_t)nt * COLS * 4), *dx2 = dev(x2, (size_t)nt * COLS * 4);
-        float *dy = dev(NULL, (size_t)NJ * nt * ROWS * 4), *dz = dev(NULL, (size_t)NJ * nt * ROWS * 4);
-        const float *xs[NJ] = {dx1, dx1, dx2, dx2}; /* jobs 0, 1 share x1; 2, 3 share x2 */
+        size_t ny = off[NJ] * nt;
+        float *dy = dev(NULL, ny * 4), *dz = dev(NULL, ny * 4);
+        const float *xs[NJ] = {dx1, dx1, dx1, dx2};
         qw_matmul_job jobs[NJ];
-        for (int j = 0; j < NJ; j++) jobs[j] = (qw_matmul_job){dy + (size_t)j * nt * ROWS, &w[j], xs[j], nt};
+        for (int j = 0; j < NJ; j++) jobs[j] = (qw_matmul_job){dy + off[j] * nt, &w[j], xs[j], nt};
         G->matmul_batch(G, jobs, NJ);
-        for (int j = 0; j < NJ; j++) G->matmul(G, dz + (size_t)j * nt * ROWS, &w[j], xs[j], nt);
-        float *y = back(dy, (size_t)NJ * nt * ROWS * 4), *z = back(dz, (size_t)NJ * nt * ROWS * 4);
-        CHECK(same(y, z, (size_t)NJ * nt * ROWS * 4), "matmul_batch with 8-bit activations, %d tokens: not the bits of "
-              "the jobs' own matmuls", nt);
+        for (int j = 0; j < NJ; j++) G->matmul(G, dz + off[j] * nt, &w[j], xs[j], nt);
+        float *y = back(dy, ny * 4), *z = back(dz, ny * 4);
+        CHECK(same(y, z, ny * 4), "matmul_batch with 8-bit activations, %d tokens: not the bits of the jobs' own "
+              "matmuls", nt);
         int finite = 1;
-        for (int i = 0; i < NJ * nt * ROWS; i++) finite &= isfinite(y[i]) && y[i] != 0;
+        for (size_t i = 0; i < ny; i++) finite &= isfinite(y[i]) && y[i] != 0;
         CHECK(finite, "matmul_batch with 8-bit activations, %d tokens: a zero or non-finite output", nt);
         free(y), free(z), free(x1), free(x2);
     }

@@ -2,8 +2,9 @@
 # The CUDA paths written but not yet enabled, tried on a GPU machine in one go: the MoE's shared expert as more
 # pairs of the routed experts' decode products (QWC_MOE_SHARED_PAIRS in src/cuda/moe.cu) and the 8-bit rounding of
 # activations by the kernels that write them (norms, act_mul, divide, hc_read: QWC_Q8_PRODUCERS in
-# src/cuda/backend.cu), the convolution with its silu in one launch (QWC_FUSE_CONV_SILU in src/cuda/ops.cu). All
-# promise the default build's bits. It runs the default gpu_check, then a separate build
+# src/cuda/backend.cu), the convolution with its silu in one launch (QWC_FUSE_CONV_SILU in src/cuda/ops.cu), one
+# token's products of one type on the same x in one launch (QWC_MVQ_BATCH in src/cuda/ops.cu). All promise the
+# default build's bits. It runs the default gpu_check, then a separate build
 # (build-trial/) with both on: its suite, the logits of random models whose shared expert has the experts' width
 # (Flash-Next's and Qwen3.5-35B-A3B's geometry, shrunk) bit for bit against the default build's, and the decode
 # benchmarks with and without them. Enable them in the sources once this passes (a failure: build with one at a
@@ -22,10 +23,11 @@ if [ -n "${DEPS:-}" ]; then
 fi
 echo "== the default build: gpu_check"
 bash tests/gpu_check.sh | tail -n 1
-echo "== the trial build (build-trial/): the shared expert as pairs, activations rounded by their producers"
+pending="-DQWC_MOE_SHARED_PAIRS=1 -DQWC_Q8_PRODUCERS=1 -DQWC_FUSE_CONV_SILU=1 -DQWC_MVQ_BATCH=1"
+echo "== the trial build (build-trial/): $pending"
 if ! make -j"$J" CUDA=1 BUILD=build-trial build-trial/qwenc build-trial/tests/t_model build-trial/tests/t_session \
         build-trial/tests/t_mtp build-trial/tests/gpu/t_cuda_ops CFLAGS="-O2 -g ${inc:-}" \
-        NVCCFLAGS="-O3 -g -lineinfo -DQWC_MOE_SHARED_PAIRS=1 -DQWC_Q8_PRODUCERS=1 -DQWC_FUSE_CONV_SILU=1" "${flags[@]}" >build-trial.log 2>&1; then
+        NVCCFLAGS="-O3 -g -lineinfo $pending" "${flags[@]}" >build-trial.log 2>&1; then
     tail -n 30 build-trial.log
     echo "0 passed, 1 failed"
     exit 1
