@@ -16,12 +16,9 @@
 set -u
 cd "$(dirname "$0")/.."
 J=${J:-$(nproc)}
+. tests/gpu/deps.sh
 flags=()
-if [ -n "${DEPS:-}" ]; then
-    lib="$DEPS/usr/lib/x86_64-linux-gnu"
-    flags=(CFLAGS="-O2 -g -I$DEPS/usr/include" LDFLAGS="-L$lib -Wl,-rpath,$lib")
-    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+[ -n "${DEPS:-}" ] && flags=(CFLAGS="-O2 -g $dep_inc" LDFLAGS="$dep_ldflags")
 if ! make -j"$J" cuda "${flags[@]}" >build-cuda.log 2>&1; then
     tail -n 40 build-cuda.log
     echo "gpu_check: make cuda failed (build-cuda.log)"

@@ -92,9 +92,9 @@ void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_ro
 #define QWC_Q8_PRODUCERS 0
 #endif
 
-qw_q8a *qwc_q8_for(qwc *c, const float *y, int64_t n) {
-    (void)y;
-    if (!QWC_Q8_PRODUCERS || !qwc_q8_on(c) || n <= 0 || n % 32 || (size_t)(n / 32) * sizeof(qw_q8a) > Q8_BYTES)
+qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row) {
+    if (!QWC_Q8_PRODUCERS || !qwc_q8_on(c) || n <= 0 || n % 32 || row % 32 ||
+        (size_t)(n / 32) * sizeof(qw_q8a) > Q8_BYTES)
         return NULL;
     return (qw_q8a *)c->q8_buf;
 }

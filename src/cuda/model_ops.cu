@@ -43,7 +43,7 @@ static void cu_hc_read(const qw_backend *be, float *a, float *m, const float *xn
     const int64_t n = (int64_t)n_tok * H, n_inj = inj ? (int64_t)n_tok * C : 0;
     if (n <= 0) return;
     qwc *c = qwc_of(be);
-    qw_q8a *xq = qwc_q8_for(c, a, n);
+    qw_q8a *xq = qwc_q8_for(c, n, n);
     qwc_launch(k_hc_read, qwc_blocks(n + n_inj, 256), 256, 0, qwc_stream(c), a, m, xn, inj, n_tok, C, H, n_inj, xq);
     QWC_LAUNCHED();
     if (xq) qwc_q8_made(c, a, n);

@@ -271,7 +271,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
         float *gu = g, *uu = g + (int64_t)P * I; /* up's outputs right after gate's */
         const void *const *tab = expert_table(c, experts, E);
         const int64_t nx = (int64_t)(one ? 2 * P : P) * H;
-        qw_q8a *xq = H % 32 ? NULL : qwc_q8_for(c, xin, nx);
+        qw_q8a *xq = qwc_q8_for(c, nx, H);
         qwc_launch(k_moe_pairs, P, 256, 0, st, mats, xin, x, sel, tab, R, P, k, E, (int)H, sh, one, xq);
         QWC_LAUNCHED();
         if (xq) qwc_q8_made(c, xin, nx);

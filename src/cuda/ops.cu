@@ -109,11 +109,6 @@ __global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, in
     }
 }
 
-/* where a kernel writing n floats at y (rows of dim) also rounds them: NULL when it does not */
-static qw_q8a *q8_for_rows(qwc *c, const float *y, int64_t n, int dim) {
-    return dim % 32 ? NULL : qwc_q8_for(c, y, n);
-}
-
 static int norm_threads(int dim) { return dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64; }
 
 static void cu_rms_norm(const qw_backend *be, float *y, const float *x, const float *w, int n_rows, int dim, float eps,
@@ -121,7 +116,7 @@ static void cu_rms_norm(const qw_backend *be, float *y, const float *x, const fl
     qwc *c = qwc_of(be);
     if (n_rows <= 0) return;
     const float *dw = qwc_wf(c, w, dim);
-    qw_q8a *xq = q8_for_rows(c, y, (int64_t)n_rows * dim, dim);
+    qw_q8a *xq = qwc_q8_for(c, (int64_t)n_rows * dim, dim);
     qwc_launch(k_rms_norm, n_rows, norm_threads(dim), 0, qwc_stream(c), y, x, dw, dim, 1, eps, zc, xq);
     QWC_LAUNCHED();
     if (xq) qwc_q8_made(c, y, (int64_t)n_rows * dim);
@@ -132,7 +127,7 @@ static void cu_rms_norm_grouped(const qw_backend *be, float *y, const float *x, 
     qwc *c = qwc_of(be);
     if (n_rows <= 0) return;
     const float *dw = qwc_wf(c, w, (int64_t)n_group * dim);
-    qw_q8a *xq = q8_for_rows(c, y, (int64_t)n_rows * dim, dim);
+    qw_q8a *xq = qwc_q8_for(c, (int64_t)n_rows * dim, dim);
     qwc_launch(k_rms_norm, n_rows, norm_threads(dim), 0, qwc_stream(c), y, x, dw, dim, n_group, eps, zc, xq);
     QWC_LAUNCHED();
     if (xq) qwc_q8_made(c, y, (int64_t)n_rows * dim);
@@ -220,7 +215,7 @@ static void cu_axpy(const qw_backend *be, float *y, const float *a, float s, int
 static void cu_divide(const qw_backend *be, float *x, float d, int64_t n, int then_silu) {
     if (n <= 0) return;
     qwc *c = qwc_of(be);
-    qw_q8a *xq = qwc_q8_for(c, x, n);
+    qw_q8a *xq = qwc_q8_for(c, n, n);
     qwc_launch(k_divide, qwc_blocks(n, 256), 256, 0, qwc_stream(c), x, d, n, then_silu, xq);
     QWC_LAUNCHED();
     if (xq) qwc_q8_made(c, x, n);
@@ -241,7 +236,7 @@ __global__ void k_rope_table(float *cs, const float *inv_freq, int n_rot, int n_
 static void cu_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act) {
     if (n <= 0) return;
     qwc *c = qwc_of(be);
-    qw_q8a *xq = qwc_q8_for(c, y, n);
+    qw_q8a *xq = qwc_q8_for(c, n, n);
     qwc_launch(k_act_mul, qwc_blocks(n, 256), 256, 0, qwc_stream(c), y, a, b, n, act, xq);
     QWC_LAUNCHED();
     if (xq) qwc_q8_made(c, y, n);

@@ -14,19 +14,15 @@
 set -u
 cd "$(dirname "$0")/../.."
 J=${J:-$(nproc)}
+. tests/gpu/deps.sh
 flags=()
-if [ -n "${DEPS:-}" ]; then
-    lib="$DEPS/usr/lib/x86_64-linux-gnu"
-    flags=(LDFLAGS="-L$lib -Wl,-rpath,$lib")
-    inc="-I$DEPS/usr/include"
-    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+[ -n "${DEPS:-}" ] && flags=(LDFLAGS="$dep_ldflags")
 echo "== the default build: gpu_check"
 bash tests/gpu_check.sh | tail -n 1
 pending="-DQWC_MOE_SHARED_PAIRS=1 -DQWC_Q8_PRODUCERS=1 -DQWC_FUSE_CONV_SILU=1 -DQWC_MVQ_BATCH=1"
 echo "== the trial build (build-trial/): $pending"
 if ! make -j"$J" CUDA=1 BUILD=build-trial build-trial/qwenc build-trial/tests/t_model build-trial/tests/t_session \
-        build-trial/tests/t_mtp build-trial/tests/gpu/t_cuda_ops CFLAGS="-O2 -g ${inc:-}" \
+        build-trial/tests/t_mtp build-trial/tests/gpu/t_cuda_ops CFLAGS="-O2 -g $dep_inc" \
         NVCCFLAGS="-O3 -g -lineinfo $pending" "${flags[@]}" >build-trial.log 2>&1; then
     tail -n 30 build-trial.log
     echo "0 passed, 1 failed"
