@@ -114,7 +114,7 @@ asan:
 	  LDFLAGS="-fsanitize=address,undefined" test
 
 clean:
-	rm -rf build build-asan build-cuda
+	rm -rf build build-asan build-cuda build-unfused
 
 # ---- fuzzing (tests/fuzz; docs/TESTING.md, Fuzzing) ----
 # `make fuzz` builds every tests/fuzz/fuzz_<target>.c as a libFuzzer program FUZZ_BUILD/fuzz_<target>, with clang

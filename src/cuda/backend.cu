@@ -86,10 +86,10 @@ void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_ro
     c->q8_x = x, c->q8_ldx = ldx, c->q8_cols = cols, c->q8_rows = n_rows;
 }
 
-/* Kernels that write activations also round them (QWC_Q8_PRODUCERS 1): tests/gpu/trial.sh compares the logits with
- * the default build's bit for bit; on once that has passed on a GPU. */
+/* Kernels that write activations also round them (QWC_Q8_PRODUCERS 0: k_q8a rounds them before each product;
+ * tests/gpu/fusions.sh compares the logits of the two bit for bit). */
 #ifndef QWC_Q8_PRODUCERS
-#define QWC_Q8_PRODUCERS 0
+#define QWC_Q8_PRODUCERS 1
 #endif
 
 qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row) {

@@ -91,6 +91,9 @@ void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, i
 /* One token x through n (<= 4) matrices w[j] on the device of one type and row length, into y[j]: one launch of the
  * integer path, the bits of their own products. 0 (nothing done) when that path does not take them. */
 int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x);
+/* 1 when qwc_matmul of n_tok tokens through weights of `type` and row length cols sums each token as
+ * qwc_matmul_pairs sums one pair (the same bits): one token, or the integer path of up to 16 tokens. */
+int qwc_matmul_like_pairs(const qwc *c, qw_type type, int64_t cols, int n_tok);
 
 /* ---- model_ops.cu: the topk op (ops.h), callable by the GPU tests before the op table takes it */
 void qwc_topk(qwc *c, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k, void *work);

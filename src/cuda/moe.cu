@@ -232,11 +232,10 @@ __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos,
     y[(int64_t)t * H + i] = v;
 }
 
-/* The shared expert as more pairs of the routed experts' products (the same bits as its own products): on once
- * t_cuda_ops (a shared expert of the experts' width) and tests/gpu/trial.sh (the logits of a model whose shared
- * expert has the experts' width, bit for bit against the build without it) have run on a GPU. */
+/* The shared expert as more pairs of the routed experts' products where that gives the bits of its own products
+ * (QWC_MOE_SHARED_PAIRS 0: always its own; t_cuda_ops and tests/gpu/fusions.sh compare the two). */
 #ifndef QWC_MOE_SHARED_PAIRS
-#define QWC_MOE_SHARED_PAIRS 0
+#define QWC_MOE_SHARED_PAIRS 1
 #endif
 
 static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int T, int k,
@@ -255,13 +254,16 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
     if (R <= PAIRS_MAX) { /* one type per projection: every expert of a layer has its projections' types */
         const qw_ffn_w *e0 = &experts[0];
         const qw_type tg = e0->gate.type, tu = e0->up.type, td = e0->down.type;
-        /* the shared expert as T more pairs when its shapes and types are the experts' (the same products) */
+        /* the shared expert as T more pairs when its shapes and types are the experts' and its own products would
+         * sum each token as the pairs do (one token, or the integer path) */
         /* (and so long as the rows fit the 8-bit activations' buffer, which the separate products' rows do) */
         size_t cap = 0;
         qwc_q8_buf(c, &cap);
         const int64_t q8w = (int64_t)sizeof(qw_q8a) * (H > I ? H : I) / 32; /* bytes of one row rounded */
         const int with_shared = QWC_MOE_SHARED_PAIRS && shared && Is == I && shared->gate.type == tg && shared->up.type == tu &&
                                 shared->down.type == td && shared->down.shape[1] == I &&
+                                qwc_matmul_like_pairs(c, tg, H, T) && qwc_matmul_like_pairs(c, tu, H, T) &&
+                                qwc_matmul_like_pairs(c, td, I, T) &&
                                 (int64_t)(R + T) * q8w <= (int64_t)cap;
         const int P = R + (with_shared ? T : 0);
         const int one = tg == tu && 2 * P * q8w <= (int64_t)cap; /* gate and up as one product of 2P pairs */

@@ -17,10 +17,10 @@ static void cu_matmul(const qw_backend *be, float *y, const qw_tensor *w, const 
     qwc_matmul(c, y, &d, x, n_tok);
 }
 
-/* One token's jobs of one weight type and row length reading the same x as one launch (QWC_MVQ_BATCH; on once
- * tests/gpu/trial.sh, which builds with 1, has passed). */
+/* One token's jobs of one weight type and row length reading the same x as one launch (QWC_MVQ_BATCH 0: one launch
+ * each; tests/gpu/fusions.sh checks the two give the same bits). */
 #ifndef QWC_MVQ_BATCH
-#define QWC_MVQ_BATCH 0
+#define QWC_MVQ_BATCH 1
 #endif
 
 /* the jobs in turn, or a run of them in one launch; a job reading the x of the one before uses its 8-bit rounding
@@ -291,9 +291,9 @@ __global__ void k_conv1d_dw(float *y, const float *x, const float *w, int n_tok,
     y[i] = v;
 }
 
-/* The convolution and its silu in one launch: on once tests/gpu/trial.sh (which builds with 1) has passed. */
+/* The convolution and its silu in one launch (QWC_FUSE_CONV_SILU 0: two; tests/gpu/fusions.sh compares them). */
 #ifndef QWC_FUSE_CONV_SILU
-#define QWC_FUSE_CONV_SILU 0
+#define QWC_FUSE_CONV_SILU 1
 #endif
 
 static void cu_conv1d_dw(const qw_backend *be, float *y, const float *x, const float *w, int n_tok, int ch, int k,

@@ -1202,6 +1202,12 @@ void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, i
     by_type<op_pairs>(type, c, y, mats, rows, cols, x, x_stride, n_pairs);
 }
 
+int qwc_matmul_like_pairs(const qwc *c, qw_type type, int64_t cols, int n_tok) {
+    if (n_tok == 1) return 1;
+    return n_tok <= MV_MAX_TOK && qwc_q8_on(c) && type != QW_TYPE_F32 && type != QW_TYPE_F16 && type != QW_TYPE_BF16 &&
+           qd_supported(type) && cols % 32 == 0;
+}
+
 int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x) {
     if (n < 1 || n > MVQ_JOBS) return 0;
     const uint8_t *d[MVQ_JOBS];

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The CUDA paths that fuse launches promise the bits of the launches they replace: the MoE's shared expert as more
+# pairs of the routed experts' products (QWC_MOE_SHARED_PAIRS in src/cuda/moe.cu), the 8-bit rounding of
+# activations by the kernels that write them (QWC_Q8_PRODUCERS in src/cuda/backend.cu), the convolution with its
+# silu (QWC_FUSE_CONV_SILU in src/cuda/ops.cu), one token's products of one type on the same x in one launch
+# (QWC_MVQ_BATCH in src/cuda/ops.cu). This builds build-unfused/ with them off (FLAGS: other -D switches to set
+# instead, for a path being tried) and compares the logits of build-cuda/ (gpu_check's build) with its logits bit
+# for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry, shrunk (their shared experts have the
+# routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a step. BENCH=1 also measures decode
+# with and without the fusions. Run by tests/gpu_check.sh after its build.
+#
+#   DEPS=DIR J=16 bash tests/gpu/fusions.sh     (DEPS and J as for tests/gpu_check.sh)
+set -u
+cd "$(dirname "$0")/../.."
+J=${J:-$(nproc)}
+. tests/gpu/deps.sh
+flags=()
+[ -n "${DEPS:-}" ] && flags=(LDFLAGS="$dep_ldflags")
+off=${FLAGS:--DQWC_MOE_SHARED_PAIRS=0 -DQWC_Q8_PRODUCERS=0 -DQWC_FUSE_CONV_SILU=0 -DQWC_MVQ_BATCH=0}
+if [ ! -x build-cuda/qwenc ]; then echo "fusions: build-cuda/qwenc missing (make cuda first)"; echo "0 passed, 1 failed"; exit 1; fi
+echo "build-unfused/: $off"
+if ! make -j"$J" CUDA=1 BUILD=build-unfused build-unfused/qwenc CFLAGS="-O2 -g $dep_inc" \
+        NVCCFLAGS="-O3 -g -lineinfo $off" "${flags[@]}" >build-unfused.log 2>&1; then
+    tail -n 30 build-unfused.log
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+pass=0 fail=0
+toks=5,17,300,2,999,41,7,7,7,1000,3,1500
+for p in flash-next qwen3.5-35b-a3b; do
+    for t in Q4_K Q8_0 BF16; do
+        for b in 1 4 12; do
+            syn="--synth $p --layers 4 --experts 16 --ngram-base 1000 --hidden 512 --vocab 2048 --type $t"
+            build-cuda/qwenc logits $syn --tokens $toks --batch $b --backend cuda -o "$dir/a.f32" 2>"$dir/err"
+            build-unfused/qwenc logits $syn --tokens $toks --batch $b --backend cuda -o "$dir/b.f32" 2>>"$dir/err"
+            if [ -s "$dir/a.f32" ] && cmp -s "$dir/a.f32" "$dir/b.f32"; then
+                pass=$((pass + 1)); echo "ok   $p $t batch $b: the same bits"
+            else
+                fail=$((fail + 1)); echo "FAIL $p $t batch $b: the logits differ from the unfused build's"
+                head -n 3 "$dir/err"
+            fi
+            rm -f "$dir/a.f32" "$dir/b.f32"
+        done
+    done
+done
+if [ "${BENCH:-0}" = 1 ]; then
+    cut="--synth flash-next --layers 8 --experts 64 --ngram-base 200003"
+    for t in Q4_K Q8_0 BF16; do
+        for b in build-cuda build-unfused; do
+            echo "$b $t: $($b/qwenc bench $cut --type $t --backend cuda -p 0 -n 128 -r 3 2>&1 | grep -E 'tg128')"
+        done
+    done
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

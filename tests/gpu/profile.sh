@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Where a decode token's time goes on the GPU, kernel by kernel: Nsight Compute (ncu) times N kernels of a decode
+# benchmark on a random model after the first SKIP (the warm-up and prefill), each kernel alone, and prints per
+# kernel name the launches, the mean time, the DRAM bytes read and the share of the total. Needs ncu (the CUDA
+# toolkit) and python3.
+#
+#   bash tests/gpu/profile.sh [qwenc bench model options]     (default: the Flash-Next cut, Q4_K)
+#   SKIP=3000 N=1300: the kernels skipped and the kernels timed
+set -u
+cd "$(dirname "$0")/../.."
+Q=${QWENC:-build-cuda/qwenc}
+NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
+args=("$@")
+[ ${#args[@]} -eq 0 ] && args=(--synth flash-next --layers 8 --experts 64 --ngram-base 200003 --type Q4_K)
+csv=$(mktemp)
+trap 'rm -f "$csv"' EXIT
+"$NCU" --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip "${SKIP:-3000}" \
+    --launch-count "${N:-1300}" --csv "$Q" bench "${args[@]}" --backend cuda -p 0 -n 64 -r 1 >"$csv" 2>/dev/null
+python3 - "$csv" <<'PY'
+import csv, sys, collections
+rows = []
+with open(sys.argv[1]) as f:
+    lines = [l for l in f if l.startswith('"')]
+for r in csv.DictReader(lines):
+    rows.append(r)
+if not rows:
+    sys.exit("profile: ncu recorded no kernels")
+t = collections.defaultdict(lambda: [0, 0.0, 0.0])
+for r in rows:
+    name = r["Kernel Name"].split("(")[0].split("<")[0].replace("void ", "")
+    key = (name, r["Kernel Name"][:90])
+    v = float(r["Metric Value"].replace(",", ""))
+    unit = r["Metric Unit"]
+    if r["Metric Name"] == "gpu__time_duration.sum":
+        t[key][0] += 1
+        t[key][1] += v * {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, 1.0)
+    else:
+        t[key][2] += v * {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, 1)
+tot = sum(x[1] for x in t.values())
+n = sum(x[0] for x in t.values())
+print(f"{n} kernels, {tot:.0f} us in all")
+print(f"{'kernel':90s} {'calls':>6s} {'us/call':>8s} {'GB/s':>7s} {'share':>6s}")
+for key, (c, us, b) in sorted(t.items(), key=lambda kv: -kv[1][1]):
+    print(f"{key[1]:90s} {c:6d} {us / c:8.2f} {b / us / 1e3 if us else 0:7.0f} {100 * us / tot:5.1f}%")
+PY
