@@ -530,9 +530,13 @@ static void test_range_ops(const qw_backend *o3) {
         }
         memcpy(a, x, (size_t)n * 4);
         memcpy(b, x, (size_t)n * 4);
-        R->l2_norm(R, a, nr, dim, 1e-6f, 0.5f);
-        o3->l2_norm(o3, b, nr, dim, 1e-6f, 0.5f);
+        R->l2_norm(R, a, nr, dim, 1e-6f, 0.5f, nr / 2);
+        o3->l2_norm(o3, b, nr, dim, 1e-6f, 0.5f, nr / 2);
         CHECK(!memcmp(a, b, (size_t)n * 4), "l2_norm %dx%d", nr, dim);
+        memcpy(b, x, (size_t)n * 4); /* the scaled rows and the rest: the bits of two calls */
+        R->l2_norm(R, b, nr / 2, dim, 1e-6f, 0.5f, nr / 2);
+        R->l2_norm(R, b + (int64_t)(nr / 2) * dim, nr - nr / 2, dim, 1e-6f, 1.0f, 0);
+        CHECK(!memcmp(a, b, (size_t)n * 4), "l2_norm %dx%d: not the bits of two calls", nr, dim);
         /* rope: nr tokens of dim floats, heads of 16 with 8 rotated dims */
         float *cs = rand_vec((int64_t)nr * 8, 1.0f);
         memcpy(a, x, (size_t)n * 4);
@@ -689,8 +693,10 @@ static void test_delta_rule(const qw_backend *o1, const qw_backend *o3) {
     const qw_backend *R = qw_backend_ref();
     static const int cases[][5] = {{1, 1, 1, 16, 16}, {4, 2, 4, 32, 40}, {9, 2, 2, 64, 64}, {3, 1, 3, 24, 17},
                                    {2, 4, 8, 64, 128}}; /* n_tok, hk, hv, dk, dv */
-    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
-        int T = cases[ci][0], hk = cases[ci][1], hv = cases[ci][2], dk = cases[ci][3], dv = cases[ci][4];
+    const size_t nc = sizeof(cases) / sizeof(cases[0]);
+    for (size_t ci = 0; ci < 2 * nc; ci++) { /* the grouped value heads, then llama.cpp's tiled order */
+        const int tiled = ci >= nc, *cs = cases[ci % nc];
+        int T = cs[0], hk = cs[1], hv = cs[2], dk = cs[3], dv = cs[4];
         int64_t ns = (int64_t)hv * dk * dv, no = (int64_t)T * hv * dv;
         float *q = rand_vec((int64_t)T * hk * dk, 1.0f), *k = rand_vec((int64_t)T * hk * dk, 1.0f);
         for (int i = 0; i < T * hk; i++) {
@@ -707,9 +713,33 @@ static void test_delta_rule(const qw_backend *o1, const qw_backend *o3) {
         memcpy(sa, s0, (size_t)ns * 4);
         memcpy(sb, s0, (size_t)ns * 4);
         memcpy(sc, s0, (size_t)ns * 4);
-        R->delta_rule(R, oa, sa, q, k, v, g, beta, T, hk, hv, dk, dv);
-        o1->delta_rule(o1, ob, sb, q, k, v, g, beta, T, hk, hv, dk, dv);
-        o3->delta_rule(o3, oc, sc, q, k, v, g, beta, T, hk, hv, dk, dv);
+        R->delta_rule(R, oa, sa, q, k, v, g, beta, T, hk, hv, dk, dv, tiled);
+        o1->delta_rule(o1, ob, sb, q, k, v, g, beta, T, hk, hv, dk, dv, tiled);
+        o3->delta_rule(o3, oc, sc, q, k, v, g, beta, T, hk, hv, dk, dv, tiled);
+        if (tiled) { /* the reference in tiled order is the grouped one with the value heads moved: value head
+                      * i*hk + g tiled is head g*r + i grouped */
+            int r = hv / hk;
+            float *vg = malloc((size_t)no * 4), *gg = malloc((size_t)T * hv * 4), *bg = malloc((size_t)T * hv * 4);
+            float *sg = malloc((size_t)ns * 4), *og = malloc((size_t)no * 4);
+            for (int p = 0; p < hv; p++) {
+                int j = (p % hk) * r + p / hk;
+                for (int t = 0; t < T; t++) {
+                    memcpy(vg + ((int64_t)t * hv + j) * dv, v + ((int64_t)t * hv + p) * dv, (size_t)dv * 4);
+                    gg[t * hv + j] = g[t * hv + p], bg[t * hv + j] = beta[t * hv + p];
+                }
+                memcpy(sg + (int64_t)j * dk * dv, s0 + (int64_t)p * dk * dv, (size_t)dk * dv * 4);
+            }
+            R->delta_rule(R, og, sg, q, k, vg, gg, bg, T, hk, hv, dk, dv, 0);
+            int ok = 1;
+            for (int p = 0; p < hv; p++) {
+                int j = (p % hk) * r + p / hk;
+                for (int t = 0; t < T; t++)
+                    ok &= !memcmp(og + ((int64_t)t * hv + j) * dv, oa + ((int64_t)t * hv + p) * dv, (size_t)dv * 4);
+                ok &= !memcmp(sg + (int64_t)j * dk * dv, sa + (int64_t)p * dk * dv, (size_t)dk * dv * 4);
+            }
+            CHECK(ok, "delta_rule case %zu: the tiled order is not the grouped one with its heads moved", ci);
+            free(vg), free(gg), free(bg), free(sg), free(og);
+        }
         double B = 0, n1 = 1, worst = 0;
         for (int64_t i = 0; i < ns; i++) B = fmax(B, fmax(fabs(s0[i]), fabs(sa[i])));
         for (int64_t i = 0; i < no; i++) B = fmax(B, fmax(fabs(v[i]), fabs(oa[i])));
@@ -784,8 +814,9 @@ static void test_delta_chunk(const qw_backend *o1, const qw_backend *o3, const q
         float *oa = malloc((size_t)no * 4), *ob = malloc((size_t)no * 4);
         memcpy(sa, s0, (size_t)ns * 4);
         memcpy(sb, s0, (size_t)ns * 4);
-        R->delta_rule(R, oa, sa, q, k, v, g, beta, T, hk, hv, dk, dv);
-        CHECK(qw_delta_chunk_heads(ks, ob, sb, q, k, v, g, beta, T, hk, hv, dk, dv, 0, hv), "chunked: scratch");
+        const int tiled = (int)(ci % 2); /* value heads grouped, or in llama.cpp's tiled order */
+        R->delta_rule(R, oa, sa, q, k, v, g, beta, T, hk, hv, dk, dv, tiled);
+        CHECK(qw_delta_chunk_heads(ks, ob, sb, q, k, v, g, beta, T, hk, hv, dk, dv, tiled, 0, hv), "chunked: scratch");
         double B = 0, worst = 0;
         for (int64_t i = 0; i < ns; i++) B = fmax(B, fmax(fabs(s0[i]), fabs(sa[i])));
         for (int64_t i = 0; i < no; i++) B = fmax(B, fmax(fabs(v[i]), fabs(oa[i])));
@@ -800,7 +831,7 @@ static void test_delta_chunk(const qw_backend *o1, const qw_backend *o3, const q
                 const qw_backend *o = nt ? o3 : o1;
                 float *oc = malloc((size_t)no * 4), *sc = malloc((size_t)ns * 4);
                 memcpy(sc, s0, (size_t)ns * 4);
-                o->delta_rule(o, oc, sc, q, k, v, g, beta, T, hk, hv, dk, dv);
+                o->delta_rule(o, oc, sc, q, k, v, g, beta, T, hk, hv, dk, dv, tiled);
                 CHECK(!memcmp(ob, oc, (size_t)no * 4) && !memcmp(sb, sc, (size_t)ns * 4),
                       "chunked delta rule %s case %zu: %d thread(s) through the op table differ", ks->name, ci,
                       nt ? 3 : 1);

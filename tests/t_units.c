@@ -156,7 +156,7 @@ static void test_delta_rule(void) {
     const float g[2][2] = {{logf(0.5f), logf(0.5f)}, {logf(0.5f), logf(0.5f)}};
     const float beta[2][2] = {{0.5f, 0.5f}, {1, 1}};
     float o[2][2][2];
-    qw_backend_ref()->delta_rule(qw_backend_ref(), &o[0][0][0], state, &q[0][0], &k[0][0], &v[0][0][0], &g[0][0], &beta[0][0], 2, 1, 2, 2, 2);
+    qw_backend_ref()->delta_rule(qw_backend_ref(), &o[0][0][0], state, &q[0][0], &k[0][0], &v[0][0][0], &g[0][0], &beta[0][0], 2, 1, 2, 2, 2, 0);
     /* step 1: S = 0; u = 0.5 (v - 0) = [1, 2]; S = k u^T = [[1,2],[0,0]]; o = S^T q = [1, 2]
      * step 2: S = 0.5 S = [[.5,1],[0,0]]; S^T k = [.3,.6]; u = [1,1]-[.3,.6] = [.7,.4];
      *         S += k u^T -> [[.92,1.24],[.56,.32]]; o = S^T q = [.56, .32] */

@@ -32,7 +32,9 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
 /* The delta rule a token at a time (the bits of one-token steps; a longer call may take the chunked form): draft
  * steps and qwenc_session_accept's replay of kept tokens. */
 void qw_gdn_recur(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
-                  const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv);
+                  const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled);
+/* 1 when the layer's value heads are in llama.cpp's tiled order (the delta rule's `tiled`) */
+int qw_gdn_tiled(const qw_gdn_w *w, int hk, int hv);
 
 /* mlp: SwiGLU down(silu(gate x) * up x) for n rows. */
 void qw_ffn_forward(const qw_fwd *f, const qw_ffn_w *w, const float *x, float *y, int n);

@@ -16,8 +16,8 @@
  * conv window, the state before it and the delta rule's inputs (session.h, qw_draft_layer).
  *
  * Weights from a llama.cpp GGUF (w->v_tiled) keep the value heads in its tiled order, value head i of key
- * head g at i*hk + g: v, g and beta are put in the grouped order above before the delta rule and its
- * output back in tiled order after it, so z and out_proj read the order they were stored in.
+ * head g at i*hk + g: the delta rule takes that order as it is (its `tiled`: value head p reads q/k head
+ * p % hk), so v, g, beta, o, z, the recurrent state and out_proj all stay in the order they were stored in.
  */
 #include <math.h>
 
@@ -48,43 +48,28 @@ static void deinterleave(const qw_fwd *f, const qw_gdn_w *w, const float *x, flo
     be->copy_strided(be, a, mba + r, &ba);
 }
 
-/* n rows of hv heads (d floats each) from src (rows src_row apart) to dst (rows hv*d apart) in the other head order:
- * tiled (i*hk + g) to grouped (g*r + i) when to_grouped, else back. One copy. */
-static void vhead_copy(const qw_fwd *f, float *dst, const float *src, int64_t src_row, int64_t n, int64_t hk,
-                       int64_t r, int64_t d, int to_grouped) {
-    int64_t hv = hk * r;
-    /* element (t, g, i, e): grouped at (g*r + i)*d + e, tiled at (i*hk + g)*d + e of its row */
-    qw_copy_layout l = {{d, r, hk, n}, {1, d, r * d, hv * d}, {1, hk * d, d, src_row}};
-    if (!to_grouped) l = (qw_copy_layout){{d, r, hk, n}, {1, hk * d, d, hv * d}, {1, d, r * d, src_row}};
-    f->be->copy_strided(f->be, dst, src, &l);
-}
 
 /* The causal convolution of a segment's rows and its session's conv state: c rows [row0, row0+rows) from the
- * state's K-1 rows followed by the segment's projections. xc holds the projections after K-1 free rows when the
- * step is one session's (they were written there); a batched step's rows are copied beside the state. */
+ * state's K-1 rows followed by the segment's projections, and the state moved on. xc holds the projections after
+ * K-1 free rows, where one session's window is formed; a batched step's window goes beside, a draft step's into
+ * the draft's copy (for qwenc_session_accept). */
 static void gdn_conv(const qw_fwd *f, int il, const qw_gdn_w *w, qw_seg g, float *xc, float *c, int64_t ch, int K) {
-    qw_layer_state *ls = &g.s->ls[il];
-    const qw_backend *be = f->be;
-    size_t hist = (size_t)(K - 1) * ch * sizeof(float);
     float *seq = xc; /* the state's rows, then the segment's */
-    if (f->seqs) {
-        seq = qw_arena_f32(f->ar, (size_t)(K - 1 + g.rows) * ch);
-        be->copy(be, seq + (int64_t)(K - 1) * ch, xc + (int64_t)(K - 1 + g.row0) * ch, (size_t)g.rows * ch * sizeof(float));
-    }
-    be->copy(be, seq, ls->conv, hist);
-    if (f->draft) /* the window, for qwenc_session_accept */
-        be->copy(be, g.s->dl[il].conv_seq, seq, (size_t)(K - 1 + g.rows) * ch * sizeof(float));
-    be->conv1d_dw(be, c + (int64_t)g.row0 * ch, seq, w->conv, g.rows, (int)ch, K, 1, 1); /* and silu */
-    be->copy(be, ls->conv, seq + (int64_t)g.rows * ch, hist);
+    if (f->draft) seq = g.s->dl[il].conv_seq;
+    else if (f->seqs) seq = qw_arena_f32(f->ar, (size_t)(K - 1 + g.rows) * ch);
+    f->be->conv1d_state(f->be, c + (int64_t)g.row0 * ch, xc + (int64_t)(K - 1 + g.row0) * ch, g.s->ls[il].conv, seq,
+                        w->conv, g.rows, (int)ch, K, 1, 1, f->draft); /* and silu */
 }
 
 void qw_gdn_recur(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
-                  const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
+                  const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled) {
     int64_t kd = (int64_t)hk * dk, vd = (int64_t)hv * dv;
     for (int t = 0; t < n_tok; t++)
         be->delta_rule(be, o + t * vd, state, q + t * kd, k + t * kd, v + t * vd, g + (int64_t)t * hv,
-                       beta + (int64_t)t * hv, 1, hk, hv, dk, dv);
+                       beta + (int64_t)t * hv, 1, hk, hv, dk, dv, tiled);
 }
+
+int qw_gdn_tiled(const qw_gdn_w *w, int hk, int hv) { return w->v_tiled && hv / hk > 1; }
 
 void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid, const float *x, float *y) {
     const qw_hparams *hp = f->hp;
@@ -97,7 +82,7 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     float *xc = qw_arena_f32(f->ar, (size_t)(K - 1 + T) * ch);
     float *qkv = xc + (int64_t)(K - 1) * ch;
     float *z = qw_arena_f32(f->ar, (size_t)T * vd);
-    float *b = qw_arena_f32(f->ar, (size_t)2 * T * hv), *a = b + (int64_t)T * hv; /* side by side: one reorder */
+    float *b = qw_arena_f32(f->ar, (size_t)T * hv), *a = qw_arena_f32(f->ar, (size_t)T * hv);
     if (w->qkvz) {
         deinterleave(f, w, x, qkv, z, b, a);
     } else {
@@ -112,33 +97,27 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         qw_arena_restore(f->ar, ms);
     }
 
-    const int r = hv / hk, tiled = w->v_tiled && r > 1;
+    /* the value heads in the order they were stored in: the delta rule takes llama.cpp's tiled order as it is */
+    const int tiled = qw_gdn_tiled(w, hk, hv);
     float *q = c, *k = c + kd, *v = c + 2 * kd; /* one token's q, k and v lie apart in c already */
     if (T > 1) {
         q = qw_arena_f32(f->ar, (size_t)T * kd), k = qw_arena_f32(f->ar, (size_t)T * kd);
         qw_copy_layout qk = {{kd, T, 1, 1}, {1, kd, 0, 0}, {1, ch, 0, 0}};
         be->copy_strided(be, q, c, &qk);
         be->copy_strided(be, k, c + kd, &qk);
-        if (!tiled) {
-            v = qw_arena_f32(f->ar, (size_t)T * vd);
-            qw_copy_layout vl = {{vd, T, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
-            be->copy_strided(be, v, c + 2 * kd, &vl);
-        }
-    }
-    if (tiled) { /* v in the grouped order the delta rule reads, straight from c */
         v = qw_arena_f32(f->ar, (size_t)T * vd);
-        vhead_copy(f, v, c + 2 * kd, ch, T, hk, r, dv, 1);
+        qw_copy_layout vl = {{vd, T, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
+        be->copy_strided(be, v, c + 2 * kd, &vl);
     }
-    be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
-    be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f);
+    if (k == q + kd) { /* one token: q's rows then k's, one call */
+        be->l2_norm(be, q, 2 * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), hk);
+    } else {
+        be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), T * hk);
+        be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f, 0);
+    }
     float *g = a; /* in place: g = -exp(A_log) * softplus(a + dt_bias) */
     be->gdn_gate(be, g, b, w->neg_exp_a, w->dt_bias, T, hv); /* and beta = sigma(b) in place */
 
-    if (tiled) { /* beta and g (side by side: 2T rows of hv) in grouped order */
-        float *bg = qw_arena_f32(f->ar, (size_t)2 * T * hv);
-        vhead_copy(f, bg, b, hv, 2 * (int64_t)T, hk, r, 1, 1);
-        b = bg, g = bg + (int64_t)T * hv;
-    }
     float *o = qw_arena_f32(f->ar, (size_t)T * vd);
     if (f->draft) { /* the state before the step and the step's inputs, for qwenc_session_accept */
         const qw_draft_layer *d = &f->s->dl[il];
@@ -154,15 +133,10 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         int64_t r0 = s.row0;
         if (f->draft)
             qw_gdn_recur(be, o + r0 * vd, s.s->ls[il].ssm, q + r0 * kd, k + r0 * kd, v + r0 * vd, g + r0 * hv,
-                         b + r0 * hv, s.rows, hk, hv, dk, dv);
+                         b + r0 * hv, s.rows, hk, hv, dk, dv, tiled);
         else
             be->delta_rule(be, o + r0 * vd, s.s->ls[il].ssm, q + r0 * kd, k + r0 * kd, v + r0 * vd, g + r0 * hv,
-                           b + r0 * hv, s.rows, hk, hv, dk, dv);
-    }
-    if (tiled) { /* back to the tiled order z and out_proj were stored in */
-        float *ot = qw_arena_f32(f->ar, (size_t)T * vd);
-        vhead_copy(f, ot, o, vd, T, hk, r, dv, 0);
-        o = ot;
+                           b + r0 * hv, s.rows, hk, hv, dk, dv, tiled);
     }
 
     /* gated RMSNorm per value head: RMSNorm(o; w) * act(z) */

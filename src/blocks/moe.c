@@ -6,8 +6,9 @@
  *   renormalise the k weights when norm_topk_prob; routed = sum_j p_j * expert_j(x);
  *   shared = sigma(w_sg . x) * shared_expert(x); y = routed + shared.
  *
- * The routing and the expert products are ops (moe_route, moe_ffn): the backend groups the tokens of each
- * chosen expert, runs them, and adds the weighted outputs, with no trip of the routing through the host.
+ * The routing and the expert products are one op (moe_ffn, routing as moe_route does): the backend groups the
+ * tokens of each chosen expert, runs them, and adds the weighted outputs, with no trip of the routing through
+ * the host.
  */
 #include "blocks/blocks.h"
 
@@ -32,8 +33,8 @@ void qw_moe_forward(const qw_fwd *f, const qw_moe_w *w, const float *x, float *y
     int32_t *sel = qw_arena_alloc(f->ar, (size_t)T * k * sizeof(int32_t));
     float *wt = qw_arena_f32(f->ar, (size_t)T * k);
     be->matmul(be, logits, w->router, x, T);
-    be->moe_route(be, sel, wt, logits, T, E, k, hp->norm_topk_prob);
     void *work = qw_arena_alloc(f->ar, be->moe_work(be, T, k, E, H, hp->n_ff_exp, hp->n_ff_shexp));
-    be->moe_ffn(be, y, x, sel, wt, T, k, w->experts, E, &w->shared, w->shared_gate, work);
+    /* the routing inside the experts' op (a backend may do it in the kernel that gathers their inputs) */
+    be->moe_ffn(be, y, x, sel, wt, logits, hp->norm_topk_prob, T, k, w->experts, E, &w->shared, w->shared_gate, work);
     qw_arena_restore(f->ar, mk);
 }

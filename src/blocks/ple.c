@@ -142,23 +142,17 @@ void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
     float *hist = qw_arena_f32(f->ar, (size_t)(nhist + T) * CH);
     float *Gn = hist + (int64_t)nhist * CH;
     be->ple_gate(be, G, K, Q, V, T, C, H);
-    size_t hist_bytes = (size_t)nhist * (size_t)CH * sizeof(float);
     be->rms_norm_grouped(be, Gn, G, w->norm_conv, T * C, C, H, hp->norm_eps, 1);
     float *c = qw_arena_f32(f->ar, (size_t)T * CH);
     for (int i = 0; i < qw_fwd_n_seg(f); i++) {
         qw_seg g = qw_fwd_seg(f, i);
         qw_layer_state *ls = &g.s->ls[il];
         qw_arena_mark ms = qw_arena_get_mark(f->ar);
-        float *seq = hist;
-        if (f->seqs) {
-            seq = qw_arena_f32(f->ar, (size_t)(nhist + g.rows) * CH);
-            be->copy(be, seq + (int64_t)nhist * CH, Gn + (int64_t)g.row0 * CH, (size_t)g.rows * CH * sizeof(float));
-        }
-        be->copy(be, seq, ls->ple_hist, hist_bytes);
-        if (f->draft) /* the window, for qwenc_session_accept */
-            be->copy(be, g.s->dl[il].ple_seq, seq, (size_t)(nhist + g.rows) * CH * sizeof(float));
-        be->conv1d_dw(be, c + (int64_t)g.row0 * CH, seq, w->conv, g.rows, (int)CH, kc, dil, 1); /* and silu */
-        be->copy(be, ls->ple_hist, seq + (int64_t)g.rows * CH, hist_bytes);
+        float *seq = hist; /* the history's rows, then the segment's (a draft's: kept for qwenc_session_accept) */
+        if (f->draft) seq = g.s->dl[il].ple_seq;
+        else if (f->seqs) seq = qw_arena_f32(f->ar, (size_t)(nhist + g.rows) * CH);
+        be->conv1d_state(be, c + (int64_t)g.row0 * CH, Gn + (int64_t)g.row0 * CH, ls->ple_hist, seq, w->conv, g.rows,
+                         (int)CH, kc, dil, 1, f->draft); /* and silu */
         qw_arena_restore(f->ar, ms);
     }
     /* X += G + c, summed as written: G + c first (c * 1 is exact) */

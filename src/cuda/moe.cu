@@ -29,17 +29,17 @@ extern "C" {
 
 /* One warp per token: every lane holds experts lane, lane + 32, ...; the k rounds of the arg max are warp
  * shuffles (no block barrier per round). */
-__global__ void k_moe_route(int32_t *sel, float *wt, float *logits, int E, int k, int norm) {
-    QWC_PDL_ENTRY();
-    extern __shared__ unsigned char taken[]; /* [E] */
-    float *p = logits + (int64_t)blockIdx.x * E;
-    const int lane = threadIdx.x;
+/* One token's routing by one warp (lane = threadIdx.x % 32): p = softmax(lg) (into p, which may be lg), then the
+ * k arg max rounds; lane 0 writes the experts to ids[0..k) and their weights to wts[0..k). taken: E bytes. */
+__device__ void route_warp(const float *lg, float *p, unsigned char *taken, int E, int k, int norm, int32_t *ids,
+                           float *wts) {
+    const int lane = threadIdx.x & 31;
     float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e]);
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     double sum = 0;
     for (int e = lane; e < E; e += 32) {
-        float v = expf(p[e] - mx);
+        float v = expf(lg[e] - mx);
         p[e] = v;
         sum += v;
         taken[e] = 0;
@@ -47,8 +47,6 @@ __global__ void k_moe_route(int32_t *sel, float *wt, float *logits, int E, int k
     sum = qwc_warp_sum(sum);
     for (int e = lane; e < E; e += 32) p[e] = (float)(p[e] / sum);
     __syncwarp();
-    int32_t *st = sel + (int64_t)blockIdx.x * k;
-    float *wtt = wt + (int64_t)blockIdx.x * k;
     double ws = 0;
     for (int j = 0; j < k; j++) {
         float bs = -INFINITY;
@@ -67,14 +65,21 @@ __global__ void k_moe_route(int32_t *sel, float *wt, float *logits, int E, int k
             }
         }
         if (lane == 0) {
-            st[j] = bb;
+            ids[j] = bb;
             taken[bb] = 1;
-            ws += wtt[j] = bs;
+            ws += wts[j] = bs;
         }
         __syncwarp();
     }
     if (lane == 0 && norm)
-        for (int j = 0; j < k; j++) wtt[j] = (float)(wtt[j] / ws);
+        for (int j = 0; j < k; j++) wts[j] = (float)(wts[j] / ws);
+}
+
+__global__ void k_moe_route(int32_t *sel, float *wt, float *logits, int E, int k, int norm) {
+    QWC_PDL_ENTRY();
+    extern __shared__ unsigned char taken[]; /* [E] */
+    float *p = logits + (int64_t)blockIdx.x * E;
+    route_warp(p, p, taken, E, k, norm, sel + (int64_t)blockIdx.x * k, wt + (int64_t)blockIdx.x * k);
 }
 
 static void cu_moe_route(const qw_backend *be, int32_t *sel, float *wt, float *logits, int n_tok, int E, int k,
@@ -139,15 +144,25 @@ static size_t cu_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, 
 
 /* few rows: pair p's matrices (gate mats[p], up mats[P + p], down mats[2P + p]) and its token's row (xin[p], and
  * xin[P + p] when dup); pairs R .. P-1 are the shared expert's (sh: its gate, up and down), token p - R. xq (not
- * NULL, H a multiple of 32): the rows' 8-bit rounding too. */
-__global__ void k_moe_pairs(const void **mats, float *xin, const float *x, const int32_t *sel, const void *const *tab,
-                            int R, int P, int k, int E, int H, const void *const *sh, int dup, qw_q8a *xq) {
+ * NULL, H a multiple of 32): the rows' 8-bit rounding too. lg (not NULL): the routing first, by warp 0 of each
+ * routed pair's block for its token (k_moe_route's operations), the pair writing its own slot of sel and wt. */
+__global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32_t *sel, float *wt, const float *lg,
+                            int norm, const void *const *tab, int R, int P, int k, int E, int H, const void *const *sh,
+                            int dup, qw_q8a *xq) {
     QWC_PDL_ENTRY();
+    extern __shared__ float rp[]; /* routing: p [E], then taken [E] bytes */
+    __shared__ int32_t ids[64];
+    __shared__ float wts[64];
     int p = blockIdx.x;
     if (p >= P) return;
     const int t = p < R ? p / k : p - R;
+    if (lg && p < R) { /* block-uniform */
+        if (threadIdx.x < 32) route_warp(lg + (int64_t)t * E, rp, (unsigned char *)(rp + E), E, k, norm, ids, wts);
+        __syncthreads();
+        if (threadIdx.x == 0) sel[p] = ids[p % k], wt[p] = wts[p % k];
+    }
     if (threadIdx.x == 0) {
-        const int e = p < R ? sel[p] : 0;
+        const int e = p < R ? (lg ? ids[p % k] : sel[p]) : 0;
         for (int j = 0; j < 3; j++) mats[j * P + p] = p < R ? tab[j * E + e] : sh[j];
     }
     const float *src = x + (int64_t)t * H;
@@ -201,7 +216,7 @@ __global__ void k_moe_gather(float *xin, const float *x, const int32_t *order, i
  * output (in y, or at shared_out when not NULL); out row of pair p at rowpos[p] (NULL: p). Grid: tokens x blocks
  * of 256 columns; the slots' order is found once per block. */
 __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos, const int32_t *sel, const float *wt,
-                              const float *sg, int has_shared, const float *shared_out, int k, int H) {
+                              const float *sg, int sg_logit, int has_shared, const float *shared_out, int k, int H) {
     QWC_PDL_ENTRY();
     __shared__ int rows[64], ids[64], pos[64];
     __shared__ float w[64], wk[64];
@@ -213,24 +228,28 @@ __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos,
         wk[threadIdx.x] = wt[p];
     }
     __syncthreads();
-    if (threadIdx.x == 0) { /* the slots by ascending expert id (the ids of one token are distinct) */
-        int last = -1;
-        for (int n = 0; n < k; n++) {
-            int best = -1;
-            for (int j = 0; j < k; j++)
-                if (ids[j] > last && (best < 0 || ids[j] < ids[best])) best = j;
-            last = ids[best];
-            rows[n] = pos[best];
-            w[n] = wk[best];
-        }
+    if (threadIdx.x < k) { /* slot j goes to its rank by expert id (the ids of one token are distinct) */
+        const int j = threadIdx.x;
+        int n = 0;
+        for (int m = 0; m < k; m++) n += ids[m] < ids[j];
+        rows[n] = pos[j];
+        w[n] = wk[j];
     }
     __syncthreads();
     if (i >= H) return;
     const float s = has_shared ? (shared_out ? shared_out : y)[(int64_t)t * H + i] : 0.0f;
-    float v = has_shared ? (sg ? s * sg[t] : s) : 0.0f;
+    float gt = sg ? sg[t] : 1.0f;
+    if (sg && sg_logit) gt = 1.0f / (1.0f + qwc_expd(-gt)); /* k_sigmoid's */
+    float v = has_shared ? (sg ? s * gt : s) : 0.0f;
     for (int n = 0; n < k; n++) v += out[(int64_t)rows[n] * H + i] * w[n];
     y[(int64_t)t * H + i] = v;
 }
+
+/* The shared expert's gate: its sigmoid taken by the combine kernel (QWC_MOE_GATE_IN_COMBINE 0: the sigmoid op;
+ * the same bits, tests/gpu/fusions.sh). */
+#ifndef QWC_MOE_GATE_IN_COMBINE
+#define QWC_MOE_GATE_IN_COMBINE 1
+#endif
 
 /* The shared expert as more pairs of the routed experts' products where that gives the bits of its own products
  * (QWC_MOE_SHARED_PAIRS 0: always its own; t_cuda_ops and tests/gpu/fusions.sh compare the two). */
@@ -238,8 +257,14 @@ __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos,
 #define QWC_MOE_SHARED_PAIRS 1
 #endif
 
-static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int T, int k,
-                       const qw_ffn_w *experts, int E, const qw_ffn_w *shared, const qw_tensor *shared_gate,
+/* The routing inside the kernel that gathers the pairs' inputs (QWC_MOE_ROUTE_IN_PAIRS 0: k_moe_route first; the
+ * same bits, tests/gpu/fusions.sh). */
+#ifndef QWC_MOE_ROUTE_IN_PAIRS
+#define QWC_MOE_ROUTE_IN_PAIRS 1
+#endif
+
+static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *sel, float *wt, float *logits, int norm,
+                       int T, int k, const qw_ffn_w *experts, int E, const qw_ffn_w *shared, const qw_tensor *shared_gate,
                        void *work) {
     qwc *c = qwc_of(be);
     cudaStream_t st = qwc_stream(c);
@@ -251,6 +276,9 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
     float *sgt = (float *)(w + l.sgt), *sup = (float *)(w + l.sup), *sg = (float *)(w + l.sg);
     int32_t *rowpos = NULL;
     const float *shared_out = NULL; /* the shared expert's output when it ran as pairs R .. P-1 */
+    const size_t route_smem = (size_t)E * (sizeof(float) + 1);
+    const int route_in_pairs = logits && QWC_MOE_ROUTE_IN_PAIRS && R <= PAIRS_MAX && k <= 64 && route_smem <= 48 * 1024;
+    if (logits && !route_in_pairs) cu_moe_route(be, sel, wt, logits, T, E, k, norm);
     if (R <= PAIRS_MAX) { /* one type per projection: every expert of a layer has its projections' types */
         const qw_ffn_w *e0 = &experts[0];
         const qw_type tg = e0->gate.type, tu = e0->up.type, td = e0->down.type;
@@ -274,7 +302,8 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
         const void *const *tab = expert_table(c, experts, E);
         const int64_t nx = (int64_t)(one ? 2 * P : P) * H;
         qw_q8a *xq = qwc_q8_for(c, nx, H);
-        qwc_launch(k_moe_pairs, P, 256, 0, st, mats, xin, x, sel, tab, R, P, k, E, (int)H, sh, one, xq);
+        qwc_launch(k_moe_pairs, P, 256, route_in_pairs ? route_smem : 0, st, mats, xin, x, sel, wt,
+                   route_in_pairs ? (const float *)logits : NULL, norm, tab, R, P, k, E, (int)H, sh, one, xq);
         QWC_LAUNCHED();
         if (xq) qwc_q8_made(c, xin, nx);
         qwc_q8_keep(c, 0);
@@ -292,7 +321,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
             shared_out = out + (int64_t)R * H;
             if (shared_gate) {
                 be->matmul(be, sg, shared_gate, x, T);
-                be->sigmoid(be, sg, T);
+                if (!QWC_MOE_GATE_IN_COMBINE) be->sigmoid(be, sg, T);
             }
         }
     } else {
@@ -328,12 +357,12 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, const int
         be->matmul(be, y, &shared->down, sgt, T);
         if (shared_gate) {
             be->matmul(be, sg, shared_gate, x, T);
-            be->sigmoid(be, sg, T);
+            if (!QWC_MOE_GATE_IN_COMBINE) be->sigmoid(be, sg, T);
         }
     }
     if (k > 64) qwc_die(__FILE__, __LINE__, "moe_ffn", "more than 64 experts per token");
     qwc_launch(k_moe_combine, dim3(qwc_blocks(H, 256), T), 256, 0, st, y, out, rowpos, sel, wt, shared_gate ? sg : NULL,
-               shared != NULL, shared_out, k, (int)H);
+               QWC_MOE_GATE_IN_COMBINE, shared != NULL, shared_out, k, (int)H);
     QWC_LAUNCHED();
 }
 

@@ -9,6 +9,10 @@
  */
 #include "cuda/ops_internal.cuh"
 
+extern "C" {
+#include "kernels/composite.h"
+}
+
 /* ---------------------------------------------------------------- matmuls and gathers */
 
 static void cu_matmul(const qw_backend *be, float *y, const qw_tensor *w, const float *x, int n_tok) {
@@ -133,20 +137,20 @@ static void cu_rms_norm_grouped(const qw_backend *be, float *y, const float *x, 
     if (xq) qwc_q8_made(c, y, (int64_t)n_rows * dim);
 }
 
-__global__ void k_l2_norm(float *x, int dim, float eps, float scale) {
+__global__ void k_l2_norm(float *x, int dim, float eps, float scale, int n_scaled) {
     QWC_PDL_ENTRY();
     __shared__ double sh[32];
     float *xr = x + (int64_t)blockIdx.x * dim;
     double ss = 0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = qwc_block_sum(ss, sh);
-    float inv = (float)(1.0 / sqrt(ss + eps)) * scale;
+    float inv = (float)(1.0 / sqrt(ss + eps)) * ((int)blockIdx.x < n_scaled ? scale : 1.0f);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] *= inv;
 }
 
-static void cu_l2_norm(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale) {
+static void cu_l2_norm(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale, int n_scaled) {
     if (n_rows <= 0) return;
-    qwc_launch(k_l2_norm, n_rows, norm_threads(dim), 0, qwc_stream(qwc_of(be)), x, dim, eps, scale);
+    qwc_launch(k_l2_norm, n_rows, norm_threads(dim), 0, qwc_stream(qwc_of(be)), x, dim, eps, scale, n_scaled);
     QWC_LAUNCHED();
 }
 
@@ -308,6 +312,48 @@ static void cu_conv1d_dw(const qw_backend *be, float *y, const float *x, const f
     if (then_silu && !fuse) cu_silu(be, y, n);
 }
 
+/* The convolution over a history in one kernel (QWC_CONV_STATE 0: the copies and conv1d_dw of
+ * qw_op_conv1d_state; tests/gpu/fusions.sh compares the two). A thread per channel walks the window hist ++ x
+ * (k_conv1d_dw's sums and silu), keeps it in seq when asked, then moves the history on: row i takes window row
+ * n_tok + i, which no earlier i overwrote. */
+#ifndef QWC_CONV_STATE
+#define QWC_CONV_STATE 1
+#endif
+#define CONV_STATE_MAX_TOK 16 /* more rows: the copies and the convolution's parallel kernel */
+
+__global__ void k_conv1d_state(float *y, const float *x, float *hist, float *seq, const float *w, int n_tok, int ch,
+                               int k, int dil, int then_silu, int keep_seq) {
+    QWC_PDL_ENTRY();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= ch) return;
+    const int nh = (k - 1) * dil;
+#define WIN(s) ((s) < nh ? hist[(int64_t)(s) * ch + c] : x[(int64_t)((s) - nh) * ch + c])
+    for (int t = 0; t < n_tok; t++) {
+        double acc = 0;
+        for (int j = 0; j < k; j++) acc += (double)w[(int64_t)c * k + j] * WIN(t + j * dil);
+        float v = (float)acc;
+        if (then_silu) v = v / (1.0f + qwc_expd(-v)); /* k_silu's */
+        y[(int64_t)t * ch + c] = v;
+    }
+    if (keep_seq)
+        for (int s = 0; s < nh + n_tok; s++) seq[(int64_t)s * ch + c] = WIN(s);
+    for (int i = 0; i < nh; i++) hist[(int64_t)i * ch + c] = WIN(n_tok + i);
+#undef WIN
+}
+
+static void cu_conv1d_state(const qw_backend *be, float *y, const float *x, float *hist, float *seq, const float *w,
+                            int n_tok, int ch, int k, int dil, int then_silu, int keep_seq) {
+    if (n_tok <= 0 || ch <= 0) return;
+    if (!QWC_CONV_STATE || !QWC_FUSE_CONV_SILU || n_tok > CONV_STATE_MAX_TOK) {
+        qw_op_conv1d_state(be, y, x, hist, seq, w, n_tok, ch, k, dil, then_silu, keep_seq);
+        return;
+    }
+    qwc *c = qwc_of(be);
+    qwc_launch(k_conv1d_state, qwc_blocks(ch, 128), 128, 0, qwc_stream(c), y, x, hist, seq,
+               qwc_wf(c, w, (int64_t)ch * k), n_tok, ch, k, dil, then_silu, keep_seq);
+    QWC_LAUNCHED();
+}
+
 /* threads [0, n): the gate; [n, n + n_beta): beta = sigmoid(beta) as k_sigmoid forms it */
 __global__ void k_gdn_gate(float *a, float *beta, const float *neg_exp_a, const float *dt_bias, int64_t n, int hv,
                            int64_t n_beta) {
@@ -340,17 +386,17 @@ static void cu_gdn_gate(const qw_backend *be, float *a, float *beta, const float
  */
 template <int DK>
 __global__ void k_delta_rule(float *o, float *state, const float *q, const float *k, const float *v, const float *g,
-                             const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
+                             const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled) {
     QWC_PDL_ENTRY();
     extern __shared__ float qk[]; /* [2][dk] */
-    int j = blockIdx.x, c = threadIdx.x, rep = hv / hk;
+    int j = blockIdx.x, c = threadIdx.x, hq = tiled ? j % hk : j / (hv / hk); /* hq: its q/k head */
     float *S = state + (int64_t)j * dk * dv;
     float s[DK > 0 ? DK : 1];
     if (DK > 0 && c < dv)
 #pragma unroll
         for (int r = 0; r < DK; r++) s[r] = S[(int64_t)r * dv + c];
     for (int t = 0; t < n_tok; t++) {
-        const float *qj = q + ((int64_t)t * hk + j / rep) * dk, *kj = k + ((int64_t)t * hk + j / rep) * dk;
+        const float *qj = q + ((int64_t)t * hk + hq) * dk, *kj = k + ((int64_t)t * hk + hq) * dk;
         __syncthreads();
         for (int r = c; r < dk; r += blockDim.x) {
             qk[r] = qj[r];
@@ -392,19 +438,19 @@ __global__ void k_delta_rule(float *o, float *state, const float *q, const float
 }
 
 static void cu_delta_rule(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
-                          const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
+                          const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled) {
     cudaStream_t st = qwc_stream(qwc_of(be));
     int threads = (dv + 31) / 32 * 32;
     size_t sh = (size_t)2 * dk * sizeof(float);
     if (threads > 1024) qwc_die(__FILE__, __LINE__, "delta_rule", "value heads wider than 1024");
     if (dk == 128)
-        qwc_launch(k_delta_rule<128>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+        qwc_launch(k_delta_rule<128>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled);
     else if (dk == 64)
-        qwc_launch(k_delta_rule<64>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+        qwc_launch(k_delta_rule<64>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled);
     else if (dk == 32)
-        qwc_launch(k_delta_rule<32>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+        qwc_launch(k_delta_rule<32>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled);
     else
-        qwc_launch(k_delta_rule<0>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv);
+        qwc_launch(k_delta_rule<0>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled);
     QWC_LAUNCHED();
 }
 
@@ -426,6 +472,7 @@ void qwc_ops_fill(qw_backend *t) {
     t->rope_table = cu_rope_table;
     t->rope = cu_rope;
     t->conv1d_dw = cu_conv1d_dw;
+    t->conv1d_state = cu_conv1d_state;
     t->gdn_gate = cu_gdn_gate;
     t->delta_rule = cu_delta_rule;
 }

@@ -880,6 +880,12 @@ __global__ void k_q8a(const float *x, int64_t ldx, int64_t nb, int64_t n_rows, q
     qwc_q8a_warp(x[blk / nb * ldx + 32 * (blk % nb) + (threadIdx.x & 31)], xq + blk);
 }
 
+/* mvq_kernel asks for each row's cache lines before its loop (QWC_MVQ_PREFETCH 0: not; the same bits) */
+#ifndef QWC_MVQ_PREFETCH
+#define QWC_MVQ_PREFETCH 1
+#endif
+constexpr bool MVQ_PREFETCH = QWC_MVQ_PREFETCH;
+
 struct mvq_args {
     const uint8_t *w;        /* the matrix, or NULL: mats */
     const void *const *mats; /* [n_pairs] the matrix of pair blockIdx.y + pair0 */
@@ -924,6 +930,9 @@ template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kerne
     if (a.n_jobs) w = a.jw[blockIdx.y], rows = a.jrows[blockIdx.y], yo = a.jy[blockIdx.y], pair = 0;
     if (row >= rows) return;
     const uint8_t *r = (a.mats ? (const uint8_t *)a.mats[pair] : w) + row * a.row_bytes;
+    if (MVQ_PREFETCH) /* the row's lines asked for at once: a lane's later groups come from L2, not HBM */
+        for (int64_t o = (int64_t)lane * 128; o < a.row_bytes; o += 32 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(r + o));
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;

@@ -227,6 +227,18 @@ void qw_op_gdn_gate(const qw_backend *be, float *a, float *beta, const float *ne
     if (beta) be->sigmoid(be, beta, (int64_t)n_tok * hv);
 }
 
+/* ---------------------------------------------------------------- convolution over a history */
+
+void qw_op_conv1d_state(const qw_backend *be, float *y, const float *x, float *hist, float *seq, const float *w,
+                        int n_tok, int ch, int k, int dil, int then_silu, int keep_seq) {
+    (void)keep_seq; /* seq is written either way */
+    const int64_t nh = (int64_t)(k - 1) * dil * ch;
+    if (seq != hist) be->copy(be, seq, hist, (size_t)nh * sizeof(float));
+    if (seq + nh != x) be->copy(be, seq + nh, x, (size_t)n_tok * ch * sizeof(float));
+    be->conv1d_dw(be, y, seq, w, n_tok, ch, k, dil, then_silu);
+    be->copy(be, hist, seq + (int64_t)n_tok * ch, (size_t)nh * sizeof(float));
+}
+
 /* ---------------------------------------------------------------- mixture of experts */
 
 void qw_op_moe_route(const qw_backend *be, int32_t *sel, float *wt, float *logits, int n_tok, int E, int k,
@@ -285,9 +297,10 @@ size_t qw_op_moe_work(const qw_backend *be, int n_tok, int k, int n_expert, int 
  * Tokens are grouped by expert so each expert's weights are read once per call, and the projections of all
  * experts of a call run as one batch (matmul_batch) so that small experts share one parallel region.
  */
-void qw_op_moe_ffn(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int T, int k,
-                   const qw_ffn_w *experts, int E, const qw_ffn_w *shared, const qw_tensor *shared_gate,
-                   void *work) {
+void qw_op_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *sel, float *wt, float *logits,
+                   int norm_topk, int T, int k, const qw_ffn_w *experts, int E, const qw_ffn_w *shared,
+                   const qw_tensor *shared_gate, void *work) {
+    if (logits) be->moe_route(be, sel, wt, logits, T, E, k, norm_topk);
     int64_t H = experts[0].down.shape[0], I = experts[0].gate.shape[0], Is = shared ? shared->gate.shape[0] : 0;
     moe_layout l = moe_layout_of(T, k, E, (int)H, (int)I, (int)Is);
     char *w = work;

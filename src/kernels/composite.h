@@ -39,13 +39,15 @@ void qw_op_qsa_select(const qw_backend *be, int32_t *sel, int32_t *sel_off, cons
                       const float *blk, int n_tok, int n_head, int ihd, int R, int topk, void *work,
                       const qw_step *step);
 size_t qw_op_qsa_select_work(const qw_backend *be, int n_ctx, int R, int topk);
+void qw_op_conv1d_state(const qw_backend *be, float *y, const float *x, float *hist, float *seq, const float *w,
+                        int n_tok, int ch, int k, int dil, int then_silu, int keep_seq);
 void qw_op_gdn_gate(const qw_backend *be, float *a, float *beta, const float *neg_exp_a, const float *dt_bias,
                     int n_tok, int hv);
 void qw_op_moe_route(const qw_backend *be, int32_t *sel, float *wt, float *logits, int n_tok, int n_expert, int k,
                      int norm_topk);
-void qw_op_moe_ffn(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int n_tok,
-                   int k, const qw_ffn_w *experts, int n_expert, const qw_ffn_w *shared, const qw_tensor *shared_gate,
-                   void *work);
+void qw_op_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *sel, float *wt, float *logits,
+                   int norm_topk, int n_tok, int k, const qw_ffn_w *experts, int n_expert, const qw_ffn_w *shared,
+                   const qw_tensor *shared_gate, void *work);
 size_t qw_op_moe_work(const qw_backend *be, int n_tok, int k, int n_expert, int H, int I, int I_shared);
 void qw_op_hc_read(const qw_backend *be, float *a, float *m, const float *xn, float *inj, int n_tok, int C, int H);
 void qw_op_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H);

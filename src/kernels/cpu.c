@@ -692,7 +692,7 @@ typedef struct {
     const cpu_backend *b;
     float *o, *state;
     const float *q, *k, *v, *g, *beta;
-    int n_tok, hk, hv, dk, dv;
+    int n_tok, hk, hv, dk, dv, tiled;
 } dr_ctx;
 
 /* Value head j over all tokens, in order: S = exp(g) S; u = beta (v - S^T k); S += k u^T; o = S^T q. */
@@ -700,7 +700,7 @@ static void dr_heads(void *arg, int64_t j0, int64_t j1) {
     const dr_ctx *c = arg;
     /* prefill: the chunked form, unless its scratch cannot be allocated */
     if (c->n_tok >= QW_DELTA_CHUNK_MIN_TOK && qw_delta_chunk_heads(c->b->k, c->o, c->state, c->q, c->k, c->v, c->g,
-                                                                   c->beta, c->n_tok, c->hk, c->hv, c->dk, c->dv, j0, j1))
+                                                                   c->beta, c->n_tok, c->hk, c->hv, c->dk, c->dv, c->tiled, j0, j1))
         return;
     const qw_cpu_kernels *K = c->b->k;
     int rep = c->hv / c->hk, dk = c->dk, dv = c->dv;
@@ -708,8 +708,9 @@ static void dr_heads(void *arg, int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; j++) {
         float *S = c->state + j * dk * dv; /* [dk][dv] */
         for (int t = 0; t < c->n_tok; t++) {
-            const float *qj = c->q + ((int64_t)t * c->hk + j / rep) * dk;
-            const float *kj = c->k + ((int64_t)t * c->hk + j / rep) * dk;
+            const int64_t hq = c->tiled ? j % c->hk : j / rep; /* its q/k head */
+            const float *qj = c->q + ((int64_t)t * c->hk + hq) * dk;
+            const float *kj = c->k + ((int64_t)t * c->hk + hq) * dk;
             const float *vj = c->v + ((int64_t)t * c->hv + j) * dv;
             float *oj = c->o + ((int64_t)t * c->hv + j) * dv;
             float decay = expf(c->g[(int64_t)t * c->hv + j]), bt = c->beta[(int64_t)t * c->hv + j];
@@ -723,11 +724,11 @@ static void dr_heads(void *arg, int64_t j0, int64_t j1) {
 }
 
 static void cpu_delta_rule(const qw_backend *ops, float *o, float *state, const float *q, const float *k, const float *v,
-                           const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
+                           const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled) {
     const cpu_backend *b = backend_of(ops);
     QW_ASSERT(dv <= DR_MAX_DV);
     dr_ctx c = {.b = b, .o = o, .state = state, .q = q, .k = k, .v = v, .g = g, .beta = beta, .n_tok = n_tok,
-                .hk = hk, .hv = hv, .dk = dk, .dv = dv};
+                .hk = hk, .hv = hv, .dk = dk, .dv = dv, .tiled = tiled};
     if (b->n_threads == 1 || (int64_t)n_tok * hv * dk * dv < PAR_MIN_WORK) {
         dr_heads(&c, 0, hv);
         return;
@@ -744,7 +745,7 @@ typedef struct {
     const float *x, *a, *w;
     int dim, k, dil, n_head, head_stride, n_rot;
     float eps, s;
-    int zc;
+    int zc, n_scaled;
 } range_ctx;
 
 static void rms_rows(void *arg, int64_t r0, int64_t r1) {
@@ -770,12 +771,14 @@ static void cpu_rms_norm(const qw_backend *ops, float *y, const float *x, const 
 
 static void l2_rows(void *arg, int64_t r0, int64_t r1) {
     const range_ctx *c = arg;
-    c->ref->l2_norm(c->ref, c->y + r0 * c->dim, (int)(r1 - r0), c->dim, c->eps, c->s);
+    int64_t ns = c->n_scaled - r0; /* the scaled rows of this range */
+    ns = ns < 0 ? 0 : ns;
+    c->ref->l2_norm(c->ref, c->y + r0 * c->dim, (int)(r1 - r0), c->dim, c->eps, c->s, (int)QW_MIN(ns, r1 - r0));
 }
 
-static void cpu_l2_norm(const qw_backend *ops, float *x, int n_rows, int dim, float eps, float scale) {
+static void cpu_l2_norm(const qw_backend *ops, float *x, int n_rows, int dim, float eps, float scale, int n_scaled) {
     const cpu_backend *b = backend_of(ops);
-    range_ctx c = {.ref = qw_backend_ref(), .y = x, .dim = dim, .eps = eps, .s = scale};
+    range_ctx c = {.ref = qw_backend_ref(), .y = x, .dim = dim, .eps = eps, .s = scale, .n_scaled = n_scaled};
     if (b->n_threads == 1 || (int64_t)n_rows * dim < PAR_MIN_WORK) {
         l2_rows(&c, 0, n_rows);
         return;
@@ -1002,6 +1005,7 @@ static const qw_backend cpu_table = {
     .qsa_select = cpu_qsa_select,
     .qsa_select_work = qw_op_qsa_select_work,
     .conv1d_dw = cpu_conv1d_dw,
+    .conv1d_state = qw_op_conv1d_state,
     .gdn_gate = qw_op_gdn_gate,
     .delta_rule = cpu_delta_rule,
     .moe_route = qw_op_moe_route,

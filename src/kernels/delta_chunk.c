@@ -275,7 +275,7 @@ DC_INLINE void dc_chunk(int NR, int fma, dc_work *w, float *o, const float *q, c
 typedef struct {
     float *o, *state;
     const float *q, *k, *v, *g, *beta;
-    int n_tok, hk, hv, dk, dv;
+    int n_tok, hk, hv, dk, dv, tiled;
     int64_t j0, j1;
 } dc_args;
 
@@ -294,7 +294,7 @@ DC_INLINE void dc_heads(int NR, int fma, const dc_args *a, float *buf) {
                 memcpy(w.S + (int64_t)r * w.dvp, S + (int64_t)r * a->dv, (size_t)a->dv * sizeof(float));
         }
         for (int t0 = 0; t0 < a->n_tok; t0 += DC_C) {
-            int64_t qk = t0 * qk_stride + (j / rep) * a->dk, vo = t0 * v_stride + j * a->dv;
+            int64_t qk = t0 * qk_stride + (a->tiled ? j % a->hk : j / rep) * a->dk, vo = t0 * v_stride + j * a->dv;
             int64_t gb = (int64_t)t0 * a->hv + j;
             dc_chunk(NR, fma, &w, a->o + vo, a->q + qk, a->k + qk, qk_stride, a->v + vo, v_stride, a->g + gb,
                      a->beta + gb, a->hv, QW_MIN(DC_C, a->n_tok - t0));
@@ -321,13 +321,13 @@ static void dc_heads_generic(const dc_args *a, float *buf) { dc_heads(8, 0, a, b
 
 int qw_delta_chunk_heads(const qw_cpu_kernels *kern, float *o, float *state, const float *q, const float *k,
                          const float *v, const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv,
-                         int64_t j0, int64_t j1) {
+                         int tiled, int64_t j0, int64_t j1) {
     QW_ASSERT(hk > 0 && hv % hk == 0 && dk > 0 && dv > 0);
     if (n_tok <= 0 || j0 >= j1) return 1;
     float *buf = qw_aligned_alloc(64, (size_t)round_up((int64_t)dc_work_floats(dk, dv) * sizeof(float), 64));
     if (!buf) return 0;
     dc_args a = {.o = o, .state = state, .q = q, .k = k, .v = v, .g = g, .beta = beta, .n_tok = n_tok, .hk = hk,
-                 .hv = hv, .dk = dk, .dv = dv, .j0 = j0, .j1 = j1};
+                 .hv = hv, .dk = dk, .dv = dv, .tiled = tiled, .j0 = j0, .j1 = j1};
 #if defined(__x86_64__)
     /* subnormal inputs and results read as 0 while this runs (flush-to-zero and denormals-are-zero): a long run
      * of very negative g makes decay products that x86 would otherwise compute through slow microcode */

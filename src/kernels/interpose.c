@@ -22,7 +22,7 @@ enum {
     I_ALLOC, I_FREE, I_UPLOAD, I_DOWNLOAD, I_COPY, I_ZERO, I_SYNC,
     I_MATMUL, I_MATMUL_BATCH, I_GET_ROWS, I_STORE_ROWS, I_COPY_STRIDED, I_RMS_NORM, I_RMS_NORM_GROUPED, I_L2_NORM,
     I_SILU, I_SIGMOID, I_MUL, I_AXPY, I_DIVIDE, I_ACT_MUL, I_ROPE_TABLE, I_ROPE, I_ATTENTION, I_QSA_KEYS, I_QSA_SELECT,
-    I_CONV1D_DW, I_GDN_GATE, I_DELTA_RULE, I_MOE_ROUTE, I_MOE_FFN, I_HC_READ, I_HC_INJECT, I_PLE_ROWS,
+    I_CONV1D_DW, I_CONV1D_STATE, I_GDN_GATE, I_DELTA_RULE, I_MOE_ROUTE, I_MOE_FFN, I_HC_READ, I_HC_INJECT, I_PLE_ROWS,
     I_PLE_HIST_PUSH, I_PLE_GATHER, I_PLE_GATE, I_ARGMAX, I_TOPK, I_COUNT
 };
 
@@ -30,7 +30,7 @@ static const char *const names[I_COUNT] = {
     "alloc", "free", "upload", "download", "copy", "zero", "sync",
     "matmul", "matmul_batch", "get_rows", "store_rows", "copy_strided", "rms_norm", "rms_norm_grouped", "l2_norm",
     "silu", "sigmoid", "mul", "axpy", "divide", "act_mul", "rope_table", "rope", "attention", "qsa_keys", "qsa_select",
-    "conv1d_dw", "gdn_gate", "delta_rule", "moe_route", "moe_ffn", "hc_read", "hc_inject", "ple_rows",
+    "conv1d_dw", "conv1d_state", "gdn_gate", "delta_rule", "moe_route", "moe_ffn", "hc_read", "hc_inject", "ple_rows",
     "ple_hist_push", "ple_gather", "ple_gate", "argmax", "topk"};
 
 _Static_assert((int)I_MATMUL == (int)QW_OP_FIRST, "ops.h's QW_OP_FIRST is the index of matmul");
@@ -104,8 +104,8 @@ static void x_rms_norm_grouped(const qw_backend *be, float *y, const float *x, c
                                int dim, float eps, int zc) {
     WRAP(I_RMS_NORM_GROUPED, in->rms_norm_grouped(tb, y, x, w, n_rows, n_group, dim, eps, zc));
 }
-static void x_l2_norm(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale) {
-    WRAP(I_L2_NORM, in->l2_norm(tb, x, n_rows, dim, eps, scale));
+static void x_l2_norm(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale, int n_scaled) {
+    WRAP(I_L2_NORM, in->l2_norm(tb, x, n_rows, dim, eps, scale, n_scaled));
 }
 static void x_silu(const qw_backend *be, float *x, int64_t n) { WRAP(I_SILU, in->silu(tb, x, n)); }
 static void x_sigmoid(const qw_backend *be, float *x, int64_t n) { WRAP(I_SIGMOID, in->sigmoid(tb, x, n)); }
@@ -155,21 +155,26 @@ static void x_conv1d_dw(const qw_backend *be, float *y, const float *x, const fl
                         int dil, int then_silu) {
     WRAP(I_CONV1D_DW, in->conv1d_dw(tb, y, x, w, n_tok, ch, k, dil, then_silu));
 }
+static void x_conv1d_state(const qw_backend *be, float *y, const float *x, float *hist, float *seq, const float *w,
+                           int n_tok, int ch, int k, int dil, int then_silu, int keep_seq) {
+    WRAP(I_CONV1D_STATE, in->conv1d_state(tb, y, x, hist, seq, w, n_tok, ch, k, dil, then_silu, keep_seq));
+}
 static void x_gdn_gate(const qw_backend *be, float *a, float *beta, const float *nea, const float *dtb, int n_tok,
                        int hv) {
     WRAP(I_GDN_GATE, in->gdn_gate(tb, a, beta, nea, dtb, n_tok, hv));
 }
 static void x_delta_rule(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
-                         const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
-    WRAP(I_DELTA_RULE, in->delta_rule(tb, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv));
+                         const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled) {
+    WRAP(I_DELTA_RULE, in->delta_rule(tb, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled));
 }
 static void x_moe_route(const qw_backend *be, int32_t *sel, float *wt, float *logits, int n_tok, int E, int k,
                         int norm) {
     WRAP(I_MOE_ROUTE, in->moe_route(tb, sel, wt, logits, n_tok, E, k, norm));
 }
-static void x_moe_ffn(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int n_tok,
-                      int k, const qw_ffn_w *experts, int E, const qw_ffn_w *shared, const qw_tensor *sg, void *work) {
-    WRAP(I_MOE_FFN, in->moe_ffn(tb, y, x, sel, wt, n_tok, k, experts, E, shared, sg, work));
+static void x_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *sel, float *wt, float *logits, int norm,
+                      int n_tok, int k, const qw_ffn_w *experts, int E, const qw_ffn_w *shared, const qw_tensor *sg,
+                      void *work) {
+    WRAP(I_MOE_FFN, in->moe_ffn(tb, y, x, sel, wt, logits, norm, n_tok, k, experts, E, shared, sg, work));
 }
 static size_t x_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, int I, int Is) {
     return I_(be)->inner->moe_work(I_(be)->inner, n_tok, k, E, H, I, Is);
@@ -237,6 +242,7 @@ qw_backend *qw_backend_interpose(const qw_backend *inner, const qw_backend_hooks
         {I_ROPE_TABLE, n->rope_table == qw_op_rope_table},
         {I_QSA_KEYS, n->qsa_keys == qw_op_qsa_keys},
         {I_QSA_SELECT, n->qsa_select == qw_op_qsa_select},
+        {I_CONV1D_STATE, n->conv1d_state == qw_op_conv1d_state},
         {I_GDN_GATE, n->gdn_gate == qw_op_gdn_gate},
         {I_MOE_ROUTE, n->moe_route == qw_op_moe_route},
         {I_MOE_FFN, n->moe_ffn == qw_op_moe_ffn},
@@ -283,6 +289,7 @@ qw_backend *qw_backend_interpose(const qw_backend *inner, const qw_backend_hooks
         .qsa_select = x_qsa_select,
         .qsa_select_work = x_qsa_select_work,
         .conv1d_dw = x_conv1d_dw,
+        .conv1d_state = x_conv1d_state,
         .gdn_gate = x_gdn_gate,
         .delta_rule = x_delta_rule,
         .moe_route = x_moe_route,

@@ -99,8 +99,9 @@ struct qw_backend {
     /* The same with n_group weight vectors: row r uses w + (r % n_group) * dim. w [n_group][dim]. */
     void (*rms_norm_grouped)(const qw_backend *be, float *y, const float *x, const float *w, int n_rows, int n_group,
                              int dim, float eps, int zero_centred);
-    /* x / sqrt(sum(x^2) + eps) * scale for n_rows vectors of length dim, in place. */
-    void (*l2_norm)(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale);
+    /* x / sqrt(sum(x^2) + eps) * scale for n_rows vectors of length dim, in place; scale for the first n_scaled
+     * rows, 1 for the rest (two calls' bits in one). */
+    void (*l2_norm)(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale, int n_scaled);
     /* x = silu(x), x = sigmoid(x), y = a * b, y += a * s, x = x / d (a division, as the reference divides; then
      * silu(x) when then_silu: the bits of divide and silu, one kernel where a backend fuses them). */
     void (*silu)(const qw_backend *be, float *x, int64_t n);
@@ -157,6 +158,12 @@ struct qw_backend {
      * bits of the silu op after it. */
     void (*conv1d_dw)(const qw_backend *be, float *y, const float *x, const float *w, int n_tok, int ch, int k,
                       int dil, int then_silu);
+    /* The convolution over a session's history, which it moves on: seq = hist ([(k-1)*dil][ch]) followed by the
+     * new rows x ([n_tok][ch]) into seq ([(k-1)*dil + n_tok][ch]: kept when keep_seq, else scratch; x may
+     * already lie there), y = conv1d_dw(seq), hist = seq's last (k-1)*dil rows. The bits of those copies and
+     * conv1d_dw (a backend may do it all in one kernel). */
+    void (*conv1d_state)(const qw_backend *be, float *y, const float *x, float *hist, float *seq, const float *w,
+                         int n_tok, int ch, int k, int dil, int then_silu, int keep_seq);
     /* g[t][j] = neg_exp_a[j] * softplus(a[t][j] + dt_bias[j]) in place (a becomes g); [n_tok][hv]. With beta (not
      * NULL, [n_tok][hv]) also beta = sigmoid(beta) in place, the sigmoid op's bits (one kernel for both). */
     void (*gdn_gate)(const qw_backend *be, float *a, float *beta, const float *neg_exp_a, const float *dt_bias,
@@ -165,10 +172,11 @@ struct qw_backend {
      * Gated delta rule, token by token, per value head j (qk head j / (hv/hk)):
      *   S = exp(g) S;  u = beta (v - S^T k);  S += k u^T;  o = S^T q.
      * q, k [n_tok][hk][dk] (already l2-normalised, q scaled), v [n_tok][hv][dv], g, beta [n_tok][hv],
-     * state [hv][dk][dv] (updated), o [n_tok][hv][dv].
+     * state [hv][dk][dv] (updated), o [n_tok][hv][dv]. tiled: the value heads in llama.cpp's tiled order, value
+     * head j reading q/k head j % hk (else j / (hv/hk)); v, g, beta, o and the state all in that order.
      */
     void (*delta_rule)(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
-                       const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv);
+                       const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled);
 
     /* ---- mixture of experts (spec qwen4_exp.md 3.6) */
     /* Routing: p = softmax(logits) over the n_expert (in place: logits [n_tok][n_expert] becomes p); the top k
@@ -179,9 +187,10 @@ struct qw_backend {
     /* y [n_tok][H] = sum_j wt[t][j] * expert_{sel[t][j]}(x[t]) + (shared ? sigmoid(shared_gate . x[t]) *
      * shared(x[t]) : 0), the experts SwiGLU feed-forwards; the weighted expert outputs are added to the shared
      * expert's output in the order of the expert ids, then of the tokens' slots. shared_gate [1, H] (NULL: a
-     * gate of 1). work: moe_work bytes. */
-    void (*moe_ffn)(const qw_backend *be, float *y, const float *x, const int32_t *sel, const float *wt, int n_tok,
-                    int k, const qw_ffn_w *experts, int n_expert, const qw_ffn_w *shared,
+     * gate of 1). work: moe_work bytes. With logits (not NULL) the op routes first, as moe_route (sel and wt
+     * written; logits its scratch). */
+    void (*moe_ffn)(const qw_backend *be, float *y, const float *x, int32_t *sel, float *wt, float *logits,
+                    int norm_topk, int n_tok, int k, const qw_ffn_w *experts, int n_expert, const qw_ffn_w *shared,
                     const qw_tensor *shared_gate, void *work);
     size_t (*moe_work)(const qw_backend *be, int n_tok, int k, int n_expert, int H, int I, int I_shared);
 

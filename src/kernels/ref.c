@@ -87,12 +87,12 @@ static void ref_rms_norm(QW_OPS_SELF float *y, const float *x, const float *w, i
     }
 }
 
-static void ref_l2_norm(QW_OPS_SELF float *x, int n_rows, int dim, float eps, float scale) {
+static void ref_l2_norm(QW_OPS_SELF float *x, int n_rows, int dim, float eps, float scale, int n_scaled) {
     for (int r = 0; r < n_rows; r++) {
         float *xr = x + (int64_t)r * dim;
         double ss = 0;
         for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
-        float inv = (float)(1.0 / sqrt(ss + eps)) * scale;
+        float inv = (float)(1.0 / sqrt(ss + eps)) * (r < n_scaled ? scale : 1.0f);
         for (int i = 0; i < dim; i++) xr[i] *= inv;
     }
 }
@@ -175,13 +175,14 @@ static void ref_attention(QW_OPS_SELF float *out, const float *q, int q_stride, 
 }
 
 static void ref_delta_rule(QW_OPS_SELF float *o, float *state, const float *q, const float *k, const float *v, const float *g,
-                           const float *beta, int n_tok, int hk, int hv, int dk, int dv) {
+                           const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled) {
     int rep = hv / hk;
     for (int t = 0; t < n_tok; t++)
         for (int j = 0; j < hv; j++) {
             float *S = state + (int64_t)j * dk * dv; /* [dk][dv] */
-            const float *qj = q + ((int64_t)t * hk + j / rep) * dk;
-            const float *kj = k + ((int64_t)t * hk + j / rep) * dk;
+            const int hq = tiled ? j % hk : j / rep; /* its q/k head */
+            const float *qj = q + ((int64_t)t * hk + hq) * dk;
+            const float *kj = k + ((int64_t)t * hk + hq) * dk;
             const float *vj = v + ((int64_t)t * hv + j) * dv;
             float *oj = o + ((int64_t)t * hv + j) * dv;
             float decay = expf(g[(int64_t)t * hv + j]), b = beta[(int64_t)t * hv + j];
@@ -235,6 +236,7 @@ static const qw_backend ref_backend = {
     .qsa_select = qw_op_qsa_select,
     .qsa_select_work = qw_op_qsa_select_work,
     .conv1d_dw = ref_conv1d_dw,
+    .conv1d_state = qw_op_conv1d_state,
     .gdn_gate = qw_op_gdn_gate,
     .delta_rule = ref_delta_rule,
     .moe_route = qw_op_moe_route,

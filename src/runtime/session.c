@@ -586,7 +586,8 @@ static float *accept_ops(qwenc_session *s, const qw_backend *be, const step_args
             be->copy(be, ls->ssm, d->ssm0, (size_t)hv * dk * dv * sizeof(float));
             if (n_keep) {
                 if (!o) o = qw_arena_f32(&s->arena, (size_t)n_keep * hv * dv);
-                qw_gdn_recur(be, o, ls->ssm, d->q, d->k, d->v, d->g, d->b, n_keep, hk, hv, dk, dv);
+                qw_gdn_recur(be, o, ls->ssm, d->q, d->k, d->v, d->g, d->b, n_keep, hk, hv, dk, dv,
+                             qw_gdn_tiled(&s->model->layers[il].gdn, hk, hv));
             }
         }
         if (ls->ple_hist)

@@ -16,7 +16,7 @@ J=${J:-$(nproc)}
 . tests/gpu/deps.sh
 flags=()
 [ -n "${DEPS:-}" ] && flags=(LDFLAGS="$dep_ldflags")
-off=${FLAGS:--DQWC_MOE_SHARED_PAIRS=0 -DQWC_Q8_PRODUCERS=0 -DQWC_FUSE_CONV_SILU=0 -DQWC_MVQ_BATCH=0}
+off=${FLAGS:--DQWC_MOE_SHARED_PAIRS=0 -DQWC_Q8_PRODUCERS=0 -DQWC_FUSE_CONV_SILU=0 -DQWC_MVQ_BATCH=0 -DQWC_MVQ_PREFETCH=0 -DQWC_CONV_STATE=0 -DQWC_MOE_GATE_IN_COMBINE=0 -DQWC_MOE_ROUTE_IN_PAIRS=0}
 if [ ! -x build-cuda/qwenc ]; then echo "fusions: build-cuda/qwenc missing (make cuda first)"; echo "0 passed, 1 failed"; exit 1; fi
 echo "build-unfused/: $off"
 if ! make -j"$J" CUDA=1 BUILD=build-unfused build-unfused/qwenc CFLAGS="-O2 -g $dep_inc" \

@@ -5,7 +5,8 @@
 # toolkit) and python3.
 #
 #   bash tests/gpu/profile.sh [qwenc bench model options]     (default: the Flash-Next cut, Q4_K)
-#   SKIP=3000 N=1300: the kernels skipped and the kernels timed
+#   SKIP=3000 N=1300: the kernels skipped and the kernels timed; NCU_FLAGS: more ncu options (--clock-control none
+#   --cache-control none: the GPU's own clocks and warm caches, nearer a real token)
 set -u
 cd "$(dirname "$0")/../.."
 Q=${QWENC:-build-cuda/qwenc}
@@ -14,7 +15,7 @@ args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--synth flash-next --layers 8 --experts 64 --ngram-base 200003 --type Q4_K)
 csv=$(mktemp)
 trap 'rm -f "$csv"' EXIT
-"$NCU" --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip "${SKIP:-3000}" \
+"$NCU" ${NCU_FLAGS:-} --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip "${SKIP:-3000}" \
     --launch-count "${N:-1300}" --csv "$Q" bench "${args[@]}" --backend cuda -p 0 -n 64 -r 1 >"$csv" 2>/dev/null
 python3 - "$csv" <<'PY'
 import csv, sys, collections
@@ -30,12 +31,14 @@ for r in rows:
     name = r["Kernel Name"].split("(")[0].split("<")[0].replace("void ", "")
     key = (name, r["Kernel Name"][:90])
     v = float(r["Metric Value"].replace(",", ""))
-    unit = r["Metric Unit"]
+    unit = r["Metric Unit"].lower()
     if r["Metric Name"] == "gpu__time_duration.sum":
+        scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
         t[key][0] += 1
-        t[key][1] += v * {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, 1.0)
+        t[key][1] += v * scale[unit]
     else:
-        t[key][2] += v * {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, 1)
+        scale = {"b": 1, "byte": 1, "kb": 1e3, "kbyte": 1e3, "mb": 1e6, "mbyte": 1e6, "gb": 1e9, "gbyte": 1e9}
+        t[key][2] += v * scale[unit]
 tot = sum(x[1] for x in t.values())
 n = sum(x[0] for x in t.values())
 print(f"{n} kernels, {tot:.0f} us in all")

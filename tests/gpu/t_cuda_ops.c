@@ -106,9 +106,9 @@ static void test_norms_elementwise(void) {
     CHECK(rel_err(g, y, n, 1e-6) < 4e-7, "rms_norm_grouped: relative error %.2e", rel_err(g, y, n, 1e-6));
     free(g);
     memcpy(y, x, n * 4);
-    R->l2_norm(R, y, rows, dim, 1e-6f, 0.3f);
+    R->l2_norm(R, y, rows, dim, 1e-6f, 0.3f, rows / 2);
     G->upload(G, dy, x, n * 4);
-    G->l2_norm(G, dy, rows, dim, 1e-6f, 0.3f);
+    G->l2_norm(G, dy, rows, dim, 1e-6f, 0.3f, rows / 2);
     g = back(dy, n * 4);
     CHECK(rel_err(g, y, n, 1e-6) < 4e-7, "l2_norm: relative error %.2e", rel_err(g, y, n, 1e-6));
     free(g);
@@ -270,7 +270,36 @@ static void test_gdn(void) {
         CHECK(same(g, y, (size_t)T * ch * 4), "conv1d_dw%s: not the reference's bits", s ? " then silu" : "");
         free(g);
     }
-    free(x), free(w), free(y);
+    free(x), free(y);
+    /* the convolution over a history that it moves on: one kernel for few rows, the copies and conv1d_dw beyond;
+     * the same weights (the backend knows weights by host address: a new array could take a freed one's) */
+    printf("conv1d_state\n");
+    int Ts[] = {1, 3, 20}, dils[] = {1, 3};
+    float *ws = w;
+    for (int ti = 0; ti < 3; ti++)
+        for (int di = 0; di < 2; di++)
+            for (int keep = 0; keep < 2; keep++) {
+                int n = Ts[ti], dl = dils[di], nh = (k - 1) * dl;
+                float *xs = rvec((size_t)n * ch, 1), *hs = rvec((size_t)nh * ch, 1);
+                float *ys = malloc((size_t)n * ch * 4), *sq = malloc((size_t)(nh + n) * ch * 4);
+                float *dxs = dev(xs, (size_t)n * ch * 4), *dhs = dev(hs, (size_t)nh * ch * 4);
+                float *dys = dev(NULL, (size_t)n * ch * 4), *dsq = dev(NULL, (size_t)(nh + n) * ch * 4);
+                R->conv1d_state(R, ys, xs, hs, sq, ws, n, ch, k, dl, 1, keep);
+                G->conv1d_state(G, dys, dxs, dhs, dsq, ws, n, ch, k, dl, 1, keep);
+                g = back(dys, (size_t)n * ch * 4);
+                CHECK(same(g, ys, (size_t)n * ch * 4), "conv1d_state %d rows, dilation %d: y not the reference's bits", n, dl);
+                free(g);
+                g = back(dhs, (size_t)nh * ch * 4);
+                CHECK(same(g, hs, (size_t)nh * ch * 4), "conv1d_state %d rows, dilation %d: the history moved on wrongly", n, dl);
+                free(g);
+                if (keep) {
+                    g = back(dsq, (size_t)(nh + n) * ch * 4);
+                    CHECK(same(g, sq, (size_t)(nh + n) * ch * 4), "conv1d_state %d rows, dilation %d: the window kept wrongly", n, dl);
+                    free(g);
+                }
+                free(xs), free(hs), free(ys), free(sq);
+            }
+    free(ws);
     int hv = 8, hk = 2, dk = 128, dv = 128;
     float *a = rvec((size_t)T * hv, 10), *nea = rvec(hv, 1), *dtb = rvec(hv, 1), *ga = malloc((size_t)T * hv * 4);
     memcpy(ga, a, (size_t)T * hv * 4);
@@ -286,6 +315,7 @@ static void test_gdn(void) {
     free(g), free(bt);
     for (int dk_ = 64; dk_ <= 192; dk_ += 64) { /* 192: the state read from memory, not registers */
         dk = dk_;
+        const int tiled = dk == 128; /* value heads in llama.cpp's tiled order */
         float *q = rvec((size_t)T * hk * dk, 0.1f), *kk = rvec((size_t)T * hk * dk, 0.1f);
         float *v = rvec((size_t)T * hv * dv, 1), *gg = rvec((size_t)T * hv, 0.5f), *beta = rvec((size_t)T * hv, 0.5f);
         for (int i = 0; i < T * hv; i++) gg[i] = -fabsf(gg[i]), beta[i] = fabsf(beta[i]);
@@ -293,15 +323,15 @@ static void test_gdn(void) {
         float *dS = dev(S, (size_t)hv * dk * dv * 4), *dO = dev(NULL, (size_t)T * hv * dv * 4);
         G->delta_rule(G, dO, dS, dev(q, (size_t)T * hk * dk * 4), dev(kk, (size_t)T * hk * dk * 4),
                       dev(v, (size_t)T * hv * dv * 4), dev(gg, (size_t)T * hv * 4), dev(beta, (size_t)T * hv * 4), T, hk,
-                      hv, dk, dv);
-        R->delta_rule(R, o, S, q, kk, v, gg, beta, T, hk, hv, dk, dv);
+                      hv, dk, dv, tiled);
+        R->delta_rule(R, o, S, q, kk, v, gg, beta, T, hk, hv, dk, dv, tiled);
         float *go = back(dO, (size_t)T * hv * dv * 4), *gS = back(dS, (size_t)hv * dk * dv * 4);
         double eo = 0, es = 0;
         for (int i = 0; i < T * hv * dv; i++) eo = fmax(eo, fabs((double)go[i] - o[i]));
         for (int i = 0; i < hv * dk * dv; i++) es = fmax(es, fabs((double)gS[i] - S[i]));
         /* outputs and states of size ~0.1-1: f32 sums of dk terms against the reference's double */
-        CHECK(eo < 1e-5 && es < 1e-5, "delta_rule dk %d: largest difference output %.2e, state %.2e (bound 1e-5)", dk,
-              eo, es);
+        CHECK(eo < 1e-5 && es < 1e-5, "delta_rule dk %d%s: largest difference output %.2e, state %.2e (bound 1e-5)", dk,
+              tiled ? " tiled" : "", eo, es);
         free(q), free(kk), free(v), free(gg), free(beta), free(S), free(o), free(go), free(gS);
     }
     free(a), free(nea), free(dtb), free(ga);
@@ -344,6 +374,7 @@ static void test_moe(void) {
             float *wt = malloc((size_t)T * k * 4), *y = malloc((size_t)T * H * 4);
             int32_t *dsel = dev(NULL, (size_t)T * k * 4);
             float *dwt = dev(NULL, (size_t)T * k * 4), *dy = dev(NULL, (size_t)T * H * 4);
+            float *dlg2 = dev(lg, (size_t)T * E * 4), *dlg3 = dev(lg, (size_t)T * E * 4); /* before it is p */
             R->moe_route(R, sel, wt, lg, T, E, k, 1);
             G->moe_route(G, dsel, dwt, dlg, T, E, k, 1);
             int32_t *gsel = back(dsel, (size_t)T * k * 4);
@@ -354,14 +385,27 @@ static void test_moe(void) {
             void *rw = malloc(R->moe_work(R, T, k, E, H, I, Is));
             void *gw = dev(NULL, G->moe_work(G, T, k, E, H, I, Is));
             G->upload(G, dwt, wt, (size_t)T * k * 4); /* the same weights on both sides */
-            R->moe_ffn(R, y, x, sel, wt, T, k, ex, E, sh, &sgt, rw);
-            G->moe_ffn(G, dy, dx, dsel, dwt, T, k, ex, E, sh, &sgt, gw);
+            R->moe_ffn(R, y, x, sel, wt, NULL, 0, T, k, ex, E, sh, &sgt, rw);
+            G->moe_ffn(G, dy, dx, dsel, dwt, NULL, 0, T, k, ex, E, sh, &sgt, gw);
             float *gy = back(dy, (size_t)T * H * 4);
             double worst = 0;
             for (int i = 0; i < T * H; i++) worst = fmax(worst, fabs((double)gy[i] - y[i]));
             /* outputs ~0.1: f32 dot products of 64-128 terms in another order */
             CHECK(worst < 2e-6, "moe_ffn T %d (%s, shared expert %d wide): largest difference %.2e (bound 2e-6)", T,
                   T * k <= 64 ? "pairs" : "grouped", Is, worst);
+            /* the routing inside the op: the bits of moe_route then moe_ffn, on the device */
+            G->moe_route(G, dsel, dwt, dlg3, T, E, k, 1);
+            G->moe_ffn(G, dy, dx, dsel, dwt, NULL, 0, T, k, ex, E, sh, &sgt, gw);
+            float *y3 = back(dy, (size_t)T * H * 4), *w3 = back(dwt, (size_t)T * k * 4);
+            int32_t *s3 = back(dsel, (size_t)T * k * 4);
+            G->zero(G, dsel, (size_t)T * k * 4), G->zero(G, dwt, (size_t)T * k * 4);
+            G->moe_ffn(G, dy, dx, dsel, dwt, dlg2, 1, T, k, ex, E, sh, &sgt, gw);
+            float *y2 = back(dy, (size_t)T * H * 4), *w2 = back(dwt, (size_t)T * k * 4);
+            int32_t *s2 = back(dsel, (size_t)T * k * 4);
+            CHECK(same(s2, s3, (size_t)T * k * 4) && same(w2, w3, (size_t)T * k * 4) && same(y2, y3, (size_t)T * H * 4),
+                  "moe_ffn T %d (%s, shared expert %d wide) routing inside: not the bits of moe_route then moe_ffn", T,
+                  T * k <= 64 ? "pairs" : "grouped", Is);
+            free(y3), free(w3), free(s3), free(y2), free(w2), free(s2);
             free(lg), free(x), free(sel), free(wt), free(y), free(gsel), free(gwt), free(rw), free(gy);
         }
     }
