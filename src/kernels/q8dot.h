@@ -35,6 +35,27 @@ QD_INLINE uint32_t qd_ld16(const uint8_t *p) {
 #endif
 }
 QD_INLINE uint32_t qd_ld32(const uint8_t *p) { return qd_ld16(p) | qd_ld16(p + 2) << 16; }
+/* n (at least 1) little-endian words from the 2-byte aligned p; on the device by aligned words (n, or n - 1 and
+ * two halves), not two 16-bit loads each: the blocks of Q6_K, Q5_0, Q4_0 are 2-byte aligned */
+QD_INLINE void qd_ldw(const uint8_t *p, uint32_t *w, int n) {
+#ifdef __CUDA_ARCH__
+    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    if (((uintptr_t)p & 2) == 0) {
+        for (int i = 0; i < n; i++) w[i] = a[i];
+    } else { /* word i: the high half of a[i] and the low half of a[i + 1]; the last half read alone */
+        uint32_t prev = a[0];
+        for (int i = 0; i < n - 1; i++) {
+            const uint32_t nx = a[i + 1];
+            w[i] = __funnelshift_r(prev, nx, 16);
+            prev = nx;
+        }
+        w[n - 1] = __funnelshift_r(prev, qd_ld16((const uint8_t *)(a + n)), 16);
+    }
+#else
+    for (int i = 0; i < n; i++) w[i] = qd_ld32(p + 4 * i);
+#endif
+}
+
 /* 16 bytes at a 16-byte aligned p as 4 words (one load on the device) */
 QD_INLINE void qd_ld128(const uint8_t *p, uint32_t *w) {
 #ifdef __CUDA_ARCH__
@@ -93,10 +114,11 @@ QD_INLINE int32_t qd_dot8(const uint32_t *c, const uint32_t *xq) {
 
 /* the 16 bytes at p as 32 4-bit codes: element j < 16 the low nibble of byte j, j + 16 its high nibble */
 QD_INLINE void qd_nib32(const uint8_t *p, uint32_t *c) {
+    uint32_t v[4];
+    qd_ldw(p, v, 4);
     for (int w = 0; w < 4; w++) {
-        uint32_t v = qd_ld32(p + 4 * w);
-        c[w] = v & 0x0F0F0F0Fu;
-        c[4 + w] = v >> 4 & 0x0F0F0F0Fu;
+        c[w] = v[w] & 0x0F0F0F0Fu;
+        c[4 + w] = v[w] >> 4 & 0x0F0F0F0Fu;
     }
 }
 
@@ -162,8 +184,13 @@ QD_INLINE void qd_group(qw_type t, const uint8_t *r, int64_t g, const uint32_t *
         const uint8_t *b = r + g * (q5_1 ? 24 : 22);
         *A = qd_f16(qd_ld16(b));
         if (q5_1) *B = qd_f16(qd_ld16(b + 2));
-        const uint32_t qh = qd_ld32(b + off);
-        qd_nib32(b + off + 4, c);
+        uint32_t v[5]; /* qh, then the 16 bytes of nibbles */
+        qd_ldw(b + off, v, 5);
+        const uint32_t qh = v[0];
+        for (int w = 0; w < 4; w++) {
+            c[w] = v[1 + w] & 0x0F0F0F0Fu;
+            c[4 + w] = v[1 + w] >> 4 & 0x0F0F0F0Fu;
+        }
         for (int w = 0; w < 8; w++) c[w] |= qd_spread4(qh >> 4 * w); /* element 4w + k: bit 4w + k of qh */
         *isum = qd_dot8(c, xq) - (q5_1 ? 0 : 16 * xs);
         return;
@@ -199,8 +226,10 @@ QD_INLINE void qd_group(qw_type t, const uint8_t *r, int64_t g, const uint32_t *
         const int h = (int)(g % 8) / 4, k = (int)(g % 4);
         const uint8_t *ql = b + 64 * h + (k & 1) * 32, *qh = b + 128 + 32 * h;
         *A = qd_f16(qd_ld16(b + 208));
-        for (int w = 0; w < 8; w++)
-            c[w] = (qd_ld32(ql + 4 * w) >> 4 * (k / 2) & 0x0F0F0F0Fu) | (qd_ld32(qh + 4 * w) >> 2 * k & 0x03030303u) << 4;
+        uint32_t lw[8], hw[8];
+        qd_ldw(ql, lw, 8);
+        qd_ldw(qh, hw, 8);
+        for (int w = 0; w < 8; w++) c[w] = (lw[w] >> 4 * (k / 2) & 0x0F0F0F0Fu) | (hw[w] >> 2 * k & 0x03030303u) << 4;
         int32_t s0 = 0, s1 = 0, x0 = 0, x1 = 0;
         for (int w = 0; w < 4; w++) {
             s0 = qd_dp4a(c[w], xq[w], s0);
