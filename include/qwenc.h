@@ -115,6 +115,7 @@ typedef struct {
     char name[160];
     uint64_t free_bytes, total_bytes;
     double read_bw;
+    uint64_t host_table_bytes; /* the n-gram table (PLE) read from pinned host memory: it did not fit (else 0) */
 } qwenc_device_info;
 void qwenc_model_device_info(const qwenc_model *model, int measure_bw, qwenc_device_info *out);
 

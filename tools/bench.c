@@ -429,6 +429,9 @@ static void print_table(const bench_run *b) {
         if (c->dev.name[0])
             printf("device          %s: %.1f of %.1f GiB free after the run\n", c->dev.name,
                    c->dev.free_bytes / 1073741824.0, c->dev.total_bytes / 1073741824.0);
+        if (c->dev.host_table_bytes)
+            printf("n-gram table    %.1f GiB in pinned host memory (it did not fit beside the rest), rows read over "
+                   "the bus\n", c->dev.host_table_bytes / 1073741824.0);
         if (c->bw <= 0) {
             printf("read bandwidth  not measured (no memory for the buffer)\n");
             continue;
@@ -504,6 +507,7 @@ static void json_tail(cJSON *j, const bench_run *b, const bench_cfg *c, const be
         cJSON_AddStringToObject(j, "device", c->dev.name);
         cJSON_AddNumberToObject(j, "device_free_bytes", (double)c->dev.free_bytes);
         cJSON_AddNumberToObject(j, "device_total_bytes", (double)c->dev.total_bytes);
+        cJSON_AddNumberToObject(j, "device_host_table_bytes", (double)c->dev.host_table_bytes);
     }
     if ((pp && pp->prof) || (tg && tg->prof)) {
         cJSON *pr = cJSON_CreateObject();

@@ -34,6 +34,8 @@ typedef struct {
     size_t bytes;
 } wentry;
 
+#define MAX_PINNED 64 /* host buffers pinned and mapped (qwc_host_mapped) */
+
 struct qwc {
     qw_backend be; /* first: the table handed out is a pointer to this member */
     int device;
@@ -52,6 +54,10 @@ struct qwc {
     const uint8_t *region_key;
     uint8_t *region_dev;
     size_t region_bytes;
+    int ple_host;  /* the n-gram table read from host memory (qw_backend_cuda_set_ple_host) */
+    size_t mapped_bytes; /* host memory pinned and mapped for the device: n_pinned buffers */
+    uint8_t *pinned[MAX_PINNED];
+    int n_pinned;
     int q8;        /* quantized weights meet 8-bit activations */
     void *q8_buf;  /* their buffer, Q8_BYTES */
     int q8_keep;   /* the next product reads the x of the one before (qwc_q8_keep) */
@@ -204,6 +210,32 @@ const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t 
 
 const void *qwc_weight(qwc *c, const void *host, size_t bytes) { return qwc_weight_as(c, host, host, bytes); }
 
+int qwc_ple_host(const qwc *c) { return c->ple_host; }
+
+const void *qwc_host_mapped(qwc *c, const void *host, size_t bytes) {
+    if (!host) return NULL;
+    if (void *r = in_region(c, host)) return r; /* made on the device: already there */
+    pthread_mutex_lock(&c->lock);
+    if (c->capturing) qwc_die(__FILE__, __LINE__, "qwc_host_mapped", "host memory first mapped while a graph is recorded");
+    if (c->n_pinned == MAX_PINNED) qwc_die(__FILE__, __LINE__, "qwc_host_mapped", "more than 64 host ranges to pin");
+    /* a pinned copy, not the file's pages pinned in place: those pages also hold the neighbouring weights, which
+     * are then copied to the device from memory CUDA knows only in part */
+    void *p = NULL, *d = NULL;
+    cudaError_t r = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocMapped);
+    if (r != cudaSuccess) {
+        char m[200];
+        snprintf(m, sizeof(m), "%.2f GiB of pinned host memory for the n-gram table (%.2f GiB pinned already): %s",
+                 (double)bytes / (1 << 30), (double)c->mapped_bytes / (1 << 30), cudaGetErrorString(r));
+        qwc_die(__FILE__, __LINE__, "cudaHostAlloc", m);
+    }
+    memcpy(p, host, bytes);
+    QWC_CHECK(cudaHostGetDevicePointer(&d, p, 0));
+    c->pinned[c->n_pinned++] = (uint8_t *)p;
+    c->mapped_bytes += bytes;
+    pthread_mutex_unlock(&c->lock);
+    return d;
+}
+
 const void *qwc_lookup(qwc *c, const void *key) {
     if (void *r = in_region(c, key)) return r;
     pthread_mutex_lock(&c->lock);
@@ -330,6 +362,7 @@ static void cu_release(qw_backend *be) {
     cudaStreamSynchronize(c->stream);
     for (size_t i = 0; i < c->map_cap; i++)
         if (c->map[i].host) cudaFree(c->map[i].dev);
+    for (int i = 0; i < c->n_pinned; i++) cudaFreeHost(c->pinned[i]);
     free(c->map);
     if (c->region_dev) cudaFree(c->region_dev);
     if (c->q8_buf) cudaFree(c->q8_buf);
@@ -413,6 +446,10 @@ extern "C" void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes,
 
 extern "C" void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) {
     if (be && be->release == cu_release) C(be)->q8 = on != 0;
+}
+
+extern "C" void qw_backend_cuda_set_ple_host(qw_backend *be, int on) {
+    if (be && be->release == cu_release) C(be)->ple_host = on != 0;
 }
 
 extern "C" qwenc_status qw_backend_cuda_weights_adopt(qw_backend *be, const void *keys, size_t bytes, char *err,

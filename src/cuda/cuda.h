@@ -27,6 +27,10 @@ void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes, size_t *to
  * the CPU backend's default, qwenc_model_params.f32_activations 0), off (the backend's start): f32 activations, the
  * exact product. Matrix-vector products only (up to 16 tokens); longer products stay f32 (cuBLAS). */
 void qw_backend_cuda_set_q8_activations(qw_backend *be, int on);
+/* on: the n-gram table (PLE) is not copied to the device but to pinned host memory mapped for it, and the gather
+ * kernel reads the rows a step needs (a few KiB a token) over the bus. For a table that does not fit beside the
+ * rest of the weights. */
+void qw_backend_cuda_set_ple_host(qw_backend *be, int on);
 /* Device memory for weights the host never holds: the host addresses [keys, keys + bytes) (a reserved mapping
  * that is never written) stand for the device copy at the same offset, for every op and view. One range per
  * backend; freed with it. QWENC_ERR_NOMEM (with the sizes) when the device lacks the memory. */

@@ -50,6 +50,11 @@ int qwc_capture_spoil(qwc *c);
 /* 1 when quantized weights meet 8-bit activations (qw_backend_cuda_set_q8_activations; the CPU's default), 0: f32
  * activations (the exact product). */
 int qwc_q8_on(const qwc *c);
+/* 1 when the n-gram table stays in host memory (qw_backend_cuda_set_ple_host) */
+int qwc_ple_host(const qwc *c);
+/* The device address of a pinned, mapped host copy of [host, host + bytes), made once (read over the bus; freed
+ * with the backend); the process ends with a message when the host cannot pin that much. */
+const void *qwc_host_mapped(qwc *c, const void *host, size_t bytes);
 /* The device buffer of the 8-bit activations (*bytes its size: fixed, made with the backend, so recorded graphs
  * keep its address); NULL when there is none. */
 void *qwc_q8_buf(qwc *c, size_t *bytes);

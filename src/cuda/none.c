@@ -35,3 +35,4 @@ void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type typ
 }
 
 void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) { (void)be, (void)on; }
+void qw_backend_cuda_set_ple_host(qw_backend *be, int on) { (void)be, (void)on; }

@@ -63,3 +63,14 @@ void qwenc_model_weight_bytes(const qwenc_model *m, int64_t *total, int64_t *per
     if (total) *total = all;
     if (per_token) *per_token = (int64_t)tok;
 }
+
+int64_t qw_model_ple_table_bytes(const qwenc_model *m) {
+    for (int il = 0; il < m->hp.n_layer; il++) { /* one table, shared by the PLE layers */
+        const qw_ple_w *p = m->layers[il].ple;
+        if (!p || !p->n_chunks) continue;
+        int64_t n = 0;
+        for (int i = 0; i < p->n_chunks; i++) n += (int64_t)tensor_bytes(&p->chunks[i]);
+        return n;
+    }
+    return 0;
+}

@@ -61,7 +61,8 @@ static void cuda_activations(qw_backend *gpu, const qwenc_model_params *mp) {
 
 /* "cuda": the model runs on the GPU (an error when there is none); "auto": on the GPU when there is one and the
  * weights fit in its free memory with a tenth to spare, else on the CPU. The weights stay bound on the host;
- * the GPU backend uploads each one the first time it is read. */
+ * the GPU backend uploads each one the first time it is read. An n-gram table that does not fit beside the rest
+ * stays in host memory, pinned, its rows read over the bus (QWENC_CUDA_PLE_HOST=1 / 0 forces it on / off). */
 static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, char *err, size_t errlen) {
     const char *name = mp->backend ? mp->backend : "auto";
     if (strcmp(name, "cuda") && strcmp(name, "auto")) return QWENC_OK;
@@ -73,14 +74,19 @@ static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, c
     qw_backend *gpu = NULL;
     qwenc_status st = qw_backend_cuda_new(0, &gpu, err, errlen);
     if (st) return !strcmp(name, "auto") ? QWENC_OK : st;
-    int64_t total = 0, per_token = 0;
+    int64_t total = 0, per_token = 0, table = qw_model_ple_table_bytes(m);
     qwenc_model_weight_bytes(m, &total, &per_token);
     size_t free_b = 0, total_b = 0;
     qw_backend_cuda_memory(gpu, &free_b, &total_b);
+    const char *force = getenv("QWENC_CUDA_PLE_HOST");
+    int host_table = table > 0 && (force && *force ? strcmp(force, "0") != 0 : (double)total > 0.9 * (double)free_b);
+    if (host_table) total -= table;
     if (!strcmp(name, "auto") && (double)total > 0.9 * (double)free_b) {
         gpu->release(gpu);
         return QWENC_OK;
     }
+    qw_backend_cuda_set_ple_host(gpu, host_table);
+    m->ple_host_bytes = host_table ? table : 0;
     cuda_activations(gpu, mp);
     m->be->release(m->be);
     m->be = gpu;
@@ -215,6 +221,7 @@ void qwenc_model_device_info(const qwenc_model *m, int measure_bw, qwenc_device_
     qw_backend_cuda_memory(m->be, &f, &t);
     out->free_bytes = f;
     out->total_bytes = t;
+    out->host_table_bytes = (uint64_t)m->ple_host_bytes;
     if (measure_bw) out->read_bw = qw_backend_cuda_read_bandwidth(m->be);
 }
 

@@ -38,6 +38,7 @@ struct qwenc_model {
     const char *prefix;        /* "model." or "model.language_model." */
     qw_backend *be;            /* where the weights are read and the forward runs (owned) */
     const char *backend_name;  /* "cpu" or "cpu-guard" */
+    int64_t ple_host_bytes;    /* on a GPU: the n-gram table's bytes read from host memory (0: in device memory) */
     const qw_tensor *tok_embd; /* [V, H] */
     const qw_tensor *output;   /* [V, H] lm_head (tok_embd when tied) */
     float *out_norm;           /* [H] final norm (not qwen4_exp) */
@@ -125,6 +126,8 @@ qwenc_status qw_gguf_plan_rows(qw_gguf_plan *pl, int i, int64_t r0, int64_t n, v
 qwenc_status qw_model_quantize_at_load(qwenc_model *m, qw_row_gen gen, void *gen_user, qw_backend *dev, uint64_t seed,
                                        char *err, size_t errlen);
 void qw_model_converted_free(qwenc_model *m);
+/* The bytes of the n-gram table (PLE) that a token's rows are gathered from; 0 without one. */
+int64_t qw_model_ple_table_bytes(const qwenc_model *m);
 /* Bind every weight of m from m->conv (GGUF names; models/gguf_bind.c). */
 qwenc_status qw_gguf_bind_converted(qwenc_model *m, char *err, size_t errlen);
 
