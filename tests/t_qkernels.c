@@ -15,7 +15,8 @@
  *             the order of the f32 additions differs), bit-identical across tile shapes; on random blocks
  *             and adversarial ones (extreme weights and scales, all-zero activation blocks, +-127 codes);
  *   words     q8dot.h's group dot of 32-bit words (the CUDA backend's integer matrix-vector kernels) gives
- *             qw_q8a_unpack's integer sum and A, B bit for bit, for every type and group, on the same rows.
+ *             qw_q8a_unpack's integer sum and A, B bit for bit, for every type and group, on the same rows;
+ *             and its signed codes with per-half scales (qd_codes: the tensor-core GEMM's) the same sum.
  */
 #include <math.h>
 #include <stdio.h>
@@ -150,6 +151,18 @@ static void test_q8dot(qw_type type, int mis) {
             if (got != want || memcmp(&A, &A2, 4) || memcmp(&B, &B2, 4)) {
                 printf("  %s adv %d group %lld: isum %d (want %d), A %.9g (%.9g), B %.9g (%.9g)\n", qw_type_name(type),
                        adv, (long long)g, got, want, A2, A, B2, B);
+                ok = 0;
+            }
+            /* the tensor-core GEMM's codes: the same sum by halves, the same A, B */
+            uint32_t c[8];
+            int m0, m1;
+            qd_codes(type, (const uint8_t *)wq, g, c, &A2, &B2, &m0, &m1);
+            int32_t h[2] = {0, 0};
+            for (int i = 0; i < 32; i++) h[i / 16] += (int8_t)(c[i / 4] >> 8 * (i % 4)) * xq[g].q[i];
+            got = m0 * h[0] + m1 * h[1];
+            if (got != want || memcmp(&A, &A2, 4) || memcmp(&B, &B2, 4)) {
+                printf("  %s adv %d group %lld: codes' isum %d (want %d), A %.9g (%.9g), B %.9g (%.9g)\n",
+                       qw_type_name(type), adv, (long long)g, got, want, A2, A, B2, B);
                 ok = 0;
             }
         }

@@ -100,6 +100,24 @@ int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const f
  * qwc_matmul_pairs sums one pair (the same bits): one token, or the integer path of up to 16 tokens. */
 int qwc_matmul_like_pairs(const qwc *c, qw_type type, int64_t cols, int n_tok);
 
+/* ---- mmq.cu: the integer path's products of many tokens on the tensor cores, each output qw_q8a_dot_ref's bits */
+
+/* 1 when qwc_mmq takes weights of type t and row length cols (the block-quantized types of the integer path) */
+int qwc_mmq_takes(qw_type t, int64_t cols);
+/* y[t * ldy + r] = qw_q8a_dot_ref(row r of W, the 8-bit row xq + t * xq_tok) for t < n_tok; W [rows, cols] of
+ * type t on the device */
+void qwc_mmq(qwc *c, float *y, int64_t ldy, const uint8_t *w, qw_type t, int64_t rows, int64_t cols,
+             const qw_q8a *xq, int64_t xq_tok, int n_tok);
+/* tiles [2 (E + 1)] for qwc_mmq_grouped from the group offsets offs [E + 1] (on the device) */
+void qwc_mmq_tiles(qwc *c, int32_t *tiles, const int32_t *offs, int E);
+/* The same for E matrices tab[e] (device pointers, on the device) at once: rows offs[e] .. offs[e + 1] - 1 of the
+ * n_rows rows of xq (cols / 32 blocks apart) and of y meet matrix e. */
+void qwc_mmq_grouped(qwc *c, float *y, int64_t ldy, const void *const *tab, qw_type t, int64_t rows, int64_t cols,
+                     const qw_q8a *xq, const int32_t *offs, const int32_t *tiles, int E, int n_rows);
+/* n_rows rows of x (ldx floats apart, cols a multiple of 32) rounded to 8 bits into xq [n_rows][cols / 32] as
+ * qw_q8a_quantize rounds them (quant.cu) */
+void qwc_q8a_rows(qwc *c, qw_q8a *xq, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
+
 /* ---- model_ops.cu: the topk op (ops.h), callable by the GPU tests before the op table takes it */
 void qwc_topk(qwc *c, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k, void *work);
 

@@ -109,7 +109,7 @@ static const void *const *expert_table(qwc *c, const qw_ffn_w *experts, int E) {
 
 /* The layout of moe_ffn's work for R rows. */
 typedef struct {
-    size_t xin, g, u, out, mats, rowpos, order, offs, sgt, sup, sg, total;
+    size_t xin, g, u, out, mats, rowpos, order, offs, tiles, xq, sgt, sup, sg, total;
 } moe_layout;
 
 static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
@@ -129,6 +129,8 @@ static moe_layout layout_of(int T, int k, int E, int H, int I, int Is) {
     PART(rowpos, R * sizeof(int32_t));
     PART(order, R * sizeof(int32_t));
     PART(offs, ((size_t)E + 1) * sizeof(int32_t));
+    PART(tiles, 2 * ((size_t)E + 1) * sizeof(int32_t));
+    PART(xq, R > PAIRS_MAX ? R * (size_t)(H > I ? H : I) / 32 * sizeof(qw_q8a) : 0); /* many rows, 8-bit */
     PART(sgt, (size_t)T * Is * sizeof(float));
     PART(sup, (size_t)T * Is * sizeof(float));
     PART(sg, (size_t)T * sizeof(float));
@@ -177,16 +179,18 @@ __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32
     }
 }
 
-/* many rows: expert e's rows in token order (one thread per expert), then the offsets (one thread) */
-__global__ void k_moe_group(int32_t *order, int32_t *rowpos, int32_t *offs, const int32_t *sel, int R, int E) {
+/* many rows: expert e's rows in token order. A block per expert counts its pairs, one thread makes the offsets,
+ * then a block per expert walks the pairs 256 at a time and places its own at their ranks (warp ballots): the
+ * order of a serial pass, in O(R / 256) steps per expert. */
+__global__ void k_moe_group(int32_t *offs, const int32_t *sel, int R) {
     QWC_PDL_ENTRY();
-    /* offs[e+1] first holds expert e's count */
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e < E) {
-        int n = 0;
-        for (int p = 0; p < R; p++) n += sel[p] == e;
-        offs[e + 1] = n;
+    const int e = blockIdx.x; /* offs[e+1] first holds expert e's count */
+    int n = 0;
+    for (int p0 = 0; p0 < R; p0 += blockDim.x) {
+        const int p = p0 + threadIdx.x;
+        n += __syncthreads_count(p < R && sel[p] == e);
     }
+    if (threadIdx.x == 0) offs[e + 1] = n;
 }
 __global__ void k_moe_scan(int32_t *offs, int E) {
     QWC_PDL_ENTRY();
@@ -194,16 +198,30 @@ __global__ void k_moe_scan(int32_t *offs, int E) {
     offs[0] = 0;
     for (int e = 0; e < E; e++) offs[e + 1] += offs[e];
 }
-__global__ void k_moe_place(int32_t *order, int32_t *rowpos, const int32_t *offs, const int32_t *sel, int R, int E) {
+__global__ void k_moe_place(int32_t *order, int32_t *rowpos, const int32_t *offs, const int32_t *sel, int R) {
     QWC_PDL_ENTRY();
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= E) return;
-    int n = offs[e];
-    for (int p = 0; p < R; p++)
-        if (sel[p] == e) {
-            order[n] = p;
-            rowpos[p] = n++;
+    __shared__ int wsum[32];
+    const int e = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int base = offs[e];
+    for (int p0 = 0; p0 < R; p0 += blockDim.x) {
+        const int p = p0 + threadIdx.x;
+        const bool mine = p < R && sel[p] == e;
+        const unsigned b = __ballot_sync(0xffffffffu, mine);
+        if (lane == 0) wsum[wid] = __popc(b);
+        __syncthreads();
+        int before = 0, all = 0;
+        for (int w = 0; w < nw; w++) {
+            before += w < wid ? wsum[w] : 0;
+            all += wsum[w];
         }
+        if (mine) {
+            const int n = base + before + __popc(b & ((1u << lane) - 1));
+            order[n] = p;
+            rowpos[p] = n;
+        }
+        base += all;
+        __syncthreads(); /* wsum is written again */
+    }
 }
 __global__ void k_moe_gather(float *xin, const float *x, const int32_t *order, int k, int H) {
     QWC_PDL_ENTRY();
@@ -262,6 +280,21 @@ __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos,
 #ifndef QWC_MOE_ROUTE_IN_PAIRS
 #define QWC_MOE_ROUTE_IN_PAIRS 1
 #endif
+
+/* Many rows on the integer path: the experts' products as three grouped tensor-core GEMMs (mmq.cu) when every
+ * expert's projections have the first one's types and the integer path takes them; each row the bits of its own
+ * product (qw_q8a_dot_ref's). */
+static int grouped_mmq(qwc *c, const qw_ffn_w *experts, int E, int64_t H, int64_t I) {
+    const qw_ffn_w *e0 = &experts[0];
+    if (!qwc_q8_on(c) || !qwc_mmq_takes(e0->gate.type, H) || !qwc_mmq_takes(e0->up.type, H) ||
+        !qwc_mmq_takes(e0->down.type, I))
+        return 0;
+    for (int e = 1; e < E; e++)
+        if (experts[e].gate.type != e0->gate.type || experts[e].up.type != e0->up.type ||
+            experts[e].down.type != e0->down.type)
+            return 0;
+    return 1;
+}
 
 static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *sel, float *wt, float *logits, int norm,
                        int T, int k, const qw_ffn_w *experts, int E, const qw_ffn_w *shared, const qw_tensor *shared_gate,
@@ -327,11 +360,24 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
     } else {
         int32_t *order = (int32_t *)(w + l.order), *offs = (int32_t *)(w + l.offs);
         rowpos = (int32_t *)(w + l.rowpos);
-        qwc_launch(k_moe_group, qwc_blocks(E, 128), 128, 0, st, order, rowpos, offs, sel, R, E);
+        qwc_launch(k_moe_group, E, 256, 0, st, offs, sel, R);
         qwc_launch(k_moe_scan, 1, 1, 0, st, offs, E);
-        qwc_launch(k_moe_place, qwc_blocks(E, 128), 128, 0, st, order, rowpos, offs, sel, R, E);
+        qwc_launch(k_moe_place, E, 256, 0, st, order, rowpos, offs, sel, R);
         qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H);
         QWC_LAUNCHED();
+        if (grouped_mmq(c, experts, E, H, I)) { /* every expert in one launch a projection: no host round trip */
+            const void *const *tab = expert_table(c, experts, E);
+            int32_t *tiles = (int32_t *)(w + l.tiles);
+            qw_q8a *xq = (qw_q8a *)(w + l.xq);
+            qwc_mmq_tiles(c, tiles, offs, E);
+            qwc_q8a_rows(c, xq, xin, H, H, R);
+            qwc_mmq_grouped(c, g, I, tab, experts[0].gate.type, I, H, xq, offs, tiles, E, R);
+            qwc_mmq_grouped(c, u, I, tab + E, experts[0].up.type, I, H, xq, offs, tiles, E, R);
+            be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
+            qwc_q8a_rows(c, xq, g, I, I, R);
+            qwc_mmq_grouped(c, out, H, tab + 2 * E, experts[0].down.type, H, I, xq, offs, tiles, E, R);
+            goto shared_expert;
+        }
         if (qwc_capture_spoil(c)) return; /* the group sizes cannot come to the host inside a graph */
         int32_t *ho = (int32_t *)qw_malloc((size_t)E + 1, sizeof(int32_t));
         if (!ho) qwc_die(__FILE__, __LINE__, "moe_ffn", "out of host memory");
@@ -350,6 +396,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         }
         free(ho);
     }
+shared_expert:
     if (shared && !shared_out) {
         qw_matmul_job j[2] = {{sgt, &shared->gate, x, T}, {sup, &shared->up, x, T}};
         be->matmul_batch(be, j, 2);

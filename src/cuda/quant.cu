@@ -1062,6 +1062,61 @@ void gemm(qwc *c, float *y, int64_t ldy, const float *A, int64_t m, int64_t cols
                             CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
 }
 
+/* BF16 weights and many tokens on the tensor cores (QWC_BF16_SPLIT 0: dequantized f32 tiles and the f32 SGEMM):
+ * each f32 activation is the exact sum of three bf16 pieces (hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi -
+ * mid): 8 + 8 + 8 significand bits, every difference exact in f32), the weights are bf16 already, so one bf16 GEMM
+ * over the 3 n tokens' pieces (f32 accumulation: every product exact) and the sum lo + mid + hi per output give an
+ * f32 sum of the exact products, as the SGEMM does, at the tensor cores' rate. */
+#ifndef QWC_BF16_SPLIT
+#define QWC_BF16_SPLIT 1
+#endif
+
+__global__ void k_bf16_split(uint16_t *p, const float *x, int64_t n, int64_t piece) {
+    QWC_PDL_ENTRY();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float r = x[i];
+    for (int k = 0; k < 3; k++) { /* round to nearest even; the rest stays exact */
+        const uint32_t u = __float_as_uint(r);
+        const uint16_t h = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)(u >> 16 | 0x40) /* NaN stays NaN */
+                                                          : (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
+        p[k * piece + i] = h;
+        r = __fsub_rn(r, __uint_as_float((uint32_t)h << 16));
+    }
+}
+
+__global__ void k_bf16_sum(float *y, const float *y3, int64_t n) {
+    QWC_PDL_ENTRY();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __fadd_rn(__fadd_rn(y3[2 * n + i], y3[n + i]), y3[i]);
+}
+
+/* y [n_tok][rows] = x W^T for BF16 W [rows][cols], in chunks of tokens whose pieces and partial sums fit 256 MiB */
+void bf16_split_gemm(qwc *c, float *y, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int n_tok) {
+    const size_t per_tok = (size_t)cols * 3 * sizeof(uint16_t) + (size_t)rows * 3 * sizeof(float);
+    const int chunk = (int)std::max<size_t>(1, std::min<size_t>((size_t)n_tok, GEMM_TILE_BYTES / per_tok));
+    char *buf = (char *)qwc_scratch(c, per_tok * (size_t)chunk);
+    cudaStream_t s = qwc_stream(c);
+    const float one = 1.0f, zero = 0.0f;
+    cublasHandle_t h = qwc_cublas(c);
+    for (int t0 = 0; t0 < n_tok; t0 += chunk) {
+        const int nt = std::min(chunk, n_tok - t0);
+        uint16_t *p = (uint16_t *)buf;
+        float *y3 = (float *)(buf + ((size_t)nt * cols * 3 * sizeof(uint16_t) + 255) / 256 * 256);
+        const int64_t nx = (int64_t)nt * cols, ny = (int64_t)nt * rows;
+        qwc_launch(k_bf16_split, (unsigned)cdiv(nx, 256), 256, 0, s, p, x + (int64_t)t0 * cols, nx, nx);
+        QWC_LAUNCHED();
+        QWC_WROTE();
+        QWC_CUBLAS(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH)); /* the tensor cores, f32 accumulation */
+        QWC_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, 3 * nt, (int)cols, &one, w, CUDA_R_16BF,
+                                (int)cols, p, CUDA_R_16BF, (int)cols, &zero, y3, CUDA_R_32F, (int)rows,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        QWC_CUBLAS(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH));
+        qwc_launch(k_bf16_sum, (unsigned)cdiv(ny, 256), 256, 0, s, y + (int64_t)t0 * rows, y3, ny);
+        QWC_LAUNCHED();
+    }
+}
+
 template <int T> struct op_matmul {
     static void run(qwc *c, float *y, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int n_tok) {
         const int64_t row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
@@ -1086,6 +1141,21 @@ template <int T> struct op_matmul {
             }
             return;
         }
+        if (T == QW_TYPE_BF16 && QWC_BF16_SPLIT && cols <= INT32_MAX && rows <= INT32_MAX) {
+            bf16_split_gemm(c, y, w, rows, cols, x, n_tok);
+            return;
+        }
+        if constexpr (q8_type<T>()) /* the integer path: the tensor cores (mmq.cu), x rounded once */
+            if (qwc_q8_on(c) && qwc_mmq_takes((qw_type)T, cols)) {
+                const qw_q8a *xq = q8_rows<T>(c, x, cols, cols, n_tok);
+                if (!xq) {
+                    qw_q8a *s = (qw_q8a *)qwc_scratch(c, (size_t)(n_tok * (cols / 32)) * sizeof(qw_q8a));
+                    qwc_q8a_rows(c, s, x, cols, cols, n_tok);
+                    xq = s;
+                }
+                qwc_mmq(c, y, rows, w, (qw_type)T, rows, cols, xq, cols / 32, n_tok);
+                return;
+            }
         /* tiles of rows: each dequantized into the scratch (F32 weights: read in place), then one GEMM; a tile
          * also keeps every cuBLAS dimension and offset within int */
         int64_t tile = std::max<int64_t>(1, (int64_t)(GEMM_TILE_BYTES / sizeof(float)) / cols);
@@ -1192,6 +1262,13 @@ void qwc_matmul(qwc *c, float *y, const qw_tensor *w, const float *x, int n_tok)
     const int64_t rows = w->shape[0], cols = qw_tensor_row_len(w);
     if (n_tok <= 0 || rows <= 0) return;
     by_type<op_matmul>(w->type, c, y, (const uint8_t *)w->data, rows, cols, x, n_tok);
+}
+
+void qwc_q8a_rows(qwc *c, qw_q8a *xq, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    const int64_t warps = cols / 32 * n_rows;
+    if (warps <= 0) return;
+    qwc_launch(k_q8a, (unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c), x, ldx, cols / 32, n_rows, xq);
+    QWC_LAUNCHED();
 }
 
 void qwc_get_rows(qwc *c, float *y, const qw_tensor *w, const int32_t *ids, int n) {

@@ -255,6 +255,103 @@ QD_INLINE void qd_group(qw_type t, const uint8_t *r, int64_t g, const uint32_t *
     }
 }
 
+/* a - b per byte (each mod 256) */
+QD_INLINE uint32_t qd_sub4(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return __vsub4(a, b);
+#else
+    uint32_t r = 0;
+    for (int k = 0; k < 4; k++) r |= ((a >> 8 * k) - (b >> 8 * k) & 0xFFu) << 8 * k;
+    return r;
+#endif
+}
+
+/* Group g of the row at r (type t) as 32 signed codes c (element 4w + k in byte k of word w) and integer scales m0
+ * (elements 0..15) and m1 (16..31), so that qd_group's isum = m0 sum_{i<16} c_i q_i + m1 sum_{i>=16} c_i q_i for
+ * any activations q, and *A, *B as qd_group gives them: the offsets (Q4_0's 8, Q5_0's 16, Q6_K's 32) taken off the
+ * codes, the sub-block scales (K-quants, IQ4_XS) left in m0 = m1 (Q6_K: one per half). |c_i| <= 127. For the
+ * tensor-core GEMM (src/cuda/mmq.cu), whose 8-bit products take the codes as they are. */
+QD_INLINE void qd_codes(qw_type t, const uint8_t *r, int64_t g, uint32_t *c, float *A, float *B, int *m0, int *m1) {
+    *B = 0.0f;
+    *m0 = *m1 = 1;
+    switch (t) {
+    case QW_TYPE_Q8_0: {
+        const uint8_t *b = r + g * 34;
+        *A = qd_f16(qd_ld16(b));
+        qd_ldw(b + 2, c, 8);
+        return;
+    }
+    case QW_TYPE_Q4_0:
+    case QW_TYPE_Q4_1:
+    case QW_TYPE_IQ4_NL: {
+        const int bb = t == QW_TYPE_Q4_1 ? 20 : 18, qs = t == QW_TYPE_Q4_1 ? 4 : 2;
+        const uint8_t *b = r + g * bb;
+        *A = qd_f16(qd_ld16(b));
+        qd_nib32(b + qs, c);
+        for (int w = 0; w < 8; w++)
+            c[w] = t == QW_TYPE_IQ4_NL ? qd_iq4(c[w]) : t == QW_TYPE_Q4_0 ? qd_sub4(c[w], 0x08080808u) : c[w];
+        if (t == QW_TYPE_Q4_1) *B = qd_f16(qd_ld16(b + 2));
+        return;
+    }
+    case QW_TYPE_Q5_0:
+    case QW_TYPE_Q5_1: {
+        const int q5_1 = t == QW_TYPE_Q5_1;
+        const uint8_t *b = r + g * (q5_1 ? 24 : 22);
+        *A = qd_f16(qd_ld16(b));
+        if (q5_1) *B = qd_f16(qd_ld16(b + 2));
+        uint32_t v[5];
+        qd_ldw(b + (q5_1 ? 4 : 2), v, 5);
+        for (int w = 0; w < 4; w++) {
+            c[w] = (v[1 + w] & 0x0F0F0F0Fu) | qd_spread4(v[0] >> 4 * w);
+            c[4 + w] = (v[1 + w] >> 4 & 0x0F0F0F0Fu) | qd_spread4(v[0] >> 4 * (4 + w));
+        }
+        if (!q5_1)
+            for (int w = 0; w < 8; w++) c[w] = qd_sub4(c[w], 0x10101010u);
+        return;
+    }
+    case QW_TYPE_Q4_K:
+    case QW_TYPE_Q5_K: {
+        const int q5 = t == QW_TYPE_Q5_K, j = (int)(g % 8);
+        const uint8_t *b = r + g / 8 * (q5 ? 176 : 144), *qs = b + (q5 ? 48 : 16) + 32 * (j / 2);
+        int sc, mn;
+        qd_k4_scale_min(j, b + 4, &sc, &mn);
+        *A = qd_f16(qd_ld16(b));
+        *B = qd_mul(-qd_f16(qd_ld16(b + 2)), (float)mn);
+        *m0 = *m1 = sc;
+        uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        qd_ldw(qs, c, 8);
+        if (q5) qd_ldw(b + 16, h, 8);
+        for (int w = 0; w < 8; w++) c[w] = (c[w] >> 4 * (j % 2) & 0x0F0F0F0Fu) | (h[w] >> j & 0x01010101u) << 4;
+        return;
+    }
+    case QW_TYPE_Q6_K: {
+        const uint8_t *b = r + g / 8 * 210;
+        const int h = (int)(g % 8) / 4, k = (int)(g % 4);
+        uint32_t lw[8], hw[8];
+        qd_ldw(b + 64 * h + (k & 1) * 32, lw, 8);
+        qd_ldw(b + 128 + 32 * h, hw, 8);
+        *A = qd_f16(qd_ld16(b + 208));
+        for (int w = 0; w < 8; w++)
+            c[w] = qd_sub4((lw[w] >> 4 * (k / 2) & 0x0F0F0F0Fu) | (hw[w] >> 2 * k & 0x03030303u) << 4, 0x20202020u);
+        *m0 = (int8_t)b[192 + 8 * h + 2 * k], *m1 = (int8_t)b[192 + 8 * h + 1 + 2 * k];
+        return;
+    }
+    case QW_TYPE_IQ4_XS: {
+        const int j = (int)(g % 8);
+        const uint8_t *b = r + g / 8 * 136;
+        *A = qd_f16(qd_ld16(b));
+        *m0 = *m1 = ((b[4 + j / 2] >> 4 * (j % 2) & 0xF) | (int)(qd_ld16(b + 2) >> 2 * j & 3) << 4) - 32;
+        qd_nib32(b + 8 + 16 * j, c);
+        for (int w = 0; w < 8; w++) c[w] = qd_iq4(c[w]);
+        return;
+    }
+    default:
+        for (int w = 0; w < 8; w++) c[w] = 0;
+        *A = 0.0f;
+        return;
+    }
+}
+
 /* 1 for the types qd_group reads */
 QD_INLINE int qd_supported(qw_type t) {
     return t == QW_TYPE_Q8_0 || t == QW_TYPE_Q4_0 || t == QW_TYPE_Q4_1 || t == QW_TYPE_Q5_0 || t == QW_TYPE_Q5_1 ||

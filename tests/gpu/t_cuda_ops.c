@@ -15,6 +15,7 @@
 
 #include "cuda/cuda.h"
 #include "kernels/composite.h"
+#include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "tensor/quant.h"
 #include "../test_util.h"
@@ -412,6 +413,71 @@ static void test_moe(void) {
     free(store), free(ex), free(gate_w), free(sstore[0]), free(sstore[1]), free(shs[0]), free(shs[1]);
 }
 
+/* The MoE's grouped path with quantized experts and 8-bit activations (mmq.cu: one tensor-core GEMM a projection
+ * for every expert; gate and up Q4_K, down Q8_0; 12 tokens of 8 experts of 64) against the CPU backend's integer
+ * path with its scalar kernels: both give each product qw_q8a_dot_ref's bits. The SiLU and the weighted sums may
+ * differ in the last bit, and a last-bit difference in a down projection's input can move its 8-bit rounding by one
+ * step, which changes that token's outputs by about an activation step times a weight (under 1 % of max|y|). So:
+ * every output within 1e-5 max|y| (f32 roundings) but those of at most 2 of the 12 tokens, and those within
+ * 2e-2 max|y|. A wrong expert, row, group or token order changes every token's outputs by about max|y|. */
+static void test_moe_q8(void) {
+    printf("moe_ffn grouped, quantized experts, 8-bit activations\n");
+    enum { E = 64, K = 8, H = 256, I = 256, T = 12 };
+    char err[256];
+    qw_backend *Q = NULL;
+    if (qw_backend_cpu_new(1, "scalar", 0, &Q, err, sizeof(err))) {
+        CHECK(0, "the CPU backend with scalar kernels: %s", err);
+        return;
+    }
+    qw_ffn_w *ex = calloc(E, sizeof(*ex));
+    const size_t rb4 = qw_type_row_size(QW_TYPE_Q4_K, H), rb8 = qw_type_row_size(QW_TYPE_Q8_0, I);
+    char *store = malloc((size_t)E * (2 * I * rb4 + H * rb8));
+    for (int e = 0; e < E; e++) {
+        char *b = store + (size_t)e * (2 * I * rb4 + H * rb8);
+        for (int j = 0; j < 3; j++) {
+            const int down = j == 2, rows = down ? H : I, cols = down ? I : H;
+            const qw_type ty = down ? QW_TYPE_Q8_0 : QW_TYPE_Q4_K;
+            char *d = b + (size_t)j * I * rb4;
+            float *wf = rvec((size_t)H * I, 0.05f);
+            for (int r = 0; r < rows; r++) qw_quantize(ty, wf + (size_t)r * cols, d + (size_t)r * qw_type_row_size(ty, cols), cols);
+            free(wf);
+            qw_tensor t = {.name = "expert", .data = d, .type = ty, .n_dims = 2, .shape = {rows, cols}};
+            if (j == 0) ex[e].gate = t;
+            else if (j == 1) ex[e].up = t;
+            else ex[e].down = t;
+        }
+    }
+    float *lg = rvec((size_t)T * E, 4), *x = rvec((size_t)T * H, 1);
+    int32_t *sel = malloc((size_t)T * K * 4);
+    float *wt = malloc((size_t)T * K * 4), *y = malloc((size_t)T * H * 4);
+    Q->moe_route(Q, sel, wt, lg, T, E, K, 1);
+    void *qw = malloc(Q->moe_work(Q, T, K, E, H, I, 0));
+    Q->moe_ffn(Q, y, x, sel, wt, NULL, 0, T, K, ex, E, NULL, NULL, qw);
+    float *dx = dev(x, (size_t)T * H * 4), *dwt = dev(wt, (size_t)T * K * 4), *dy = dev(NULL, (size_t)T * H * 4);
+    int32_t *dsel = dev(sel, (size_t)T * K * 4);
+    void *gw = dev(NULL, G->moe_work(G, T, K, E, H, I, 0));
+    qw_backend_cuda_set_q8_activations(G, 1);
+    G->moe_ffn(G, dy, dx, dsel, dwt, NULL, 0, T, K, ex, E, NULL, NULL, gw);
+    qw_backend_cuda_set_q8_activations(G, 0);
+    float *gy = back(dy, (size_t)T * H * 4);
+    double ymax = 0, worst = 0;
+    for (int i = 0; i < T * H; i++) ymax = fmax(ymax, fabs(y[i]));
+    int off_tokens = 0;
+    for (int t = 0; t < T; t++) {
+        double tw = 0;
+        for (int i = 0; i < H; i++) tw = fmax(tw, fabs((double)gy[t * H + i] - y[t * H + i]));
+        off_tokens += tw > 1e-5 * ymax;
+        worst = fmax(worst, tw);
+    }
+    CHECK(ymax > 0 && off_tokens <= 2 && worst <= 2e-2 * ymax, "moe_ffn grouped, Q4_K / Q8_0 experts, 8-bit "
+          "activations: %d tokens beyond 1e-5 max|y| (at most 2), largest difference %.3g of max|y| %.3g", off_tokens,
+          worst, ymax);
+    printf("  %d of %d tokens beyond 1e-5 max|y|; largest difference / max|y| %.2e\n", off_tokens, T, worst / ymax);
+    free(gy), free(lg), free(x), free(sel), free(wt), free(y), free(qw);
+    /* the weights stay: the backend knows them by their host address */
+    Q->release(Q);
+}
+
 static void test_hc_ple(void) {
     printf("hc_read, hc_inject, ple_rows, ple_hist_push, ple_gather, ple_gate\n");
     int T = 5, C = 4, H = 96;
@@ -603,6 +669,7 @@ int main(void) {
     test_qsa();
     test_gdn();
     test_moe();
+    test_moe_q8();
     test_hc_ple();
     test_argmax();
     test_topk();

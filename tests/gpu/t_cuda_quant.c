@@ -27,7 +27,9 @@
  *       |device - ref| <= (n/32 + 48) * 2^-24 * qw_q8a_dot_abs + n * 2^-149
  * (the same exact integers; only the order of the f32 additions of the group terms differs: a lane's at most
  * n/1024 + 1 in turn, then 5 butterfly levels), and every token of a pass of n_tok the bits of a pass of one (a
- * draft step gives one-token steps' logits), and the recorded graph's replays the direct calls' bits.
+ * draft step gives one-token steps' logits), and the recorded graph's replays the direct calls' bits. More than
+ * 16 tokens (the tensor-core GEMM, src/cuda/mmq.cu), and its grouped form over several matrices (the MoE's
+ * prompt steps; an empty group, a group of two tiles): qw_q8a_dot_ref's bits.
  *
  * The kernels run on a stand-in for the backend (stream, cuBLAS handle, scratch): weak definitions, so that the
  * library's own backend.cu, when linked, does not clash (the first check tells which one runs). Without a CUDA
@@ -75,6 +77,9 @@ void qwc_gather_rows(struct qwc *c, float *y, const void *const *chunk_data, qw_
                      int64_t chunk_rows, const int64_t *rows, int64_t n);
 void qwc_matmul_pairs(struct qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
                       const float *x, int64_t x_stride, int n_pairs);
+void qwc_mmq_tiles(struct qwc *c, int32_t *tiles, const int32_t *offs, int E);
+void qwc_mmq_grouped(struct qwc *c, float *y, int64_t ldy, const void *const *tab, qw_type t, int64_t rows,
+                     int64_t cols, const qw_q8a *xq, const int32_t *offs, const int32_t *tiles, int E, int n_rows);
 
 /* ---- the stand-in backend: what quant.cu asks of backend.cu. Its object sits in a zeroed 4 KiB block, so that
  * backend.cu's accessors, should they be linked instead, read zeros (and the first check fails) rather than
@@ -338,6 +343,24 @@ static void check_matmul_q8(const mat *m, int n_tok, int xmis) {
     C->q8 = 1;
     qwc_matmul(C, dy, &t, dx + xmis, n_tok);
     down(y, dy, (size_t)(n_tok * rows) * sizeof(float));
+    if (n_tok > 16) { /* the tensor-core GEMM: qw_q8a_dot_ref's bits */
+        int64_t bad = -1;
+        float want = 0;
+        qw_q8a *xq = malloc((size_t)(cols / 32) * sizeof(qw_q8a));
+        for (int tk = 0; tk < n_tok && bad < 0; tk++) {
+            qw_q8a_quantize(x + tk * cols, xq, cols);
+            for (int64_t r = 0; r < rows && bad < 0; r++) {
+                want = qw_q8a_dot_ref(m->type, m->q + r * m->row_bytes, xq, cols);
+                if (memcmp(&want, &y[tk * rows + r], 4)) bad = tk * rows + r;
+            }
+        }
+        CHECK(bad < 0, "matmul q8 %s [%lld, %lld] n_tok %d (gemm, weights %+d bytes, x %+d): token %lld row %lld is "
+              "%.9g, qw_q8a_dot_ref %.9g", qw_type_name(m->type), (long long)rows, (long long)cols, n_tok, m->mis,
+              4 * xmis, bad < 0 ? 0LL : (long long)(bad / rows), bad < 0 ? 0LL : (long long)(bad % rows),
+              bad < 0 ? 0.0 : y[bad], (double)want);
+        free(xq);
+        goto done;
+    }
     worst w = compare_q8(m, y, x, cols, n_tok);
     CHECK_WORST(w, "matmul q8 %s [%lld, %lld] n_tok %d (weights %+d bytes, x %+d)", qw_type_name(m->type),
                 (long long)rows, (long long)cols, n_tok, m->mis, 4 * xmis);
@@ -349,6 +372,7 @@ static void check_matmul_q8(const mat *m, int n_tok, int xmis) {
     }
     CHECK(same, "matmul q8 %s [%lld, %lld] n_tok %d: a token's outputs are not the bits of a one-token call",
           qw_type_name(m->type), (long long)rows, (long long)cols, n_tok);
+done:
     C->q8 = 0;
     free(x), free(y), free(y1);
     cuda_ok(cudaFree(dx), "cudaFree"), cuda_ok(cudaFree(dy), "cudaFree");
@@ -486,6 +510,58 @@ out:
     cuda_ok(cudaFree(dptr), "cudaFree");
 }
 
+/* qwc_mmq_grouped over 3 matrices of m's shape (one 2 bytes off), rows n0, 0 and n2 of x (an empty expert):
+ * every output qw_q8a_dot_ref's bits */
+static void check_mmq_grouped(const mat *mats, int n0, int n2) {
+    enum { E = 3 };
+    const int32_t offs[E + 1] = {0, n0, n0, n0 + n2};
+    const int n = offs[E];
+    const int64_t rows = mats[0].rows, cols = mats[0].cols, ng = cols / 32;
+    float *x = malloc((size_t)(n * cols) * sizeof(float)), *y = malloc((size_t)(n * rows) * sizeof(float));
+    qw_q8a *xq = malloc((size_t)(n * ng) * sizeof(qw_q8a));
+    fill_x(x, n * cols);
+    for (int r = 0; r < n; r++) qw_q8a_quantize(x + r * cols, xq + r * ng, cols);
+    void *ptr[E];
+    for (int e = 0; e < E; e++) ptr[e] = mats[e].dbuf + mats[e].mis;
+    void *dtab = dup_to_device(ptr, sizeof(ptr));
+    int32_t *doffs = dup_to_device(offs, sizeof(offs)), *dtiles = dalloc(2 * (E + 1) * sizeof(int32_t));
+    qw_q8a *dxq = dup_to_device(xq, (size_t)(n * ng) * sizeof(qw_q8a));
+    float *dy = dalloc((size_t)(n * rows) * sizeof(float));
+    qwc_mmq_tiles(C, dtiles, doffs, E);
+    qwc_mmq_grouped(C, dy, rows, dtab, mats[0].type, rows, cols, dxq, doffs, dtiles, E, n);
+    down(y, dy, (size_t)(n * rows) * sizeof(float));
+    int64_t bad = -1;
+    float want = 0;
+    for (int e = 0; e < E && bad < 0; e++)
+        for (int r = offs[e]; r < offs[e + 1] && bad < 0; r++)
+            for (int64_t o = 0; o < rows && bad < 0; o++) {
+                want = qw_q8a_dot_ref(mats[e].type, mats[e].q + o * mats[e].row_bytes, xq + r * ng, cols);
+                if (memcmp(&want, &y[r * rows + o], 4)) bad = r * rows + o;
+            }
+    CHECK(bad < 0, "mmq grouped %s [%lld, %lld], 3 experts: row %lld output %lld is %.9g, qw_q8a_dot_ref %.9g",
+          qw_type_name(mats[0].type), (long long)rows, (long long)cols, bad < 0 ? 0LL : (long long)(bad / rows),
+          bad < 0 ? 0LL : (long long)(bad % rows), bad < 0 ? 0.0 : y[bad], (double)want);
+    free(x), free(y), free(xq);
+    cuda_ok(cudaFree(dtab), "cudaFree"), cuda_ok(cudaFree(doffs), "cudaFree"), cuda_ok(cudaFree(dtiles), "cudaFree");
+    cuda_ok(cudaFree(dxq), "cudaFree"), cuda_ok(cudaFree(dy), "cudaFree");
+}
+
+/* The tensor-core GEMM's 64 x 64 tiles (taken when they make at least 264 blocks): 1029 rows of 256 by 1040
+ * tokens, and grouped, 3 matrices of 1029 rows meeting 700, 0 and 340 rows; and 1040 tokens of 4096 columns */
+static void check_mmq_big(qw_type t) {
+    mat m;
+    mat_make(&m, t, 1029, 256, 0);
+    check_matmul_q8(&m, 1040, 0);
+    mat_free(&m);
+    mat_make(&m, t, 5, 4096, 0); /* x's 8-bit rows past the fixed buffer: rounded into the scratch */
+    check_matmul_q8(&m, 1040, 0);
+    mat_free(&m);
+    mat pm[3];
+    for (int k = 0; k < 3; k++) mat_make(&pm[k], t, 1029, 256, k == 1 ? 2 : 0);
+    check_mmq_grouped(pm, 700, 340);
+    for (int k = 0; k < 3; k++) mat_free(&pm[k]);
+}
+
 static void check_type(qw_type t) {
     const int be = qw_type_traits_of(t)->block_elems, plain = be == 1;
     /* one block; one chunk (32 items) and then one item more; 4096; odd lengths for the plain types */
@@ -512,7 +588,7 @@ static void check_type(qw_type t) {
             check_matmul(&m, 1, 1);
             check_matmul(&m, 3, 1);
             if (!plain) {
-                static const int qtoks[] = {1, 2, 3, 5, 8, 9, 16};
+                static const int qtoks[] = {1, 2, 3, 5, 8, 9, 16, 17, 64, 130};
                 for (size_t k = 0; k < sizeof(qtoks) / sizeof(qtoks[0]); k++)
                     if (rows == 67 || qtoks[k] <= 3) check_matmul_q8(&m, qtoks[k], 0);
                 check_matmul_q8(&m, 2, 1);
@@ -526,7 +602,7 @@ static void check_type(qw_type t) {
         mat_make(&m, t, 7, cols, t == QW_TYPE_F32 ? 4 : 2);
         for (int nt = 1; nt <= 8; nt *= 2) check_matmul(&m, nt, 0);
         check_matmul(&m, 20, 0);
-        if (!plain) check_matmul_q8(&m, 3, 0);
+        if (!plain) check_matmul_q8(&m, 3, 0), check_matmul_q8(&m, 20, 0);
         check_get_rows(&m);
         mat_free(&m);
         /* the MoE's pairs: 3 matrices of 5 rows, one 2 bytes off */
@@ -537,6 +613,7 @@ static void check_type(qw_type t) {
             check_pairs(pm, 0, q8);
             check_pairs(pm, cols + 1, q8);
         }
+        if (!plain) check_mmq_grouped(pm, 70, 5); /* 32 x 32 tiles, one expert of three */
         if (li == nl - 1) check_graph(&pm[0]);
         if (!plain && li == nl - 1) { /* the integer path recorded and replayed */
             C->q8 = 1;
@@ -630,6 +707,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         const int before = n_fail;
         check_type(types[i]);
+        if (qw_type_traits_of(types[i])->block_elems > 1) check_mmq_big(types[i]);
         printf("%-7s worst error / bound: matrix-vector %.3f, gemm %.3f%s\n", qw_type_name(types[i]),
                worst_mv[types[i]], worst_gemm[types[i]], n_fail > before ? " (failures above)" : "");
         fflush(stdout);

@@ -1,0 +1,313 @@
+/*
+ * mmq.cu - the integer path's products of many tokens on the tensor cores: quantized weights against 8-bit
+ * activations (kernels/q8a.h) with the 8-bit integer MMA (mma.sync m16n8k32 s8, m16n8k16 for Q6_K's halves), each
+ * output the bits of the CPU's integer reference qw_q8a_dot_ref.
+ *
+ * Per group g of 32 columns the reference adds d_g * (A_g * isum_g + B_g * s_g) to an f32 sum, groups in order.
+ * The weights' groups come as signed codes and integer scales (q8dot.h qd_codes: isum = m0 sum_lo + m1 sum_hi),
+ * so the tensor cores give each group's exact integer sums (a fresh int32 accumulator per group), and each
+ * output's thread adds the group's term in the reference's f32 operations, in the reference's order, every one
+ * rounded on its own: the result is qw_q8a_dot_ref's to the bit, whatever the tile shapes (the types without a
+ * min leave out B_g * s_g, which adds +-0 to a sum that is never -0: the same bits).
+ *
+ * A block of 4 warps computes 64 weight rows by 64 tokens, each warp 32 x 32 (2 x 4 MMA tiles), or 32 x 32 (each
+ * warp 16 x 16) when the big tiles would leave SMs idle. A step takes KG = 4 groups (128 columns): the weights'
+ * codes decoded (a thread per row and group) and the activation blocks, loaded into registers while the step
+ * before computes, then stored to shared memory (rows padded to 144 bytes so that the fragments' 32-bit reads hit
+ * 32 banks), then per group the MMAs and the f32 terms. The f32 terms, not the MMAs, bound the rate: about 7 f32 and
+ * integer operations per output and group against 32 multiply-adds on the tensor cores.
+ *
+ * Grouped (the MoE's prompt steps): one launch for every expert of a layer. Expert e's rows of x are
+ * [offs[e], offs[e+1]) (grouped by expert, tokens in order), its token tiles are tiles[e] .. tiles[e+1] - 1 of
+ * the grid's y (tiles: the prefix sums of ceil(rows / tile), made on the device); a block past tiles[E] returns.
+ */
+#include <stdint.h>
+
+#include "cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "kernels/q8a.h"
+}
+#include "kernels/q8dot.h"
+
+namespace {
+
+constexpr int KG = 4, THREADS = 128;
+constexpr int WS = KG * 32 + 16; /* bytes of a row of codes in shared memory (padded: no bank conflicts) */
+
+struct mmq_args {
+    const uint8_t *w;          /* one matrix, or NULL: tab */
+    const void *const *tab;    /* grouped: expert e's matrix */
+    const int32_t *offs, *tiles;
+    int E;
+    int64_t rows, row_bytes, ng; /* ng = cols / 32 */
+    const qw_q8a *xq;          /* x rows, xq_tok blocks apart */
+    int64_t xq_tok;
+    float *y;                  /* y[t * ldy + r] */
+    int64_t ldy;
+    int n_tok;                 /* one matrix: its tokens */
+};
+
+__device__ __forceinline__ void mma32(int32_t *d, const uint32_t *a, const uint32_t *b) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
+}
+__device__ __forceinline__ void mma16(int32_t *d, uint32_t a0, uint32_t a1, uint32_t b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b), "r"(0));
+}
+
+template <int T> constexpr bool has_min() {
+    return T == QW_TYPE_Q4_1 || T == QW_TYPE_Q5_1 || T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K;
+}
+
+/* One step's loads, held in registers while the step before computes: the weights' items (row i / KG, group
+ * i % KG of the tile, i = tid + THREADS j) and the activations' */
+template <int MT, int NT> struct mmq_regs {
+    uint32_t c[MT][8], x[NT / 2][8];
+    float A[MT], B[MT], d[NT / 2];
+    int m[MT], s[NT / 2];
+};
+
+template <int T, int MT, int NT>
+__device__ __forceinline__ void mmq_load(mmq_regs<MT, NT> &q, const mmq_args &a, const uint8_t *w, int64_t row0,
+                                         int64_t t0, int nt, int64_t g0) {
+    const int kg = (int)min((int64_t)KG, a.ng - g0);
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+        const int i = threadIdx.x + THREADS * j, r = i / KG, gg = i % KG;
+        const int64_t row = row0 + r;
+        int m0 = 0, m1 = 0;
+        q.A[j] = q.B[j] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) q.c[j][k] = 0;
+        if (row < a.rows && gg < kg) qd_codes((qw_type)T, w + row * a.row_bytes, g0 + gg, q.c[j], &q.A[j], &q.B[j], &m0, &m1);
+        q.m[j] = (m0 & 0xFFFF) | m1 << 16;
+    }
+#pragma unroll
+    for (int j = 0; j < NT / 2; j++) {
+        const int i = threadIdx.x + THREADS * j, n = i / KG, gg = i % KG;
+        q.d[j] = 0.0f, q.s[j] = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) q.x[j][k] = 0;
+        if (n < nt && gg < kg) {
+            const qw_q8a *b = a.xq + (t0 + n) * a.xq_tok + g0 + gg;
+            const uint32_t *bw = (const uint32_t *)b->q;
+#pragma unroll
+            for (int k = 0; k < 8; k++) q.x[j][k] = bw[k];
+            q.d[j] = b->d, q.s[j] = b->s;
+        }
+    }
+}
+
+/* MT m tiles (16 rows) and NT n tiles (8 tokens) a warp; 2 x 2 warps: BM = 32 MT rows by BN = 16 NT tokens */
+template <int T, int MT, int NT> __global__ void __launch_bounds__(THREADS) k_mmq(mmq_args a) {
+    QWC_PDL_ENTRY();
+    constexpr int BM_ = 32 * MT, BN_ = 16 * NT;
+    __shared__ __align__(16) uint8_t sw[BM_ * WS], sx[BN_ * WS];
+    __shared__ float sA[KG][BM_], sB[KG][BM_], sD[KG][BN_], sS[KG][BN_];
+    __shared__ int sM[KG][BM_];
+    constexpr bool TWO = T == QW_TYPE_Q6_K; /* two scales a group: the halves summed apart */
+    const uint8_t *w;
+    int64_t t0;
+    int nt;
+    if (a.tab) {
+        const int tile = blockIdx.y;
+        if (tile >= a.tiles[a.E]) return;
+        int lo = 0, hi = a.E; /* the last e with tiles[e] <= tile: a non-empty expert */
+        while (hi - lo > 1) {
+            const int mid = (lo + hi) / 2;
+            if (a.tiles[mid] <= tile) lo = mid;
+            else hi = mid;
+        }
+        t0 = a.offs[lo] + (int64_t)(tile - a.tiles[lo]) * BN_;
+        nt = min(BN_, (int)(a.offs[lo + 1] - t0));
+        w = (const uint8_t *)a.tab[lo];
+    } else {
+        t0 = (int64_t)blockIdx.y * BN_;
+        nt = (int)min((int64_t)BN_, a.n_tok - t0);
+        w = a.w;
+    }
+    const int64_t row0 = (int64_t)blockIdx.x * BM_;
+    const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, gid = lane >> 2, tig = lane & 3;
+    const int wm = (wid & 1) * 16 * MT, wn = (wid >> 1) * 8 * NT;
+    float acc[MT][2][NT][2]; /* [m tile][row half][n tile][token] */
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < NT; j++) acc[i][h][j][0] = acc[i][h][j][1] = 0.0f;
+
+    mmq_regs<MT, NT> q;
+    mmq_load<T, MT, NT>(q, a, w, row0, t0, nt, 0);
+    for (int64_t g0 = 0; g0 < a.ng; g0 += KG) {
+        const int kg = (int)min((int64_t)KG, a.ng - g0);
+#pragma unroll
+        for (int j = 0; j < MT; j++) { /* this step's loads into shared memory */
+            const int i = tid + THREADS * j, r = i / KG, gg = i % KG;
+            uint4 *d = (uint4 *)(sw + r * WS + gg * 32);
+            d[0] = make_uint4(q.c[j][0], q.c[j][1], q.c[j][2], q.c[j][3]);
+            d[1] = make_uint4(q.c[j][4], q.c[j][5], q.c[j][6], q.c[j][7]);
+            sA[gg][r] = q.A[j], sB[gg][r] = q.B[j], sM[gg][r] = q.m[j];
+        }
+#pragma unroll
+        for (int j = 0; j < NT / 2; j++) {
+            const int i = tid + THREADS * j, n = i / KG, gg = i % KG;
+            uint4 *o = (uint4 *)(sx + n * WS + gg * 32);
+            o[0] = make_uint4(q.x[j][0], q.x[j][1], q.x[j][2], q.x[j][3]);
+            o[1] = make_uint4(q.x[j][4], q.x[j][5], q.x[j][6], q.x[j][7]);
+            sD[gg][n] = q.d[j], sS[gg][n] = (float)q.s[j];
+        }
+        __syncthreads();
+        if (g0 + KG < a.ng) mmq_load<T, MT, NT>(q, a, w, row0, t0, nt, g0 + KG); /* in flight while this step runs */
+        for (int gg = 0; gg < kg; gg++) {
+            uint32_t fa[MT][4], fb[NT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const uint8_t *p = sw + (wm + mt * 16 + gid) * WS + gg * 32 + tig * 4;
+                fa[mt][0] = *(const uint32_t *)p;
+                fa[mt][1] = *(const uint32_t *)(p + 8 * WS);
+                fa[mt][2] = *(const uint32_t *)(p + 16);
+                fa[mt][3] = *(const uint32_t *)(p + 8 * WS + 16);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const uint8_t *p = sx + (wn + j * 8 + gid) * WS + gg * 32 + tig * 4;
+                fb[j][0] = *(const uint32_t *)p;
+                fb[j][1] = *(const uint32_t *)(p + 16);
+            }
+            float xd[NT][2], xs[NT][2];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    const int n = wn + j * 8 + tig * 2 + k;
+                    xd[j][k] = sD[gg][n];
+                    xs[j][k] = sS[gg][n];
+                }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                int32_t S[NT][4], S1[NT][4];
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    if (TWO) {
+                        mma16(S[j], fa[mt][0], fa[mt][1], fb[j][0]);
+                        mma16(S1[j], fa[mt][2], fa[mt][3], fb[j][1]);
+                    } else {
+                        mma32(S[j], fa[mt], fb[j]);
+                    }
+                }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm + mt * 16 + gid + 8 * h;
+                    const float A = sA[gg][r], B = sB[gg][r];
+                    const int mm = sM[gg][r], m0 = (int)(short)(mm & 0xFFFF), m1 = mm >> 16;
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int k = 0; k < 2; k++) {
+                            const int isum = TWO ? m0 * S[j][2 * h + k] + m1 * S1[j][2 * h + k] : m0 * S[j][2 * h + k];
+                            float v = __fmul_rn(A, __int2float_rn(isum));
+                            if (has_min<T>()) v = __fadd_rn(v, __fmul_rn(B, xs[j][k]));
+                            acc[mt][h][j][k] = __fadd_rn(acc[mt][h][j][k], __fmul_rn(xd[j][k], v));
+                        }
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t row = row0 + wm + mt * 16 + gid + 8 * h;
+            if (row >= a.rows) continue;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    const int n = wn + j * 8 + tig * 2 + k;
+                    if (n < nt) a.y[(t0 + n) * a.ldy + row] = acc[mt][h][j][k];
+                }
+        }
+}
+
+/* Big tiles (64 x 64) when they make enough blocks to fill the GPU, else 32 x 32 (four times the blocks: the
+ * narrow matrices, whose few row tiles would leave most SMs idle). The outputs' bits do not depend on it. */
+constexpr int64_t MMQ_BIG_BLOCKS = 264;
+
+template <int T> void mmq_launch(qwc *c, mmq_args a, int64_t n_rows, int grouped) {
+    const int64_t rows = a.rows;
+    const int64_t big = ((rows + 63) / 64) * ((n_rows + 63) / 64);
+    if (big >= MMQ_BIG_BLOCKS) {
+        const dim3 grid((unsigned)((rows + 63) / 64), (unsigned)((n_rows + 63) / 64 + (grouped ? a.E : 0)));
+        qwc_launch(k_mmq<T, 2, 4>, grid, THREADS, 0, qwc_stream(c), a);
+    } else {
+        const dim3 grid((unsigned)((rows + 31) / 32), (unsigned)((n_rows + 31) / 32 + (grouped ? a.E : 0)));
+        if (grouped) a.tiles += a.E + 1; /* the 32-token tiles' prefix */
+        qwc_launch(k_mmq<T, 1, 2>, grid, THREADS, 0, qwc_stream(c), a);
+    }
+    QWC_LAUNCHED();
+}
+
+void mmq_by_type(qwc *c, qw_type t, const mmq_args &a, int64_t n_rows, int grouped) {
+    switch (t) {
+    case QW_TYPE_Q8_0: mmq_launch<QW_TYPE_Q8_0>(c, a, n_rows, grouped); return;
+    case QW_TYPE_Q4_0: mmq_launch<QW_TYPE_Q4_0>(c, a, n_rows, grouped); return;
+    case QW_TYPE_Q4_1: mmq_launch<QW_TYPE_Q4_1>(c, a, n_rows, grouped); return;
+    case QW_TYPE_Q5_0: mmq_launch<QW_TYPE_Q5_0>(c, a, n_rows, grouped); return;
+    case QW_TYPE_Q5_1: mmq_launch<QW_TYPE_Q5_1>(c, a, n_rows, grouped); return;
+    case QW_TYPE_Q4_K: mmq_launch<QW_TYPE_Q4_K>(c, a, n_rows, grouped); return;
+    case QW_TYPE_Q5_K: mmq_launch<QW_TYPE_Q5_K>(c, a, n_rows, grouped); return;
+    case QW_TYPE_Q6_K: mmq_launch<QW_TYPE_Q6_K>(c, a, n_rows, grouped); return;
+    case QW_TYPE_IQ4_NL: mmq_launch<QW_TYPE_IQ4_NL>(c, a, n_rows, grouped); return;
+    case QW_TYPE_IQ4_XS: mmq_launch<QW_TYPE_IQ4_XS>(c, a, n_rows, grouped); return;
+    default: qwc_die(__FILE__, __LINE__, "mmq: no integer GEMM for weights of type", qw_type_name(t));
+    }
+}
+
+/* tiles[e + 1] = tiles[e] + ceil((offs[e + 1] - offs[e]) / 64), tiles[0] = 0, then the same for 32-token tiles at
+ * tiles + E + 1: one thread */
+__global__ void k_mmq_tiles(int32_t *tiles, const int32_t *offs, int E) {
+    QWC_PDL_ENTRY();
+    if (threadIdx.x || blockIdx.x) return;
+    int32_t n64 = 0, n32 = 0;
+    tiles[0] = tiles[E + 1] = 0;
+    for (int e = 0; e < E; e++) {
+        const int32_t n = offs[e + 1] - offs[e];
+        n64 += (n + 63) / 64, n32 += (n + 31) / 32;
+        tiles[e + 1] = n64, tiles[E + 2 + e] = n32;
+    }
+}
+
+} // namespace
+
+int qwc_mmq_takes(qw_type t, int64_t cols) { return qd_supported(t) && cols % 32 == 0; }
+
+void qwc_mmq(qwc *c, float *y, int64_t ldy, const uint8_t *w, qw_type t, int64_t rows, int64_t cols,
+             const qw_q8a *xq, int64_t xq_tok, int n_tok) {
+    if (rows <= 0 || n_tok <= 0) return;
+    mmq_args a = {};
+    a.w = w, a.rows = rows, a.row_bytes = (int64_t)qw_type_row_size(t, cols), a.ng = cols / 32;
+    a.xq = xq, a.xq_tok = xq_tok, a.y = y, a.ldy = ldy, a.n_tok = n_tok;
+    mmq_by_type(c, t, a, n_tok, 0);
+}
+
+void qwc_mmq_tiles(qwc *c, int32_t *tiles, const int32_t *offs, int E) {
+    qwc_launch(k_mmq_tiles, 1, 32, 0, qwc_stream(c), tiles, offs, E);
+    QWC_LAUNCHED();
+}
+
+void qwc_mmq_grouped(qwc *c, float *y, int64_t ldy, const void *const *tab, qw_type t, int64_t rows, int64_t cols,
+                     const qw_q8a *xq, const int32_t *offs, const int32_t *tiles, int E, int n_rows) {
+    if (rows <= 0 || n_rows <= 0) return;
+    mmq_args a = {};
+    a.tab = tab, a.offs = offs, a.tiles = tiles, a.E = E;
+    a.rows = rows, a.row_bytes = (int64_t)qw_type_row_size(t, cols), a.ng = cols / 32;
+    a.xq = xq, a.xq_tok = cols / 32, a.y = y, a.ldy = ldy;
+    mmq_by_type(c, t, a, n_rows, 1);
+}
