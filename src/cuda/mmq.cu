@@ -12,9 +12,9 @@
  *
  * A block of 4 warps computes 64 weight rows by 64 tokens, each warp 32 x 32 (2 x 4 MMA tiles), or 32 x 32 (each
  * warp 16 x 16) when the big tiles would leave SMs idle. A step takes KG = 4 groups (128 columns): the weights'
- * codes decoded (a thread per row and group) and the activation blocks, loaded into registers while the step
- * before computes, then stored to shared memory (rows padded to 144 bytes so that the fragments' 32-bit reads hit
- * 32 banks), then per group the MMAs and the f32 terms. The f32 terms, not the MMAs, bound the rate: about 7 f32 and
+ * codes decoded by a thread per row and group into registers while the step before computes, then stored to shared
+ * memory (rows padded to 144 bytes so that the fragments' 32-bit reads hit 32 banks); the activation blocks copied
+ * as they are by cp.async into one of two buffers, a step ahead; then per group the MMAs and the f32 terms. The f32 terms, not the MMAs, bound the rate: about 7 f32 and
  * integer operations per output and group against 32 multiply-adds on the tensor cores.
  *
  * Grouped (the MoE's prompt steps): one launch for every expert of a layer. Expert e's rows of x are
@@ -66,15 +66,38 @@ template <int T> constexpr bool has_min() {
 
 /* One step's loads, held in registers while the step before computes: the weights' items (row i / KG, group
  * i % KG of the tile, i = tid + THREADS j) and the activations' */
-template <int MT, int NT> struct mmq_regs {
-    uint32_t c[MT][8], x[NT / 2][8];
-    float A[MT], B[MT], d[NT / 2];
-    int m[MT], s[NT / 2];
+template <int MT> struct mmq_regs {
+    uint32_t c[MT][8];
+    float A[MT], B[MT];
+    int m[MT];
 };
 
-template <int T, int MT, int NT>
-__device__ __forceinline__ void mmq_load(mmq_regs<MT, NT> &q, const mmq_args &a, const uint8_t *w, int64_t row0,
-                                         int64_t t0, int nt, int64_t g0) {
+/* The activations' blocks in shared memory as they are in x (10 words: d, s, 8 words of codes), a token's KG
+ * blocks XW words apart (padded: a fragment's reads of 8 tokens hit 32 banks), copied by cp.async (4-byte pieces,
+ * coalesced; past the tokens or groups: zeros), two steps' buffers */
+constexpr int XW = KG * 10 + 4;
+
+__device__ __forceinline__ void cp_async4(uint32_t *dst, const void *src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(ok ? 4 : 0));
+}
+
+template <int BN_>
+__device__ __forceinline__ void mmq_xcopy(uint32_t *sx, const mmq_args &a, int64_t t0, int nt, int64_t g0) {
+    const int kw = (int)min((int64_t)KG, a.ng - g0) * 10;
+#pragma unroll
+    for (int u = 0; u < BN_ * KG * 10 / THREADS; u++) {
+        const int i = threadIdx.x + THREADS * u, n = i / (KG * 10), wi = i % (KG * 10);
+        const bool ok = n < nt && wi < kw;
+        const uint32_t *src = (const uint32_t *)(a.xq + (t0 + (ok ? n : 0)) * a.xq_tok + g0) + (ok ? wi : 0);
+        cp_async4(sx + n * XW + wi, src, ok);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int T, int MT>
+__device__ __forceinline__ void mmq_load(mmq_regs<MT> &q, const mmq_args &a, const uint8_t *w, int64_t row0,
+                                         int64_t g0) {
     const int kg = (int)min((int64_t)KG, a.ng - g0);
 #pragma unroll
     for (int j = 0; j < MT; j++) {
@@ -87,28 +110,15 @@ __device__ __forceinline__ void mmq_load(mmq_regs<MT, NT> &q, const mmq_args &a,
         if (row < a.rows && gg < kg) qd_codes((qw_type)T, w + row * a.row_bytes, g0 + gg, q.c[j], &q.A[j], &q.B[j], &m0, &m1);
         q.m[j] = (m0 & 0xFFFF) | m1 << 16;
     }
-#pragma unroll
-    for (int j = 0; j < NT / 2; j++) {
-        const int i = threadIdx.x + THREADS * j, n = i / KG, gg = i % KG;
-        q.d[j] = 0.0f, q.s[j] = 0;
-#pragma unroll
-        for (int k = 0; k < 8; k++) q.x[j][k] = 0;
-        if (n < nt && gg < kg) {
-            const qw_q8a *b = a.xq + (t0 + n) * a.xq_tok + g0 + gg;
-            const uint32_t *bw = (const uint32_t *)b->q;
-#pragma unroll
-            for (int k = 0; k < 8; k++) q.x[j][k] = bw[k];
-            q.d[j] = b->d, q.s[j] = b->s;
-        }
-    }
 }
 
 /* MT m tiles (16 rows) and NT n tiles (8 tokens) a warp; 2 x 2 warps: BM = 32 MT rows by BN = 16 NT tokens */
-template <int T, int MT, int NT> __global__ void __launch_bounds__(THREADS) k_mmq(mmq_args a) {
+template <int T, int MT, int NT, int MINB> __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
     QWC_PDL_ENTRY();
     constexpr int BM_ = 32 * MT, BN_ = 16 * NT;
-    __shared__ __align__(16) uint8_t sw[BM_ * WS], sx[BN_ * WS];
-    __shared__ float sA[KG][BM_], sB[KG][BM_], sD[KG][BN_], sS[KG][BN_];
+    __shared__ __align__(16) uint8_t sw[BM_ * WS];
+    __shared__ __align__(16) uint32_t sxb[2][BN_ * XW];
+    __shared__ float sA[KG][BM_], sB[KG][BM_];
     __shared__ int sM[KG][BM_];
     constexpr bool TWO = T == QW_TYPE_Q6_K; /* two scales a group: the halves summed apart */
     const uint8_t *w;
@@ -142,10 +152,12 @@ template <int T, int MT, int NT> __global__ void __launch_bounds__(THREADS) k_mm
 #pragma unroll
             for (int j = 0; j < NT; j++) acc[i][h][j][0] = acc[i][h][j][1] = 0.0f;
 
-    mmq_regs<MT, NT> q;
-    mmq_load<T, MT, NT>(q, a, w, row0, t0, nt, 0);
+    mmq_regs<MT> q;
+    mmq_xcopy<BN_>(sxb[0], a, t0, nt, 0);
+    mmq_load<T, MT>(q, a, w, row0, 0);
     for (int64_t g0 = 0; g0 < a.ng; g0 += KG) {
-        const int kg = (int)min((int64_t)KG, a.ng - g0);
+        const int kg = (int)min((int64_t)KG, a.ng - g0), step = (int)(g0 / KG);
+        const uint32_t *sx = sxb[step & 1];
 #pragma unroll
         for (int j = 0; j < MT; j++) { /* this step's loads into shared memory */
             const int i = tid + THREADS * j, r = i / KG, gg = i % KG;
@@ -154,16 +166,15 @@ template <int T, int MT, int NT> __global__ void __launch_bounds__(THREADS) k_mm
             d[1] = make_uint4(q.c[j][4], q.c[j][5], q.c[j][6], q.c[j][7]);
             sA[gg][r] = q.A[j], sB[gg][r] = q.B[j], sM[gg][r] = q.m[j];
         }
-#pragma unroll
-        for (int j = 0; j < NT / 2; j++) {
-            const int i = tid + THREADS * j, n = i / KG, gg = i % KG;
-            uint4 *o = (uint4 *)(sx + n * WS + gg * 32);
-            o[0] = make_uint4(q.x[j][0], q.x[j][1], q.x[j][2], q.x[j][3]);
-            o[1] = make_uint4(q.x[j][4], q.x[j][5], q.x[j][6], q.x[j][7]);
-            sD[gg][n] = q.d[j], sS[gg][n] = (float)q.s[j];
+        const bool more = g0 + KG < a.ng;
+        if (more) { /* the next step's activations (the buffer the step before read) */
+            mmq_xcopy<BN_>(sxb[(step + 1) & 1], a, t0, nt, g0 + KG);
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         }
         __syncthreads();
-        if (g0 + KG < a.ng) mmq_load<T, MT, NT>(q, a, w, row0, t0, nt, g0 + KG); /* in flight while this step runs */
+        if (more) mmq_load<T, MT>(q, a, w, row0, g0 + KG); /* in flight while this step runs */
         for (int gg = 0; gg < kg; gg++) {
             uint32_t fa[MT][4], fb[NT][2];
 #pragma unroll
@@ -176,18 +187,18 @@ template <int T, int MT, int NT> __global__ void __launch_bounds__(THREADS) k_mm
             }
 #pragma unroll
             for (int j = 0; j < NT; j++) {
-                const uint8_t *p = sx + (wn + j * 8 + gid) * WS + gg * 32 + tig * 4;
-                fb[j][0] = *(const uint32_t *)p;
-                fb[j][1] = *(const uint32_t *)(p + 16);
+                const uint32_t *p = sx + (wn + j * 8 + gid) * XW + gg * 10 + 2 + tig;
+                fb[j][0] = p[0];
+                fb[j][1] = p[4];
             }
             float xd[NT][2], xs[NT][2];
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int k = 0; k < 2; k++) {
-                    const int n = wn + j * 8 + tig * 2 + k;
-                    xd[j][k] = sD[gg][n];
-                    xs[j][k] = sS[gg][n];
+                    const uint32_t *p = sx + (wn + j * 8 + tig * 2 + k) * XW + gg * 10;
+                    xd[j][k] = __uint_as_float(p[0]);
+                    xs[j][k] = (float)(int)p[1];
                 }
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
@@ -245,11 +256,11 @@ template <int T> void mmq_launch(qwc *c, mmq_args a, int64_t n_rows, int grouped
     const int64_t big = ((rows + 63) / 64) * ((n_rows + 63) / 64);
     if (big >= MMQ_BIG_BLOCKS) {
         const dim3 grid((unsigned)((rows + 63) / 64), (unsigned)((n_rows + 63) / 64 + (grouped ? a.E : 0)));
-        qwc_launch(k_mmq<T, 2, 4>, grid, THREADS, 0, qwc_stream(c), a);
+        qwc_launch(k_mmq<T, 2, 4, 4>, grid, THREADS, 0, qwc_stream(c), a);
     } else {
         const dim3 grid((unsigned)((rows + 31) / 32), (unsigned)((n_rows + 31) / 32 + (grouped ? a.E : 0)));
         if (grouped) a.tiles += a.E + 1; /* the 32-token tiles' prefix */
-        qwc_launch(k_mmq<T, 1, 2>, grid, THREADS, 0, qwc_stream(c), a);
+        qwc_launch(k_mmq<T, 1, 2, 6>, grid, THREADS, 0, qwc_stream(c), a);
     }
     QWC_LAUNCHED();
 }
