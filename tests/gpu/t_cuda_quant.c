@@ -13,7 +13,8 @@
  *       and the host's w_j, rounded from a q_j + b, is within 2^-24 |w_j| of it (the +48 covers both).
  *       M comes from the host's dequantizer itself: with the min field zeroed it gives a q_j, with the scale
  *       zeroed b; for the types without a min, M = sum |w_j x_j|.
- *   matmul, n_tok > 16 (the host's exact w_j in f32 tiles, cuBLAS SGEMM in f32):
+ *   matmul, n_tok > 16 (the host's exact w_j in f32 tiles, cuBLAS SGEMM in f32; BF16: x split exactly into three
+ *       bf16 pieces and one bf16 GEMM with f32 accumulation, every product exact):
  *       |device - ref| <= (n + 4) * 2^-24 * sum_j |w_j x_j| + n * 2^-149: an f32 sum of n exact-operand
  *       products in any order and any tree.
  * Shapes: rows of one to 67 (odd counts, a last row group of 1..3), row lengths of one block, one chunk and a
