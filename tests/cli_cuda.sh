@@ -9,7 +9,9 @@ if ! command -v "${NVCC:-nvcc}" >/dev/null; then
     finish
     exit $?
 fi
-unset MAKEFLAGS MFLAGS # the build of the CUDA backend is its own, whatever build runs this test
+# the build of the CUDA backend is its own, whatever build runs this test: not the sanitizers' flags of `make asan`
+# (its objects in build-cuda/ would break a later plain `make cuda`)
+unset MAKEFLAGS MFLAGS CFLAGS LDFLAGS
 if make -j"$(nproc)" cuda >"$tmp/build.log" 2>&1; then ok; else bad "make cuda: $(tail -n 20 "$tmp/build.log")"; fi
 grep -E "warning" "$tmp/build.log" && bad "make cuda printed warnings" || ok
 for t in build-cuda/tests/gpu/t_*; do
