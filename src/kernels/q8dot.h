@@ -133,6 +133,44 @@ QD_INLINE void qd_k4_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
     }
 }
 
+/* Q4_0 / Q4_1 / IQ4_NL group g of the row at r: its codes (Q4_0, Q4_1: the nibbles as they are; IQ4_NL: their
+ * levels), *A = d, and *B = m for Q4_1 (else left as it is) */
+QD_INLINE void qd_q4_group(qw_type t, const uint8_t *r, int64_t g, uint32_t *c, float *A, float *B) {
+    const uint8_t *b = r + g * (t == QW_TYPE_Q4_1 ? 20 : 18);
+    *A = qd_f16(qd_ld16(b));
+    qd_nib32(b + (t == QW_TYPE_Q4_1 ? 4 : 2), c);
+    if (t == QW_TYPE_IQ4_NL)
+        for (int w = 0; w < 8; w++) c[w] = qd_iq4(c[w]);
+    if (t == QW_TYPE_Q4_1) *B = qd_f16(qd_ld16(b + 2));
+}
+
+/* Q5_0 / Q5_1 (q5_1) group g of the row at r: its 5-bit codes as they are (element 4w + k in byte k of word w:
+ * the nibble and bit 4w + k of qh), *A = d, and *B = m for Q5_1 (else left as it is) */
+QD_INLINE void qd_q5_group(int q5_1, const uint8_t *r, int64_t g, uint32_t *c, float *A, float *B) {
+    const uint8_t *b = r + g * (q5_1 ? 24 : 22);
+    *A = qd_f16(qd_ld16(b));
+    if (q5_1) *B = qd_f16(qd_ld16(b + 2));
+    uint32_t v[5]; /* qh, then the 16 bytes of nibbles */
+    qd_ldw(b + (q5_1 ? 4 : 2), v, 5);
+    for (int w = 0; w < 4; w++) {
+        c[w] = (v[1 + w] & 0x0F0F0F0Fu) | qd_spread4(v[0] >> 4 * w);
+        c[4 + w] = (v[1 + w] >> 4 & 0x0F0F0F0Fu) | qd_spread4(v[0] >> 4 * (4 + w));
+    }
+}
+
+/* Q4_K / Q5_K (q5) group g of the row at r: its super-block *b, its 32 bytes of codes *qs (group j = g % 8 in the
+ * low nibbles for even j, the high for odd), *A = d, *B = -dmin m_j; returns the scale sc_j */
+QD_INLINE int qd_k4_head(int q5, const uint8_t *r, int64_t g, const uint8_t **b, const uint8_t **qs, float *A, float *B) {
+    const int j = (int)(g % 8);
+    *b = r + g / 8 * (q5 ? 176 : 144);
+    *qs = *b + (q5 ? 48 : 16) + 32 * (j / 2);
+    int sc, mn;
+    qd_k4_scale_min(j, *b + 4, &sc, &mn);
+    *A = qd_f16(qd_ld16(*b));
+    *B = qd_mul(-qd_f16(qd_ld16(*b + 2)), (float)mn);
+    return sc;
+}
+
 /* Group g of the row at r (type t): *isum = sum_i iw_i q_i, *A, *B as qw_q8a_unpack gives them; xq the activation
  * block's 8 words, xs its sum. */
 QD_INLINE void qd_group(qw_type t, const uint8_t *r, int64_t g, const uint32_t *xq, int32_t xs, int32_t *isum, float *A,
@@ -168,41 +206,22 @@ QD_INLINE void qd_group(qw_type t, const uint8_t *r, int64_t g, const uint32_t *
     case QW_TYPE_Q4_0:
     case QW_TYPE_Q4_1:
     case QW_TYPE_IQ4_NL: {
-        const int bb = t == QW_TYPE_Q4_1 ? 20 : 18, qs = t == QW_TYPE_Q4_1 ? 4 : 2;
-        const uint8_t *b = r + g * bb;
-        *A = qd_f16(qd_ld16(b));
-        qd_nib32(b + qs, c);
-        if (t == QW_TYPE_IQ4_NL)
-            for (int w = 0; w < 8; w++) c[w] = qd_iq4(c[w]);
-        if (t == QW_TYPE_Q4_1) *B = qd_f16(qd_ld16(b + 2));
+        qd_q4_group(t, r, g, c, A, B);
         *isum = qd_dot8(c, xq) - (t == QW_TYPE_Q4_0 ? 8 * xs : 0);
         return;
     }
     case QW_TYPE_Q5_0:
     case QW_TYPE_Q5_1: {
-        const int q5_1 = t == QW_TYPE_Q5_1, off = q5_1 ? 4 : 2;
-        const uint8_t *b = r + g * (q5_1 ? 24 : 22);
-        *A = qd_f16(qd_ld16(b));
-        if (q5_1) *B = qd_f16(qd_ld16(b + 2));
-        uint32_t v[5]; /* qh, then the 16 bytes of nibbles */
-        qd_ldw(b + off, v, 5);
-        const uint32_t qh = v[0];
-        for (int w = 0; w < 4; w++) {
-            c[w] = v[1 + w] & 0x0F0F0F0Fu;
-            c[4 + w] = v[1 + w] >> 4 & 0x0F0F0F0Fu;
-        }
-        for (int w = 0; w < 8; w++) c[w] |= qd_spread4(qh >> 4 * w); /* element 4w + k: bit 4w + k of qh */
+        const int q5_1 = t == QW_TYPE_Q5_1;
+        qd_q5_group(q5_1, r, g, c, A, B);
         *isum = qd_dot8(c, xq) - (q5_1 ? 0 : 16 * xs);
         return;
     }
     case QW_TYPE_Q4_K:
     case QW_TYPE_Q5_K: {
         const int q5 = t == QW_TYPE_Q5_K, j = (int)(g % 8);
-        const uint8_t *b = r + g / 8 * (q5 ? 176 : 144), *qs = b + (q5 ? 48 : 16) + 32 * (j / 2);
-        int sc, mn;
-        qd_k4_scale_min(j, b + 4, &sc, &mn);
-        *A = qd_f16(qd_ld16(b));
-        *B = qd_mul(-qd_f16(qd_ld16(b + 2)), (float)mn);
+        const uint8_t *b, *qs;
+        const int sc = qd_k4_head(q5, r, g, &b, &qs, A, B);
         uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (((uintptr_t)b & 15) == 0) { /* the block on a 16-byte boundary (a whole row's are): wide loads */
             qd_ld128(qs, c);
@@ -261,7 +280,7 @@ QD_INLINE uint32_t qd_sub4(uint32_t a, uint32_t b) {
     return __vsub4(a, b);
 #else
     uint32_t r = 0;
-    for (int k = 0; k < 4; k++) r |= ((a >> 8 * k) - (b >> 8 * k) & 0xFFu) << 8 * k;
+    for (int k = 0; k < 4; k++) r |= (((a >> 8 * k) - (b >> 8 * k)) & 0xFFu) << 8 * k;
     return r;
 #endif
 }
@@ -284,27 +303,15 @@ QD_INLINE void qd_codes(qw_type t, const uint8_t *r, int64_t g, uint32_t *c, flo
     case QW_TYPE_Q4_0:
     case QW_TYPE_Q4_1:
     case QW_TYPE_IQ4_NL: {
-        const int bb = t == QW_TYPE_Q4_1 ? 20 : 18, qs = t == QW_TYPE_Q4_1 ? 4 : 2;
-        const uint8_t *b = r + g * bb;
-        *A = qd_f16(qd_ld16(b));
-        qd_nib32(b + qs, c);
-        for (int w = 0; w < 8; w++)
-            c[w] = t == QW_TYPE_IQ4_NL ? qd_iq4(c[w]) : t == QW_TYPE_Q4_0 ? qd_sub4(c[w], 0x08080808u) : c[w];
-        if (t == QW_TYPE_Q4_1) *B = qd_f16(qd_ld16(b + 2));
+        qd_q4_group(t, r, g, c, A, B);
+        if (t == QW_TYPE_Q4_0)
+            for (int w = 0; w < 8; w++) c[w] = qd_sub4(c[w], 0x08080808u);
         return;
     }
     case QW_TYPE_Q5_0:
     case QW_TYPE_Q5_1: {
         const int q5_1 = t == QW_TYPE_Q5_1;
-        const uint8_t *b = r + g * (q5_1 ? 24 : 22);
-        *A = qd_f16(qd_ld16(b));
-        if (q5_1) *B = qd_f16(qd_ld16(b + 2));
-        uint32_t v[5];
-        qd_ldw(b + (q5_1 ? 4 : 2), v, 5);
-        for (int w = 0; w < 4; w++) {
-            c[w] = (v[1 + w] & 0x0F0F0F0Fu) | qd_spread4(v[0] >> 4 * w);
-            c[4 + w] = (v[1 + w] >> 4 & 0x0F0F0F0Fu) | qd_spread4(v[0] >> 4 * (4 + w));
-        }
+        qd_q5_group(q5_1, r, g, c, A, B);
         if (!q5_1)
             for (int w = 0; w < 8; w++) c[w] = qd_sub4(c[w], 0x10101010u);
         return;
@@ -312,11 +319,8 @@ QD_INLINE void qd_codes(qw_type t, const uint8_t *r, int64_t g, uint32_t *c, flo
     case QW_TYPE_Q4_K:
     case QW_TYPE_Q5_K: {
         const int q5 = t == QW_TYPE_Q5_K, j = (int)(g % 8);
-        const uint8_t *b = r + g / 8 * (q5 ? 176 : 144), *qs = b + (q5 ? 48 : 16) + 32 * (j / 2);
-        int sc, mn;
-        qd_k4_scale_min(j, b + 4, &sc, &mn);
-        *A = qd_f16(qd_ld16(b));
-        *B = qd_mul(-qd_f16(qd_ld16(b + 2)), (float)mn);
+        const uint8_t *b, *qs;
+        const int sc = qd_k4_head(q5, r, g, &b, &qs, A, B);
         *m0 = *m1 = sc;
         uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         qd_ldw(qs, c, 8);
