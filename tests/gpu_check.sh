@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The GPU tests, on a machine with an NVIDIA GPU and the CUDA toolkit: builds the CUDA backend (make cuda) and
-# runs its tests: every weight kernel (tests/gpu/t_cuda_quant; again with QWENC_MMQ_RAW=1: the tensor-core GEMM's
-# raw-rows path, t_cuda_quant_raw) and every op (tests/gpu/t_cuda_ops) against the
+# runs its tests: every weight kernel (tests/gpu/t_cuda_quant) and every op (tests/gpu/t_cuda_ops) against the
 # CPU reference, every fixture's logits on the GPU against transformers (t_model --backend cuda: the CPU's
 # tolerance), snapshots, batched steps and draft steps on the GPU (t_session --backend cuda: their bits), the MTP
 # draft head against its reference and speculative greedy decoding with it (t_mtp --backend cuda), and
@@ -29,7 +28,7 @@ if ! make -j"$J" cuda "${flags[@]}" >build-cuda.log 2>&1; then
     exit 1
 fi
 progs=("$@")
-[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_quant_raw t_cuda_ops t_model t_session t_mtp cli_text determinism ple_host synth_check fusions)
+[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_ops t_model t_session t_mtp cli_text determinism ple_host synth_check fusions)
 total_pass=0; total_fail=0
 for p in "${progs[@]}"; do
     echo "== $p"
@@ -42,7 +41,6 @@ for p in "${progs[@]}"; do
         ple_host) out=$(QWENC=build-cuda/qwenc bash tests/gpu/ple_host.sh 2>&1) ;;
         synth_check) out=$(QWENC=build-cuda/qwenc BUILD=build-cuda bash tests/gpu/synth_check.sh 2>&1) ;;
         fusions) out=$(bash tests/gpu/fusions.sh 2>&1) ;;
-        t_cuda_quant_raw) out=$(QWENC_MMQ_RAW=1 build-cuda/tests/gpu/t_cuda_quant 2>&1) ;; # mmq.cu's raw path
         *) out=$("build-cuda/tests/gpu/$p" 2>&1) ;;
     esac
     rc=$?

@@ -112,44 +112,12 @@ __device__ __forceinline__ void mmq_load(mmq_regs<MT> &q, const mmq_args &a, con
     }
 }
 
-/* The raw path (RAW): a step's bytes of each weight row copied by cp.async as they are (4-byte pieces from the
- * word below the first byte, coalesced along the row), then decoded from shared memory. SPAN: the bytes of one
- * step's KG groups (the K-quants: the super-block holding them). */
-template <int T> constexpr int blk_bytes() {
-    return T == QW_TYPE_Q8_0 ? 34 : T == QW_TYPE_Q4_0 || T == QW_TYPE_IQ4_NL ? 18 : T == QW_TYPE_Q4_1 ? 20
-         : T == QW_TYPE_Q5_0 ? 22 : T == QW_TYPE_Q5_1 ? 24 : T == QW_TYPE_Q4_K ? 144 : T == QW_TYPE_Q5_K ? 176
-         : T == QW_TYPE_Q6_K ? 210 : 136; /* IQ4_XS */
-}
-template <int T> constexpr int blk_elems() {
-    return T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K || T == QW_TYPE_Q6_K || T == QW_TYPE_IQ4_XS ? 256 : 32;
-}
-template <int T> constexpr int raw_words() { /* a row's words a step, the misalignment included */
-    return ((blk_elems<T>() == 256 ? blk_bytes<T>() : KG * blk_bytes<T>()) + 3) / 4 + 1;
-}
-template <int T> __device__ __forceinline__ int64_t raw_off(int64_t g0) { /* the step's first byte in the row */
-    return g0 * 32 / blk_elems<T>() * blk_bytes<T>();
-}
-
-template <int T, int BM_>
-__device__ __forceinline__ void mmq_wcopy(uint32_t *sr, const mmq_args &a, const uint8_t *w, int64_t row0, int64_t g0) {
-    constexpr int RW = raw_words<T>();
-    const uintptr_t end = (uintptr_t)(w + a.rows * a.row_bytes);
-    for (int i = threadIdx.x; i < BM_ * RW; i += THREADS) {
-        const int r = i / RW, wi = i % RW;
-        const int64_t row = row0 + r;
-        const uintptr_t p = ((uintptr_t)(w + row * a.row_bytes + raw_off<T>(g0)) & ~(uintptr_t)3) + 4 * (uintptr_t)wi;
-        const bool ok = row < a.rows && p < end;
-        cp_async4(sr + i, ok ? (const void *)p : (const void *)w, ok);
-    }
-}
-
 /* MT m tiles (16 rows) and NT n tiles (8 tokens) a warp; 2 x 2 warps: BM = 32 MT rows by BN = 16 NT tokens */
-template <int T, int MT, int NT, int MINB, bool RAW>
+template <int T, int MT, int NT, int MINB>
 __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
     QWC_PDL_ENTRY();
-    constexpr int BM_ = 32 * MT, BN_ = 16 * NT, RW = raw_words<T>();
+    constexpr int BM_ = 32 * MT, BN_ = 16 * NT;
     __shared__ __align__(16) uint8_t sw[BM_ * WS];
-    __shared__ __align__(16) uint32_t sraw[RAW ? BM_ * RW : 1];
     __shared__ __align__(16) uint32_t sxb[2][BN_ * XW];
     __shared__ float sA[KG][BM_], sB[KG][BM_];
     __shared__ int sM[KG][BM_];
@@ -186,32 +154,12 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
             for (int j = 0; j < NT; j++) acc[i][h][j][0] = acc[i][h][j][1] = 0.0f;
 
     mmq_regs<MT> q;
-    if (RAW) mmq_wcopy<T, BM_>(sraw, a, w, row0, 0);
     mmq_xcopy<BN_>(sxb[0], a, t0, nt, 0);
-    if (!RAW) mmq_load<T, MT>(q, a, w, row0, 0);
+    mmq_load<T, MT>(q, a, w, row0, 0);
     for (int64_t g0 = 0; g0 < a.ng; g0 += KG) {
         const int kg = (int)min((int64_t)KG, a.ng - g0), step = (int)(g0 / KG);
         const uint32_t *sx = sxb[step & 1];
         const bool more = g0 + KG < a.ng;
-        if (RAW) { /* this step's raw rows and activations landed; decode the rows, then copy the next step's */
-            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-            __syncthreads();
-#pragma unroll
-            for (int j = 0; j < MT; j++) {
-                const int i = tid + THREADS * j, r = i / KG, gg = i % KG;
-                const int64_t row = row0 + r;
-                int m0 = 0, m1 = 0;
-                q.A[j] = q.B[j] = 0.0f;
-#pragma unroll
-                for (int k = 0; k < 8; k++) q.c[j][k] = 0;
-                if (row < a.rows && gg < kg) {
-                    const uintptr_t p = (uintptr_t)(w + row * a.row_bytes + raw_off<T>(g0));
-                    const uintptr_t f = (uintptr_t)(sraw + r * RW) + (p & 3) - (uintptr_t)raw_off<T>(g0);
-                    qd_codes((qw_type)T, (const uint8_t *)f, g0 + gg, q.c[j], &q.A[j], &q.B[j], &m0, &m1);
-                }
-                q.m[j] = (m0 & 0xFFFF) | m1 << 16;
-            }
-        }
 #pragma unroll
         for (int j = 0; j < MT; j++) { /* this step's loads into shared memory */
             const int i = tid + THREADS * j, r = i / KG, gg = i % KG;
@@ -220,22 +168,14 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
             d[1] = make_uint4(q.c[j][4], q.c[j][5], q.c[j][6], q.c[j][7]);
             sA[gg][r] = q.A[j], sB[gg][r] = q.B[j], sM[gg][r] = q.m[j];
         }
-        if (RAW) {
-            __syncthreads(); /* the codes stored, sraw read */
-            if (more) {
-                mmq_wcopy<T, BM_>(sraw, a, w, row0, g0 + KG);
-                mmq_xcopy<BN_>(sxb[(step + 1) & 1], a, t0, nt, g0 + KG);
-            }
+        if (more) { /* the next step's activations (the buffer the step before read) */
+            mmq_xcopy<BN_>(sxb[(step + 1) & 1], a, t0, nt, g0 + KG);
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
         } else {
-            if (more) { /* the next step's activations (the buffer the step before read) */
-                mmq_xcopy<BN_>(sxb[(step + 1) & 1], a, t0, nt, g0 + KG);
-                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-            } else {
-                asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-            }
-            __syncthreads();
-            if (more) mmq_load<T, MT>(q, a, w, row0, g0 + KG); /* in flight while this step runs */
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         }
+        __syncthreads();
+        if (more) mmq_load<T, MT>(q, a, w, row0, g0 + KG); /* in flight while this step runs */
         for (int gg = 0; gg < kg; gg++) {
             uint32_t fa[MT][4], fb[NT][2];
 #pragma unroll
@@ -290,7 +230,7 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
                 }
             }
         }
-        if (!RAW) __syncthreads();
+        __syncthreads();
     }
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -312,32 +252,16 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
  * narrow matrices, whose few row tiles would leave most SMs idle). The outputs' bits do not depend on it. */
 constexpr int64_t MMQ_BIG_BLOCKS = 264;
 
-/* The weights' raw rows copied by cp.async and decoded from shared memory: QWENC_MMQ_RAW=1 in the environment (not
- * yet measured or checked on a GPU, so off by default; tests/gpu_check.sh runs t_cuda_quant with it too, which
- * requires the same bits). The default: each thread decodes its groups from global memory into registers a step
- * ahead. */
-static bool mmq_raw(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("QWENC_MMQ_RAW");
-        on = e && e[0] == '1';
-    }
-    return on;
-}
-
 template <int T> void mmq_launch(qwc *c, mmq_args a, int64_t n_rows, int grouped) {
     const int64_t rows = a.rows;
-    const bool raw = mmq_raw();
     const int64_t big = ((rows + 63) / 64) * ((n_rows + 63) / 64);
     if (big >= MMQ_BIG_BLOCKS) {
         const dim3 grid((unsigned)((rows + 63) / 64), (unsigned)((n_rows + 63) / 64 + (grouped ? a.E : 0)));
-        if (raw) qwc_launch(k_mmq<T, 2, 4, 4, true>, grid, THREADS, 0, qwc_stream(c), a);
-        else qwc_launch(k_mmq<T, 2, 4, 4, false>, grid, THREADS, 0, qwc_stream(c), a);
+        qwc_launch(k_mmq<T, 2, 4, 4>, grid, THREADS, 0, qwc_stream(c), a);
     } else {
         const dim3 grid((unsigned)((rows + 31) / 32), (unsigned)((n_rows + 31) / 32 + (grouped ? a.E : 0)));
         if (grouped) a.tiles += a.E + 1; /* the 32-token tiles' prefix */
-        if (raw) qwc_launch(k_mmq<T, 1, 2, 6, true>, grid, THREADS, 0, qwc_stream(c), a);
-        else qwc_launch(k_mmq<T, 1, 2, 6, false>, grid, THREADS, 0, qwc_stream(c), a);
+        qwc_launch(k_mmq<T, 1, 2, 6>, grid, THREADS, 0, qwc_stream(c), a);
     }
     QWC_LAUNCHED();
 }
