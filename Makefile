@@ -23,11 +23,15 @@ CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code
 NVCCFLAGS ?= -O3 -g -lineinfo
 QW_NVCCFLAGS := -std=c++17 $(CUDA_ARCH) -Iinclude -Isrc --expt-relaxed-constexpr -Xcompiler -Wall,-Wextra \
                 -fmad=false
+# NCCL (the toolkit's nccl.h and libnccl): the experts over several GPUs (--gpus); NCCL=0 builds without it (one
+# GPU, or ranks sharing one)
+NCCL    ?= $(if $(wildcard $(CUDA_HOME)/include/nccl.h),1,0)
 ifeq ($(CUDA),1)
 CU_SRC := $(wildcard src/cuda/*.cu)
 OBJ += $(CU_SRC:%.cu=$(BUILD)/%.o)
 QW_CFLAGS += -DQW_CUDA=1
-LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+QW_NVCCFLAGS += -DQWC_NCCL=$(NCCL)
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(filter 1,$(NCCL)),-lnccl) -lcublas -lcudart -lstdc++
 else
 OBJ += $(BUILD)/src/cuda/none.o
 endif

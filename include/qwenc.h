@@ -72,6 +72,13 @@ typedef struct {
      * "cpu-guard": the CPU backend with every activation and state buffer inaccessible outside its own calls,
      * so engine code that touched one would fault (a test mode; slower). */
     const char *backend;
+    /* The GPUs the routed experts spread over (with backend "cuda" or "auto"): NULL or "" one GPU (device 0);
+     * "N": devices 0 .. N-1; or a list of device ids ("0,1,3"). Of n GPUs, rank r holds and runs experts
+     * r E / n .. (r + 1) E / n - 1 of every MoE layer; the rest of the model runs on the first listed. Each MoE layer
+     * sends x and the routing to the others and adds their experts' rows into the first's (NCCL), so the logits are
+     * one GPU's bits. A device listed twice makes ranks that share it (their exchanges are device copies: the split
+     * tested on one GPU). Models without routed experts run on the first GPU alone. */
+    const char *gpus;
     /* 1: leave the checkpoint's MTP draft head (mtp.*, a GGUF's nextn block) unloaded: no memory for it, and
      * speculative decoding drafts by prompt lookup only. 0 (default): load it when the file has one. */
     int no_draft_head;
@@ -118,6 +125,17 @@ typedef struct {
     uint64_t host_table_bytes; /* the n-gram table (PLE) read from pinned host memory: it did not fit (else 0) */
 } qwenc_device_info;
 void qwenc_model_device_info(const qwenc_model *model, int measure_bw, qwenc_device_info *out);
+/* The GPUs a model runs on (params.gpus; 1 without a split, 0 on the CPU) and GPU r's device id, free and total
+ * memory, and the bytes of weights it holds. */
+int qwenc_model_n_gpus(const qwenc_model *model);
+typedef struct {
+    int device;
+    uint64_t free_bytes, total_bytes, weight_bytes;
+} qwenc_gpu_info;
+void qwenc_model_gpu_info(const qwenc_model *model, int r, qwenc_gpu_info *out);
+/* Microseconds that the exchanges between the GPUs take in a step of n_tok tokens (every MoE layer's: x and the
+ * routing out, the experts' rows back), timed alone; 0 without a split. */
+double qwenc_model_gpu_exchange_us(const qwenc_model *model, int n_tok);
 
 /* ---- writing GGUF (qwenc quantize) ---- */
 typedef struct {

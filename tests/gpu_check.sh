@@ -7,9 +7,10 @@
 # the text commands end to end (cli_text.sh: greedy text equal to transformers' on the bundled model), qwenc
 # choosing the GPU by itself (--backend auto), the n-gram table read from host memory against the table on the
 # device (tests/gpu/ple_host.sh), and the GPU against the CPU on random models of the two presets'
-# geometry (tests/gpu/synth_check.sh), and the fused paths' logits bit for bit against a build without them
-# (tests/gpu/fusions.sh, build-unfused/). `make test` does not run this: it compiles the CUDA sources
-# where nvcc exists, and the GPU tests say SKIP without a device.
+# geometry (tests/gpu/synth_check.sh), the fused paths' logits bit for bit against a build without them
+# (tests/gpu/fusions.sh, build-unfused/), and the experts spread over GPUs against one (tests/gpu/split.sh).
+# `make test` does not run this: it compiles the CUDA sources where nvcc exists, and the GPU tests say SKIP
+# without a device.
 #
 #   bash tests/gpu_check.sh                 everything
 #   bash tests/gpu_check.sh t_cuda_ops      only the programs named
@@ -28,7 +29,7 @@ if ! make -j"$J" cuda "${flags[@]}" >build-cuda.log 2>&1; then
     exit 1
 fi
 progs=("$@")
-[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_ops t_model t_session t_mtp cli_text determinism ple_host synth_check fusions)
+[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_ops t_model t_session t_mtp cli_text determinism ple_host synth_check fusions split)
 total_pass=0; total_fail=0
 for p in "${progs[@]}"; do
     echo "== $p"
@@ -39,6 +40,7 @@ for p in "${progs[@]}"; do
         cli_*) out=$(QWENC=build-cuda/qwenc BUILD=build-cuda bash "tests/$p.sh" 2>&1) ;;
         determinism) out=$(QWENC=build-cuda/qwenc bash tests/gpu/determinism.sh 2>&1) ;;
         ple_host) out=$(QWENC=build-cuda/qwenc bash tests/gpu/ple_host.sh 2>&1) ;;
+        split) out=$(QWENC=build-cuda/qwenc bash tests/gpu/split.sh 2>&1) ;;
         synth_check) out=$(QWENC=build-cuda/qwenc BUILD=build-cuda bash tests/gpu/synth_check.sh 2>&1) ;;
         fusions) out=$(bash tests/gpu/fusions.sh 2>&1) ;;
         *) out=$("build-cuda/tests/gpu/$p" 2>&1) ;;

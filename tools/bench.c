@@ -366,6 +366,9 @@ typedef struct {
     char kernels[16];
     double bw, bound; /* bytes/s (0: not measured), decode tok/s */
     qwenc_device_info dev; /* a GPU's (dev.name empty on the CPU): bw is its memory's */
+    int n_gpus;            /* the experts split over GPUs (--gpus): each GPU's memory, the exchanges' time a token */
+    qwenc_gpu_info gpu[8];
+    double xchg_us;
 } bench_cfg;
 
 typedef struct {
@@ -429,6 +432,20 @@ static void print_table(const bench_run *b) {
         if (c->dev.name[0])
             printf("device          %s: %.1f of %.1f GiB free after the run\n", c->dev.name,
                    c->dev.free_bytes / 1073741824.0, c->dev.total_bytes / 1073741824.0);
+        for (int g = 0; g < c->n_gpus; g++)
+            printf("GPU %d           device %d: %.2f GiB of weights, %.1f of %.1f GiB free after the run%s\n", g,
+                   c->gpu[g].device, c->gpu[g].weight_bytes / 1073741824.0, c->gpu[g].free_bytes / 1073741824.0,
+                   c->gpu[g].total_bytes / 1073741824.0, g ? "" : " (the experts' share and the rest of the model)");
+        if (c->n_gpus) {
+            printf("exchanges       %.1f us a decode token between the GPUs (every MoE layer's, timed alone)", c->xchg_us);
+            for (int i = 0; i < b->n_rows; i++) {
+                const bench_row *r = &b->rows[i];
+                if (r->cfg != k || !r->gen || r->np > 1 || r->draft || r->st.mean <= 0) continue;
+                printf("; %.1f %% of a tg%d token", 100.0 * c->xchg_us * 1e-6 * r->st.mean, r->n);
+                break;
+            }
+            printf("\n");
+        }
         if (c->dev.host_table_bytes)
             printf("n-gram table    %.1f GiB in pinned host memory (it did not fit beside the rest), rows read over "
                    "the bus\n", c->dev.host_table_bytes / 1073741824.0);
@@ -626,6 +643,11 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
     qwenc_model_weight_bytes(m, &b->total, &b->per_tok);
     qwenc_model_device_info(m, 1, &c->dev); /* a GPU's memory is measured while the model holds it */
     c->bw = c->dev.read_bw;
+    if (b->o->gpus && *b->o->gpus) {
+        c->n_gpus = qwenc_model_n_gpus(m) > 8 ? 8 : qwenc_model_n_gpus(m);
+        for (int g = 0; g < c->n_gpus; g++) qwenc_model_gpu_info(m, g, &c->gpu[g]);
+        c->xchg_us = qwenc_model_gpu_exchange_us(m, 1);
+    }
     b->n_cfg++;
     ok = 1;
 done:

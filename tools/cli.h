@@ -49,6 +49,7 @@ struct cli_opts {
     int bench_draft[CLI_MAX_LIST], n_bench_draft; /* bench --draft: tokens drafted per step */
     int profile;              /* --profile (bench): time every op of the timed runs */
     const char *backend;      /* --backend (NULL: auto) */
+    const char *gpus;         /* --gpus N|LIST (NULL: one GPU) */
     const char *kernels;      /* --kernels (NULL: the best for this CPU) */
     int f32_act;              /* --f32-act: quantized weights meet f32 activations */
     const char *quant;        /* --quant TYPE: quantize the weights at load (NULL: the file's types) */

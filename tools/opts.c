@@ -82,7 +82,7 @@ static const cli_cmd commands[] = {
 #define N_COMMANDS (int)(sizeof(commands) / sizeof(commands[0]))
 
 typedef enum {
-    O_HELP, O_VERSION, O_MODEL, O_TOKENIZER, O_THREADS, O_THREADS_LIST, O_BACKEND, O_KERNELS, O_QUANT, O_F32ACT, O_CTX, O_BATCH,
+    O_HELP, O_VERSION, O_MODEL, O_TOKENIZER, O_THREADS, O_THREADS_LIST, O_BACKEND, O_GPUS, O_SPLIT, O_KERNELS, O_QUANT, O_F32ACT, O_CTX, O_BATCH,
     O_PROMPT, O_FILE, O_NPREDICT, O_CHAT, O_SYSTEM, O_NOTHINK, O_STOP, O_ESCAPE, O_NOESCAPE, O_NODISPLAY,
     O_SPECIAL, O_CTXSHIFT, O_DRAFT, O_DRAFT_SRC, O_DRAFT_SAMPLE, O_NO_MTP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
     O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_BENCH_DRAFT, O_REPS, O_JSON, O_PROFILE,
@@ -248,6 +248,12 @@ static const opt_def options[] = {
      "where the model runs: auto (default: the GPU when there is one and\n"
      "the model fits, else the CPU), cpu, cuda, or cpu-guard (the CPU with\n"
      "activations and state inaccessible outside the backend: a test mode)"},
+    {O_GPUS, "--gpus", C_LOAD, "N|LIST",
+     "spread the routed experts over N GPUs (devices 0..N-1) or the listed\n"
+     "device ids (0,1,3): NCCL between them, the logits of one GPU"},
+    {O_SPLIT, "--split", C_LOAD, "HOW",
+     "how --gpus divides the model: expert (the default and, for now, the\n"
+     "only one: routed experts spread, the rest on the first GPU)"},
     {O_KERNELS, "--kernels", C_LOAD, "NAME",
      "CPU kernels: auto (default: the best for this CPU), amx, avx512,\n"
      "avx2, neon, scalar, ref (the scalar reference, one thread)"},
@@ -495,6 +501,17 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
             return 0;
         }
         o->backend = v;
+        return 1;
+    case O_GPUS: o->gpus = v; return 1;
+    case O_SPLIT:
+        if (!strcmp(v, "layer")) {
+            fprintf(stderr, "qwenc: %s layer (layers over the GPUs) is not built yet; %s expert spreads the routed experts\n", opt, opt);
+            return 0;
+        }
+        if (strcmp(v, "expert")) {
+            fprintf(stderr, "qwenc: %s expects expert, got \"%s\"\n", opt, v);
+            return 0;
+        }
         return 1;
     case O_KERNELS: o->kernels = v; return 1;
     case O_QUANT: o->quant = v; return 1;

@@ -48,6 +48,7 @@ qwenc_model *cli_load_model(const cli_opts *o) {
     mp.n_threads = o->threads;
     mp.kernels = o->kernels;
     mp.backend = o->backend;
+    mp.gpus = o->gpus;
     mp.f32_activations = o->f32_act;
     mp.quant = o->quant;
     mp.no_draft_head = o->no_mtp;

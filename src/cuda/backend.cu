@@ -11,6 +11,9 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#if QWC_NCCL
+#include <nccl.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,11 +69,27 @@ struct qwc {
     const float *q8_made_y; /* or of these n floats, written by a kernel when qwc_writes was q8_made_at */
     int64_t q8_made_n;
     unsigned long long q8_made_at;
+    /* the routed experts split over ranks (qw_backend_cuda_split): rank[0] is this backend, the others are backends
+     * of their own (root: rank 0) that hold their experts and run them; copies: some ranks share a device, and
+     * the exchanges are device copies (NCCL takes one rank a device) */
+    int n_rank, copies;
+    qwc *rank[QWC_MAX_RANKS];
+    qwc *root;
+#if QWC_NCCL
+    ncclComm_t comm[QWC_MAX_RANKS];
+#endif
+    cudaEvent_t ev;   /* this rank's fork and join point (rank 0: the fork, a peer: its join) */
+    void *ep_buf;     /* this rank's exchange buffers (qwc_ep_buf), grow-only: */
+    size_t ep_bytes;
+    void **ep_old;    /* the ones it outgrew, kept for the graphs recorded with them */
+    int n_ep_old;
 };
 
 #define Q8_BYTES ((size_t)4 << 20) /* 104,857 blocks of 32: 16 tokens of 209,712 columns, 64 pairs of 52,428 */
 
 static qwc *C(const qw_backend *be) { return (qwc *)be; }
+
+const qw_backend *qwc_backend(qwc *c) { return &c->be; }
 
 cudaStream_t qwc_stream(const qwc *c) { return c->stream; }
 cublasHandle_t qwc_cublas(const qwc *c) { return c->cublas; }
@@ -298,6 +317,7 @@ static void cu_free(const qw_backend *be, void *p) {
 
 static void cu_upload(const qw_backend *be, void *dst, const void *src, size_t n) {
     QWC_WROTE();
+    if (C(be)->n_rank) QWC_CHECK(cudaSetDevice(C(be)->device)); /* a step's first op: the first GPU's thread */
     if (n) QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, C(be)->stream));
 }
 
@@ -359,7 +379,20 @@ static void cu_graph_free(const qw_backend *be, void *graph) {
 
 static void cu_release(qw_backend *be) {
     qwc *c = C(be);
+    for (int r = 1; r < c->n_rank; r++) {
+        if (c->rank[r] != c) cu_release(&c->rank[r]->be);
+    }
+#if QWC_NCCL
+    if (!c->copies)
+        for (int r = 0; r < c->n_rank; r++)
+            if (c->comm[r]) ncclCommDestroy(c->comm[r]);
+#endif
+    cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
+    if (c->ev) cudaEventDestroy(c->ev);
+    if (c->ep_buf) cudaFree(c->ep_buf);
+    for (int i = 0; i < c->n_ep_old; i++) cudaFree(c->ep_old[i]);
+    free(c->ep_old);
     for (size_t i = 0; i < c->map_cap; i++)
         if (c->map[i].host) cudaFree(c->map[i].dev);
     for (int i = 0; i < c->n_pinned; i++) cudaFreeHost(c->pinned[i]);
@@ -445,7 +478,8 @@ extern "C" void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes,
 }
 
 extern "C" void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) {
-    if (be && be->release == cu_release) C(be)->q8 = on != 0;
+    if (!be || be->release != cu_release) return;
+    for (int r = 0; r < qwc_n_rank(C(be)); r++) qwc_rank(C(be), r)->q8 = on != 0;
 }
 
 extern "C" void qw_backend_cuda_set_ple_host(qw_backend *be, int on) {
@@ -523,4 +557,212 @@ extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *
     c->be.release = cu_release;
     *out = &c->be;
     return QWENC_OK;
+}
+
+/* ---------------------------------------------------------------- the experts over several GPUs */
+
+int qwc_n_rank(const qwc *c) { return c->n_rank > 0 ? c->n_rank : 1; }
+int qwc_split(const qwc *c) { return c->n_rank > 0; }
+qwc *qwc_rank(qwc *c, int r) { return c->n_rank > 0 ? c->rank[r] : c; }
+void qwc_set_device(const qwc *c) { QWC_CHECK(cudaSetDevice(c->device)); }
+
+void *qwc_ep_buf(qwc *c, size_t bytes) {
+    if (bytes <= c->ep_bytes) return c->ep_buf;
+    if (c->capturing || (c->root && c->root->capturing))
+        qwc_die(__FILE__, __LINE__, "qwc_ep_buf", "an exchange buffer must grow while a graph is recorded");
+    if (c->ep_buf) { /* graphs recorded with it may still run: kept until the backend goes */
+        void **o = (void **)realloc(c->ep_old, (size_t)(c->n_ep_old + 1) * sizeof(void *));
+        if (!o) qwc_die(__FILE__, __LINE__, "qwc_ep_buf", "out of host memory");
+        c->ep_old = o;
+        c->ep_old[c->n_ep_old++] = c->ep_buf;
+        c->ep_buf = NULL;
+    }
+    size_t n = bytes + bytes / 2;
+    if (cudaMalloc(&c->ep_buf, n) != cudaSuccess) {
+        char m[96];
+        snprintf(m, sizeof(m), "out of device memory for %zu bytes of exchange buffers", n);
+        qwc_die(__FILE__, __LINE__, "cudaMalloc", m);
+    }
+    c->ep_bytes = n;
+    return c->ep_buf;
+}
+
+void qwc_fork(qwc *c) {
+    QWC_CHECK(cudaEventRecord(c->ev, c->stream));
+    for (int r = 1; r < c->n_rank; r++) QWC_CHECK(cudaStreamWaitEvent(c->rank[r]->stream, c->ev, 0));
+}
+
+void qwc_join(qwc *c) {
+    for (int r = 1; r < c->n_rank; r++) {
+        qwc *p = c->rank[r];
+        QWC_CHECK(cudaSetDevice(p->device));
+        QWC_CHECK(cudaEventRecord(p->ev, p->stream));
+    }
+    QWC_CHECK(cudaSetDevice(c->device));
+    for (int r = 1; r < c->n_rank; r++) QWC_CHECK(cudaStreamWaitEvent(c->stream, c->rank[r]->ev, 0));
+}
+
+#if QWC_NCCL
+#define QWC_NCCL_CHECK(x)                                                                                         \
+    do {                                                                                                          \
+        ncclResult_t r_ = (x);                                                                                    \
+        if (r_ != ncclSuccess) qwc_die(__FILE__, __LINE__, #x, ncclGetErrorString(r_));                          \
+    } while (0)
+#endif
+
+void qwc_bcast(qwc *c, void *const *buf, size_t bytes, void *const *buf2, size_t bytes2) {
+    QWC_WROTE();
+    if (c->copies) { /* after qwc_fork: each peer copies on its own stream */
+        for (int r = 1; r < c->n_rank; r++) {
+            QWC_CHECK(cudaMemcpyAsync(buf[r], buf[0], bytes, cudaMemcpyDeviceToDevice, c->rank[r]->stream));
+            if (buf2) QWC_CHECK(cudaMemcpyAsync(buf2[r], buf2[0], bytes2, cudaMemcpyDeviceToDevice, c->rank[r]->stream));
+        }
+        return;
+    }
+#if QWC_NCCL
+    QWC_NCCL_CHECK(ncclGroupStart()); /* one launch a rank for both */
+    for (int r = 0; r < c->n_rank; r++) {
+        QWC_NCCL_CHECK(ncclBroadcast(buf[0], buf[r], bytes, ncclUint8, 0, c->comm[r], c->rank[r]->stream));
+        if (buf2) QWC_NCCL_CHECK(ncclBroadcast(buf2[0], buf2[r], bytes2, ncclUint8, 0, c->comm[r], c->rank[r]->stream));
+    }
+    QWC_NCCL_CHECK(ncclGroupEnd());
+#endif
+}
+
+/* buf[0] += buf[r] (r >= 1): the copies' way, on rank 0's stream after qwc_join */
+__global__ void k_ep_add(float *y, const float *x, int64_t n) {
+    QWC_PDL_ENTRY();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+void qwc_reduce_sum(qwc *c, float *const *buf, size_t n) {
+    if (c->copies) {
+        qwc_join(c);
+        for (int r = 1; r < c->n_rank; r++) {
+            qwc_launch(k_ep_add, qwc_blocks((int64_t)n, 256), 256, 0, c->stream, buf[0], (const float *)buf[r], (int64_t)n);
+            QWC_LAUNCHED();
+        }
+        return;
+    }
+    QWC_WROTE();
+#if QWC_NCCL
+    QWC_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < c->n_rank; r++)
+        QWC_NCCL_CHECK(ncclReduce(buf[r], buf[0], n, ncclFloat, ncclSum, 0, c->comm[r], c->rank[r]->stream));
+    QWC_NCCL_CHECK(ncclGroupEnd());
+#endif
+    qwc_join(c);
+}
+
+extern "C" qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, char *err, size_t errlen) {
+    if (!be || be->release != cu_release)
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--gpus: not a CUDA backend");
+    qwc *c = C(be);
+    if (n < 1 || n > QWC_MAX_RANKS)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: between 1 and %d GPUs, not %d", QWC_MAX_RANKS, n);
+    if (c->n_rank) return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--gpus: the backend is already split");
+    if (devices[0] != c->device)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: the first GPU must be the backend's (%d)", c->device);
+    int count = 0;
+    cudaGetDeviceCount(&count);
+    int copies = 0;
+    for (int r = 0; r < n; r++) {
+        if (devices[r] < 0 || devices[r] >= count)
+            return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: there is no CUDA device %d (%d visible)", devices[r], count);
+        for (int q = 0; q < r; q++) copies |= devices[q] == devices[r];
+    }
+#if !QWC_NCCL
+    if (!copies && n > 1)
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                      "--gpus: this qwenc was built without NCCL (the CUDA toolkit's nccl.h was not found at build time)");
+#endif
+    c->rank[0] = c;
+    c->copies = copies;
+    qwenc_status st = QWENC_OK;
+    QWC_CHECK(cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming));
+    for (int r = 1; r < n && !st; r++) {
+        qw_backend *pb = NULL;
+        st = qw_backend_cuda_new(devices[r], &pb, err, errlen);
+        if (st) break;
+        qwc *p = C(pb);
+        p->root = c;
+        p->q8 = c->q8;
+        QWC_CHECK(cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming));
+        c->rank[r] = p;
+        c->n_rank = r + 1;
+    }
+#if QWC_NCCL
+    if (!st && !copies) {
+        ncclResult_t nr = ncclCommInitAll(c->comm, n, devices);
+        if (nr != ncclSuccess) {
+            memset(c->comm, 0, sizeof(c->comm));
+            st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--gpus: NCCL could not join the GPUs: %s (%s)",
+                        ncclGetErrorString(nr), ncclGetLastError(NULL));
+        }
+    }
+#endif
+    QWC_CHECK(cudaSetDevice(c->device));
+    c->n_rank = n;
+    if (st) { /* back to one GPU */
+        for (int r = 1; r < n; r++)
+            if (c->rank[r]) cu_release(&c->rank[r]->be), c->rank[r] = NULL;
+        c->n_rank = 0;
+        return st;
+    }
+    return QWENC_OK;
+}
+
+extern "C" int qw_backend_cuda_ranks(const qw_backend *be) {
+    return be && be->release == cu_release ? qwc_n_rank(C(be)) : 0;
+}
+
+extern "C" void qw_backend_cuda_rank_info(const qw_backend *be, int r, int *device, size_t *free_bytes,
+                                          size_t *total_bytes, size_t *weight_bytes) {
+    *device = -1, *free_bytes = *total_bytes = *weight_bytes = 0;
+    if (!be || be->release != cu_release || r < 0 || r >= qwc_n_rank(C(be))) return;
+    qwc *c = qwc_rank(C(be), r);
+    *device = c->device;
+    *weight_bytes = c->weight_bytes + c->region_bytes;
+    QWC_CHECK(cudaSetDevice(c->device));
+    cudaMemGetInfo(free_bytes, total_bytes);
+    QWC_CHECK(cudaSetDevice(C(be)->device));
+}
+
+extern "C" double qw_backend_cuda_exchange_us(qw_backend *be, int n_tok, int H, int k, int n_layers) {
+    if (!be || be->release != cu_release || !qwc_split(C(be)) || n_layers < 1) return 0;
+    qwc *c = C(be);
+    const int N = c->n_rank;
+    const size_t xb = ((size_t)n_tok * H * 4 + 255) / 256 * 256, sb = ((size_t)n_tok * k * 4 + 255) / 256 * 256;
+    const size_t ob = (size_t)n_tok * k * H * 4;
+    void *xs[QWC_MAX_RANKS], *ss[QWC_MAX_RANKS];
+    float *os[QWC_MAX_RANKS];
+    for (int r = 0; r < N; r++) {
+        qwc *p = c->rank[r];
+        QWC_CHECK(cudaSetDevice(p->device));
+        char *b = (char *)qwc_ep_buf(p, xb + sb + ob);
+        QWC_CHECK(cudaMemsetAsync(b, 0, xb + sb + ob, p->stream));
+        xs[r] = b, ss[r] = b + xb, os[r] = (float *)(b + xb + sb);
+    }
+    QWC_CHECK(cudaSetDevice(c->device));
+    cudaEvent_t a, z;
+    QWC_CHECK(cudaEventCreate(&a));
+    QWC_CHECK(cudaEventCreate(&z));
+    float best = 0;
+    for (int pass = 0; pass < 4; pass++) { /* the first warms up; the best of the rest */
+        QWC_CHECK(cudaEventRecord(a, c->stream));
+        for (int l = 0; l < n_layers; l++) { /* a MoE layer's exchanges: x and the routing out, the experts' rows back */
+            qwc_fork(c);
+            qwc_bcast(c, xs, (size_t)n_tok * H * 4, ss, (size_t)n_tok * k * 4);
+            qwc_reduce_sum(c, os, (size_t)n_tok * k * H);
+        }
+        QWC_CHECK(cudaEventRecord(z, c->stream));
+        QWC_CHECK(cudaEventSynchronize(z));
+        float ms = 0;
+        QWC_CHECK(cudaEventElapsedTime(&ms, a, z));
+        if (pass && (best == 0 || ms < best)) best = ms;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(z);
+    return best * 1e3;
 }

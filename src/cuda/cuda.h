@@ -40,4 +40,22 @@ qwenc_status qw_backend_cuda_weights_adopt(qw_backend *be, const void *keys, siz
  * the same bytes to read). Deterministic in seed; asynchronous (on the backend's stream). */
 void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type type, size_t bytes, uint64_t seed);
 
+#define QW_MAX_GPUS 8 /* the most GPUs a model spreads over */
+
+/* The routed experts over n GPUs (devices[0] is the backend's own): rank r holds and runs experts
+ * [r E / n, (r + 1) E / n) of every MoE layer (its weights uploaded there the first time they run); the rest of the
+ * model stays on the first. Each MoE layer sends x and the routing to the other ranks and adds their experts'
+ * output rows into the first's (NCCL broadcast and reduce; each row comes from one rank and zeros, so the sum is
+ * that row: the bits of one GPU). A device listed twice gives ranks that share it and exchange by device copies
+ * (NCCL takes one rank a device): the split tested on one GPU. */
+qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, char *err, size_t errlen);
+/* The ranks (1 when not split; 0 when not a CUDA backend), and rank r's device, free and total memory and the
+ * bytes of weights it holds. */
+int qw_backend_cuda_ranks(const qw_backend *be);
+void qw_backend_cuda_rank_info(const qw_backend *be, int r, int *device, size_t *free_bytes, size_t *total_bytes,
+                               size_t *weight_bytes);
+/* Microseconds of n_layers MoE layers' exchanges of an n_tok-token step (x [n_tok][H] and the routing [n_tok][k]
+ * out, the rows [n_tok k][H] back), timed alone: the best of three (0 when not split). */
+double qw_backend_cuda_exchange_us(qw_backend *be, int n_tok, int H, int k, int n_layers);
+
 #endif

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 extern "C" {
+#include "cuda/cuda.h"
 #include "kernels/ops.h"
 #include "kernels/q8a.h"
 #include "tensor/quant.h"
@@ -72,6 +73,28 @@ void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_ro
 qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row);
 void qwc_q8_made(qwc *c, const float *y, int64_t n);
 int qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
+
+/* ---- the routed experts over several GPUs (backend.cu; qw_backend_cuda_split). Rank 0 is the backend the model
+ * runs on; each other rank is a backend of its own on its GPU (or the same GPU: the copies' way, for tests), which
+ * holds and runs its range of experts. Rank 0's thread drives them all: qwc_set_device before a rank's launches,
+ * and back to rank 0's after. The exchanges: NCCL (one communicator a rank, calls grouped), or device copies
+ * when ranks share a device. */
+#define QWC_MAX_RANKS QW_MAX_GPUS
+int qwc_n_rank(const qwc *c); /* 1: not split */
+int qwc_split(const qwc *c);  /* 1: split (qw_backend_cuda_split), maybe over one rank */
+qwc *qwc_rank(qwc *c, int r);
+const qw_backend *qwc_backend(qwc *c);
+void qwc_set_device(const qwc *c);
+/* At least bytes of the rank's exchange memory (grow-only; never while a graph is recorded) */
+void *qwc_ep_buf(qwc *c, size_t bytes);
+/* the other ranks' streams wait for rank 0's work so far; rank 0's for theirs */
+void qwc_fork(qwc *c);
+void qwc_join(qwc *c);
+/* buf[r] (rank r's memory, r < qwc_n_rank) receives rank 0's buf[0], and buf2[r] buf2[0] (buf2 NULL: none), after
+ * qwc_fork */
+void qwc_bcast(qwc *c, void *const *buf, size_t bytes, void *const *buf2, size_t bytes2);
+/* buf[0] = the sum over the ranks of buf[r] (n floats); then qwc_join */
+void qwc_reduce_sum(qwc *c, float *const *buf, size_t n);
 
 /* ---- quant.cu: weights of every type qwenc reads (F32, F16, BF16 and the 10 block-quantized types of
  * tensor/quant.h), dequantized on the device exactly as tensor/quant.c and quant_k.c do on the host (the same

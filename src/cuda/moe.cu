@@ -139,18 +139,23 @@ static moe_layout layout_of(int T, int k, int E, int H, int I, int Is) {
     return l;
 }
 
+/* Split over GPUs (qw_backend_cuda_split): the layout (its shared expert's parts), then rank 0's own experts' layout,
+ * then the rows by pair that the ranks' rows are added into. */
 static size_t cu_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, int I, int Is) {
-    (void)be;
-    return layout_of(n_tok, k, E, H, I, Is).total;
+    size_t n = layout_of(n_tok, k, E, H, I, Is).total;
+    if (qwc_split(qwc_of(be))) n += layout_of(n_tok, k, E, H, I, 0).total + up256((size_t)n_tok * k * H * sizeof(float));
+    return n;
 }
 
 /* few rows: pair p's matrices (gate mats[p], up mats[P + p], down mats[2P + p]) and its token's row (xin[p], and
  * xin[P + p] when dup); pairs R .. P-1 are the shared expert's (sh: its gate, up and down), token p - R. xq (not
  * NULL, H a multiple of 32): the rows' 8-bit rounding too. lg (not NULL): the routing first, by warp 0 of each
- * routed pair's block for its token (k_moe_route's operations), the pair writing its own slot of sel and wt. */
+ * routed pair's block for its token (k_moe_route's operations), the pair writing its own slot of sel and wt. tab:
+ * the matrices of experts lo .. lo + n_own - 1 ([3][n_own]); a pair of another expert gets NULL (its products
+ * zeros: another GPU runs it). */
 __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32_t *sel, float *wt, const float *lg,
                             int norm, const void *const *tab, int R, int P, int k, int E, int H, const void *const *sh,
-                            int dup, qw_q8a *xq) {
+                            int dup, qw_q8a *xq, int lo, int n_own) {
     QWC_PDL_ENTRY();
     extern __shared__ float rp[]; /* routing: p [E], then taken [E] bytes */
     __shared__ int32_t ids[64];
@@ -163,9 +168,10 @@ __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32
         __syncthreads();
         if (threadIdx.x == 0) sel[p] = ids[p % k], wt[p] = wts[p % k];
     }
-    if (threadIdx.x == 0) {
-        const int e = p < R ? (lg ? ids[p % k] : sel[p]) : 0;
-        for (int j = 0; j < 3; j++) mats[j * P + p] = p < R ? tab[j * E + e] : sh[j];
+    if (threadIdx.x == 0) { /* tab holds experts lo .. lo + n_own - 1; another's pair gets no matrix (zeros) */
+        const int e = p < R ? (lg ? ids[p % k] : sel[p]) - lo : 0;
+        const bool own = e >= 0 && e < n_own;
+        for (int j = 0; j < 3; j++) mats[j * P + p] = p < R ? (own ? tab[j * n_own + e] : NULL) : sh[j];
     }
     const float *src = x + (int64_t)t * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x) { /* H % 32 == 0 when xq: whole warps */
@@ -182,13 +188,13 @@ __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32
 /* many rows: expert e's rows in token order. A block per expert counts its pairs, one thread makes the offsets,
  * then a block per expert walks the pairs 256 at a time and places its own at their ranks (warp ballots): the
  * order of a serial pass, in O(R / 256) steps per expert. */
-__global__ void k_moe_group(int32_t *offs, const int32_t *sel, int R) {
+__global__ void k_moe_group(int32_t *offs, const int32_t *sel, int R, int lo) {
     QWC_PDL_ENTRY();
-    const int e = blockIdx.x; /* offs[e+1] first holds expert e's count */
+    const int e = blockIdx.x; /* expert lo + e; offs[e+1] first holds its count */
     int n = 0;
     for (int p0 = 0; p0 < R; p0 += blockDim.x) {
         const int p = p0 + threadIdx.x;
-        n += __syncthreads_count(p < R && sel[p] == e);
+        n += __syncthreads_count(p < R && sel[p] == lo + e);
     }
     if (threadIdx.x == 0) offs[e + 1] = n;
 }
@@ -198,14 +204,14 @@ __global__ void k_moe_scan(int32_t *offs, int E) {
     offs[0] = 0;
     for (int e = 0; e < E; e++) offs[e + 1] += offs[e];
 }
-__global__ void k_moe_place(int32_t *order, int32_t *rowpos, const int32_t *offs, const int32_t *sel, int R) {
+__global__ void k_moe_place(int32_t *order, int32_t *rowpos, const int32_t *offs, const int32_t *sel, int R, int lo) {
     QWC_PDL_ENTRY();
     __shared__ int wsum[32];
     const int e = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int base = offs[e];
     for (int p0 = 0; p0 < R; p0 += blockDim.x) {
         const int p = p0 + threadIdx.x;
-        const bool mine = p < R && sel[p] == e;
+        const bool mine = p < R && sel[p] == lo + e;
         const unsigned b = __ballot_sync(0xffffffffu, mine);
         if (lane == 0) wsum[wid] = __popc(b);
         __syncthreads();
@@ -223,11 +229,19 @@ __global__ void k_moe_place(int32_t *order, int32_t *rowpos, const int32_t *offs
         __syncthreads(); /* wsum is written again */
     }
 }
-__global__ void k_moe_gather(float *xin, const float *x, const int32_t *order, int k, int H) {
+__global__ void k_moe_gather(float *xin, const float *x, const int32_t *order, int k, int H, const int32_t *end) {
     QWC_PDL_ENTRY();
     int r = blockIdx.x;
+    if (r >= *end) return; /* the rows of the experts grouped (end: their offsets' last) */
     const float *src = x + (int64_t)(order[r] / k) * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x) xin[(int64_t)r * H + i] = src[i];
+}
+
+/* outp [R][H] by pair: the grouped row of pair p (rowpos[p]), zeros for a pair no expert here took (rowpos -1) */
+__global__ void k_moe_scatter(float *outp, const float *out, const int32_t *rowpos, int H) {
+    QWC_PDL_ENTRY();
+    const int p = blockIdx.x, r = rowpos[p];
+    for (int i = threadIdx.x; i < H; i += blockDim.x) outp[(int64_t)p * H + i] = r >= 0 ? out[(int64_t)r * H + i] : 0.0f;
 }
 
 /* y[t] = (shared ? s[t] * sg[t] : 0) + the token's routed outputs in ascending expert order, s the shared expert's
@@ -296,10 +310,158 @@ static int grouped_mmq(qwc *c, const qw_ffn_w *experts, int E, int64_t H, int64_
     return 1;
 }
 
+/* The shared expert's own products: its output into y, its gate's logit (or sigmoid) into sg; sgt, sup [T][Is]. */
+static void shared_products(const qw_backend *be, float *y, float *sg, float *sgt, float *sup, const float *x, int T,
+                            const qw_ffn_w *shared, const qw_tensor *shared_gate) {
+    qw_matmul_job j[2] = {{sgt, &shared->gate, x, T}, {sup, &shared->up, x, T}};
+    be->matmul_batch(be, j, 2);
+    be->act_mul(be, sgt, sgt, sup, (int64_t)T * shared->gate.shape[0], QW_ACT_SILU);
+    be->matmul(be, y, &shared->down, sgt, T);
+    if (shared_gate) {
+        be->matmul(be, sg, shared_gate, x, T);
+        if (!QWC_MOE_GATE_IN_COMBINE) be->sigmoid(be, sg, T);
+    }
+}
+
+/* One rank's experts lo .. lo + n - 1 (c: that rank, its device current; c0: rank 0) for the pairs of sel (x
+ * [T][H], sel [T k], in c's memory): outp [T k][H] by pair, zeros for the pairs of other experts. work:
+ * layout_of(T, k, n, H, I, 0) bytes. The same products as one GPU's (pairs up to PAIRS_MAX rows, else grouped):
+ * each row the bits it has there. */
+static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int32_t *sel, int T, int k,
+                         const qw_ffn_w *experts, int lo, int n, int64_t H, int64_t I, char *w) {
+    const qw_backend *be = qwc_backend(c);
+    cudaStream_t st = qwc_stream(c);
+    const int R = T * k;
+    if (n <= 0) {
+        QWC_WROTE();
+        QWC_CHECK(cudaMemsetAsync(outp, 0, (size_t)R * H * sizeof(float), st));
+        return;
+    }
+    const moe_layout l = layout_of(T, k, n, (int)H, (int)I, 0);
+    float *xin = (float *)(w + l.xin), *g = (float *)(w + l.g), *u = (float *)(w + l.u), *out = (float *)(w + l.out);
+    const qw_ffn_w *ex = experts + lo, *e0 = &ex[0];
+    const void *const *tab = expert_table(c, ex, n);
+    if (R <= PAIRS_MAX) {
+        const qw_type tg = e0->gate.type, tu = e0->up.type, td = e0->down.type;
+        size_t cap = 0;
+        qwc_q8_buf(c, &cap);
+        const int64_t q8w = (int64_t)sizeof(qw_q8a) * (H > I ? H : I) / 32;
+        const int one = tg == tu && 2 * R * q8w <= (int64_t)cap;
+        const void **mats = (const void **)(w + l.mats);
+        float *uu = g + (int64_t)R * I;
+        const int64_t nx = (int64_t)(one ? 2 * R : R) * H;
+        qw_q8a *xq = qwc_q8_for(c, nx, H);
+        qwc_launch(k_moe_pairs, R, 256, 0, st, mats, xin, x, (int32_t *)sel, (float *)NULL, (const float *)NULL, 0, tab,
+                   R, R, k, n, (int)H, (const void *const *)NULL, one, xq, lo, n);
+        QWC_LAUNCHED();
+        if (xq) qwc_q8_made(c, xin, nx);
+        qwc_q8_keep(c, 0);
+        if (one) {
+            qwc_matmul_pairs(c, g, mats, tg, I, H, xin, H, 2 * R);
+        } else {
+            qwc_matmul_pairs(c, g, mats, tg, I, H, xin, H, R);
+            qwc_q8_keep(c, 1);
+            qwc_matmul_pairs(c, uu, mats + R, tu, I, H, xin, H, R);
+            qwc_q8_keep(c, 0);
+        }
+        be->act_mul(be, g, g, uu, (int64_t)R * I, QW_ACT_SILU);
+        qwc_matmul_pairs(c, outp, mats + 2 * R, td, H, I, g, I, R); /* another's pairs: zeros */
+        return;
+    }
+    int32_t *order = (int32_t *)(w + l.order), *offs = (int32_t *)(w + l.offs), *rowpos = (int32_t *)(w + l.rowpos);
+    QWC_WROTE();
+    QWC_CHECK(cudaMemsetAsync(rowpos, 0xff, (size_t)R * sizeof(int32_t), st)); /* -1: not here */
+    qwc_launch(k_moe_group, n, 256, 0, st, offs, sel, R, lo);
+    qwc_launch(k_moe_scan, 1, 1, 0, st, offs, n);
+    qwc_launch(k_moe_place, n, 256, 0, st, order, rowpos, offs, sel, R, lo);
+    qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H, (const int32_t *)offs + n);
+    QWC_LAUNCHED();
+    if (grouped_mmq(c, ex, n, H, I)) {
+        int32_t *tiles = (int32_t *)(w + l.tiles);
+        qw_q8a *xq = (qw_q8a *)(w + l.xq);
+        qwc_mmq_tiles(c, tiles, offs, n);
+        qwc_q8a_rows(c, xq, xin, H, H, R); /* rows past the grouped ones are rounded and never read */
+        qwc_mmq_grouped(c, g, I, tab, e0->gate.type, I, H, xq, offs, tiles, n, R);
+        qwc_mmq_grouped(c, u, I, tab + n, e0->up.type, I, H, xq, offs, tiles, n, R);
+        be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
+        qwc_q8a_rows(c, xq, g, I, I, R);
+        qwc_mmq_grouped(c, out, H, tab + 2 * n, e0->down.type, H, I, xq, offs, tiles, n, R);
+    } else {
+        if (qwc_capture_spoil(c0)) return; /* the group sizes cannot come to the host inside a graph */
+        int32_t *ho = (int32_t *)qw_malloc((size_t)n + 1, sizeof(int32_t));
+        if (!ho) qwc_die(__FILE__, __LINE__, "moe_ffn", "out of host memory");
+        be->download(be, ho, offs, ((size_t)n + 1) * sizeof(int32_t));
+        for (int e = 0; e < n; e++) {
+            const int m = ho[e + 1] - ho[e];
+            if (!m) continue;
+            qw_matmul_job j[2] = {{g + (int64_t)ho[e] * I, &ex[e].gate, xin + (int64_t)ho[e] * H, m},
+                                  {u + (int64_t)ho[e] * I, &ex[e].up, xin + (int64_t)ho[e] * H, m}};
+            be->matmul_batch(be, j, 2);
+        }
+        be->act_mul(be, g, g, u, (int64_t)ho[n] * I, QW_ACT_SILU);
+        for (int e = 0; e < n; e++) {
+            const int m = ho[e + 1] - ho[e];
+            if (m) be->matmul(be, out + (int64_t)ho[e] * H, &ex[e].down, g + (int64_t)ho[e] * I, m);
+        }
+        free(ho);
+    }
+    qwc_launch(k_moe_scatter, R, 256, 0, st, outp, (const float *)out, (const int32_t *)rowpos, (int)H);
+    QWC_LAUNCHED();
+}
+
+/* The MoE split over the ranks (qw_backend_cuda_split): the routing on rank 0; x and the routing sent to the
+ * others; each rank's experts (rank r: experts r E / N .. (r + 1) E / N - 1) into rows by pair, zeros elsewhere;
+ * the rows summed into rank 0's (each row from one rank and zeros: that row exactly) while rank 0 runs the shared
+ * expert; then the combine of one GPU, in the order of the expert ids. */
+static void split_moe_ffn(qwc *c, float *y, const float *x, int32_t *sel, float *wt, float *logits, int norm, int T,
+                          int k, const qw_ffn_w *experts, int E, const qw_ffn_w *shared, const qw_tensor *shared_gate,
+                          void *work) {
+    const qw_backend *be = qwc_backend(c);
+    const int N = qwc_n_rank(c), R = T * k;
+    const int64_t H = experts[0].down.shape[0], I = experts[0].gate.shape[0], Is = shared ? shared->gate.shape[0] : 0;
+    const moe_layout full = layout_of(T, k, E, (int)H, (int)I, (int)Is), own = layout_of(T, k, E, (int)H, (int)I, 0);
+    char *w = (char *)work;
+    float *sgt = (float *)(w + full.sgt), *sup = (float *)(w + full.sup), *sg = (float *)(w + full.sg);
+    if (logits) cu_moe_route(be, sel, wt, logits, T, E, k, norm);
+    if (k > 64) qwc_die(__FILE__, __LINE__, "moe_ffn", "more than 64 experts per token");
+    const size_t xb = up256((size_t)T * H * sizeof(float)), sb = up256((size_t)R * sizeof(int32_t));
+    const size_t ob = up256((size_t)R * H * sizeof(float));
+    void *xs[QWC_MAX_RANKS], *ss[QWC_MAX_RANKS];
+    float *os[QWC_MAX_RANKS];
+    char *ws[QWC_MAX_RANKS];
+    xs[0] = (void *)x, ss[0] = sel, ws[0] = w + full.total, os[0] = (float *)(w + full.total + own.total);
+    for (int r = 1; r < N; r++) {
+        qwc *p = qwc_rank(c, r);
+        qwc_set_device(p);
+        char *b = (char *)qwc_ep_buf(p, xb + sb + ob + own.total);
+        xs[r] = b, ss[r] = b + xb, os[r] = (float *)(b + xb + sb), ws[r] = b + xb + sb + ob;
+    }
+    qwc_set_device(c);
+    qwc_fork(c);
+    qwc_bcast(c, xs, (size_t)T * H * sizeof(float), ss, (size_t)R * sizeof(int32_t));
+    for (int r = N - 1; r >= 0; r--) { /* the others' first: rank 0's own run while theirs do */
+        qwc *p = qwc_rank(c, r);
+        const int lo = (int)((int64_t)r * E / N), hi = (int)((int64_t)(r + 1) * E / N);
+        qwc_set_device(p);
+        rank_experts(c, p, os[r], (const float *)xs[r], (const int32_t *)ss[r], T, k, experts, lo, hi - lo, H, I, ws[r]);
+    }
+    qwc_set_device(c);
+    if (shared) shared_products(be, y, sg, sgt, sup, x, T, shared, shared_gate);
+    qwc_reduce_sum(c, os, (size_t)R * H);
+    qwc_launch(k_moe_combine, dim3(qwc_blocks(H, 256), T), 256, 0, qwc_stream(c), y, (const float *)os[0],
+               (const int32_t *)NULL, (const int32_t *)sel, (const float *)wt, shared_gate ? (const float *)sg : (const float *)NULL,
+               QWC_MOE_GATE_IN_COMBINE, shared != NULL, (const float *)NULL, k, (int)H);
+    QWC_LAUNCHED();
+}
+
 static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *sel, float *wt, float *logits, int norm,
                        int T, int k, const qw_ffn_w *experts, int E, const qw_ffn_w *shared, const qw_tensor *shared_gate,
                        void *work) {
     qwc *c = qwc_of(be);
+    if (qwc_split(c)) {
+        split_moe_ffn(c, y, x, sel, wt, logits, norm, T, k, experts, E, shared, shared_gate, work);
+        return;
+    }
     cudaStream_t st = qwc_stream(c);
     int64_t H = experts[0].down.shape[0], I = experts[0].gate.shape[0], Is = shared ? shared->gate.shape[0] : 0;
     int R = T * k;
@@ -336,7 +498,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         const int64_t nx = (int64_t)(one ? 2 * P : P) * H;
         qw_q8a *xq = qwc_q8_for(c, nx, H);
         qwc_launch(k_moe_pairs, P, 256, route_in_pairs ? route_smem : 0, st, mats, xin, x, sel, wt,
-                   route_in_pairs ? (const float *)logits : NULL, norm, tab, R, P, k, E, (int)H, sh, one, xq);
+                   route_in_pairs ? (const float *)logits : NULL, norm, tab, R, P, k, E, (int)H, sh, one, xq, 0, E);
         QWC_LAUNCHED();
         if (xq) qwc_q8_made(c, xin, nx);
         qwc_q8_keep(c, 0);
@@ -360,10 +522,10 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
     } else {
         int32_t *order = (int32_t *)(w + l.order), *offs = (int32_t *)(w + l.offs);
         rowpos = (int32_t *)(w + l.rowpos);
-        qwc_launch(k_moe_group, E, 256, 0, st, offs, sel, R);
+        qwc_launch(k_moe_group, E, 256, 0, st, offs, sel, R, 0);
         qwc_launch(k_moe_scan, 1, 1, 0, st, offs, E);
-        qwc_launch(k_moe_place, E, 256, 0, st, order, rowpos, offs, sel, R);
-        qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H);
+        qwc_launch(k_moe_place, E, 256, 0, st, order, rowpos, offs, sel, R, 0);
+        qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H, (const int32_t *)offs + E);
         QWC_LAUNCHED();
         if (grouped_mmq(c, experts, E, H, I)) { /* every expert in one launch a projection: no host round trip */
             const void *const *tab = expert_table(c, experts, E);
@@ -397,16 +559,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         free(ho);
     }
 shared_expert:
-    if (shared && !shared_out) {
-        qw_matmul_job j[2] = {{sgt, &shared->gate, x, T}, {sup, &shared->up, x, T}};
-        be->matmul_batch(be, j, 2);
-        be->act_mul(be, sgt, sgt, sup, (int64_t)T * Is, QW_ACT_SILU);
-        be->matmul(be, y, &shared->down, sgt, T);
-        if (shared_gate) {
-            be->matmul(be, sg, shared_gate, x, T);
-            if (!QWC_MOE_GATE_IN_COMBINE) be->sigmoid(be, sg, T);
-        }
-    }
+    if (shared && !shared_out) shared_products(be, y, sg, sgt, sup, x, T, shared, shared_gate);
     if (k > 64) qwc_die(__FILE__, __LINE__, "moe_ffn", "more than 64 experts per token");
     qwc_launch(k_moe_combine, dim3(qwc_blocks(H, 256), T), 256, 0, st, y, out, rowpos, sel, wt, shared_gate ? sg : NULL,
                QWC_MOE_GATE_IN_COMBINE, shared != NULL, shared_out, k, (int)H);

@@ -36,3 +36,18 @@ void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type typ
 
 void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) { (void)be, (void)on; }
 void qw_backend_cuda_set_ple_host(qw_backend *be, int on) { (void)be, (void)on; }
+
+qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, char *err, size_t errlen) {
+    (void)be, (void)devices, (void)n;
+    return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "the cuda backend is not built in");
+}
+int qw_backend_cuda_ranks(const qw_backend *be) { return (void)be, 0; }
+void qw_backend_cuda_rank_info(const qw_backend *be, int r, int *device, size_t *free_bytes, size_t *total_bytes,
+                               size_t *weight_bytes) {
+    (void)be, (void)r;
+    *device = -1, *free_bytes = *total_bytes = *weight_bytes = 0;
+}
+double qw_backend_cuda_exchange_us(qw_backend *be, int n_tok, int H, int k, int n_layers) {
+    (void)be, (void)n_tok, (void)H, (void)k, (void)n_layers;
+    return 0;
+}

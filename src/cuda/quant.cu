@@ -824,7 +824,7 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? MV_MINB_DECODE : 1) mv_k
     for (int r = 0; r < MV_ROWS; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    if (row0 < a.rows) {
+    if (row0 < a.rows && w) { /* a pair without its matrix (NULL: another GPU's expert) gives zeros */
         if (L::AL_OK && ((uintptr_t)w & 15) == 0 && (a.row_bytes & 15) == 0)
             mv_rows<T, NT, L::AL_OK>(a, w, row0, pair, kwi, lane, stage[warp], tbl, acc);
         else
@@ -852,8 +852,9 @@ template <int T> __global__ void __launch_bounds__(MV_THREADS) mv_any(mv_args a,
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5), pair = a.pair0 + blockIdx.y;
     if (row >= a.rows) return;
-    const uint8_t *w = (a.mats ? (const uint8_t *)a.mats[pair] : a.w) + row * a.row_bytes;
-    const int64_t ipr = (cols + 31) / 32;
+    const uint8_t *w0 = a.mats ? (const uint8_t *)a.mats[pair] : a.w;
+    const uint8_t *w = w0 + (w0 ? row * a.row_bytes : 0);
+    const int64_t ipr = w0 ? (cols + 31) / 32 : 0; /* NULL: zeros */
     for (int t = 0; t < a.n_tok; t++) {
         const float *x = a.x + pair * a.x_pair + t * a.x_tok;
         float acc = 0.0f;
@@ -929,14 +930,16 @@ template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kerne
     float *yo = a.y;
     if (a.n_jobs) w = a.jw[blockIdx.y], rows = a.jrows[blockIdx.y], yo = a.jy[blockIdx.y], pair = 0;
     if (row >= rows) return;
-    const uint8_t *r = (a.mats ? (const uint8_t *)a.mats[pair] : w) + row * a.row_bytes;
+    const uint8_t *r0 = a.mats ? (const uint8_t *)a.mats[pair] : w;
+    const uint8_t *r = r0 + (r0 ? row * a.row_bytes : 0);
+    const int64_t ng = r0 ? a.ng : 0; /* a pair without its matrix (another GPU's expert): zeros */
     if (MVQ_PREFETCH) /* the row's lines asked for at once: a lane's later groups come from L2, not HBM */
-        for (int64_t o = (int64_t)lane * 128; o < a.row_bytes; o += 32 * 128)
+        for (int64_t o = (int64_t)lane * 128; o < (r0 ? a.row_bytes : 0); o += 32 * 128)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(r + o));
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    for (int64_t g = lane; g < a.ng; g += 32) {
+    for (int64_t g = lane; g < ng; g += 32) {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= a.n_tok) break;

@@ -59,21 +59,66 @@ static void cuda_activations(qw_backend *gpu, const qwenc_model_params *mp) {
     qw_backend_cuda_set_q8_activations(gpu, CUDA_Q8_ACTIVATIONS && !mp->f32_activations);
 }
 
+/* params.gpus: "" (one GPU, device 0), "N" (devices 0 .. N-1) or "a,b,c" (those ids, repeats allowed) into devs */
+static qwenc_status parse_gpus(const char *g, int *devs, int *n, char *err, size_t errlen) {
+    *n = 0;
+    devs[0] = 0;
+    if (!g || !*g) return QWENC_OK;
+    int list = strchr(g, ',') != NULL;
+    const char *p = g;
+    while (*p) {
+        char *end = NULL;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 1023 || (*end && *end != ','))
+            return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: \"%s\" is neither a count nor a list of device ids", g);
+        if (*n == QW_MAX_GPUS)
+            return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: at most %d GPUs (\"%s\")", QW_MAX_GPUS, g);
+        devs[(*n)++] = (int)v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: \"%s\" ends with a comma", g);
+    }
+    if (!list) { /* a count */
+        int count = devs[0];
+        if (count < 1 || count > QW_MAX_GPUS)
+            return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: between 1 and %d GPUs, not %d", QW_MAX_GPUS, count);
+        for (int i = 0; i < count; i++) devs[i] = i;
+        *n = count;
+    }
+    return QWENC_OK;
+}
+
+/* The routed experts over the GPUs of params.gpus (the backend made on the first): nothing for one GPU given as
+ * "" or for a model without routed experts. */
+static qwenc_status cuda_split(qwenc_model *m, qw_backend *gpu, const int *devs, int n, char *err, size_t errlen) {
+    if (n == 0) return QWENC_OK;
+    int moe = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) moe |= m->layers[l].moe;
+    if (!moe) return QWENC_OK;
+    return qw_backend_cuda_split(gpu, devs, n, err, errlen);
+}
+
 /* "cuda": the model runs on the GPU (an error when there is none); "auto": on the GPU when there is one and the
  * weights fit in its free memory with a tenth to spare, else on the CPU. The weights stay bound on the host;
  * the GPU backend uploads each one the first time it is read. An n-gram table that does not fit beside the rest
  * stays in host memory, pinned, its rows read over the bus (QWENC_CUDA_PLE_HOST=1 / 0 forces it on / off). */
 static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, char *err, size_t errlen) {
     const char *name = mp->backend ? mp->backend : "auto";
-    if (strcmp(name, "cuda") && strcmp(name, "auto")) return QWENC_OK;
+    const int want_gpus = mp->gpus && *mp->gpus;
+    if (strcmp(name, "cuda") && strcmp(name, "auto")) {
+        if (want_gpus) return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus %s with --backend %s: the GPUs need --backend cuda", mp->gpus, name);
+        return QWENC_OK;
+    }
+    int devs[QW_MAX_GPUS], n_dev = 0;
+    qwenc_status st = parse_gpus(mp->gpus, devs, &n_dev, err, errlen);
+    if (st) return st;
     char desc[320];
     if (!qw_cuda_available(desc, sizeof(desc))) {
-        if (!strcmp(name, "auto")) return QWENC_OK;
-        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--backend cuda: %s", desc);
+        if (!strcmp(name, "auto") && !want_gpus) return QWENC_OK;
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: %s", want_gpus ? "--gpus" : "--backend cuda", desc);
     }
     qw_backend *gpu = NULL;
-    qwenc_status st = qw_backend_cuda_new(0, &gpu, err, errlen);
-    if (st) return !strcmp(name, "auto") ? QWENC_OK : st;
+    st = qw_backend_cuda_new(devs[0], &gpu, err, errlen);
+    if (st) return !strcmp(name, "auto") && !n_dev ? QWENC_OK : st;
     int64_t total = 0, per_token = 0, table = qw_model_ple_table_bytes(m);
     qwenc_model_weight_bytes(m, &total, &per_token);
     size_t free_b = 0, total_b = 0;
@@ -81,9 +126,14 @@ static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, c
     const char *force = getenv("QWENC_CUDA_PLE_HOST");
     int host_table = table > 0 && (force && *force ? strcmp(force, "0") != 0 : (double)total > 0.9 * (double)free_b);
     if (host_table) total -= table;
-    if (!strcmp(name, "auto") && (double)total > 0.9 * (double)free_b) {
+    if (!strcmp(name, "auto") && !n_dev && (double)total > 0.9 * (double)free_b) {
         gpu->release(gpu);
         return QWENC_OK;
+    }
+    st = cuda_split(m, gpu, devs, n_dev, err, errlen);
+    if (st) {
+        gpu->release(gpu);
+        return st;
     }
     qw_backend_cuda_set_ple_host(gpu, host_table);
     m->ple_host_bytes = host_table ? table : 0;
@@ -148,7 +198,11 @@ qwenc_status qwenc_model_synth(const qwenc_synth_params *sp, const char *type, c
     if (st) return st;
     m->params = mp;
     qw_backend *gpu = NULL;
-    st = model_backend(m, &mp, err, errlen);
+    if (mp.gpus && *mp.gpus)
+        st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                    "--gpus with --synth: random weights are made in one GPU's memory only; write the model with "
+                    "`qwenc synth` and load the file");
+    if (!st) st = model_backend(m, &mp, err, errlen);
     if (!st) st = qw_synth_bind(sp, m, err, errlen);
     const char *name = mp.backend ? mp.backend : "auto";
     char desc[320];
@@ -223,6 +277,26 @@ void qwenc_model_device_info(const qwenc_model *m, int measure_bw, qwenc_device_
     out->total_bytes = t;
     out->host_table_bytes = (uint64_t)m->ple_host_bytes;
     if (measure_bw) out->read_bw = qw_backend_cuda_read_bandwidth(m->be);
+}
+
+int qwenc_model_n_gpus(const qwenc_model *m) {
+    return strcmp(m->backend_name, "cuda") ? 0 : qw_backend_cuda_ranks(m->be);
+}
+
+void qwenc_model_gpu_info(const qwenc_model *m, int r, qwenc_gpu_info *out) {
+    memset(out, 0, sizeof(*out));
+    out->device = -1;
+    if (strcmp(m->backend_name, "cuda")) return;
+    size_t f = 0, t = 0, w = 0;
+    qw_backend_cuda_rank_info(m->be, r, &out->device, &f, &t, &w);
+    out->free_bytes = f, out->total_bytes = t, out->weight_bytes = w;
+}
+
+double qwenc_model_gpu_exchange_us(const qwenc_model *m, int n_tok) {
+    if (strcmp(m->backend_name, "cuda")) return 0;
+    int moe = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) moe += m->layers[l].moe;
+    return moe ? qw_backend_cuda_exchange_us(m->be, n_tok, m->hp.n_embd, m->hp.n_expert_used, moe) : 0;
 }
 
 int qwenc_model_n_threads(const qwenc_model *m) {

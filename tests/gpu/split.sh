@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The routed experts spread over GPUs (--gpus) give the bits of one GPU: every MoE fixture's logits (all tokens at
+# once: the grouped products; token by token: the pairs and the recorded graphs; the file's types and Q4_K) with
+# the split against one GPU, byte for byte; greedy text, with and without MTP drafts (steps of several tokens,
+# their own graphs); bench's per-GPU lines; a device that is not there. NCCL takes one rank per device, so on a
+# one-GPU machine the ranks share device 0 (--gpus 0,0: their exchanges are device copies) and `--gpus 1` runs the
+# NCCL path with a communicator of one rank; with 2 or more devices `--gpus 2` (and 4) run NCCL between them.
+# Run by tests/gpu_check.sh.
+source "$(dirname "$0")/../lib_cli.sh"
+B=${QWENC:-build-cuda/qwenc}
+n_dev=$(nvidia-smi -L 2>/dev/null | wc -l)
+splits="1 0,0 0,0,0 0,0,0,0,0,0,0,0"
+[ "$n_dev" -ge 2 ] && splits="$splits 2"
+[ "$n_dev" -ge 4 ] && splits="$splits 4"
+echo "devices: $n_dev; splits: $splits"
+
+for m in tiny-flash qwen4_exp qwen3_5_moe qwen3_next; do
+    model=tests/fixtures/$m
+    [ "$m" = tiny-flash ] && model=models/tiny-flash
+    T=$(cat "tests/fixtures/$m/tokens.txt")
+    quants=("")
+    case $m in tiny-flash | qwen4_exp) quants+=("--quant Q4_K") ;; esac
+    for q in "${quants[@]}"; do
+        for opt in "" "--batch 1"; do
+            # shellcheck disable=SC2086
+            if ! $B logits -m "$model" --tokens "$T" --out "$tmp/one.f32" --backend cuda $q $opt 2>"$tmp/err"; then
+                bad "$m $q $opt: one GPU failed: $(head -c 300 "$tmp/err")"
+                continue
+            fi
+            for g in $splits; do
+                # shellcheck disable=SC2086
+                $B logits -m "$model" --tokens "$T" --out "$tmp/split.f32" --backend cuda --gpus "$g" $q $opt 2>"$tmp/err" &&
+                    cmp -s "$tmp/one.f32" "$tmp/split.f32" && ok ||
+                    bad "$m $q $opt --gpus $g: not the bits of one GPU $(head -c 300 "$tmp/err")"
+            done
+        done
+    done
+done
+
+# greedy text, one token a step and with drafts of 3 from the MTP head
+for d in "" "--draft 3"; do
+    # shellcheck disable=SC2086
+    $B run -m models/tiny-flash -p "And it came to pass" -n 96 --temp 0 --backend cuda --no-display-prompt $d \
+        >"$tmp/t1" 2>/dev/null
+    for g in 1 0,0,0; do
+        # shellcheck disable=SC2086
+        $B run -m models/tiny-flash -p "And it came to pass" -n 96 --temp 0 --backend cuda --gpus "$g" \
+            --no-display-prompt $d >"$tmp/t2" 2>"$tmp/err"
+        [ -s "$tmp/t1" ] && cmp -s "$tmp/t1" "$tmp/t2" && ok || bad "greedy text $d --gpus $g: other text $(head -c 300 "$tmp/err")"
+    done
+done
+
+# bench: every GPU's memory and the exchanges' time
+$B bench -m models/tiny-flash --backend cuda --gpus 0,0 -p 16 -n 8 -r 1 >"$tmp/bench" 2>&1
+grep -q "^GPU 1 .*device 0: .* GiB of weights" "$tmp/bench" && ok || bad "bench --gpus 0,0: no line for GPU 1: $(tail -n 5 "$tmp/bench")"
+grep -qE "^exchanges +[0-9.]+ us a decode token" "$tmp/bench" && ok || bad "bench --gpus 0,0: no exchanges line: $(tail -n 5 "$tmp/bench")"
+
+# a device that is not there, and the CPU
+expect_error "--gpus past the devices" "no CUDA device $n_dev" $B logits -m models/tiny-flash --tokens 1,2 --out "$tmp/x" \
+    --backend cuda --gpus "0,$n_dev"
+expect_error "--gpus on the CPU" "need --backend cuda" $B logits -m models/tiny-flash --tokens 1,2 --out "$tmp/x" \
+    --backend cpu --gpus 2
+finish
