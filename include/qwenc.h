@@ -73,8 +73,9 @@ typedef struct {
      * so engine code that touched one would fault (a test mode; slower). */
     const char *backend;
     /* The GPUs the routed experts spread over (with backend "cuda" or "auto"): NULL or "" one GPU (device 0);
-     * "N": devices 0 .. N-1; or a list of device ids ("0,1,3"). Of n GPUs, rank r holds and runs experts
-     * r E / n .. (r + 1) E / n - 1 of every MoE layer; the rest of the model runs on the first listed. Each MoE layer
+     * "N": devices 0 .. N-1; or a list of device ids ("0,1,3"). Each GPU holds and runs a contiguous range of every
+     * MoE layer's experts, equal ranges unless the first (which also runs the rest of the model) would then be more
+     * than nine tenths full: then it takes what fits and the others share the rest. Each MoE layer
      * sends x and the routing to the others and adds their experts' rows into the first's (NCCL), so the logits are
      * one GPU's bits. A device listed twice makes ranks that share it (their exchanges are device copies: the split
      * tested on one GPU). Models without routed experts run on the first GPU alone. */

@@ -74,6 +74,7 @@ struct qwc {
      * the exchanges are device copies (NCCL takes one rank a device) */
     int n_rank, copies;
     qwc *rank[QWC_MAX_RANKS];
+    double cum[QWC_MAX_RANKS + 1]; /* rank r's experts: [E cum[r], E cum[r + 1]) rounded */
     qwc *root;
 #if QWC_NCCL
     ncclComm_t comm[QWC_MAX_RANKS];
@@ -563,6 +564,12 @@ extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *
 
 int qwc_n_rank(const qwc *c) { return c->n_rank > 0 ? c->n_rank : 1; }
 int qwc_split(const qwc *c) { return c->n_rank > 0; }
+int qwc_rank_lo(const qwc *c, int r, int E) {
+    if (r <= 0 || !c->n_rank) return 0;
+    if (r >= c->n_rank) return E;
+    const int lo = (int)(E * c->cum[r] + 0.5);
+    return lo < 0 ? 0 : lo > E ? E : lo;
+}
 qwc *qwc_rank(qwc *c, int r) { return c->n_rank > 0 ? c->rank[r] : c; }
 void qwc_set_device(const qwc *c) { QWC_CHECK(cudaSetDevice(c->device)); }
 
@@ -655,7 +662,8 @@ void qwc_reduce_sum(qwc *c, float *const *buf, size_t n) {
     qwc_join(c);
 }
 
-extern "C" qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, char *err, size_t errlen) {
+extern "C" qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, const double *share, char *err,
+                                              size_t errlen) {
     if (!be || be->release != cu_release)
         return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--gpus: not a CUDA backend");
     qwc *c = C(be);
@@ -679,6 +687,12 @@ extern "C" qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices
 #endif
     c->rank[0] = c;
     c->copies = copies;
+    double sum = 0;
+    for (int r = 0; r < n; r++) {
+        c->cum[r] = sum;
+        sum += share ? share[r] : 1.0 / n;
+    }
+    for (int r = 0; r <= n; r++) c->cum[r] = r == n ? 1.0 : c->cum[r] / sum;
     qwenc_status st = QWENC_OK;
     QWC_CHECK(cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming));
     for (int r = 1; r < n && !st; r++) {

@@ -42,13 +42,15 @@ void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type typ
 
 #define QW_MAX_GPUS 8 /* the most GPUs a model spreads over */
 
-/* The routed experts over n GPUs (devices[0] is the backend's own): rank r holds and runs experts
- * [r E / n, (r + 1) E / n) of every MoE layer (its weights uploaded there the first time they run); the rest of the
+/* The routed experts over n GPUs (devices[0] is the backend's own): rank r holds and runs the experts
+ * [E s_r, E s_(r+1)) of every MoE layer, s_r the sum of share[0 .. r-1] rounded to whole experts (share NULL:
+ * 1 / n each) (its weights uploaded there the first time they run); the rest of the
  * model stays on the first. Each MoE layer sends x and the routing to the other ranks and adds their experts'
  * output rows into the first's (NCCL broadcast and reduce; each row comes from one rank and zeros, so the sum is
  * that row: the bits of one GPU). A device listed twice gives ranks that share it and exchange by device copies
  * (NCCL takes one rank a device): the split tested on one GPU. */
-qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, char *err, size_t errlen);
+qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, const double *share, char *err,
+                                   size_t errlen);
 /* The ranks (1 when not split; 0 when not a CUDA backend), and rank r's device, free and total memory and the
  * bytes of weights it holds. */
 int qw_backend_cuda_ranks(const qw_backend *be);

@@ -83,6 +83,8 @@ int qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_
 int qwc_n_rank(const qwc *c); /* 1: not split */
 int qwc_split(const qwc *c);  /* 1: split (qw_backend_cuda_split), maybe over one rank */
 qwc *qwc_rank(qwc *c, int r);
+/* rank r's first expert of E (qwc_rank_lo(c, n_rank, E) = E): rank r runs [lo(r), lo(r + 1)) */
+int qwc_rank_lo(const qwc *c, int r, int E);
 const qw_backend *qwc_backend(qwc *c);
 void qwc_set_device(const qwc *c);
 /* At least bytes of the rank's exchange memory (grow-only; never while a graph is recorded) */

@@ -410,7 +410,7 @@ static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int
 }
 
 /* The MoE split over the ranks (qw_backend_cuda_split): the routing on rank 0; x and the routing sent to the
- * others; each rank's experts (rank r: experts r E / N .. (r + 1) E / N - 1) into rows by pair, zeros elsewhere;
+ * others; each rank's experts (rank r: qwc_rank_lo(r) .. qwc_rank_lo(r + 1) - 1) into rows by pair, zeros elsewhere;
  * the rows summed into rank 0's (each row from one rank and zeros: that row exactly) while rank 0 runs the shared
  * expert; then the combine of one GPU, in the order of the expert ids. */
 static void split_moe_ffn(qwc *c, float *y, const float *x, int32_t *sel, float *wt, float *logits, int norm, int T,
@@ -441,7 +441,7 @@ static void split_moe_ffn(qwc *c, float *y, const float *x, int32_t *sel, float 
     qwc_bcast(c, xs, (size_t)T * H * sizeof(float), ss, (size_t)R * sizeof(int32_t));
     for (int r = N - 1; r >= 0; r--) { /* the others' first: rank 0's own run while theirs do */
         qwc *p = qwc_rank(c, r);
-        const int lo = (int)((int64_t)r * E / N), hi = (int)((int64_t)(r + 1) * E / N);
+        const int lo = qwc_rank_lo(c, r, E), hi = qwc_rank_lo(c, r + 1, E);
         qwc_set_device(p);
         rank_experts(c, p, os[r], (const float *)xs[r], (const int32_t *)ss[r], T, k, experts, lo, hi - lo, H, I, ws[r]);
     }

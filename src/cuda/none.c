@@ -37,8 +37,9 @@ void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type typ
 void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) { (void)be, (void)on; }
 void qw_backend_cuda_set_ple_host(qw_backend *be, int on) { (void)be, (void)on; }
 
-qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, char *err, size_t errlen) {
-    (void)be, (void)devices, (void)n;
+qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, const double *share, char *err,
+                                   size_t errlen) {
+    (void)be, (void)devices, (void)n, (void)share;
     return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "the cuda backend is not built in");
 }
 int qw_backend_cuda_ranks(const qw_backend *be) { return (void)be, 0; }

@@ -74,3 +74,13 @@ int64_t qw_model_ple_table_bytes(const qwenc_model *m) {
     }
     return 0;
 }
+
+int64_t qw_model_expert_bytes(const qwenc_model *m) {
+    int64_t n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const qw_layer *L = &m->layers[il];
+        if (!L->moe) continue;
+        for (int e = 0; e < m->hp.n_expert; e++) n += ffn_bytes(&L->moe_w.experts[e]);
+    }
+    return n;
+}

@@ -88,13 +88,31 @@ static qwenc_status parse_gpus(const char *g, int *devs, int *n, char *err, size
 }
 
 /* The routed experts over the GPUs of params.gpus (the backend made on the first): nothing for one GPU given as
- * "" or for a model without routed experts. */
-static qwenc_status cuda_split(qwenc_model *m, qw_backend *gpu, const int *devs, int n, char *err, size_t errlen) {
+ * "" or for a model without routed experts. Each GPU gets an equal share of every layer's experts, unless the
+ * first would then hold more than nine tenths of its free memory (it also holds everything else: rest bytes):
+ * then it gets what fits there and the others share the remaining experts equally. QWENC_GPU_SHARES="a,b,..."
+ * in the environment gives the shares (relative sizes) instead. */
+static qwenc_status cuda_split(qwenc_model *m, qw_backend *gpu, const int *devs, int n, int64_t rest, size_t free0,
+                               char *err, size_t errlen) {
     if (n == 0) return QWENC_OK;
     int moe = 0;
     for (int l = 0; l < m->hp.n_layer; l++) moe |= m->layers[l].moe;
     if (!moe) return QWENC_OK;
-    return qw_backend_cuda_split(gpu, devs, n, err, errlen);
+    double share[QW_MAX_GPUS], X = (double)qw_model_expert_bytes(m), room = 0.9 * (double)free0 - (double)rest;
+    for (int r = 0; r < n; r++) share[r] = 1.0 / n;
+    if (n > 1 && X > 0 && room < X / n) {
+        share[0] = room > 0 ? room / X : 0;
+        for (int r = 1; r < n; r++) share[r] = (1 - share[0]) / (n - 1);
+    }
+    const char *force = getenv("QWENC_GPU_SHARES"); /* "a,b,...": the shares themselves (tests: a GPU without experts) */
+    for (int r = 0; force && *force && r < n; r++) {
+        char *end = NULL;
+        share[r] = strtod(force, &end);
+        if (end == force || share[r] < 0 || (*end && *end != ','))
+            return qw_err(err, errlen, QWENC_ERR_ARG, "QWENC_GPU_SHARES: not %d numbers >= 0 separated by commas", n);
+        force = *end ? end + 1 : end;
+    }
+    return qw_backend_cuda_split(gpu, devs, n, share, err, errlen);
 }
 
 /* "cuda": the model runs on the GPU (an error when there is none); "auto": on the GPU when there is one and the
@@ -124,13 +142,15 @@ static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, c
     size_t free_b = 0, total_b = 0;
     qw_backend_cuda_memory(gpu, &free_b, &total_b);
     const char *force = getenv("QWENC_CUDA_PLE_HOST");
-    int host_table = table > 0 && (force && *force ? strcmp(force, "0") != 0 : (double)total > 0.9 * (double)free_b);
+    double first = (double)total; /* what the first GPU holds: with a split, an equal share of the experts */
+    if (n_dev > 1) first -= (double)qw_model_expert_bytes(m) * (n_dev - 1) / n_dev;
+    int host_table = table > 0 && (force && *force ? strcmp(force, "0") != 0 : first > 0.9 * (double)free_b);
     if (host_table) total -= table;
     if (!strcmp(name, "auto") && !n_dev && (double)total > 0.9 * (double)free_b) {
         gpu->release(gpu);
         return QWENC_OK;
     }
-    st = cuda_split(m, gpu, devs, n_dev, err, errlen);
+    st = cuda_split(m, gpu, devs, n_dev, total - qw_model_expert_bytes(m), free_b, err, errlen);
     if (st) {
         gpu->release(gpu);
         return st;

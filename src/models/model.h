@@ -128,6 +128,8 @@ qwenc_status qw_model_quantize_at_load(qwenc_model *m, qw_row_gen gen, void *gen
 void qw_model_converted_free(qwenc_model *m);
 /* The bytes of the n-gram table (PLE) that a token's rows are gathered from; 0 without one. */
 int64_t qw_model_ple_table_bytes(const qwenc_model *m);
+/* The bytes of the routed experts of the text model's MoE layers (what --gpus spreads) */
+int64_t qw_model_expert_bytes(const qwenc_model *m);
 /* Bind every weight of m from m->conv (GGUF names; models/gguf_bind.c). */
 qwenc_status qw_gguf_bind_converted(qwenc_model *m, char *err, size_t errlen);
 

@@ -2,7 +2,8 @@
 # The routed experts spread over GPUs (--gpus) give the bits of one GPU: every MoE fixture's logits (all tokens at
 # once: the grouped products; token by token: the pairs and the recorded graphs; the file's types and Q4_K) with
 # the split against one GPU, byte for byte; greedy text, with and without MTP drafts (steps of several tokens,
-# their own graphs); bench's per-GPU lines; a device that is not there. NCCL takes one rank per device, so on a
+# their own graphs); uneven shares and a GPU without experts (QWENC_GPU_SHARES); bench's per-GPU lines; a device
+# that is not there. NCCL takes one rank per device, so on a
 # one-GPU machine the ranks share device 0 (--gpus 0,0: their exchanges are device copies) and `--gpus 1` runs the
 # NCCL path with a communicator of one rank; with 2 or more devices `--gpus 2` (and 4) run NCCL between them.
 # Run by tests/gpu_check.sh.
@@ -34,6 +35,20 @@ for m in tiny-flash qwen4_exp qwen3_5_moe qwen3_next; do
                     bad "$m $q $opt --gpus $g: not the bits of one GPU $(head -c 300 "$tmp/err")"
             done
         done
+    done
+done
+
+# uneven shares, a GPU without experts
+T=$(cat tests/fixtures/qwen4_exp/tokens.txt)
+for opt in "" "--batch 1"; do
+    # shellcheck disable=SC2086
+    $B logits -m tests/fixtures/qwen4_exp --tokens "$T" --out "$tmp/one.f32" --backend cuda $opt 2>/dev/null
+    for sh in 0,1 0.8,0.2 1,0,1; do
+        g=0,0; [ "$sh" = 1,0,1 ] && g=0,0,0
+        # shellcheck disable=SC2086
+        QWENC_GPU_SHARES=$sh $B logits -m tests/fixtures/qwen4_exp --tokens "$T" --out "$tmp/split.f32" --backend cuda \
+            --gpus $g $opt 2>"$tmp/err" && cmp -s "$tmp/one.f32" "$tmp/split.f32" && ok ||
+            bad "qwen4_exp $opt shares $sh: not the bits of one GPU $(head -c 300 "$tmp/err")"
     done
 done
 
