@@ -174,6 +174,6 @@ expect_error "--gpus 9 ids" "--gpus: at most 8 GPUs" $QWENC run -m $M -p hi --gp
 expect_error "--gpus on the CPU" "--gpus 2 with --backend cpu: the GPUs need --backend cuda" $QWENC run -m $M -p hi --gpus 2 --backend cpu
 expect_error "--split layer" "--split layer (layers over the GPUs) is not built yet" $QWENC run -m $M -p hi --split layer
 expect_error "--split other" '--split expects expert, got "rows"' $QWENC run -m $M -p hi --split rows
-expect_error "--gpus with --synth" "--gpus with --synth" $QWENC bench --synth flash-next --layers 1 --experts 4 --type Q8_0 --backend cuda --gpus 2
+expect_error "--gpus with --synth, no GPU" "--gpus: " $QWENC bench --synth flash-next --layers 2 --experts 4 --vocab 256 --type Q8_0 --backend cuda --gpus 2
 
 finish

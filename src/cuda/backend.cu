@@ -34,8 +34,16 @@ void qwc_die(const char *file, int line, const char *what, const char *msg) {
 typedef struct {
     const void *host;
     void *dev;
-    size_t bytes;
+    size_t bytes, pad; /* dev - pad is the allocation (a random part made on the GPU: aligned as in its tensor) */
 } wentry;
+
+/* a tensor of random weights to be made where it is read (qw_backend_cuda_weights_random on a split backend) */
+typedef struct {
+    const uint8_t *key;
+    size_t bytes;
+    qw_type type;
+    uint64_t seed;
+} rspec;
 
 #define MAX_PINNED 64 /* host buffers pinned and mapped (qwc_host_mapped) */
 
@@ -57,6 +65,11 @@ struct qwc {
     const uint8_t *region_key;
     uint8_t *region_dev;
     size_t region_bytes;
+    /* split (qw_backend_cuda_split) before the weights were adopted: the range is not allocated; each GPU makes the
+     * parts of its tensors it reads (lazy), from the tensors' seeds (specs, on rank 0, sorted by key) */
+    int lazy, specs_sorted;
+    rspec *specs;
+    size_t n_specs, cap_specs;
     int ple_host;  /* the n-gram table read from host memory (qw_backend_cuda_set_ple_host) */
     size_t mapped_bytes; /* host memory pinned and mapped for the device: n_pinned buffers */
     uint8_t *pinned[MAX_PINNED];
@@ -189,9 +202,34 @@ static wentry *entry_of(qwc *c, const void *key) {
 /* the device address of a key inside the adopted range, else NULL */
 static void *in_region(const qwc *c, const void *key) {
     const uint8_t *k = (const uint8_t *)key;
-    return c->region_key && k >= c->region_key && k < c->region_key + c->region_bytes
+    return c->region_dev && k >= c->region_key && k < c->region_key + c->region_bytes
                ? c->region_dev + (k - c->region_key)
                : NULL;
+}
+
+static int spec_cmp(const void *a, const void *b) {
+    const uint8_t *x = ((const rspec *)a)->key, *y = ((const rspec *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+/* The random tensor holding key when the weights are made where they are read (rank 0's list), else NULL */
+static const rspec *lazy_spec(qwc *c, const void *key) {
+    qwc *o = c->root ? c->root : c;
+    const uint8_t *k = (const uint8_t *)key;
+    if (!o->lazy || k < o->region_key || k >= o->region_key + o->region_bytes) return NULL;
+    if (!o->specs_sorted) { /* rank 0's thread made them all before the first forward */
+        qsort(o->specs, o->n_specs, sizeof(rspec), spec_cmp);
+        o->specs_sorted = 1;
+    }
+    size_t lo = 0, hi = o->n_specs; /* the last spec with key <= k */
+    while (hi - lo > 1) {
+        const size_t mid = (lo + hi) / 2;
+        if (o->specs[mid].key <= k) lo = mid;
+        else hi = mid;
+    }
+    if (!o->n_specs || o->specs[lo].key > k || k >= o->specs[lo].key + o->specs[lo].bytes)
+        qwc_die(__FILE__, __LINE__, "qwc_weight", "a weight in the random range that no random tensor holds");
+    return &o->specs[lo];
 }
 
 const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t bytes) {
@@ -201,25 +239,35 @@ const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t 
     wentry *e = entry_of(c, key);
     if (!e->host || e->bytes < bytes) {
         if (c->capturing) qwc_die(__FILE__, __LINE__, "qwc_weight", "a weight first read while a graph is recorded");
-        void *d = NULL;
-        if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) {
+        const rspec *r = lazy_spec(c, key);
+        const size_t off = r ? (size_t)((const uint8_t *)key - r->key) : 0, pad = off % 4;
+        if (r && (const uint8_t *)key + bytes > r->key + r->bytes)
+            qwc_die(__FILE__, __LINE__, "qwc_weight", "a part past the end of its random tensor");
+        void *a = NULL;
+        if (cudaMalloc(&a, (bytes ? bytes : 1) + (r ? 4 : 0)) != cudaSuccess) {
             char m[128];
-            snprintf(m, sizeof(m), "out of device memory uploading %zu bytes of weights (%.1f GiB already there)",
-                     bytes, (double)c->weight_bytes / (1 << 30));
+            snprintf(m, sizeof(m), "out of device memory %s %zu bytes of weights (%.1f GiB already there)",
+                     r ? "making" : "uploading", bytes, (double)c->weight_bytes / (1 << 30));
             qwc_die(__FILE__, __LINE__, "cudaMalloc", m);
         }
-        /* on the backend's stream, so every op issued later reads it complete: a plain cudaMemcpy from pageable
-         * memory returns once the bytes are staged, and the non-blocking stream does not wait for its DMA */
-        QWC_WROTE();
-    QWC_CHECK(cudaMemcpyAsync(d, contents, bytes, cudaMemcpyHostToDevice, c->stream));
+        uint8_t *d = (uint8_t *)a + pad;
+        if (r) { /* made here: the part's bytes as the whole tensor has them, at the tensor's alignment */
+            qwc_fill_random(c, d, r->type, bytes, r->seed, off);
+        } else {
+            /* on the backend's stream, so every op issued later reads it complete: a plain cudaMemcpy from pageable
+             * memory returns once the bytes are staged, and the non-blocking stream does not wait for its DMA */
+            QWC_WROTE();
+            QWC_CHECK(cudaMemcpyAsync(d, contents, bytes, cudaMemcpyHostToDevice, c->stream));
+        }
         if (e->host) {
-            QWC_CHECK(cudaFree(e->dev));
+            QWC_CHECK(cudaFree((uint8_t *)e->dev - e->pad));
             c->weight_bytes -= e->bytes;
         } else {
             c->map_n++;
         }
         e->host = key;
         e->dev = d;
+        e->pad = pad;
         e->bytes = bytes;
         c->weight_bytes += bytes;
     }
@@ -235,6 +283,7 @@ int qwc_ple_host(const qwc *c) { return c->ple_host; }
 const void *qwc_host_mapped(qwc *c, const void *host, size_t bytes) {
     if (!host) return NULL;
     if (void *r = in_region(c, host)) return r; /* made on the device: already there */
+    if (lazy_spec(c, host)) return qwc_weight(c, host, bytes); /* made on the device where it is read */
     pthread_mutex_lock(&c->lock);
     if (c->capturing) qwc_die(__FILE__, __LINE__, "qwc_host_mapped", "host memory first mapped while a graph is recorded");
     if (c->n_pinned == MAX_PINNED) qwc_die(__FILE__, __LINE__, "qwc_host_mapped", "more than 64 host ranges to pin");
@@ -395,10 +444,11 @@ static void cu_release(qw_backend *be) {
     for (int i = 0; i < c->n_ep_old; i++) cudaFree(c->ep_old[i]);
     free(c->ep_old);
     for (size_t i = 0; i < c->map_cap; i++)
-        if (c->map[i].host) cudaFree(c->map[i].dev);
+        if (c->map[i].host) cudaFree((uint8_t *)c->map[i].dev - c->map[i].pad);
     for (int i = 0; i < c->n_pinned; i++) cudaFreeHost(c->pinned[i]);
     free(c->map);
     if (c->region_dev) cudaFree(c->region_dev);
+    free(c->specs);
     if (c->q8_buf) cudaFree(c->q8_buf);
     if (c->scratch) cudaFree(c->scratch);
     cublasDestroy(c->cublas);
@@ -494,6 +544,12 @@ extern "C" qwenc_status qw_backend_cuda_weights_adopt(qw_backend *be, const void
     qwc *c = C(be);
     if (c->region_key)
         return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "weights on the device: the backend already has a range");
+    if (c->n_rank) { /* split: each GPU makes the parts it reads */
+        c->region_key = (const uint8_t *)keys;
+        c->region_bytes = bytes;
+        c->lazy = 1;
+        return QWENC_OK;
+    }
     void *d = NULL;
     if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) {
         cudaGetLastError();
@@ -512,10 +568,21 @@ extern "C" qwenc_status qw_backend_cuda_weights_adopt(qw_backend *be, const void
 extern "C" void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type type, size_t bytes,
                                                uint64_t seed) {
     qwc *c = C(be);
-    uint8_t *d = (uint8_t *)in_region(c, key);
-    if (!d || (const uint8_t *)key + bytes > c->region_key + c->region_bytes)
+    const uint8_t *k = (const uint8_t *)key;
+    if (!c->region_key || k < c->region_key || k + bytes > c->region_key + c->region_bytes)
         qwc_die(__FILE__, __LINE__, "qw_backend_cuda_weights_random", "the range is not inside the adopted one");
-    qwc_fill_random(c, d, type, bytes, seed);
+    if (c->lazy) { /* made where it is read */
+        if (c->n_specs == c->cap_specs) {
+            const size_t cap = c->cap_specs ? 2 * c->cap_specs : 1024;
+            rspec *n = (rspec *)realloc(c->specs, cap * sizeof(rspec));
+            if (!n) qwc_die(__FILE__, __LINE__, "qw_backend_cuda_weights_random", "out of host memory");
+            c->specs = n, c->cap_specs = cap;
+        }
+        c->specs[c->n_specs++] = rspec{k, bytes, type, seed};
+        c->specs_sorted = 0;
+        return;
+    }
+    qwc_fill_random(c, (uint8_t *)in_region(c, key), type, bytes, seed, 0);
 }
 
 extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *err, size_t errlen) {
@@ -737,7 +804,7 @@ extern "C" void qw_backend_cuda_rank_info(const qw_backend *be, int r, int *devi
     if (!be || be->release != cu_release || r < 0 || r >= qwc_n_rank(C(be))) return;
     qwc *c = qwc_rank(C(be), r);
     *device = c->device;
-    *weight_bytes = c->weight_bytes + c->region_bytes;
+    *weight_bytes = c->weight_bytes + (c->region_dev ? c->region_bytes : 0);
     QWC_CHECK(cudaSetDevice(c->device));
     cudaMemGetInfo(free_bytes, total_bytes);
     QWC_CHECK(cudaSetDevice(C(be)->device));

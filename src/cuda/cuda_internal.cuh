@@ -148,10 +148,10 @@ void qwc_topk(qwc *c, int32_t *ids, float *vals, const float *x, int n_rows, int
 
 /* ---- synth.cu: random weights made on the device (qw_backend_cuda_weights_random) */
 
-/* d [bytes]: weights of `type` with random codes (a hash of seed and the position), each block's scales set so
- * that a weight's standard deviation is about 0.02 (the plain types: uniform values of that deviation); always
- * finite. d is 4-byte aligned. */
-void qwc_fill_random(qwc *c, uint8_t *d, qw_type type, size_t bytes, uint64_t seed);
+/* d [bytes]: bytes [off, off + bytes) of a tensor of `type` with random codes (a hash of seed and the offset), each
+ * block's scales set so that a weight's standard deviation is about 0.02 (the plain types: uniform values of that
+ * deviation); always finite. d - off is 4-byte aligned and off a whole number of blocks. */
+void qwc_fill_random(qwc *c, uint8_t *d, qw_type type, size_t bytes, uint64_t seed, size_t off);
 
 } /* extern "C" */
 

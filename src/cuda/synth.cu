@@ -6,7 +6,9 @@
  * for 100 GB); they are what a decode step reads at the same size: every 32-bit word a hash of the seed and its
  * index (the codes, sub-block scales and high bits of the block types), then each block's f16 scale fields set
  * to one value chosen so that a weight's standard deviation is near 0.02, as in the host's synth. The plain types
- * (F32, F16, BF16) get uniform values of that deviation. Everything is finite, so a forward over them routes
+ * (F32, F16, BF16) get uniform values of that deviation. A byte's value depends only on the seed and its offset
+ * in the tensor, so a part of a tensor (one expert, made on the GPU that runs it) is filled alone with the bytes the
+ * whole tensor has there. Everything is finite, so a forward over them routes
  * experts and selects blocks as over real weights.
  */
 #include "cuda/cuda_internal.cuh"
@@ -27,24 +29,32 @@ __device__ __forceinline__ float unif(uint32_t h, float a) { return a * ((float)
 
 constexpr float SPREAD = 0.0346410162f; /* 0.02 sqrt(3): the half width of a uniform of deviation 0.02 */
 
-/* words [0, n) of d (plain types: values; others: hashes) */
-__global__ void k_words(uint32_t *d, size_t n, int plain, uint64_t seed) {
+/* The word of tensor offset 4 i: plain types values, others hashes */
+__device__ __forceinline__ uint32_t word_at(size_t i, int plain, uint64_t seed) {
+    const uint32_t h = mix(seed + i * 0x9E3779B97F4A7C15ull), g = mix(~seed + i * 0xD1B54A32D192ED03ull);
+    if (plain == 4) return __float_as_uint(unif(h, SPREAD));
+    if (plain == 2) /* two bf16 */
+        return (__float_as_uint(unif(h, SPREAD)) >> 16) | (__float_as_uint(unif(g, SPREAD)) & 0xFFFF0000u);
+    if (plain == 1) /* two f16 */
+        return (uint32_t)__half_as_ushort(__float2half_rn(unif(h, SPREAD))) |
+               (uint32_t)__half_as_ushort(__float2half_rn(unif(g, SPREAD))) << 16;
+    return h;
+}
+/* bytes [off, off + n) of a tensor at d (d: the byte at offset off; d - off + 4 i is 4-byte aligned): byte o is byte
+ * o % 4 of word o / 4, whatever part of the tensor is filled */
+__global__ void k_words(uint8_t *d, size_t off, size_t n, int plain, uint64_t seed) {
     QWC_PDL_ENTRY();
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const uint32_t h = mix(seed + i * 0x9E3779B97F4A7C15ull), g = mix(~seed + i * 0xD1B54A32D192ED03ull);
-        uint32_t w = h;
-        if (plain == 4) {
-            w = __float_as_uint(unif(h, SPREAD));
-        } else if (plain == 2) { /* two bf16 */
-            w = (__float_as_uint(unif(h, SPREAD)) >> 16) | (__float_as_uint(unif(g, SPREAD)) & 0xFFFF0000u);
-        } else if (plain == 1) { /* two f16 */
-            w = (uint32_t)__half_as_ushort(__float2half_rn(unif(h, SPREAD))) |
-                (uint32_t)__half_as_ushort(__float2half_rn(unif(g, SPREAD))) << 16;
+    const size_t w0 = off / 4, w1 = (off + n + 3) / 4;
+    for (size_t i = w0 + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < w1; i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t w = word_at(i, plain, seed);
+        if (4 * i >= off && 4 * i + 4 <= off + n) {
+            *(uint32_t *)(d + (4 * i - off)) = w;
+        } else {
+            for (int b = 0; b < 4; b++)
+                if (4 * i + b >= off && 4 * i + b < off + n) d[4 * i + b - off] = (uint8_t)(w >> (8 * b));
         }
-        d[i] = w;
     }
 }
-
 /* the f16 fields of every block: up to two (offset, value) pairs */
 __global__ void k_fields(uint8_t *d, size_t n_blocks, int bb, int n_f, int off0, uint16_t v0, int off1, uint16_t v1) {
     QWC_PDL_ENTRY();
@@ -81,23 +91,17 @@ fields fields_of(qw_type t) {
 
 } // namespace
 
-void qwc_fill_random(qwc *c, uint8_t *d, qw_type type, size_t bytes, uint64_t seed) {
+void qwc_fill_random(qwc *c, uint8_t *d, qw_type type, size_t bytes, uint64_t seed, size_t off) {
     if (!bytes) return;
     cudaStream_t s = qwc_stream(c);
     const int plain = type == QW_TYPE_F32 ? 4 : type == QW_TYPE_BF16 ? 2 : type == QW_TYPE_F16 ? 1 : 0;
     const fields f = fields_of(type);
     if (!plain && !f.bb) qwc_die(__FILE__, __LINE__, "qwc_fill_random", qw_type_name(type));
+    if (((uintptr_t)d - off) % 4 || (!plain && off % f.bb))
+        qwc_die(__FILE__, __LINE__, "qwc_fill_random", "a part that does not start at a block, or misaligned");
     const unsigned grid = 4096, threads = 256;
-    const size_t words = bytes / 4;
-    if (words) {
-        qwc_launch(k_words, grid, threads, 0, s, (uint32_t *)d, words, plain, seed);
-        QWC_LAUNCHED();
-    }
-    if (bytes % 4) { /* the last bytes of a size that is not a whole number of words */
-        uint32_t last = (uint32_t)(seed * 0x9E3779B97F4A7C15ull >> 32);
-        QWC_CHECK(cudaMemcpyAsync(d + 4 * words, &last, bytes % 4, cudaMemcpyHostToDevice, s));
-        QWC_CHECK(cudaStreamSynchronize(s)); /* `last` is on this stack */
-    }
+    qwc_launch(k_words, grid, threads, 0, s, d, off, bytes, plain, seed);
+    QWC_LAUNCHED();
     if (!plain) {
         qwc_launch(k_fields, grid, threads, 0, s, d, bytes / f.bb, f.bb, f.n, f.off0, qw_f32_to_f16(f.v0), f.off1,
                    qw_f32_to_f16(f.v1));

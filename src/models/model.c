@@ -100,7 +100,7 @@ static qwenc_status cuda_split(qwenc_model *m, qw_backend *gpu, const int *devs,
     if (!moe) return QWENC_OK;
     double share[QW_MAX_GPUS], X = (double)qw_model_expert_bytes(m), room = 0.9 * (double)free0 - (double)rest;
     for (int r = 0; r < n; r++) share[r] = 1.0 / n;
-    if (n > 1 && X > 0 && room < X / n) {
+    if (n > 1 && X > 0 && free0 > 0 && room < X / n) {
         share[0] = room > 0 ? room / X : 0;
         for (int r = 1; r < n; r++) share[r] = (1 - share[0]) / (n - 1);
     }
@@ -218,23 +218,24 @@ qwenc_status qwenc_model_synth(const qwenc_synth_params *sp, const char *type, c
     if (st) return st;
     m->params = mp;
     qw_backend *gpu = NULL;
-    if (mp.gpus && *mp.gpus)
-        st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
-                    "--gpus with --synth: random weights are made in one GPU's memory only; write the model with "
-                    "`qwenc synth` and load the file");
+    const char *name = mp.backend ? mp.backend : "auto";
+    const int want_gpus = mp.gpus && *mp.gpus;
+    int devs[QW_MAX_GPUS], n_dev = 0;
+    st = parse_gpus(mp.gpus, devs, &n_dev, err, errlen);
+    if (!st && want_gpus && strcmp(name, "cuda") && strcmp(name, "auto"))
+        st = qw_err(err, errlen, QWENC_ERR_ARG, "--gpus %s with --backend %s: the GPUs need --backend cuda", mp.gpus, name);
     if (!st) st = model_backend(m, &mp, err, errlen);
     if (!st) st = qw_synth_bind(sp, m, err, errlen);
-    const char *name = mp.backend ? mp.backend : "auto";
     char desc[320];
     if (!st && (!strcmp(name, "cuda") || !strcmp(name, "auto"))) {
         if (qw_cuda_available(desc, sizeof(desc))) {
-            st = qw_backend_cuda_new(0, &gpu, err, errlen);
-            if (st && !strcmp(name, "auto")) st = QWENC_OK;
-        } else if (!strcmp(name, "cuda")) {
-            st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--backend cuda: %s", desc);
+            st = qw_backend_cuda_new(devs[0], &gpu, err, errlen);
+            if (st && !strcmp(name, "auto") && !want_gpus) st = QWENC_OK;
+        } else if (!strcmp(name, "cuda") || want_gpus) {
+            st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: %s", want_gpus ? "--gpus" : "--backend cuda", desc);
         }
     }
-    if (!st && gpu && !strcmp(name, "auto")) { /* on the GPU only if the weights fit */
+    if (!st && gpu && !strcmp(name, "auto") && !want_gpus) { /* on the GPU only if the weights fit */
         qw_gguf_plan *pl = NULL;
         st = qw_gguf_plan_new(m, type, mp.n_threads, NULL, NULL, &pl, err, errlen);
         size_t free_b = 0, total_b = 0;
@@ -245,6 +246,9 @@ qwenc_status qwenc_model_synth(const qwenc_synth_params *sp, const char *type, c
         }
         qw_gguf_plan_free(pl);
     }
+    /* split before the weights are made: then each GPU makes the parts it reads (equal shares: the sizes are not
+     * known yet) */
+    if (!st && gpu) st = cuda_split(m, gpu, devs, n_dev, 0, 0, err, errlen);
     uint64_t seed = sp->seed;
     if (!st) st = qw_model_quantize_at_load(m, qw_synth_row, &seed, gpu, seed, err, errlen);
     if (!st && gpu) {

@@ -2,8 +2,8 @@
 # The routed experts spread over GPUs (--gpus) give the bits of one GPU: every MoE fixture's logits (all tokens at
 # once: the grouped products; token by token: the pairs and the recorded graphs; the file's types and Q4_K) with
 # the split against one GPU, byte for byte; greedy text, with and without MTP drafts (steps of several tokens,
-# their own graphs); uneven shares and a GPU without experts (QWENC_GPU_SHARES); bench's per-GPU lines; a device
-# that is not there. NCCL takes one rank per device, so on a
+# their own graphs); uneven shares and a GPU without experts (QWENC_GPU_SHARES); random weights made on the GPUs
+# (--synth); bench's per-GPU lines; a device that is not there. NCCL takes one rank per device, so on a
 # one-GPU machine the ranks share device 0 (--gpus 0,0: their exchanges are device copies) and `--gpus 1` runs the
 # NCCL path with a communicator of one rank; with 2 or more devices `--gpus 2` (and 4) run NCCL between them.
 # Run by tests/gpu_check.sh.
@@ -50,6 +50,17 @@ for opt in "" "--batch 1"; do
             --gpus $g $opt 2>"$tmp/err" && cmp -s "$tmp/one.f32" "$tmp/split.f32" && ok ||
             bad "qwen4_exp $opt shares $sh: not the bits of one GPU $(head -c 300 "$tmp/err")"
     done
+done
+
+# random weights made on the GPUs (--synth): each rank makes the parts it reads, the bytes one GPU makes
+syn="--synth flash-next --layers 4 --experts 16 --hidden 256 --vocab 2048 --ngram-base 1009 --type Q4_K"
+T=$(seq -s, 1 80)
+# shellcheck disable=SC2086
+$B logits $syn --tokens "$T" --out "$tmp/one.f32" --backend cuda 2>"$tmp/err" || bad "synth on one GPU: $(head -c 300 "$tmp/err")"
+for g in 1 0,0,0; do
+    # shellcheck disable=SC2086
+    $B logits $syn --tokens "$T" --out "$tmp/split.f32" --backend cuda --gpus $g 2>"$tmp/err" &&
+        cmp -s "$tmp/one.f32" "$tmp/split.f32" && ok || bad "synth --gpus $g: not the bits of one GPU $(head -c 300 "$tmp/err")"
 done
 
 # greedy text, one token a step and with drafts of 3 from the MTP head
