@@ -241,8 +241,6 @@ const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t 
         if (c->capturing) qwc_die(__FILE__, __LINE__, "qwc_weight", "a weight first read while a graph is recorded");
         const rspec *r = lazy_spec(c, key);
         const size_t off = r ? (size_t)((const uint8_t *)key - r->key) : 0, pad = off % 4;
-        if (r && (const uint8_t *)key + bytes > r->key + r->bytes)
-            qwc_die(__FILE__, __LINE__, "qwc_weight", "a part past the end of its random tensor");
         void *a = NULL;
         if (cudaMalloc(&a, (bytes ? bytes : 1) + (r ? 4 : 0)) != cudaSuccess) {
             char m[128];
@@ -251,8 +249,16 @@ const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t 
             qwc_die(__FILE__, __LINE__, "cudaMalloc", m);
         }
         uint8_t *d = (uint8_t *)a + pad;
-        if (r) { /* made here: the part's bytes as the whole tensor has them, at the tensor's alignment */
-            qwc_fill_random(c, d, r->type, bytes, r->seed, off);
+        if (r) { /* made here: each part's bytes as its whole tensor has them, at the tensors' alignment (a read may
+                  * span neighbouring tensors; bytes between them are zeros) */
+            const uint8_t *k0 = (const uint8_t *)key, *k1 = k0 + bytes;
+            const qwc *o = c->root ? c->root : c;
+            QWC_WROTE();
+            QWC_CHECK(cudaMemsetAsync(d, 0, bytes, c->stream));
+            for (const rspec *q = r; q < o->specs + o->n_specs && q->key < k1; q++) {
+                const uint8_t *p0 = q->key > k0 ? q->key : k0, *p1 = q->key + q->bytes < k1 ? q->key + q->bytes : k1;
+                if (p1 > p0) qwc_fill_random(c, d + (p0 - k0), q->type, (size_t)(p1 - p0), q->seed, (size_t)(p0 - q->key));
+            }
         } else {
             /* on the backend's stream, so every op issued later reads it complete: a plain cudaMemcpy from pageable
              * memory returns once the bytes are staged, and the non-blocking stream does not wait for its DMA */
