@@ -151,17 +151,24 @@ int qwc_capture_spoil(qwc *c) {
     return 1;
 }
 
+/* n bytes of device memory for a buffer that grows (what: its name in the message when there is none) */
+static void *grow_alloc(size_t n, const char *what) {
+    void *p = NULL;
+    if (cudaMalloc(&p, n) != cudaSuccess) {
+        char m[128];
+        snprintf(m, sizeof(m), "out of device memory for %zu bytes of %s", n, what);
+        qwc_die(__FILE__, __LINE__, "cudaMalloc", m);
+    }
+    return p;
+}
+
 void *qwc_scratch(qwc *c, size_t bytes) {
     if (bytes <= c->scratch_bytes) return c->scratch;
     if (c->capturing) qwc_die(__FILE__, __LINE__, "qwc_scratch", "the scratch must grow while a graph is recorded");
     QWC_CHECK(cudaStreamSynchronize(c->stream));
     if (c->scratch) QWC_CHECK(cudaFree(c->scratch));
     size_t n = bytes + bytes / 4;
-    if (cudaMalloc(&c->scratch, n) != cudaSuccess) {
-        char m[96];
-        snprintf(m, sizeof(m), "out of device memory for %zu bytes of scratch", n);
-        qwc_die(__FILE__, __LINE__, "cudaMalloc", m);
-    }
+    c->scratch = grow_alloc(n, "scratch");
     c->scratch_bytes = n;
     return c->scratch;
 }
@@ -658,11 +665,7 @@ void *qwc_ep_buf(qwc *c, size_t bytes) {
         c->ep_buf = NULL;
     }
     size_t n = bytes + bytes / 2;
-    if (cudaMalloc(&c->ep_buf, n) != cudaSuccess) {
-        char m[96];
-        snprintf(m, sizeof(m), "out of device memory for %zu bytes of exchange buffers", n);
-        qwc_die(__FILE__, __LINE__, "cudaMalloc", m);
-    }
+    c->ep_buf = grow_alloc(n, "exchange buffers");
     c->ep_bytes = n;
     return c->ep_buf;
 }

@@ -310,6 +310,21 @@ static int grouped_mmq(qwc *c, const qw_ffn_w *experts, int E, int64_t H, int64_
     return 1;
 }
 
+/* The gate and up products of P pairs (mats [3][P], the inputs xin [P][H], twice when one): gate's into g, up's
+ * into u (g + P I when one: the two as one product of 2P pairs). */
+static void pairs_gate_up(qwc *c, float *g, float *u, const void **mats, qw_type tg, qw_type tu, int64_t I, int64_t H,
+                          const float *xin, int P, int one) {
+    qwc_q8_keep(c, 0);
+    if (one) {
+        qwc_matmul_pairs(c, g, mats, tg, I, H, xin, H, 2 * P);
+    } else {
+        qwc_matmul_pairs(c, g, mats, tg, I, H, xin, H, P);
+        qwc_q8_keep(c, 1); /* up reads gate's x */
+        qwc_matmul_pairs(c, u, mats + P, tu, I, H, xin, H, P);
+        qwc_q8_keep(c, 0);
+    }
+}
+
 /* The shared expert's own products: its output into y, its gate's logit (or sigmoid) into sg; sgt, sup [T][Is]. */
 static void shared_products(const qw_backend *be, float *y, float *sg, float *sgt, float *sup, const float *x, int T,
                             const qw_ffn_w *shared, const qw_tensor *shared_gate) {
@@ -355,15 +370,7 @@ static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int
                    R, R, k, n, (int)H, (const void *const *)NULL, one, xq, lo, n);
         QWC_LAUNCHED();
         if (xq) qwc_q8_made(c, xin, nx);
-        qwc_q8_keep(c, 0);
-        if (one) {
-            qwc_matmul_pairs(c, g, mats, tg, I, H, xin, H, 2 * R);
-        } else {
-            qwc_matmul_pairs(c, g, mats, tg, I, H, xin, H, R);
-            qwc_q8_keep(c, 1);
-            qwc_matmul_pairs(c, uu, mats + R, tu, I, H, xin, H, R);
-            qwc_q8_keep(c, 0);
-        }
+        pairs_gate_up(c, g, uu, mats, tg, tu, I, H, xin, R, one);
         be->act_mul(be, g, g, uu, (int64_t)R * I, QW_ACT_SILU);
         qwc_matmul_pairs(c, outp, mats + 2 * R, td, H, I, g, I, R); /* another's pairs: zeros */
         return;
@@ -501,15 +508,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
                    route_in_pairs ? (const float *)logits : NULL, norm, tab, R, P, k, E, (int)H, sh, one, xq, 0, E);
         QWC_LAUNCHED();
         if (xq) qwc_q8_made(c, xin, nx);
-        qwc_q8_keep(c, 0);
-        if (one) {
-            qwc_matmul_pairs(c, gu, mats, tg, I, H, xin, H, 2 * P);
-        } else {
-            qwc_matmul_pairs(c, gu, mats, tg, I, H, xin, H, P);
-            qwc_q8_keep(c, 1); /* up reads gate's x */
-            qwc_matmul_pairs(c, uu, mats + P, tu, I, H, xin, H, P);
-            qwc_q8_keep(c, 0);
-        }
+        pairs_gate_up(c, gu, uu, mats, tg, tu, I, H, xin, P, one);
         be->act_mul(be, gu, gu, uu, (int64_t)P * I, QW_ACT_SILU);
         qwc_matmul_pairs(c, out, mats + 2 * P, td, H, I, gu, I, P);
         if (with_shared) {
