@@ -59,11 +59,14 @@ static void cuda_activations(qw_backend *gpu, const qwenc_model_params *mp) {
     qw_backend_cuda_set_q8_activations(gpu, CUDA_Q8_ACTIVATIONS && !mp->f32_activations);
 }
 
-/* params.gpus: "" (one GPU, device 0), "N" (devices 0 .. N-1) or "a,b,c" (those ids, repeats allowed) into devs */
-static qwenc_status parse_gpus(const char *g, int *devs, int *n, char *err, size_t errlen) {
+/* params.gpus: "" (one GPU, device 0: *n 0), "N" (devices 0 .. N-1) or "a,b,c" (those ids, repeats allowed) into
+ * devs; an error with a backend other than cuda or auto */
+static qwenc_status parse_gpus(const char *g, const char *backend, int *devs, int *n, char *err, size_t errlen) {
     *n = 0;
     devs[0] = 0;
     if (!g || !*g) return QWENC_OK;
+    if (strcmp(backend, "cuda") && strcmp(backend, "auto"))
+        return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus %s with --backend %s: the GPUs need --backend cuda", g, backend);
     int list = strchr(g, ',') != NULL;
     const char *p = g;
     while (*p) {
@@ -121,18 +124,13 @@ static qwenc_status cuda_split(qwenc_model *m, qw_backend *gpu, const int *devs,
  * stays in host memory, pinned, its rows read over the bus (QWENC_CUDA_PLE_HOST=1 / 0 forces it on / off). */
 static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, char *err, size_t errlen) {
     const char *name = mp->backend ? mp->backend : "auto";
-    const int want_gpus = mp->gpus && *mp->gpus;
-    if (strcmp(name, "cuda") && strcmp(name, "auto")) {
-        if (want_gpus) return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus %s with --backend %s: the GPUs need --backend cuda", mp->gpus, name);
-        return QWENC_OK;
-    }
     int devs[QW_MAX_GPUS], n_dev = 0;
-    qwenc_status st = parse_gpus(mp->gpus, devs, &n_dev, err, errlen);
-    if (st) return st;
+    qwenc_status st = parse_gpus(mp->gpus, name, devs, &n_dev, err, errlen);
+    if (st || (strcmp(name, "cuda") && strcmp(name, "auto"))) return st;
     char desc[320];
     if (!qw_cuda_available(desc, sizeof(desc))) {
-        if (!strcmp(name, "auto") && !want_gpus) return QWENC_OK;
-        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: %s", want_gpus ? "--gpus" : "--backend cuda", desc);
+        if (!strcmp(name, "auto") && !n_dev) return QWENC_OK;
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: %s", n_dev ? "--gpus" : "--backend cuda", desc);
     }
     qw_backend *gpu = NULL;
     st = qw_backend_cuda_new(devs[0], &gpu, err, errlen);
@@ -219,23 +217,20 @@ qwenc_status qwenc_model_synth(const qwenc_synth_params *sp, const char *type, c
     m->params = mp;
     qw_backend *gpu = NULL;
     const char *name = mp.backend ? mp.backend : "auto";
-    const int want_gpus = mp.gpus && *mp.gpus;
     int devs[QW_MAX_GPUS], n_dev = 0;
-    st = parse_gpus(mp.gpus, devs, &n_dev, err, errlen);
-    if (!st && want_gpus && strcmp(name, "cuda") && strcmp(name, "auto"))
-        st = qw_err(err, errlen, QWENC_ERR_ARG, "--gpus %s with --backend %s: the GPUs need --backend cuda", mp.gpus, name);
+    st = parse_gpus(mp.gpus, name, devs, &n_dev, err, errlen);
     if (!st) st = model_backend(m, &mp, err, errlen);
     if (!st) st = qw_synth_bind(sp, m, err, errlen);
     char desc[320];
     if (!st && (!strcmp(name, "cuda") || !strcmp(name, "auto"))) {
         if (qw_cuda_available(desc, sizeof(desc))) {
             st = qw_backend_cuda_new(devs[0], &gpu, err, errlen);
-            if (st && !strcmp(name, "auto") && !want_gpus) st = QWENC_OK;
-        } else if (!strcmp(name, "cuda") || want_gpus) {
-            st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: %s", want_gpus ? "--gpus" : "--backend cuda", desc);
+            if (st && !strcmp(name, "auto") && !n_dev) st = QWENC_OK;
+        } else if (!strcmp(name, "cuda") || n_dev) {
+            st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "%s: %s", n_dev ? "--gpus" : "--backend cuda", desc);
         }
     }
-    if (!st && gpu && !strcmp(name, "auto") && !want_gpus) { /* on the GPU only if the weights fit */
+    if (!st && gpu && !strcmp(name, "auto") && !n_dev) { /* on the GPU only if the weights fit */
         qw_gguf_plan *pl = NULL;
         st = qw_gguf_plan_new(m, type, mp.n_threads, NULL, NULL, &pl, err, errlen);
         size_t free_b = 0, total_b = 0;
