@@ -3,8 +3,8 @@
  * norms, element-wise functions, RoPE, and the Gated DeltaNet's convolution, gate and delta rule.
  *
  * Each follows kernels/ref.c's definition: the same f32 operations in the same order where an op has one
- * order per output (element-wise, RoPE, the delta rule's per-column recurrence), and double sums where the
- * reference sums in double (norms, the convolution). The build compiles with -fmad=false, so a * b + c is two
+ * order per output (element-wise, RoPE), and double sums where the reference sums in double (norms, the
+ * convolution); the delta rule runs the recurrence token by token with its dot products as partial sums (below). The build compiles with -fmad=false, so a * b + c is two
  * roundings as on the host.
  */
 #include "cuda/ops_internal.cuh"
@@ -379,22 +379,95 @@ static void cu_gdn_gate(const qw_backend *be, float *a, float *beta, const float
 }
 
 /*
- * One block per value head j, one thread per column c of its state S [dk][dv]: thread c keeps S[:, c] in
- * registers (DK rows; DK 0: in the state itself) for all the tokens, in order. Per token, as the CPU kernels
- * do it (kernels/cpu.c dr_heads): S[:, c] *= exp(g) while kv = sum_r S[r][c] k[r] accumulates in f32;
- * u = beta (v[c] - kv); S[r][c] += k[r] u while o = sum_r q[r] S[r][c] accumulates.
+ * The delta rule, token by token as the CPU kernels do it (kernels/cpu.c dr_heads), for one value head j and
+ * column c of its state S [dk][dv]: per token S[:, c] *= exp(g) while kv = sum_r S[r][c] k[r] accumulates; u =
+ * beta (v[c] - kv); S[r][c] += k[r] u while o = sum_r q[r] S[r][c] accumulates. Columns are independent.
+ *
+ * k_delta_rule4 (dk a multiple of 8 up to 128): a block per value head and 32 columns, four lanes of a warp per
+ * column (lane = column + 8 part), lane part p holding rows p, p + 4, p + 8, ... of its column in registers for all
+ * the tokens; each of kv and o is four partial sums (each of two interleaved f32 accumulators) added across the
+ * four lanes by two butterfly shuffles, which leave the same bits in every lane, so u is one value. The tokens' q
+ * and k rows, decays and betas go through shared memory DR_TOK tokens at a time; v's next element is loaded while
+ * a token computes. The order of the f32 sums is not the CPU's (a tree of 8 partial sums instead of one running
+ * sum), so the results differ from it within f32 rounding (t_cuda_ops' bound); a token's operations do not depend
+ * on how many tokens the call has, so a prompt and the same tokens one at a time give the same bits.
+ * k_delta_rule_any (other dk): one thread per column, the state read and written in place.
  */
+constexpr int DR_TOK = 32, DR_COLS = 32, DR_PARTS = 4;
+
 template <int DK>
-__global__ void k_delta_rule(float *o, float *state, const float *q, const float *k, const float *v, const float *g,
-                             const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled) {
+__global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, const float *q, const float *k,
+                                                     const float *v, const float *g, const float *beta, int n_tok,
+                                                     int hk, int hv, int dv, int tiled) {
+    QWC_PDL_ENTRY();
+    constexpr int R = DK / DR_PARTS;
+    __shared__ float sq[DR_TOK][DK], sk[DR_TOK][DK], sd[DR_TOK], sb[DR_TOK];
+    const int j = blockIdx.x, lane = threadIdx.x & 31, p = lane >> 3;
+    const int c = blockIdx.y * DR_COLS + (threadIdx.x >> 5) * 8 + (lane & 7);
+    const int hq = tiled ? j % hk : j / (hv / hk); /* its q/k head */
+    const bool on = c < dv;
+    float *S = state + (int64_t)j * DK * dv;
+    float s[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) s[i] = on ? S[(int64_t)(i * DR_PARTS + p) * dv + c] : 0.0f;
+    for (int t0 = 0; t0 < n_tok; t0 += DR_TOK) {
+        const int nt = min(DR_TOK, n_tok - t0);
+        __syncthreads();
+        for (int e = threadIdx.x; e < nt * DK; e += blockDim.x) {
+            const int t = e / DK, r = e % DK;
+            const int64_t at = ((int64_t)(t0 + t) * hk + hq) * DK + r;
+            sq[t][r] = q[at];
+            sk[t][r] = k[at];
+        }
+        if (threadIdx.x < nt) {
+            sd[threadIdx.x] = expf(g[(int64_t)(t0 + threadIdx.x) * hv + j]);
+            sb[threadIdx.x] = beta[(int64_t)(t0 + threadIdx.x) * hv + j];
+        }
+        __syncthreads();
+        const float *vj = v + (int64_t)j * dv + c;
+        float vn = on ? vj[(int64_t)t0 * hv * dv] : 0.0f;
+        for (int t = 0; t < nt; t++) {
+            const float vt = vn;
+            if (on && t + 1 < nt) vn = vj[(int64_t)(t0 + t + 1) * hv * dv];
+            const float decay = sd[t];
+            float kv0 = 0, kv1 = 0;
+#pragma unroll
+            for (int i = 0; i < R; i += 2) {
+                s[i] *= decay;
+                kv0 += sk[t][i * DR_PARTS + p] * s[i];
+                s[i + 1] *= decay;
+                kv1 += sk[t][(i + 1) * DR_PARTS + p] * s[i + 1];
+            }
+            float kv = kv0 + kv1;
+            kv += __shfl_xor_sync(0xffffffffu, kv, 8);
+            kv += __shfl_xor_sync(0xffffffffu, kv, 16);
+            const float u = sb[t] * (vt - kv);
+            float a0 = 0, a1 = 0;
+#pragma unroll
+            for (int i = 0; i < R; i += 2) {
+                s[i] += sk[t][i * DR_PARTS + p] * u;
+                a0 += sq[t][i * DR_PARTS + p] * s[i];
+                s[i + 1] += sk[t][(i + 1) * DR_PARTS + p] * u;
+                a1 += sq[t][(i + 1) * DR_PARTS + p] * s[i + 1];
+            }
+            float acc = a0 + a1;
+            acc += __shfl_xor_sync(0xffffffffu, acc, 8);
+            acc += __shfl_xor_sync(0xffffffffu, acc, 16);
+            if (on && p == 0) o[((int64_t)(t0 + t) * hv + j) * dv + c] = acc;
+        }
+    }
+    if (on)
+#pragma unroll
+        for (int i = 0; i < R; i++) S[(int64_t)(i * DR_PARTS + p) * dv + c] = s[i];
+}
+
+__global__ void k_delta_rule_any(float *o, float *state, const float *q, const float *k, const float *v,
+                                 const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv,
+                                 int tiled) {
     QWC_PDL_ENTRY();
     extern __shared__ float qk[]; /* [2][dk] */
-    int j = blockIdx.x, c = threadIdx.x, hq = tiled ? j % hk : j / (hv / hk); /* hq: its q/k head */
+    int j = blockIdx.x, c = threadIdx.x, hq = tiled ? j % hk : j / (hv / hk);
     float *S = state + (int64_t)j * dk * dv;
-    float s[DK > 0 ? DK : 1];
-    if (DK > 0 && c < dv)
-#pragma unroll
-        for (int r = 0; r < DK; r++) s[r] = S[(int64_t)r * dv + c];
     for (int t = 0; t < n_tok; t++) {
         const float *qj = q + ((int64_t)t * hk + hq) * dk, *kj = k + ((int64_t)t * hk + hq) * dk;
         __syncthreads();
@@ -405,52 +478,39 @@ __global__ void k_delta_rule(float *o, float *state, const float *q, const float
         __syncthreads();
         if (c >= dv) continue;
         float decay = expf(g[(int64_t)t * hv + j]), bt = beta[(int64_t)t * hv + j], kv = 0, acc = 0;
-        if (DK > 0) {
-#pragma unroll
-            for (int r = 0; r < DK; r++) {
-                s[r] *= decay;
-                kv += qk[dk + r] * s[r];
-            }
-            float u = bt * (v[((int64_t)t * hv + j) * dv + c] - kv);
-#pragma unroll
-            for (int r = 0; r < DK; r++) {
-                s[r] += qk[dk + r] * u;
-                acc += qk[r] * s[r];
-            }
-        } else {
-            for (int r = 0; r < dk; r++) {
-                float x = S[(int64_t)r * dv + c] * decay;
-                S[(int64_t)r * dv + c] = x;
-                kv += qk[dk + r] * x;
-            }
-            float u = bt * (v[((int64_t)t * hv + j) * dv + c] - kv);
-            for (int r = 0; r < dk; r++) {
-                float x = S[(int64_t)r * dv + c] + qk[dk + r] * u;
-                S[(int64_t)r * dv + c] = x;
-                acc += qk[r] * x;
-            }
+        for (int r = 0; r < dk; r++) {
+            float x = S[(int64_t)r * dv + c] * decay;
+            S[(int64_t)r * dv + c] = x;
+            kv += qk[dk + r] * x;
+        }
+        float u = bt * (v[((int64_t)t * hv + j) * dv + c] - kv);
+        for (int r = 0; r < dk; r++) {
+            float x = S[(int64_t)r * dv + c] + qk[dk + r] * u;
+            S[(int64_t)r * dv + c] = x;
+            acc += qk[r] * x;
         }
         o[((int64_t)t * hv + j) * dv + c] = acc;
     }
-    if (DK > 0 && c < dv)
-#pragma unroll
-        for (int r = 0; r < DK; r++) S[(int64_t)r * dv + c] = s[r];
 }
 
 static void cu_delta_rule(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
                           const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled) {
     cudaStream_t st = qwc_stream(qwc_of(be));
-    int threads = (dv + 31) / 32 * 32;
-    size_t sh = (size_t)2 * dk * sizeof(float);
-    if (threads > 1024) qwc_die(__FILE__, __LINE__, "delta_rule", "value heads wider than 1024");
+    if (n_tok <= 0) return;
+    const dim3 grid((unsigned)hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
+    const int threads = DR_COLS * DR_PARTS;
     if (dk == 128)
-        qwc_launch(k_delta_rule<128>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled);
+        qwc_launch(k_delta_rule4<128>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled);
     else if (dk == 64)
-        qwc_launch(k_delta_rule<64>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled);
+        qwc_launch(k_delta_rule4<64>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled);
     else if (dk == 32)
-        qwc_launch(k_delta_rule<32>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled);
-    else
-        qwc_launch(k_delta_rule<0>, hv, threads, sh, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled);
+        qwc_launch(k_delta_rule4<32>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled);
+    else {
+        const int th = (dv + 31) / 32 * 32;
+        if (th > 1024) qwc_die(__FILE__, __LINE__, "delta_rule", "value heads wider than 1024");
+        qwc_launch(k_delta_rule_any, hv, th, (size_t)2 * dk * sizeof(float), st, o, state, q, k, v, g, beta, n_tok, hk,
+                   hv, dk, dv, tiled);
+    }
     QWC_LAUNCHED();
 }
 

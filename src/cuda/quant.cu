@@ -1056,10 +1056,56 @@ template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
     }
 }
 
-/* y [n_tok][rows] = x W^T through cuBLAS: column-major, y^T [rows][n_tok] = W^T^T x^T; W here [m][cols] from A */
-void gemm(qwc *c, float *y, int64_t ldy, const float *A, int64_t m, int64_t cols, const float *x, int n_tok) {
+/* Narrow products: when cuBLAS's output tiles (about 128 x 128) over m rows and n_tok tokens would not fill one
+ * wave of the GPU and the rows are long (the hyper-connections' down and inject products: 320 and 4 rows of 10,240
+ * columns), the columns are cut into S equal slices, one batched GEMM gives each slice's f32 sums and k_slice_sum
+ * adds the S partial sums in slice order: an f32 sum of the same exact products in another order, within the
+ * SGEMM's own bound. gemm_slices: S (1: no cut); slices of a multiple of 4 columns, at least SPLIT_COLS each. */
+constexpr int64_t SPLIT_WAVE = 132, SPLIT_BLOCKS = 264, SPLIT_COLS = 1024;
+constexpr int SPLIT_MAX = 16;
+
+int gemm_slices(int64_t m, int64_t cols, int n_tok) {
+    const int64_t tiles = cdiv(m, 128) * cdiv(n_tok, 128);
+    if (tiles <= 0 || tiles >= SPLIT_WAVE || cols < 2 * SPLIT_COLS) return 1;
+    const int64_t want = std::min<int64_t>({SPLIT_MAX, cols / SPLIT_COLS, cdiv(SPLIT_BLOCKS, tiles)});
+    for (int64_t s = want; s >= 2; s--)
+        if (cols % (4 * s) == 0) return (int)s;
+    return 1;
+}
+
+/* the floats of partial sums gemm needs in its work buffer for m rows */
+int64_t gemm_work(int64_t m, int64_t cols, int n_tok) {
+    const int s = gemm_slices(m, cols, n_tok);
+    return s > 1 ? (int64_t)s * m * n_tok : 0;
+}
+
+/* y [t * ldy + r] = sum over s in order of part [s][t][r], r < m */
+__global__ void k_slice_sum(float *y, int64_t ldy, const float *part, int64_t m, int64_t n, int S) {
+    QWC_PDL_ENTRY();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float acc = part[i];
+    for (int s = 1; s < S; s++) acc = __fadd_rn(acc, part[(int64_t)s * n + i]);
+    y[(i / m) * ldy + i % m] = acc;
+}
+
+/* y [n_tok][rows] = x W^T through cuBLAS: column-major, y^T [rows][n_tok] = W^T^T x^T; W here [m][cols] from A.
+ * work: gemm_work(m, cols, n_tok) floats for a narrow product's slices (NULL: never sliced). */
+void gemm(qwc *c, float *y, int64_t ldy, const float *A, int64_t m, int64_t cols, const float *x, int n_tok,
+          float *work) {
     const float one = 1.0f, zero = 0.0f;
     QWC_WROTE();
+    const int S = work ? gemm_slices(m, cols, n_tok) : 1;
+    if (S > 1) {
+        const int64_t ks = cols / S, n = m * n_tok;
+        QWC_CUBLAS(cublasGemmStridedBatchedEx(qwc_cublas(c), CUBLAS_OP_T, CUBLAS_OP_N, (int)m, n_tok, (int)ks, &one, A,
+                                              CUDA_R_32F, (int)cols, ks, x, CUDA_R_32F, (int)cols, ks, &zero, work,
+                                              CUDA_R_32F, (int)m, n, S, CUBLAS_COMPUTE_32F_PEDANTIC,
+                                              CUBLAS_GEMM_DEFAULT));
+        qwc_launch(k_slice_sum, (unsigned)cdiv(n, 256), 256, 0, qwc_stream(c), y, ldy, (const float *)work, m, n, S);
+        QWC_LAUNCHED();
+        return;
+    }
     QWC_CUBLAS(cublasGemmEx(qwc_cublas(c), CUBLAS_OP_T, CUBLAS_OP_N, (int)m, n_tok, (int)cols, &one, A, CUDA_R_32F,
                             (int)cols, x, CUDA_R_32F, (int)cols, &zero, y, CUDA_R_32F, (int)ldy,
                             CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
@@ -1164,14 +1210,16 @@ template <int T> struct op_matmul {
         int64_t tile = std::max<int64_t>(1, (int64_t)(GEMM_TILE_BYTES / sizeof(float)) / cols);
         if (tile >= 128) tile -= tile % 128;
         tile = std::min(tile, rows);
-        float *buf = T == QW_TYPE_F32 ? NULL : (float *)qwc_scratch(c, (size_t)(tile * cols) * sizeof(float));
+        const int64_t tiled = T == QW_TYPE_F32 ? 0 : (tile * cols + 63) / 64 * 64; /* floats of a dequantized tile */
+        const int64_t work = std::max(gemm_work(tile, cols, n_tok), gemm_work(rows % tile, cols, n_tok));
+        float *buf = tiled + work ? (float *)qwc_scratch(c, (size_t)(tiled + work) * sizeof(float)) : NULL;
         for (int64_t r0 = 0; r0 < rows; r0 += tile) {
             const int64_t nr = std::min(tile, rows - r0);
             if (T == QW_TYPE_F32) {
-                gemm(c, y + r0, rows, (const float *)(w + r0 * row_bytes), nr, cols, x, n_tok);
+                gemm(c, y + r0, rows, (const float *)(w + r0 * row_bytes), nr, cols, x, n_tok, buf);
             } else {
                 dq_launch<T>(c, buf, nr, cols, rows_dense{w, row_bytes, r0});
-                gemm(c, y + r0, rows, buf, nr, cols, x, n_tok);
+                gemm(c, y + r0, rows, buf, nr, cols, x, n_tok, buf + tiled);
             }
         }
     }

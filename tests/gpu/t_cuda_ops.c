@@ -314,26 +314,35 @@ static void test_gdn(void) {
     g = back(dbt, (size_t)T * hv * 4);
     CHECK(same(g, bt, (size_t)T * hv * 4), "gdn_gate's beta: not the sigmoid op's bits");
     free(g), free(bt);
-    for (int dk_ = 64; dk_ <= 192; dk_ += 64) { /* 192: the state read from memory, not registers */
-        dk = dk_;
-        const int tiled = dk == 128; /* value heads in llama.cpp's tiled order */
-        float *q = rvec((size_t)T * hk * dk, 0.1f), *kk = rvec((size_t)T * hk * dk, 0.1f);
-        float *v = rvec((size_t)T * hv * dv, 1), *gg = rvec((size_t)T * hv, 0.5f), *beta = rvec((size_t)T * hv, 0.5f);
-        for (int i = 0; i < T * hv; i++) gg[i] = -fabsf(gg[i]), beta[i] = fabsf(beta[i]);
-        float *S = rvec((size_t)hv * dk * dv, 0.1f), *o = malloc((size_t)T * hv * dv * 4);
-        float *dS = dev(S, (size_t)hv * dk * dv * 4), *dO = dev(NULL, (size_t)T * hv * dv * 4);
-        G->delta_rule(G, dO, dS, dev(q, (size_t)T * hk * dk * 4), dev(kk, (size_t)T * hk * dk * 4),
-                      dev(v, (size_t)T * hv * dv * 4), dev(gg, (size_t)T * hv * 4), dev(beta, (size_t)T * hv * 4), T, hk,
-                      hv, dk, dv, tiled);
-        R->delta_rule(R, o, S, q, kk, v, gg, beta, T, hk, hv, dk, dv, tiled);
-        float *go = back(dO, (size_t)T * hv * dv * 4), *gS = back(dS, (size_t)hv * dk * dv * 4);
+    /* dk 192: the general kernel (state in memory); 32-128: four lanes a column, with dv not a multiple of the
+     * block's 32 columns and prompts longer than its 32-token staging */
+    static const int dr_cases[][3] = {{64, 128, 7}, {128, 128, 70}, {192, 128, 7}, {128, 72, 40}, {32, 40, 9}};
+    for (size_t ci = 0; ci < sizeof(dr_cases) / sizeof(dr_cases[0]); ci++) {
+        dk = dr_cases[ci][0], dv = dr_cases[ci][1];
+        const int Tn = dr_cases[ci][2], tiled = dk == 128 && dv == 128; /* value heads in llama.cpp's tiled order */
+        float *q = rvec((size_t)Tn * hk * dk, 0.1f), *kk = rvec((size_t)Tn * hk * dk, 0.1f);
+        float *v = rvec((size_t)Tn * hv * dv, 1), *gg = rvec((size_t)Tn * hv, 0.5f), *beta = rvec((size_t)Tn * hv, 0.5f);
+        for (int i = 0; i < Tn * hv; i++) gg[i] = -fabsf(gg[i]), beta[i] = fabsf(beta[i]);
+        float *S = rvec((size_t)hv * dk * dv, 0.1f), *o = malloc((size_t)Tn * hv * dv * 4);
+        const size_t sb = (size_t)hv * dk * dv * 4, ob = (size_t)Tn * hv * dv * 4;
+        float *dS = dev(S, sb), *dO = dev(NULL, ob), *dq = dev(q, (size_t)Tn * hk * dk * 4);
+        float *dk_ = dev(kk, (size_t)Tn * hk * dk * 4), *dv_ = dev(v, ob), *dg = dev(gg, (size_t)Tn * hv * 4);
+        float *db = dev(beta, (size_t)Tn * hv * 4), *dS1 = dev(S, sb), *dO1 = dev(NULL, ob);
+        G->delta_rule(G, dO, dS, dq, dk_, dv_, dg, db, Tn, hk, hv, dk, dv, tiled);
+        for (int t = 0; t < Tn; t++) /* the same tokens one call each */
+            G->delta_rule(G, dO1 + (size_t)t * hv * dv, dS1, dq + (size_t)t * hk * dk, dk_ + (size_t)t * hk * dk,
+                          dv_ + (size_t)t * hv * dv, dg + (size_t)t * hv, db + (size_t)t * hv, 1, hk, hv, dk, dv, tiled);
+        R->delta_rule(R, o, S, q, kk, v, gg, beta, Tn, hk, hv, dk, dv, tiled);
+        float *go = back(dO, ob), *gS = back(dS, sb), *go1 = back(dO1, ob), *gS1 = back(dS1, sb);
         double eo = 0, es = 0;
-        for (int i = 0; i < T * hv * dv; i++) eo = fmax(eo, fabs((double)go[i] - o[i]));
+        for (int i = 0; i < Tn * hv * dv; i++) eo = fmax(eo, fabs((double)go[i] - o[i]));
         for (int i = 0; i < hv * dk * dv; i++) es = fmax(es, fabs((double)gS[i] - S[i]));
         /* outputs and states of size ~0.1-1: f32 sums of dk terms against the reference's double */
-        CHECK(eo < 1e-5 && es < 1e-5, "delta_rule dk %d%s: largest difference output %.2e, state %.2e (bound 1e-5)", dk,
-              tiled ? " tiled" : "", eo, es);
-        free(q), free(kk), free(v), free(gg), free(beta), free(S), free(o), free(go), free(gS);
+        CHECK(eo < 1e-5 && es < 1e-5, "delta_rule dk %d dv %d%s, %d tokens: largest difference output %.2e, state "
+              "%.2e (bound 1e-5)", dk, dv, tiled ? " tiled" : "", Tn, eo, es);
+        CHECK(same(go, go1, ob) && same(gS, gS1, sb), "delta_rule dk %d dv %d, %d tokens: one call and a call a token "
+              "differ", dk, dv, Tn);
+        free(q), free(kk), free(v), free(gg), free(beta), free(S), free(o), free(go), free(gS), free(go1), free(gS1);
     }
     free(a), free(nea), free(dtb), free(ga);
 }
