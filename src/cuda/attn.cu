@@ -1,7 +1,8 @@
 /*
  * attn.cu - the CUDA backend's softmax attention and QSA block indexer (ops.h; spec qwen4_exp.md 3.5).
  *
- * Attention: one block of ATT_WARPS warps per (query, head); the keys the query sees are dealt out to the
+ * Attention (few queries: a decode step, drafts; prompt steps: k_attention_tiles below): one block of ATT_WARPS
+ * warps per (query, head); the keys the query sees are dealt out to the
  * warps, each warp keeps a running max, sum and weighted value sum (an online softmax, in f32, the value sum
  * spread over its lanes), and the warps' partial results are merged in double at the end. The scores are
  * f32 dot products (a warp sum), as the CPU kernels compute them. Work grows with the keys a query sees, so a
@@ -77,14 +78,174 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 }
 
+/*
+ * Prompt steps (more than ATT_TILE_MIN_TOK queries, head dimension 128 or 256, G = n_head / n_head_kv of 1-16):
+ * one block of 256 threads per (query, kv head) for all G query heads that share the kv head, so each key and
+ * value row is read once for the G heads. The query's keys go through shared memory TK at a time (32 rows at HD
+ * 256, 64 at 128). Scores: warp w takes the keys 32 (w / DSL) + lane and the dimensions of slice w % DSL (32 of
+ * them), each thread the G heads' partial dots of its key over its slice (the key's 32 values read once); the DSL
+ * partials are added in slice order and times the scale (f32 dots, fused multiply-adds, in another order than the
+ * token kernel's). Then
+ * a warp per head takes the tile's max, rescales its running max, sum and value sums (the online softmax, in f32)
+ * and writes the tile's probabilities; then each thread adds, for its dimension and its heads, the tile's values
+ * weighted by them. out = value sums / sum (zeros where no key is seen, as the reference gives).
+ */
+#define ATT_TILE_MIN_TOK 16
+#define ATT_TILE_THREADS 256
+
+template <int HD, int G> struct att_tile {
+    static constexpr int DSL = HD / 32, KW = 8 / DSL, TK = 32 * KW, KP = HD + 4;
+    static constexpr int HP = ATT_TILE_THREADS / HD, GH = (G + HP - 1) / HP;
+    /* floats of shared memory: K tile, V tile, q, partial scores, probabilities, rescales, maxes, sums */
+    static constexpr int SMEM = TK * KP + TK * HD + G * HD + DSL * G * TK + TK * G + 3 * G;
+};
+
+template <int HD, int G>
+__global__ void __launch_bounds__(ATT_TILE_THREADS)
+    k_attention_tiles(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_head,
+                      int n_head_kv, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step) {
+    QWC_PDL_ENTRY();
+    using L = att_tile<HD, G>;
+    constexpr int DSL = L::DSL, TK = L::TK, KP = L::KP, HP = L::HP, GH = L::GH;
+    extern __shared__ __align__(16) float sm[];
+    float *ks = sm, *vs = ks + TK * KP, *qs = vs + TK * HD, *ps = qs + G * HD, *pr = ps + DSL * G * TK;
+    float *al = pr + TK * G, *mx = al + G, *sum = mx + G;
+    const int t = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int nk = sel ? sel_off[t + 1] - sel_off[t] : step->pos0 + t + 1;
+    const int32_t *keys = sel ? sel + sel_off[t] : NULL;
+    const int64_t kv_stride = (int64_t)n_head_kv * HD;
+    const float *qt = q + (int64_t)t * q_stride + (int64_t)kvh * G * HD; /* heads kvh G .. kvh G + G - 1 */
+    for (int i = tid; i < G * HD; i += ATT_TILE_THREADS) qs[i] = qt[i];
+    if (tid < G) mx[tid] = -INFINITY, sum[tid] = 0.0f;
+    float acc[GH];
+#pragma unroll
+    for (int j = 0; j < GH; j++) acc[j] = 0.0f;
+    const int dsl = w % DSL, kk = (w / DSL) * 32 + lane, d = tid % HD, hp = tid / HD;
+    for (int i0 = 0; i0 < nk; i0 += TK) {
+        const int n = min(TK, nk - i0);
+        __syncthreads(); /* the tile before is done with */
+        for (int e = tid; e < TK * (HD / 4); e += ATT_TILE_THREADS) {
+            const int k = e / (HD / 4), d4 = e % (HD / 4);
+            float4 kv = make_float4(0, 0, 0, 0), vv = kv;
+            if (k < n) {
+                const int64_t pos = keys ? keys[i0 + k] : i0 + k, at = pos * kv_stride + (int64_t)kvh * HD + 4 * d4;
+                kv = *(const float4 *)(kc + at);
+                vv = *(const float4 *)(vc + at);
+            }
+            *(float4 *)(ks + k * KP + 4 * d4) = kv;
+            *(float4 *)(vs + k * HD + 4 * d4) = vv;
+        }
+        __syncthreads();
+        { /* partial dots: key kk, dimensions 32 dsl .. 32 dsl + 31, every head */
+            float part[G];
+#pragma unroll
+            for (int h = 0; h < G; h++) part[h] = 0.0f;
+#pragma unroll
+            for (int c = 0; c < 32; c += 4) {
+                const float4 kv = *(const float4 *)(ks + kk * KP + 32 * dsl + c);
+#pragma unroll
+                for (int h = 0; h < G; h++) {
+                    const float4 qv = *(const float4 *)(qs + h * HD + 32 * dsl + c);
+                    part[h] = __fmaf_rn(qv.x, kv.x, part[h]);
+                    part[h] = __fmaf_rn(qv.y, kv.y, part[h]);
+                    part[h] = __fmaf_rn(qv.z, kv.z, part[h]);
+                    part[h] = __fmaf_rn(qv.w, kv.w, part[h]);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < G; h++) ps[(dsl * G + h) * TK + kk] = part[h];
+        }
+        __syncthreads();
+        for (int h = w; h < G; h += ATT_TILE_THREADS / 32) { /* the online softmax of head h over the tile */
+            float s[TK / 32], tmax = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < TK / 32; j++) {
+                const int k = lane + 32 * j;
+                float v = 0.0f;
+#pragma unroll
+                for (int p = 0; p < DSL; p++) v += ps[(p * G + h) * TK + k];
+                s[j] = k < n ? v * scale : -INFINITY;
+                tmax = fmaxf(tmax, s[j]);
+            }
+            for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+            const float m0 = mx[h], m1 = fmaxf(m0, tmax), ra = expf(m0 - m1);
+            float ts = 0.0f;
+#pragma unroll
+            for (int j = 0; j < TK / 32; j++) {
+                const int k = lane + 32 * j;
+                const float p = k < n ? expf(s[j] - m1) : 0.0f;
+                pr[k * G + h] = p;
+                ts += p;
+            }
+            ts = qwc_warp_sum(ts);
+            __syncwarp();
+            if (lane == 0) mx[h] = m1, sum[h] = sum[h] * ra + ts, al[h] = ra;
+        }
+        __syncthreads();
+        /* value sums: dimension d of heads hp, hp + HP, ... (G / HP chains side by side, each value read once) */
+#pragma unroll
+        for (int j = 0; j < GH; j++)
+            if (hp + HP * j < G) acc[j] *= al[hp + HP * j];
+        for (int k = 0; k < n; k++) {
+            const float v = vs[k * HD + d];
+#pragma unroll
+            for (int j = 0; j < GH; j++)
+                if (hp + HP * j < G) acc[j] = __fmaf_rn(pr[k * G + hp + HP * j], v, acc[j]);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < GH; j++) {
+        const int h = hp + HP * j;
+        if (h >= G) continue;
+        const float l = sum[h];
+        out[((int64_t)t * n_head + (int64_t)kvh * G + h) * HD + d] = l > 0 ? acc[j] / l : 0.0f;
+    }
+}
+
+template <int HD, int G>
+static void attention_tiles(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc, const float *vc,
+                            int n_tok, int n_head, int n_head_kv, float scale, const int32_t *sel, const int32_t *sel_off,
+                            const qw_step *step) {
+    const size_t sh = (size_t)att_tile<HD, G>::SMEM * sizeof(float);
+    QWC_CHECK(cudaFuncSetAttribute(k_attention_tiles<HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+    qwc_launch(k_attention_tiles<HD, G>, dim3((unsigned)n_tok, (unsigned)n_head_kv), ATT_TILE_THREADS, sh, st, out, q,
+               q_stride, kc, vc, n_head, n_head_kv, scale, sel, sel_off, step);
+    QWC_LAUNCHED();
+}
+
+/* the tiled kernel for these heads: 1 when it ran */
+template <int HD>
+static int attention_tiles_g(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc, const float *vc,
+                             int n_tok, int n_head, int n_head_kv, float scale, const int32_t *sel,
+                             const int32_t *sel_off, const qw_step *step) {
+    switch (n_head / n_head_kv) {
+#define ATT_G(g)                                                                                                  \
+    case g: attention_tiles<HD, g>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel, sel_off, step); \
+        return 1;
+    ATT_G(1) ATT_G(2) ATT_G(4) ATT_G(6) ATT_G(8) ATT_G(12) ATT_G(16)
+#undef ATT_G
+    default: return 0;
+    }
+}
+
 static void cu_attention(const qw_backend *be, float *out, const float *q, int q_stride, const float *kc,
                          const float *vc, int n_tok, int n_head, int n_head_kv, int hd, float scale, const int32_t *sel,
                          const int32_t *sel_off, void *work, const qw_step *step) {
     (void)work;
     if (hd > ATT_MAX_HD) qwc_die(__FILE__, __LINE__, "attention", "head dimension above 512");
     if (n_tok <= 0) return;
-    qwc_launch(k_attention, n_tok * n_head, ATT_WARPS * 32, 0, qwc_stream(qwc_of(be)), out, q, q_stride, kc, vc, n_head,
-               n_head_kv, hd, scale, sel, sel_off, step);
+    cudaStream_t st = qwc_stream(qwc_of(be));
+    if (n_tok > ATT_TILE_MIN_TOK && n_head_kv > 0 && n_head % n_head_kv == 0 && q_stride % 4 == 0) {
+        if (hd == 256 && attention_tiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
+                                                sel_off, step))
+            return;
+        if (hd == 128 && attention_tiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
+                                                sel_off, step))
+            return;
+    }
+    qwc_launch(k_attention, n_tok * n_head, ATT_WARPS * 32, 0, st, out, q, q_stride, kc, vc, n_head, n_head_kv, hd,
+               scale, sel, sel_off, step);
     QWC_LAUNCHED();
 }
 
@@ -167,13 +328,30 @@ __global__ void k_qsa_offsets(int32_t *sel_off, int n_tok, int R, int topk, cons
     sel_off[n_tok] = (int32_t)n;
 }
 
+/* Over the block's threads in order: how many before this one have f set (returned) and, in cnt[nw], how many in
+ * all (cnt: nw + 1 slots; every thread calls it) */
+__device__ __forceinline__ int block_prefix(bool f, int *cnt, int lane, int wp, int nw) {
+    const unsigned bal = __ballot_sync(0xffffffffu, f);
+    __syncthreads(); /* the slots' last readers are done */
+    if (lane == 0) cnt[wp] = __popc(bal);
+    __syncthreads();
+    int before = __popc(bal & ((1u << lane) - 1)), total = 0;
+    for (int k = 0; k < nw; k++) {
+        if (k < wp) before += cnt[k];
+        total += cnt[k];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) cnt[nw] = total;
+    __syncthreads();
+    return before;
+}
+
 /* one block per query: scores of its blocks, the top topk marked, positions written in block order */
 __global__ void k_qsa_select(int32_t *sel, const int32_t *sel_off, const float *q, int64_t q_stride, const float *blk,
                              int n_head, int ihd, int R, int topk, const qw_step *step) {
     QWC_PDL_ENTRY();
     extern __shared__ float score[]; /* [n_b] scores, then [n_b] chosen flags */
-    __shared__ float best_s[32];
-    __shared__ int best_b[32];
+    __shared__ int cnt[33];
     int t = blockIdx.x, i = step->pos0 + t, n_b = (i + 1) / R;
     unsigned char *chosen = (unsigned char *)(score + n_b);
     const float *qt = q + t * q_stride;
@@ -193,51 +371,44 @@ __global__ void k_qsa_select(int32_t *sel, const int32_t *sel_off, const float *
         score[b] = s * inv_sqrt;
     }
     __syncthreads();
-    /* topk rounds: the best unchosen block (higher score, or the same and lower index) */
-    for (int round = 0; !keep_all && round < topk; round++) {
-        float bs = -INFINITY;
-        int bb = n_b;
-        for (int b = threadIdx.x; b < n_b; b += blockDim.x)
-            if (!chosen[b] && (score[b] > bs || (score[b] == bs && b < bb) || bb == n_b)) {
-                bs = score[b];
-                bb = b;
-            }
-        for (int o = 16; o > 0; o >>= 1) {
-            float os = __shfl_xor_sync(0xffffffffu, bs, o);
-            int ob = __shfl_xor_sync(0xffffffffu, bb, o);
-            if (ob < n_b && (bb == n_b || os > bs || (os == bs && ob < bb))) {
-                bs = os;
-                bb = ob;
-            }
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (!keep_all) {
+        /* the topk best (higher score, or the same and lower index): the scores are sums of positive terms, so
+         * their bits order as they do; the topk-th largest found bit by bit (the largest c with at least topk
+         * scores' bits >= c), then every score above it and, of those equal to it, the lowest blocks */
+        unsigned cand = 0;
+        for (int bit = 31; bit >= 0; bit--) {
+            const unsigned tr = cand | 1u << bit;
+            int c = 0;
+            for (int b = threadIdx.x; b < n_b; b += blockDim.x) c += __float_as_uint(score[b]) >= tr;
+            if (qwc_block_sum(c, cnt) >= topk) cand = tr;
         }
-        if ((threadIdx.x & 31) == 0) {
-            best_s[threadIdx.x >> 5] = bs;
-            best_b[threadIdx.x >> 5] = bb;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float s = -INFINITY;
-            int w = n_b;
-            for (int k = 0; k < (int)(blockDim.x >> 5); k++) {
-                int ob = best_b[k];
-                if (ob < n_b && (w == n_b || best_s[k] > s || (best_s[k] == s && ob < w))) {
-                    s = best_s[k];
-                    w = ob;
-                }
-            }
-            if (w < n_b) chosen[w] = 1;
+        int above = 0;
+        for (int b = threadIdx.x; b < n_b; b += blockDim.x) above += __float_as_uint(score[b]) > cand;
+        const int need = topk - qwc_block_sum(above, cnt);
+        int taken = 0; /* equal scores taken so far, in block order */
+        for (int base = 0; base < n_b; base += blockDim.x) {
+            const int b = base + threadIdx.x;
+            const unsigned key = b < n_b ? __float_as_uint(score[b]) : 0u;
+            const bool eq = b < n_b && key == cand;
+            const int before = block_prefix(eq, cnt, lane, wp, nw), total = cnt[nw];
+            if (b < n_b) chosen[b] = key > cand || (eq && taken + before < need);
+            taken += total;
         }
         __syncthreads();
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int32_t *dst = sel + sel_off[t];
-        int n = 0;
-        for (int b = 0; b < n_b; b++)
-            if (chosen[b])
-                for (int r = 0; r < R; r++) dst[n++] = b * R + r;
-        for (int p = n_b * R; p <= i; p++) dst[n++] = p;
+    /* the chosen blocks' positions in block order, then the tail */
+    int32_t *dst = sel + sel_off[t];
+    int n = 0;
+    for (int base = 0; base < n_b; base += blockDim.x) {
+        const int b = base + threadIdx.x;
+        const bool ch = b < n_b && chosen[b];
+        const int before = block_prefix(ch, cnt, lane, wp, nw), total = cnt[nw];
+        if (ch)
+            for (int r = 0; r < R; r++) dst[(n + before) * R + r] = b * R + r;
+        n += total;
     }
+    for (int p = n_b * R + threadIdx.x; p <= i; p += blockDim.x) dst[n * R + p - n_b * R] = p;
 }
 
 static void cu_qsa_select(const qw_backend *be, int32_t *sel, int32_t *sel_off, const float *q, int64_t q_stride,

@@ -125,14 +125,21 @@ int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const f
  * qwc_matmul_pairs sums one pair (the same bits): one token, or the integer path of up to 16 tokens. */
 int qwc_matmul_like_pairs(const qwc *c, qw_type type, int64_t cols, int n_tok);
 
-/* ---- mmq.cu: the integer path's products of many tokens on the tensor cores, each output qw_q8a_dot_ref's bits */
+/* ---- mmq.cu: the integer path's products of many tokens on the tensor cores, each output qw_q8a_dot_ref's bits
+ * (narrow products cut into column slices: within a bound of them) */
 
 /* 1 when qwc_mmq takes weights of type t and row length cols (the block-quantized types of the integer path) */
 int qwc_mmq_takes(qw_type t, int64_t cols);
 /* y[t * ldy + r] = qw_q8a_dot_ref(row r of W, the 8-bit row xq + t * xq_tok) for t < n_tok; W [rows, cols] of
- * type t on the device */
+ * type t on the device. A narrow product (qwc_mmq_slices > 1: few tiles, long rows) with work (qwc_mmq_work floats)
+ * is cut into slices of the columns whose sums are added in order: then within the matrix-vector kernels' bound of
+ * qw_q8a_dot_ref, not its bits (work NULL: never cut). */
 void qwc_mmq(qwc *c, float *y, int64_t ldy, const uint8_t *w, qw_type t, int64_t rows, int64_t cols,
-             const qw_q8a *xq, int64_t xq_tok, int n_tok);
+             const qw_q8a *xq, int64_t xq_tok, int n_tok, float *work);
+int qwc_mmq_slices(int64_t rows, int64_t cols, int n_tok);
+int64_t qwc_mmq_work(int64_t rows, int64_t cols, int n_tok);
+/* y [t * ldy + r] = the sum over s = 0 .. S - 1, in that order, of part [s][t][r], for r < m, t < n_tok */
+void qwc_slice_sum(qwc *c, float *y, int64_t ldy, const float *part, int64_t m, int n_tok, int S);
 /* tiles [2 (E + 1)] for qwc_mmq_grouped from the group offsets offs [E + 1] (on the device) */
 void qwc_mmq_tiles(qwc *c, int32_t *tiles, const int32_t *offs, int E);
 /* The same for E matrices tab[e] (device pointers, on the device) at once: rows offs[e] .. offs[e + 1] - 1 of the

@@ -1,7 +1,8 @@
 /*
  * mmq.cu - the integer path's products of many tokens on the tensor cores: quantized weights against 8-bit
  * activations (kernels/q8a.h) with the 8-bit integer MMA (mma.sync m16n8k32 s8, m16n8k16 for Q6_K's halves), each
- * output the bits of the CPU's integer reference qw_q8a_dot_ref.
+ * output the bits of the CPU's integer reference qw_q8a_dot_ref (a narrow product cut into column slices: within
+ * the matrix-vector kernels' bound of it, below).
  *
  * Per group g of 32 columns the reference adds d_g * (A_g * isum_g + B_g * s_g) to an f32 sum, groups in order.
  * The weights' groups come as signed codes and integer scales (q8dot.h qd_codes: isum = m0 sum_lo + m1 sum_hi),
@@ -22,6 +23,8 @@
  * the grid's y (tiles: the prefix sums of ceil(rows / tile), made on the device); a block past tiles[E] returns.
  */
 #include <stdint.h>
+
+#include <algorithm>
 
 #include "cuda/cuda_internal.cuh"
 
@@ -46,6 +49,8 @@ struct mmq_args {
     float *y;                  /* y[t * ldy + r] */
     int64_t ldy;
     int n_tok;                 /* one matrix: its tokens */
+    int64_t gsplit, ysplit;    /* a narrow product cut into slices: groups a slice (a multiple of KG; 0: one
+                                  slice), and how far apart the slices' outputs are (grid z: the slice) */
 };
 
 __device__ __forceinline__ void mma32(int32_t *d, const uint32_t *a, const uint32_t *b) {
@@ -83,8 +88,8 @@ __device__ __forceinline__ void cp_async4(uint32_t *dst, const void *src, bool o
 }
 
 template <int BN_>
-__device__ __forceinline__ void mmq_xcopy(uint32_t *sx, const mmq_args &a, int64_t t0, int nt, int64_t g0) {
-    const int kw = (int)min((int64_t)KG, a.ng - g0) * 10;
+__device__ __forceinline__ void mmq_xcopy(uint32_t *sx, const mmq_args &a, int64_t t0, int nt, int64_t g0, int64_t ge) {
+    const int kw = (int)min((int64_t)KG, ge - g0) * 10;
 #pragma unroll
     for (int u = 0; u < BN_ * KG * 10 / THREADS; u++) {
         const int i = threadIdx.x + THREADS * u, n = i / (KG * 10), wi = i % (KG * 10);
@@ -97,8 +102,8 @@ __device__ __forceinline__ void mmq_xcopy(uint32_t *sx, const mmq_args &a, int64
 
 template <int T, int MT>
 __device__ __forceinline__ void mmq_load(mmq_regs<MT> &q, const mmq_args &a, const uint8_t *w, int64_t row0,
-                                         int64_t g0) {
-    const int kg = (int)min((int64_t)KG, a.ng - g0);
+                                         int64_t g0, int64_t ge) {
+    const int kg = (int)min((int64_t)KG, ge - g0);
 #pragma unroll
     for (int j = 0; j < MT; j++) {
         const int i = threadIdx.x + THREADS * j, r = i / KG, gg = i % KG;
@@ -153,13 +158,15 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
 #pragma unroll
             for (int j = 0; j < NT; j++) acc[i][h][j][0] = acc[i][h][j][1] = 0.0f;
 
+    /* this block's groups: a slice of a narrow product, or all */
+    const int64_t gb = a.gsplit ? (int64_t)blockIdx.z * a.gsplit : 0, ge = a.gsplit ? min(a.ng, gb + a.gsplit) : a.ng;
     mmq_regs<MT> q;
-    mmq_xcopy<BN_>(sxb[0], a, t0, nt, 0);
-    mmq_load<T, MT>(q, a, w, row0, 0);
-    for (int64_t g0 = 0; g0 < a.ng; g0 += KG) {
-        const int kg = (int)min((int64_t)KG, a.ng - g0), step = (int)(g0 / KG);
+    mmq_xcopy<BN_>(sxb[0], a, t0, nt, gb, ge);
+    mmq_load<T, MT>(q, a, w, row0, gb, ge);
+    for (int64_t g0 = gb; g0 < ge; g0 += KG) {
+        const int kg = (int)min((int64_t)KG, ge - g0), step = (int)((g0 - gb) / KG);
         const uint32_t *sx = sxb[step & 1];
-        const bool more = g0 + KG < a.ng;
+        const bool more = g0 + KG < ge;
 #pragma unroll
         for (int j = 0; j < MT; j++) { /* this step's loads into shared memory */
             const int i = tid + THREADS * j, r = i / KG, gg = i % KG;
@@ -169,13 +176,13 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
             sA[gg][r] = q.A[j], sB[gg][r] = q.B[j], sM[gg][r] = q.m[j];
         }
         if (more) { /* the next step's activations (the buffer the step before read) */
-            mmq_xcopy<BN_>(sxb[(step + 1) & 1], a, t0, nt, g0 + KG);
+            mmq_xcopy<BN_>(sxb[(step + 1) & 1], a, t0, nt, g0 + KG, ge);
             asm volatile("cp.async.wait_group 1;\n" ::: "memory");
         } else {
             asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         }
         __syncthreads();
-        if (more) mmq_load<T, MT>(q, a, w, row0, g0 + KG); /* in flight while this step runs */
+        if (more) mmq_load<T, MT>(q, a, w, row0, g0 + KG, ge); /* in flight while this step runs */
         for (int gg = 0; gg < kg; gg++) {
             uint32_t fa[MT][4], fb[NT][2];
 #pragma unroll
@@ -243,7 +250,7 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
 #pragma unroll
                 for (int k = 0; k < 2; k++) {
                     const int n = wn + j * 8 + tig * 2 + k;
-                    if (n < nt) a.y[(t0 + n) * a.ldy + row] = acc[mt][h][j][k];
+                    if (n < nt) a.y[blockIdx.z * a.ysplit + (t0 + n) * a.ldy + row] = acc[mt][h][j][k];
                 }
         }
 }
@@ -252,32 +259,32 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
  * narrow matrices, whose few row tiles would leave most SMs idle). The outputs' bits do not depend on it. */
 constexpr int64_t MMQ_BIG_BLOCKS = 264;
 
-template <int T> void mmq_launch(qwc *c, mmq_args a, int64_t n_rows, int grouped) {
+template <int T> void mmq_launch(qwc *c, mmq_args a, int64_t n_rows, int grouped, int slices) {
     const int64_t rows = a.rows;
     const int64_t big = ((rows + 63) / 64) * ((n_rows + 63) / 64);
     if (big >= MMQ_BIG_BLOCKS) {
-        const dim3 grid((unsigned)((rows + 63) / 64), (unsigned)((n_rows + 63) / 64 + (grouped ? a.E : 0)));
+        const dim3 grid((unsigned)((rows + 63) / 64), (unsigned)((n_rows + 63) / 64 + (grouped ? a.E : 0)), slices);
         qwc_launch(k_mmq<T, 2, 4, 4>, grid, THREADS, 0, qwc_stream(c), a);
     } else {
-        const dim3 grid((unsigned)((rows + 31) / 32), (unsigned)((n_rows + 31) / 32 + (grouped ? a.E : 0)));
+        const dim3 grid((unsigned)((rows + 31) / 32), (unsigned)((n_rows + 31) / 32 + (grouped ? a.E : 0)), slices);
         if (grouped) a.tiles += a.E + 1; /* the 32-token tiles' prefix */
         qwc_launch(k_mmq<T, 1, 2, 6>, grid, THREADS, 0, qwc_stream(c), a);
     }
     QWC_LAUNCHED();
 }
 
-void mmq_by_type(qwc *c, qw_type t, const mmq_args &a, int64_t n_rows, int grouped) {
+void mmq_by_type(qwc *c, qw_type t, const mmq_args &a, int64_t n_rows, int grouped, int slices) {
     switch (t) {
-    case QW_TYPE_Q8_0: mmq_launch<QW_TYPE_Q8_0>(c, a, n_rows, grouped); return;
-    case QW_TYPE_Q4_0: mmq_launch<QW_TYPE_Q4_0>(c, a, n_rows, grouped); return;
-    case QW_TYPE_Q4_1: mmq_launch<QW_TYPE_Q4_1>(c, a, n_rows, grouped); return;
-    case QW_TYPE_Q5_0: mmq_launch<QW_TYPE_Q5_0>(c, a, n_rows, grouped); return;
-    case QW_TYPE_Q5_1: mmq_launch<QW_TYPE_Q5_1>(c, a, n_rows, grouped); return;
-    case QW_TYPE_Q4_K: mmq_launch<QW_TYPE_Q4_K>(c, a, n_rows, grouped); return;
-    case QW_TYPE_Q5_K: mmq_launch<QW_TYPE_Q5_K>(c, a, n_rows, grouped); return;
-    case QW_TYPE_Q6_K: mmq_launch<QW_TYPE_Q6_K>(c, a, n_rows, grouped); return;
-    case QW_TYPE_IQ4_NL: mmq_launch<QW_TYPE_IQ4_NL>(c, a, n_rows, grouped); return;
-    case QW_TYPE_IQ4_XS: mmq_launch<QW_TYPE_IQ4_XS>(c, a, n_rows, grouped); return;
+    case QW_TYPE_Q8_0: mmq_launch<QW_TYPE_Q8_0>(c, a, n_rows, grouped, slices); return;
+    case QW_TYPE_Q4_0: mmq_launch<QW_TYPE_Q4_0>(c, a, n_rows, grouped, slices); return;
+    case QW_TYPE_Q4_1: mmq_launch<QW_TYPE_Q4_1>(c, a, n_rows, grouped, slices); return;
+    case QW_TYPE_Q5_0: mmq_launch<QW_TYPE_Q5_0>(c, a, n_rows, grouped, slices); return;
+    case QW_TYPE_Q5_1: mmq_launch<QW_TYPE_Q5_1>(c, a, n_rows, grouped, slices); return;
+    case QW_TYPE_Q4_K: mmq_launch<QW_TYPE_Q4_K>(c, a, n_rows, grouped, slices); return;
+    case QW_TYPE_Q5_K: mmq_launch<QW_TYPE_Q5_K>(c, a, n_rows, grouped, slices); return;
+    case QW_TYPE_Q6_K: mmq_launch<QW_TYPE_Q6_K>(c, a, n_rows, grouped, slices); return;
+    case QW_TYPE_IQ4_NL: mmq_launch<QW_TYPE_IQ4_NL>(c, a, n_rows, grouped, slices); return;
+    case QW_TYPE_IQ4_XS: mmq_launch<QW_TYPE_IQ4_XS>(c, a, n_rows, grouped, slices); return;
     default: qwc_die(__FILE__, __LINE__, "mmq: no integer GEMM for weights of type", qw_type_name(t));
     }
 }
@@ -296,17 +303,82 @@ __global__ void k_mmq_tiles(int32_t *tiles, const int32_t *offs, int E) {
     }
 }
 
+/* A narrow product: when even the small tiles make fewer blocks than MMQ_SPLIT_BLOCKS (four per SM of an H200)
+ * and the rows are long, the columns are cut into slices of at least MMQ_SPLIT_GROUPS groups, as many as bring
+ * the blocks to that count (at most MMQ_SPLIT_MAX), each slice's f32 sums kept apart and then added in order
+ * (the hyper-connections' down and inject products of a prompt step: 320 and 4 rows of 10,240 columns). Each
+ * output is then an f32 sum of the reference's terms, a chain of the slice's terms per slice and S - 1 additions
+ * of the slices' sums: within the matrix-vector kernels' bound ((ng + 48) u sum |term|), not qw_q8a_dot_ref's
+ * bits. QWC_MMQ_SPLIT 0: never cut. */
+#ifndef QWC_MMQ_SPLIT
+#define QWC_MMQ_SPLIT 1
+#endif
+constexpr int64_t MMQ_SPLIT_BLOCKS = 528, MMQ_SPLIT_GROUPS = 32;
+constexpr int MMQ_SPLIT_MAX = 16;
+
+/* groups a slice (0: not cut) and the slices */
+int64_t mmq_split(int64_t rows, int64_t ng, int n_tok, int *slices) {
+    *slices = 1;
+    const int64_t big = ((rows + 63) / 64) * ((n_tok + 63) / 64), small = ((rows + 31) / 32) * ((n_tok + 31) / 32);
+    if (!QWC_MMQ_SPLIT || rows <= 0 || n_tok <= 0 || big >= MMQ_BIG_BLOCKS || small >= MMQ_SPLIT_BLOCKS) return 0;
+    const int64_t want = std::min<int64_t>({MMQ_SPLIT_MAX, ng / MMQ_SPLIT_GROUPS, (MMQ_SPLIT_BLOCKS + small - 1) / small});
+    if (want < 2) return 0;
+    const int64_t gs = ((ng + want - 1) / want + KG - 1) / KG * KG;
+    *slices = (int)((ng + gs - 1) / gs);
+    if (*slices < 2) {
+        *slices = 1;
+        return 0;
+    }
+    return gs;
+}
+
+/* y [t * ldy + r] = sum over s in order of part [s][t][r], r < m */
+__global__ void k_slice_sum(float *y, int64_t ldy, const float *part, int64_t m, int64_t n, int S) {
+    QWC_PDL_ENTRY();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float acc = part[i];
+    for (int s = 1; s < S; s++) acc = __fadd_rn(acc, part[(int64_t)s * n + i]);
+    y[(i / m) * ldy + i % m] = acc;
+}
+
 } // namespace
+
+int qwc_mmq_slices(int64_t rows, int64_t cols, int n_tok) {
+    int s;
+    mmq_split(rows, cols / 32, n_tok, &s);
+    return s;
+}
+
+int64_t qwc_mmq_work(int64_t rows, int64_t cols, int n_tok) {
+    const int s = qwc_mmq_slices(rows, cols, n_tok);
+    return s > 1 ? (int64_t)s * rows * n_tok : 0;
+}
+
+void qwc_slice_sum(qwc *c, float *y, int64_t ldy, const float *part, int64_t m, int n_tok, int S) {
+    const int64_t n = m * n_tok;
+    if (n <= 0) return;
+    qwc_launch(k_slice_sum, (unsigned)((n + 255) / 256), 256, 0, qwc_stream(c), y, ldy, part, m, n, S);
+    QWC_LAUNCHED();
+}
 
 int qwc_mmq_takes(qw_type t, int64_t cols) { return qd_supported(t) && cols % 32 == 0; }
 
 void qwc_mmq(qwc *c, float *y, int64_t ldy, const uint8_t *w, qw_type t, int64_t rows, int64_t cols,
-             const qw_q8a *xq, int64_t xq_tok, int n_tok) {
+             const qw_q8a *xq, int64_t xq_tok, int n_tok, float *work) {
     if (rows <= 0 || n_tok <= 0) return;
     mmq_args a = {};
     a.w = w, a.rows = rows, a.row_bytes = (int64_t)qw_type_row_size(t, cols), a.ng = cols / 32;
     a.xq = xq, a.xq_tok = xq_tok, a.y = y, a.ldy = ldy, a.n_tok = n_tok;
-    mmq_by_type(c, t, a, n_tok, 0);
+    int slices = 1;
+    if (work) a.gsplit = mmq_split(rows, a.ng, n_tok, &slices);
+    if (slices > 1) { /* the slices' sums [slice][token][row], then added in order */
+        a.y = work, a.ldy = rows, a.ysplit = rows * n_tok;
+        mmq_by_type(c, t, a, n_tok, 0, slices);
+        qwc_slice_sum(c, y, ldy, work, rows, n_tok, slices);
+        return;
+    }
+    mmq_by_type(c, t, a, n_tok, 0, 1);
 }
 
 void qwc_mmq_tiles(qwc *c, int32_t *tiles, const int32_t *offs, int E) {
@@ -321,5 +393,5 @@ void qwc_mmq_grouped(qwc *c, float *y, int64_t ldy, const void *const *tab, qw_t
     a.tab = tab, a.offs = offs, a.tiles = tiles, a.E = E;
     a.rows = rows, a.row_bytes = (int64_t)qw_type_row_size(t, cols), a.ng = cols / 32;
     a.xq = xq, a.xq_tok = cols / 32, a.y = y, a.ldy = ldy;
-    mmq_by_type(c, t, a, n_rows, 1);
+    mmq_by_type(c, t, a, n_rows, 1, 1);
 }

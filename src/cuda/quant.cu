@@ -1058,8 +1058,8 @@ template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
 
 /* Narrow products: when cuBLAS's output tiles (about 128 x 128) over m rows and n_tok tokens would not fill one
  * wave of the GPU and the rows are long (the hyper-connections' down and inject products: 320 and 4 rows of 10,240
- * columns), the columns are cut into S equal slices, one batched GEMM gives each slice's f32 sums and k_slice_sum
- * adds the S partial sums in slice order: an f32 sum of the same exact products in another order, within the
+ * columns), the columns are cut into S equal slices, one batched GEMM gives each slice's f32 sums and
+ * qwc_slice_sum adds the S partial sums in slice order: an f32 sum of the same exact products in another order, within the
  * SGEMM's own bound. gemm_slices: S (1: no cut); slices of a multiple of 4 columns, at least SPLIT_COLS each. */
 constexpr int64_t SPLIT_WAVE = 132, SPLIT_BLOCKS = 264, SPLIT_COLS = 1024;
 constexpr int SPLIT_MAX = 16;
@@ -1079,16 +1079,6 @@ int64_t gemm_work(int64_t m, int64_t cols, int n_tok) {
     return s > 1 ? (int64_t)s * m * n_tok : 0;
 }
 
-/* y [t * ldy + r] = sum over s in order of part [s][t][r], r < m */
-__global__ void k_slice_sum(float *y, int64_t ldy, const float *part, int64_t m, int64_t n, int S) {
-    QWC_PDL_ENTRY();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float acc = part[i];
-    for (int s = 1; s < S; s++) acc = __fadd_rn(acc, part[(int64_t)s * n + i]);
-    y[(i / m) * ldy + i % m] = acc;
-}
-
 /* y [n_tok][rows] = x W^T through cuBLAS: column-major, y^T [rows][n_tok] = W^T^T x^T; W here [m][cols] from A.
  * work: gemm_work(m, cols, n_tok) floats for a narrow product's slices (NULL: never sliced). */
 void gemm(qwc *c, float *y, int64_t ldy, const float *A, int64_t m, int64_t cols, const float *x, int n_tok,
@@ -1102,8 +1092,7 @@ void gemm(qwc *c, float *y, int64_t ldy, const float *A, int64_t m, int64_t cols
                                               CUDA_R_32F, (int)cols, ks, x, CUDA_R_32F, (int)cols, ks, &zero, work,
                                               CUDA_R_32F, (int)m, n, S, CUBLAS_COMPUTE_32F_PEDANTIC,
                                               CUBLAS_GEMM_DEFAULT));
-        qwc_launch(k_slice_sum, (unsigned)cdiv(n, 256), 256, 0, qwc_stream(c), y, ldy, (const float *)work, m, n, S);
-        QWC_LAUNCHED();
+        qwc_slice_sum(c, y, ldy, work, m, n_tok, S);
         return;
     }
     QWC_CUBLAS(cublasGemmEx(qwc_cublas(c), CUBLAS_OP_T, CUBLAS_OP_N, (int)m, n_tok, (int)cols, &one, A, CUDA_R_32F,
@@ -1197,12 +1186,16 @@ template <int T> struct op_matmul {
         if constexpr (q8_type<T>()) /* the integer path: the tensor cores (mmq.cu), x rounded once */
             if (qwc_q8_on(c) && qwc_mmq_takes((qw_type)T, cols)) {
                 const qw_q8a *xq = q8_rows<T>(c, x, cols, cols, n_tok);
+                /* the scratch: x's 8-bit rows when the fixed buffer cannot hold them, then a narrow product's
+                 * partial sums */
+                const size_t xb = xq ? 0 : ((size_t)(n_tok * (cols / 32)) * sizeof(qw_q8a) + 255) / 256 * 256;
+                const size_t wb = (size_t)qwc_mmq_work(rows, cols, n_tok) * sizeof(float);
+                char *sc = xb + wb ? (char *)qwc_scratch(c, xb + wb) : NULL;
                 if (!xq) {
-                    qw_q8a *s = (qw_q8a *)qwc_scratch(c, (size_t)(n_tok * (cols / 32)) * sizeof(qw_q8a));
-                    qwc_q8a_rows(c, s, x, cols, cols, n_tok);
-                    xq = s;
+                    qwc_q8a_rows(c, (qw_q8a *)sc, x, cols, cols, n_tok);
+                    xq = (const qw_q8a *)sc;
                 }
-                qwc_mmq(c, y, rows, w, (qw_type)T, rows, cols, xq, cols / 32, n_tok);
+                qwc_mmq(c, y, rows, w, (qw_type)T, rows, cols, xq, cols / 32, n_tok, wb ? (float *)(sc + xb) : NULL);
                 return;
             }
         /* tiles of rows: each dequantized into the scratch (F32 weights: read in place), then one GEMM; a tile

@@ -180,83 +180,112 @@ static void test_rope(void) {
 
 static void test_attention(void) {
     printf("attention: full, causal from a position, and over a selection\n");
-    int nh = 8, nkv = 2, hd = 128, n_ctx = 300;
-    float *kc = rvec((size_t)n_ctx * nkv * hd, 1), *vc = rvec((size_t)n_ctx * nkv * hd, 2);
-    float *dk = dev(kc, (size_t)n_ctx * nkv * hd * 4), *dv = dev(vc, (size_t)n_ctx * nkv * hd * 4);
-    static const int cases[][3] = {{1, 0, 0}, {1, 250, 0}, {9, 100, 0}, {5, 200, 1}};
-    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
-        int T = cases[ci][0], p0 = cases[ci][1], sparse = cases[ci][2];
-        float *q = rvec((size_t)T * nh * hd, 2), *o = malloc((size_t)T * nh * hd * 4);
-        int32_t *sel = NULL, *off = NULL, *dsel = NULL, *doff = NULL;
-        if (sparse) {
-            sel = malloc((size_t)T * n_ctx * 4);
-            off = malloc((size_t)(T + 1) * 4);
-            int m = 0;
-            for (int t = 0; t < T; t++) {
-                off[t] = m;
-                for (int i = 0; i <= p0 + t; i++)
-                    if (i % 3 == 0 || i == p0 + t) sel[m++] = i;
+    /* heads, kv heads, head dimension: more than 16 queries at 128 or 256 take the tiled kernel (G = 4, 12); G = 3
+     * and hd 64 the per-head one */
+    static const int shapes[][3] = {{8, 2, 128}, {24, 2, 256}, {6, 2, 128}, {4, 1, 64}};
+    static const int cases[][3] = {{1, 0, 0}, {1, 250, 0}, {9, 100, 0}, {5, 200, 1}, {40, 0, 0}, {40, 200, 0},
+                                   {20, 150, 1}, {70, 230, 1}};
+    const int n_ctx = 300;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        const int nh = shapes[si][0], nkv = shapes[si][1], hd = shapes[si][2];
+        float *kc = rvec((size_t)n_ctx * nkv * hd, 1), *vc = rvec((size_t)n_ctx * nkv * hd, 2);
+        float *dk = dev(kc, (size_t)n_ctx * nkv * hd * 4), *dv = dev(vc, (size_t)n_ctx * nkv * hd * 4);
+        for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+            int T = cases[ci][0], p0 = cases[ci][1], sparse = cases[ci][2];
+            float *q = rvec((size_t)T * nh * hd, 2), *o = malloc((size_t)T * nh * hd * 4);
+            int32_t *sel = NULL, *off = NULL, *dsel = NULL, *doff = NULL;
+            if (sparse) {
+                sel = malloc((size_t)T * n_ctx * 4);
+                off = malloc((size_t)(T + 1) * 4);
+                int m = 0;
+                for (int t = 0; t < T; t++) {
+                    off[t] = m;
+                    for (int i = 0; i <= p0 + t; i++)
+                        if (i % 3 == 0 || i == p0 + t) sel[m++] = i;
+                }
+                off[T] = m;
+                dsel = dev(sel, (size_t)m * 4);
+                doff = dev(off, (size_t)(T + 1) * 4);
             }
-            off[T] = m;
-            dsel = dev(sel, (size_t)m * 4);
-            doff = dev(off, (size_t)(T + 1) * 4);
+            void *work = malloc(R->attention_work(R, n_ctx, hd));
+            qw_step st = {.pos0 = p0};
+            float scale = 1.0f / sqrtf((float)hd);
+            R->attention(R, o, q, nh * hd, kc, vc, T, nh, nkv, hd, scale, sel, off, work, &st);
+            float *dout = dev(NULL, (size_t)T * nh * hd * 4);
+            G->attention(G, dout, dev(q, (size_t)T * nh * hd * 4), nh * hd, dk, dv, T, nh, nkv, hd, scale, dsel, doff,
+                         NULL, dev_step(p0));
+            float *g = back(dout, (size_t)T * nh * hd * 4);
+            double worst = 0;
+            for (int i = 0; i < T * nh * hd; i++) worst = fmax(worst, fabs((double)g[i] - o[i]));
+            /* values within [-2, 2]: the f32 online softmax against the double reference */
+            CHECK(worst < 2e-5, "attention %d heads / %d kv heads x %d, %d queries from %d%s: largest difference "
+                  "%.2e (bound 2e-5)", nh, nkv, hd, T, p0, sparse ? " over a selection" : "", worst);
+            free(g), free(q), free(o), free(sel), free(off), free(work);
         }
-        void *work = malloc(R->attention_work(R, n_ctx, hd));
-        qw_step st = {.pos0 = p0};
-        float scale = 1.0f / sqrtf((float)hd);
-        R->attention(R, o, q, nh * hd, kc, vc, T, nh, nkv, hd, scale, sel, off, work, &st);
-        float *dout = dev(NULL, (size_t)T * nh * hd * 4);
-        G->attention(G, dout, dev(q, (size_t)T * nh * hd * 4), nh * hd, dk, dv, T, nh, nkv, hd, scale, dsel, doff,
-                     NULL, dev_step(p0));
-        float *g = back(dout, (size_t)T * nh * hd * 4);
-        double worst = 0;
-        for (int i = 0; i < T * nh * hd; i++) worst = fmax(worst, fabs((double)g[i] - o[i]));
-        /* values within [-2, 2]: the f32 online softmax against the double reference */
-        CHECK(worst < 2e-5, "attention case %zu: largest difference %.2e (bound 2e-5)", ci, worst);
-        free(g), free(q), free(o), free(sel), free(off), free(work);
+        free(kc), free(vc);
     }
-    free(kc), free(vc);
 }
 
 static void test_qsa(void) {
     printf("qsa_keys, qsa_select: the same pooled keys and the same positions\n");
-    int ihd = 64, R_ = 8, n_ctx = 256, ni = 4, n_rot = 32, topk = 5;
-    float *knorm = rvec(ihd, 0.3f), *inv = malloc(16 * 4);
-    for (int k = 0; k < 16; k++) inv[k] = 1.0f / powf(10000.0f, (float)(2 * k) / n_rot);
-    float *raw = calloc((size_t)n_ctx * ihd, 4), *blk = calloc((size_t)(n_ctx / R_ + 1) * ihd, 4);
-    float *draw = dev(raw, (size_t)n_ctx * ihd * 4), *dblk = dev(blk, (size_t)(n_ctx / R_ + 1) * ihd * 4);
-    int64_t width = (int64_t)(ni + 1) * ihd;
-    int pos = 0;
-    static const int steps[] = {13, 1, 1, 30, 7, 1, 60};
-    for (size_t si = 0; si < sizeof(steps) / sizeof(steps[0]); si++) {
-        int T = steps[si];
-        float *rows = rvec((size_t)T * width, 1);
-        float *drows = dev(rows, (size_t)T * width * 4);
-        qw_step st = {.pos0 = pos};
-        qw_step *dst = dev_step(pos);
-        R->qsa_keys(R, raw, blk, rows + (int64_t)ni * ihd, width, T, ihd, R_, knorm, 1e-6f, inv, n_rot, &st);
-        G->qsa_keys(G, draw, dblk, drows + (int64_t)ni * ihd, width, T, ihd, R_, knorm, 1e-6f, inv, n_rot, dst);
-        float *graw = back(draw, (size_t)n_ctx * ihd * 4), *gblk = back(dblk, (size_t)(n_ctx / R_ + 1) * ihd * 4);
-        CHECK(same(graw, raw, (size_t)n_ctx * ihd * 4), "qsa_keys step %zu: raw keys differ", si);
-        double e = rel_err(gblk, blk, (size_t)(pos + T) / R_ * ihd, 1e-3);
-        CHECK(e < 1e-5, "qsa_keys step %zu: pooled keys, relative error %.2e (bound 1e-5: cos/sin)", si, e);
-        /* the selection from the same pooled keys on both sides (the device's copied from the host's) */
-        G->upload(G, dblk, blk, (size_t)(n_ctx / R_ + 1) * ihd * 4);
-        size_t cap = (size_t)T * (topk + 1) * R_;
-        int32_t *sel = malloc(cap * 4), *off = malloc((size_t)(T + 1) * 4);
-        void *work = malloc(R->qsa_select_work(R, n_ctx, R_, topk));
-        G->qsa_select_work(G, n_ctx, R_, topk);
-        int32_t *dsel = dev(NULL, cap * 4), *doff = dev(NULL, (size_t)(T + 1) * 4);
-        R->qsa_select(R, sel, off, rows, width, blk, T, ni, ihd, R_, topk, work, &st);
-        G->qsa_select(G, dsel, doff, drows, width, dblk, T, ni, ihd, R_, topk, NULL, dst);
-        int32_t *goff = back(doff, (size_t)(T + 1) * 4);
-        CHECK(same(goff, off, (size_t)(T + 1) * 4), "qsa_select step %zu: offsets differ", si);
-        int32_t *gsel = back(dsel, (size_t)off[T] * 4);
-        CHECK(same(gsel, sel, (size_t)off[T] * 4), "qsa_select step %zu: positions differ", si);
-        free(goff), free(gsel), free(sel), free(off), free(work), free(graw), free(gblk), free(rows);
-        pos += T;
+    /* ihd, R, n_ctx, topk; steps (negative: that many tokens whose queries are zeros, every score 0: ties, the
+     * lowest blocks win); the second config has more blocks than the selection kernel's threads */
+    static const struct {
+        int ihd, R, n_ctx, topk, steps[8];
+    } cfgs[] = {{64, 8, 256, 5, {13, 1, 1, 30, 7, 1, 60, -20}}, {32, 2, 1200, 300, {600, 1, -40, 500}}};
+    for (size_t gi = 0; gi < sizeof(cfgs) / sizeof(cfgs[0]); gi++) {
+        int ihd = cfgs[gi].ihd, R_ = cfgs[gi].R, n_ctx = cfgs[gi].n_ctx, ni = 4, n_rot = 32, topk = cfgs[gi].topk;
+        float *knorm = rvec(ihd, 0.3f), *inv = malloc(16 * 4);
+        for (int k = 0; k < 16; k++) inv[k] = 1.0f / powf(10000.0f, (float)(2 * k) / n_rot);
+        float *raw = calloc((size_t)n_ctx * ihd, 4), *blk = calloc((size_t)(n_ctx / R_ + 1) * ihd, 4);
+        float *draw = dev(raw, (size_t)n_ctx * ihd * 4), *dblk = dev(blk, (size_t)(n_ctx / R_ + 1) * ihd * 4);
+        int64_t width = (int64_t)(ni + 1) * ihd;
+        int pos = 0;
+        for (size_t si = 0; si < 8 && cfgs[gi].steps[si]; si++) {
+            int T = abs(cfgs[gi].steps[si]);
+            float *rows = rvec((size_t)T * width, 1);
+            if (cfgs[gi].steps[si] < 0)
+                for (int t = 0; t < T; t++) memset(rows + (int64_t)t * width, 0, (size_t)ni * ihd * 4);
+            float *drows = dev(rows, (size_t)T * width * 4);
+            qw_step st = {.pos0 = pos};
+            qw_step *dst = dev_step(pos);
+            R->qsa_keys(R, raw, blk, rows + (int64_t)ni * ihd, width, T, ihd, R_, knorm, 1e-6f, inv, n_rot, &st);
+            G->qsa_keys(G, draw, dblk, drows + (int64_t)ni * ihd, width, T, ihd, R_, knorm, 1e-6f, inv, n_rot, dst);
+            float *graw = back(draw, (size_t)n_ctx * ihd * 4), *gblk = back(dblk, (size_t)(n_ctx / R_ + 1) * ihd * 4);
+            CHECK(same(graw, raw, (size_t)n_ctx * ihd * 4), "qsa_keys config %zu step %zu: raw keys differ", gi, si);
+            const size_t nbk = (size_t)(pos + T) / R_ * ihd;
+            if (gi == 0) {
+                double e = rel_err(gblk, blk, nbk, 1e-3);
+                CHECK(e < 1e-5, "qsa_keys config %zu step %zu: pooled keys, relative error %.2e (bound 1e-5: cos/sin)",
+                      gi, si, e);
+            } else { /* RoPE angles up to ~1,100 rad: the device's cosf/sinf (2 ulp) of the same f32 angle, two
+                      * products and a sum: |error| < 4 * 2 ulp(1) * max|key| = 5e-7 max|key|, bound 1e-6 */
+                double e = 0, mx = 0;
+                for (size_t k = 0; k < nbk; k++) {
+                    e = fmax(e, fabs((double)gblk[k] - blk[k]));
+                    mx = fmax(mx, fabs((double)blk[k]));
+                }
+                CHECK(e <= 1e-6 * mx, "qsa_keys config %zu step %zu: pooled keys, largest difference %.2e (bound 1e-6 "
+                      "of the largest key, %.3g)", gi, si, e, mx);
+            }
+            /* the selection from the same pooled keys on both sides (the device's copied from the host's) */
+            G->upload(G, dblk, blk, (size_t)(n_ctx / R_ + 1) * ihd * 4);
+            size_t cap = (size_t)T * (topk + 1) * R_;
+            int32_t *sel = malloc(cap * 4), *off = malloc((size_t)(T + 1) * 4);
+            void *work = malloc(R->qsa_select_work(R, n_ctx, R_, topk));
+            G->qsa_select_work(G, n_ctx, R_, topk);
+            int32_t *dsel = dev(NULL, cap * 4), *doff = dev(NULL, (size_t)(T + 1) * 4);
+            R->qsa_select(R, sel, off, rows, width, blk, T, ni, ihd, R_, topk, work, &st);
+            G->qsa_select(G, dsel, doff, drows, width, dblk, T, ni, ihd, R_, topk, NULL, dst);
+            int32_t *goff = back(doff, (size_t)(T + 1) * 4);
+            CHECK(same(goff, off, (size_t)(T + 1) * 4), "qsa_select config %zu step %zu: offsets differ", gi, si);
+            int32_t *gsel = back(dsel, (size_t)off[T] * 4);
+            CHECK(same(gsel, sel, (size_t)off[T] * 4), "qsa_select config %zu step %zu: positions differ", gi, si);
+            free(goff), free(gsel), free(sel), free(off), free(work), free(graw), free(gblk), free(rows);
+            pos += T;
+        }
+        free(knorm), free(inv), free(raw), free(blk);
     }
-    free(knorm), free(inv), free(raw), free(blk);
 }
 
 static void test_gdn(void) {

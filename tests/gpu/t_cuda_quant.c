@@ -79,6 +79,7 @@ void qwc_gather_rows(struct qwc *c, float *y, const void *const *chunk_data, qw_
 void qwc_matmul_pairs(struct qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
                       const float *x, int64_t x_stride, int n_pairs);
 void qwc_mmq_tiles(struct qwc *c, int32_t *tiles, const int32_t *offs, int E);
+int qwc_mmq_slices(int64_t rows, int64_t cols, int n_tok);
 void qwc_mmq_grouped(struct qwc *c, float *y, int64_t ldy, const void *const *tab, qw_type t, int64_t rows,
                      int64_t cols, const qw_q8a *xq, const int32_t *offs, const int32_t *tiles, int E, int n_rows);
 
@@ -332,7 +333,11 @@ static worst compare_q8(const mat *m, const float *y, const float *x, int64_t x_
     return w;
 }
 
-/* matmul with 8-bit activations: the integer reference, and each token the bits of a one-token call */
+static int n_sliced; /* narrow products checked in column slices */
+
+/* matmul with 8-bit activations: the integer reference, and each token the bits of a one-token call; the
+ * tensor-core GEMM (more than 16 tokens) qw_q8a_dot_ref's bits, or, a narrow product cut into column slices, the
+ * reference within the matrix-vector kernels' bound */
 static void check_matmul_q8(const mat *m, int n_tok, int xmis) {
     const int64_t rows = m->rows, cols = m->cols;
     float *x = malloc((size_t)(n_tok * cols) * sizeof(float)), *y = malloc((size_t)(n_tok * rows) * sizeof(float));
@@ -344,6 +349,14 @@ static void check_matmul_q8(const mat *m, int n_tok, int xmis) {
     C->q8 = 1;
     qwc_matmul(C, dy, &t, dx + xmis, n_tok);
     down(y, dy, (size_t)(n_tok * rows) * sizeof(float));
+    const int slices = n_tok > 16 ? qwc_mmq_slices(rows, cols, n_tok) : 1;
+    if (n_tok > 16 && slices > 1) {
+        worst w = compare_q8(m, y, x, cols, n_tok);
+        CHECK_WORST(w, "matmul q8 %s [%lld, %lld] n_tok %d (gemm in %d column slices, weights %+d bytes, x %+d)",
+                    qw_type_name(m->type), (long long)rows, (long long)cols, n_tok, slices, m->mis, 4 * xmis);
+        n_sliced++;
+        goto done;
+    }
     if (n_tok > 16) { /* the tensor-core GEMM: qw_q8a_dot_ref's bits */
         int64_t bad = -1;
         float want = 0;
@@ -713,6 +726,8 @@ int main(void) {
                worst_mv[types[i]], worst_gemm[types[i]], n_fail > before ? " (failures above)" : "");
         fflush(stdout);
     }
+    CHECK(n_sliced > 0, "no narrow product was cut into column slices: the sliced GEMM went untested");
+    printf("narrow products in column slices: %d checked\n", n_sliced);
     worst_mv[QW_TYPE_Q8_0] = worst_gemm[QW_TYPE_Q8_0] = 0;
     check_large();
     printf("q8_0 262144 x 16384 worst error / bound: matrix-vector %.3f, gemm %.3f\n", worst_mv[QW_TYPE_Q8_0],
