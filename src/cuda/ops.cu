@@ -383,17 +383,18 @@ static void cu_gdn_gate(const qw_backend *be, float *a, float *beta, const float
  * column c of its state S [dk][dv]: per token S[:, c] *= exp(g) while kv = sum_r S[r][c] k[r] accumulates; u =
  * beta (v[c] - kv); S[r][c] += k[r] u while o = sum_r q[r] S[r][c] accumulates. Columns are independent.
  *
- * k_delta_rule4 (dk a multiple of 8 up to 128): a block per value head and 32 columns, four lanes of a warp per
- * column (lane = column + 8 part), lane part p holding rows p, p + 4, p + 8, ... of its column in registers for all
- * the tokens; each of kv and o is four partial sums (each of two interleaved f32 accumulators) added across the
- * four lanes by two butterfly shuffles, which leave the same bits in every lane, so u is one value. The tokens' q
- * and k rows, decays and betas go through shared memory DR_TOK tokens at a time; v's next element is loaded while
- * a token computes. The order of the f32 sums is not the CPU's (a tree of 8 partial sums instead of one running
- * sum), so the results differ from it within f32 rounding (t_cuda_ops' bound); a token's operations do not depend
- * on how many tokens the call has, so a prompt and the same tokens one at a time give the same bits.
+ * k_delta_rule4 (dk 32, 64 or 128): a block per value head and 16 columns, eight lanes of a warp per column
+ * (lane = column + 4 part), lane part p holding rows p, p + 8, p + 16, ... of its column in registers for all the
+ * tokens; each of kv and o is eight partial sums (each of two interleaved f32 accumulators, fused multiply-adds)
+ * added across the eight lanes by three butterfly shuffles, which leave the same bits in every lane, so u is one
+ * value. The tokens' q and k rows, decays and betas go through shared memory DR_TOK tokens at a time; v's next
+ * element is loaded while a token computes. The order of the f32 sums is not the CPU's (a tree of 16 partial sums
+ * instead of one running sum, and fused multiply-adds), so the results differ from it within f32 rounding
+ * (t_cuda_ops' bound); a token's operations do not depend on how many tokens the call has, so a prompt and the
+ * same tokens one at a time give the same bits.
  * k_delta_rule_any (other dk): one thread per column, the state read and written in place.
  */
-constexpr int DR_TOK = 32, DR_COLS = 32, DR_PARTS = 4;
+constexpr int DR_TOK = 32, DR_COLS = 16, DR_PARTS = 8, DR_CW = 32 / DR_PARTS; /* DR_CW: columns a warp */
 
 template <int DK>
 __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, const float *q, const float *k,
@@ -402,8 +403,8 @@ __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, con
     QWC_PDL_ENTRY();
     constexpr int R = DK / DR_PARTS;
     __shared__ float sq[DR_TOK][DK], sk[DR_TOK][DK], sd[DR_TOK], sb[DR_TOK];
-    const int j = blockIdx.x, lane = threadIdx.x & 31, p = lane >> 3;
-    const int c = blockIdx.y * DR_COLS + (threadIdx.x >> 5) * 8 + (lane & 7);
+    const int j = blockIdx.x, lane = threadIdx.x & 31, p = lane / DR_CW;
+    const int c = blockIdx.y * DR_COLS + (threadIdx.x >> 5) * DR_CW + lane % DR_CW;
     const int hq = tiled ? j % hk : j / (hv / hk); /* its q/k head */
     const bool on = c < dv;
     float *S = state + (int64_t)j * DK * dv;
@@ -434,25 +435,25 @@ __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, con
 #pragma unroll
             for (int i = 0; i < R; i += 2) {
                 s[i] *= decay;
-                kv0 += sk[t][i * DR_PARTS + p] * s[i];
+                kv0 = __fmaf_rn(sk[t][i * DR_PARTS + p], s[i], kv0);
                 s[i + 1] *= decay;
-                kv1 += sk[t][(i + 1) * DR_PARTS + p] * s[i + 1];
+                kv1 = __fmaf_rn(sk[t][(i + 1) * DR_PARTS + p], s[i + 1], kv1);
             }
             float kv = kv0 + kv1;
-            kv += __shfl_xor_sync(0xffffffffu, kv, 8);
-            kv += __shfl_xor_sync(0xffffffffu, kv, 16);
+#pragma unroll
+            for (int o = DR_CW; o < 32; o <<= 1) kv += __shfl_xor_sync(0xffffffffu, kv, o);
             const float u = sb[t] * (vt - kv);
             float a0 = 0, a1 = 0;
 #pragma unroll
             for (int i = 0; i < R; i += 2) {
-                s[i] += sk[t][i * DR_PARTS + p] * u;
-                a0 += sq[t][i * DR_PARTS + p] * s[i];
-                s[i + 1] += sk[t][(i + 1) * DR_PARTS + p] * u;
-                a1 += sq[t][(i + 1) * DR_PARTS + p] * s[i + 1];
+                s[i] = __fmaf_rn(sk[t][i * DR_PARTS + p], u, s[i]);
+                a0 = __fmaf_rn(sq[t][i * DR_PARTS + p], s[i], a0);
+                s[i + 1] = __fmaf_rn(sk[t][(i + 1) * DR_PARTS + p], u, s[i + 1]);
+                a1 = __fmaf_rn(sq[t][(i + 1) * DR_PARTS + p], s[i + 1], a1);
             }
             float acc = a0 + a1;
-            acc += __shfl_xor_sync(0xffffffffu, acc, 8);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 16);
+#pragma unroll
+            for (int o = DR_CW; o < 32; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
             if (on && p == 0) o[((int64_t)(t0 + t) * hv + j) * dv + c] = acc;
         }
     }
