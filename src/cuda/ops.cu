@@ -441,7 +441,7 @@ __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, con
             }
             float kv = kv0 + kv1;
 #pragma unroll
-            for (int o = DR_CW; o < 32; o <<= 1) kv += __shfl_xor_sync(0xffffffffu, kv, o);
+            for (int m = DR_CW; m < 32; m <<= 1) kv += __shfl_xor_sync(0xffffffffu, kv, m);
             const float u = sb[t] * (vt - kv);
             float a0 = 0, a1 = 0;
 #pragma unroll
@@ -453,7 +453,7 @@ __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, con
             }
             float acc = a0 + a1;
 #pragma unroll
-            for (int o = DR_CW; o < 32; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            for (int m = DR_CW; m < 32; m <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
             if (on && p == 0) o[((int64_t)(t0 + t) * hv + j) * dv + c] = acc;
         }
     }
