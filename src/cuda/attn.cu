@@ -205,8 +205,8 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS)
 
 template <int HD, int G>
 static void attention_tiles(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc, const float *vc,
-                            int n_tok, int n_head, int n_head_kv, float scale, const int32_t *sel, const int32_t *sel_off,
-                            const qw_step *step) {
+                            int n_tok, int n_head, int n_head_kv, float scale, const int32_t *sel,
+                            const int32_t *sel_off, const qw_step *step) {
     const size_t sh = (size_t)att_tile<HD, G>::SMEM * sizeof(float);
     QWC_CHECK(cudaFuncSetAttribute(k_attention_tiles<HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
     qwc_launch(k_attention_tiles<HD, G>, dim3((unsigned)n_tok, (unsigned)n_head_kv), ATT_TILE_THREADS, sh, st, out, q,
@@ -216,8 +216,8 @@ static void attention_tiles(cudaStream_t st, float *out, const float *q, int q_s
 
 /* the tiled kernel for these heads: 1 when it ran */
 template <int HD>
-static int attention_tiles_g(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc, const float *vc,
-                             int n_tok, int n_head, int n_head_kv, float scale, const int32_t *sel,
+static int attention_tiles_g(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc,
+                             const float *vc, int n_tok, int n_head, int n_head_kv, float scale, const int32_t *sel,
                              const int32_t *sel_off, const qw_step *step) {
     switch (n_head / n_head_kv) {
 #define ATT_G(g)                                                                                                  \

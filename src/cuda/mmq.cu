@@ -321,7 +321,8 @@ int64_t mmq_split(int64_t rows, int64_t ng, int n_tok, int *slices) {
     *slices = 1;
     const int64_t big = ((rows + 63) / 64) * ((n_tok + 63) / 64), small = ((rows + 31) / 32) * ((n_tok + 31) / 32);
     if (!QWC_MMQ_SPLIT || rows <= 0 || n_tok <= 0 || big >= MMQ_BIG_BLOCKS || small >= MMQ_SPLIT_BLOCKS) return 0;
-    const int64_t want = std::min<int64_t>({MMQ_SPLIT_MAX, ng / MMQ_SPLIT_GROUPS, (MMQ_SPLIT_BLOCKS + small - 1) / small});
+    const int64_t want =
+        std::min<int64_t>({MMQ_SPLIT_MAX, ng / MMQ_SPLIT_GROUPS, (MMQ_SPLIT_BLOCKS + small - 1) / small});
     if (want < 2) return 0;
     const int64_t gs = ((ng + want - 1) / want + KG - 1) / KG * KG;
     *slices = (int)((ng + gs - 1) / gs);

@@ -4,8 +4,9 @@
  *
  * Each follows kernels/ref.c's definition: the same f32 operations in the same order where an op has one
  * order per output (element-wise, RoPE), and double sums where the reference sums in double (norms, the
- * convolution); the delta rule runs the recurrence token by token with its dot products as partial sums (below). The build compiles with -fmad=false, so a * b + c is two
- * roundings as on the host.
+ * convolution); the delta rule runs the recurrence token by token with its dot products as partial sums
+ * (below). The build compiles with -fmad=false, so a * b + c is two roundings as on the host (fused
+ * multiply-adds only where written, __fmaf_rn).
  */
 #include "cuda/ops_internal.cuh"
 

@@ -1059,8 +1059,9 @@ template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
 /* Narrow products: when cuBLAS's output tiles (about 128 x 128) over m rows and n_tok tokens would not fill one
  * wave of the GPU and the rows are long (the hyper-connections' down and inject products: 320 and 4 rows of 10,240
  * columns), the columns are cut into S equal slices, one batched GEMM gives each slice's f32 sums and
- * qwc_slice_sum adds the S partial sums in slice order: an f32 sum of the same exact products in another order, within the
- * SGEMM's own bound. gemm_slices: S (1: no cut); slices of a multiple of 4 columns, at least SPLIT_COLS each. */
+ * qwc_slice_sum adds the S partial sums in slice order: an f32 sum of the same exact products in another order,
+ * within the SGEMM's own bound. gemm_slices: S (1: no cut); slices of a multiple of 4 columns, at least SPLIT_COLS
+ * each. */
 constexpr int64_t SPLIT_WAVE = 132, SPLIT_BLOCKS = 264, SPLIT_COLS = 1024;
 constexpr int SPLIT_MAX = 16;
 

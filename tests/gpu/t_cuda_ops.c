@@ -350,7 +350,8 @@ static void test_gdn(void) {
         dk = dr_cases[ci][0], dv = dr_cases[ci][1];
         const int Tn = dr_cases[ci][2], tiled = dk == 128 && dv == 128; /* value heads in llama.cpp's tiled order */
         float *q = rvec((size_t)Tn * hk * dk, 0.1f), *kk = rvec((size_t)Tn * hk * dk, 0.1f);
-        float *v = rvec((size_t)Tn * hv * dv, 1), *gg = rvec((size_t)Tn * hv, 0.5f), *beta = rvec((size_t)Tn * hv, 0.5f);
+        float *v = rvec((size_t)Tn * hv * dv, 1), *gg = rvec((size_t)Tn * hv, 0.5f);
+        float *beta = rvec((size_t)Tn * hv, 0.5f);
         for (int i = 0; i < Tn * hv; i++) gg[i] = -fabsf(gg[i]), beta[i] = fabsf(beta[i]);
         float *S = rvec((size_t)hv * dk * dv, 0.1f), *o = malloc((size_t)Tn * hv * dv * 4);
         const size_t sb = (size_t)hv * dk * dv * 4, ob = (size_t)Tn * hv * dv * 4;
@@ -360,7 +361,8 @@ static void test_gdn(void) {
         G->delta_rule(G, dO, dS, dq, dk_, dv_, dg, db, Tn, hk, hv, dk, dv, tiled);
         for (int t = 0; t < Tn; t++) /* the same tokens one call each */
             G->delta_rule(G, dO1 + (size_t)t * hv * dv, dS1, dq + (size_t)t * hk * dk, dk_ + (size_t)t * hk * dk,
-                          dv_ + (size_t)t * hv * dv, dg + (size_t)t * hv, db + (size_t)t * hv, 1, hk, hv, dk, dv, tiled);
+                          dv_ + (size_t)t * hv * dv, dg + (size_t)t * hv, db + (size_t)t * hv, 1, hk, hv, dk, dv,
+                          tiled);
         R->delta_rule(R, o, S, q, kk, v, gg, beta, Tn, hk, hv, dk, dv, tiled);
         float *go = back(dO, ob), *gS = back(dS, sb), *go1 = back(dO1, ob), *gS1 = back(dS1, sb);
         double eo = 0, es = 0;
