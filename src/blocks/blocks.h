@@ -46,6 +46,10 @@ void qw_moe_forward(const qw_fwd *f, const qw_moe_w *w, const float *x, float *y
 void qw_hc_forward(const qw_fwd *f, const qw_hc_w *w, const float *X, float *a, float *inj);
 /* X[s] += inj[s] * y for every stream s. */
 void qw_hc_inject(const qw_fwd *f, float *X, const float *inj, const float *y);
+/* qw_hc_inject (the block before's output y with its weights inj_y) then qw_hc_forward, the inject and the norm
+ * one op (inj may be inj_y: read, then overwritten). */
+void qw_hc_inject_forward(const qw_fwd *f, const qw_hc_w *w, float *X, const float *y, const float *inj_y, float *a,
+                          float *inj);
 
 /* PLE: X [n_tok][C*H] += PLE(X, token ids) of PLE layer il. */
 void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X);

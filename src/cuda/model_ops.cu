@@ -57,11 +57,55 @@ __global__ void k_hc_inject(float *X, const float *inj, const float *y, int n_to
     X[i] += y[t * H + d] * inj[tc];
 }
 
-static void cu_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H) {
+/* The inject and the next hyper-connection's norm as one kernel (QWC_HC_INJECT_NORM 0: k_hc_inject, then the
+ * rms_norm_grouped op; the same bits, tests/gpu/fusions.sh). */
+#ifndef QWC_HC_INJECT_NORM
+#define QWC_HC_INJECT_NORM 1
+#endif
+
+/* A block per stream row r = t C + s: X's row += inj[r] * y[t] (k_hc_inject's operations), then xn's row = its
+ * zero-centred RMS norm with w [C][H] (k_rms_norm's, with the same threads: its bits); xq (not NULL): xn's 8-bit
+ * rounding too. */
+__global__ void k_hc_inject_norm(float *X, const float *inj, const float *y, float *xn, const float *w, int C, int H,
+                                 float eps, qw_q8a *xq) {
+    QWC_PDL_ENTRY();
+    __shared__ double sh[32];
+    const int64_t r = blockIdx.x, t = r / C;
+    float *xr = X + r * H;
+    const float *yr = y + t * H, *wr = w + (r % C) * H;
+    const float g = inj[r];
+    double ss = 0;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        const float v = xr[i] + yr[i] * g;
+        xr[i] = v;
+        ss += (double)v * v;
+    }
+    ss = qwc_block_sum(ss, sh);
+    const float inv = (float)(1.0 / sqrt(ss / H + eps));
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        const float v = xr[i] * inv * (1.0f + wr[i]);
+        xn[r * H + i] = v;
+        if (xq) qwc_q8a_warp(v, xq + (r * H + i) / 32); /* H % 32 == 0: whole warps */
+    }
+}
+
+static void cu_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H,
+                         float *xn, const float *norm_w, float eps) {
     int64_t n = (int64_t)n_tok * C * H;
     if (n <= 0) return;
-    qwc_launch(k_hc_inject, qwc_blocks(n, 256), 256, 0, qwc_stream(qwc_of(be)), X, inj, y, n_tok, C, H);
+    qwc *c = qwc_of(be);
+    if (xn && QWC_HC_INJECT_NORM) {
+        const float *dw = qwc_wf(c, norm_w, (int64_t)C * H);
+        qw_q8a *xq = qwc_q8_for(c, n, H);
+        qwc_launch(k_hc_inject_norm, (unsigned)((int64_t)n_tok * C), qwc_norm_threads(H), 0, qwc_stream(c), X, inj, y,
+                   xn, dw, C, H, eps, xq);
+        QWC_LAUNCHED();
+        if (xq) qwc_q8_made(c, xn, n);
+        return;
+    }
+    qwc_launch(k_hc_inject, qwc_blocks(n, 256), 256, 0, qwc_stream(c), X, inj, y, n_tok, C, H);
     QWC_LAUNCHED();
+    if (xn) be->rms_norm_grouped(be, xn, X, norm_w, n_tok * C, C, H, eps, 1);
 }
 
 /* ---------------------------------------------------------------- PLE */

@@ -114,15 +114,13 @@ __global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, in
     }
 }
 
-static int norm_threads(int dim) { return dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64; }
-
 static void cu_rms_norm(const qw_backend *be, float *y, const float *x, const float *w, int n_rows, int dim, float eps,
                         int zc) {
     qwc *c = qwc_of(be);
     if (n_rows <= 0) return;
     const float *dw = qwc_wf(c, w, dim);
     qw_q8a *xq = qwc_q8_for(c, (int64_t)n_rows * dim, dim);
-    qwc_launch(k_rms_norm, n_rows, norm_threads(dim), 0, qwc_stream(c), y, x, dw, dim, 1, eps, zc, xq);
+    qwc_launch(k_rms_norm, n_rows, qwc_norm_threads(dim), 0, qwc_stream(c), y, x, dw, dim, 1, eps, zc, xq);
     QWC_LAUNCHED();
     if (xq) qwc_q8_made(c, y, (int64_t)n_rows * dim);
 }
@@ -133,7 +131,7 @@ static void cu_rms_norm_grouped(const qw_backend *be, float *y, const float *x, 
     if (n_rows <= 0) return;
     const float *dw = qwc_wf(c, w, (int64_t)n_group * dim);
     qw_q8a *xq = qwc_q8_for(c, (int64_t)n_rows * dim, dim);
-    qwc_launch(k_rms_norm, n_rows, norm_threads(dim), 0, qwc_stream(c), y, x, dw, dim, n_group, eps, zc, xq);
+    qwc_launch(k_rms_norm, n_rows, qwc_norm_threads(dim), 0, qwc_stream(c), y, x, dw, dim, n_group, eps, zc, xq);
     QWC_LAUNCHED();
     if (xq) qwc_q8_made(c, y, (int64_t)n_rows * dim);
 }
@@ -151,7 +149,7 @@ __global__ void k_l2_norm(float *x, int dim, float eps, float scale, int n_scale
 
 static void cu_l2_norm(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale, int n_scaled) {
     if (n_rows <= 0) return;
-    qwc_launch(k_l2_norm, n_rows, norm_threads(dim), 0, qwc_stream(qwc_of(be)), x, dim, eps, scale, n_scaled);
+    qwc_launch(k_l2_norm, n_rows, qwc_norm_threads(dim), 0, qwc_stream(qwc_of(be)), x, dim, eps, scale, n_scaled);
     QWC_LAUNCHED();
 }
 

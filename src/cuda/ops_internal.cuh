@@ -34,6 +34,9 @@ static inline const float *qwc_wf(qwc *c, const float *host, int64_t n) {
 /* blocks of `threads` covering n items */
 static inline unsigned qwc_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
+/* the threads of a norm's block for rows of dim (k_rms_norm and the kernels that give its bits) */
+static inline int qwc_norm_threads(int dim) { return dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64; }
+
 /* e^x as kernels/expd.h computes it: the same function, so the same f32 result */
 #define qwc_expd qw_expd
 

@@ -44,6 +44,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -645,6 +646,7 @@ struct mv_args {
     int64_t y_tok, y_pair;
     int64_t pair0;
     int n_tok, kw;
+    int early; /* the rows asked for before the programmatic launch's wait (w: not a pair's) */
 };
 
 /* Stage chunk k (blocks k*CBLK ..) of the rows rp[] into dst: 16-byte aligned copies covering the chunk's bytes,
@@ -804,9 +806,17 @@ template <int V> __device__ __forceinline__ float warp_sum_many(float (&v)[V], i
 
 template <int T, int NT>
 __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? MV_MINB_DECODE : 1) mv_kernel(mv_args a) {
-    QWC_PDL_ENTRY();
     using L = lay<T>;
     constexpr int V = MV_ROWS * NT;
+    if (a.early && !a.mats) { /* the weights depend on no kernel: their reads start while the one before runs */
+        const int warp = threadIdx.x >> 5, kwi = warp % a.kw;
+        const int64_t row0 = ((int64_t)blockIdx.x * (MV_WARPS / a.kw) + warp / a.kw) * MV_ROWS;
+        for (int r = 0; r < MV_ROWS && row0 + r < a.rows; r++)
+            for (int64_t o = (int64_t)(kwi * 32 + (threadIdx.x & 31)) * 128; o < a.row_bytes;
+                 o += (int64_t)a.kw * 32 * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(a.w + (row0 + r) * a.row_bytes + o));
+    }
+    QWC_PDL_ENTRY();
     __shared__ __align__(16) uint8_t stage[MV_WARPS][2][MV_ROWS][L::SROW];
     __shared__ float red[MV_WARPS][V];
     __shared__ float tbl[16];
@@ -899,8 +909,11 @@ struct mvq_args {
     /* n_jobs > 0: one token through n_jobs matrices of the same type and row length at once, job blockIdx.y's
      * matrix, rows and output taking the place of w, rows and y (qwc_matmul_group) */
     int n_jobs;
+    int early; /* the rows asked for before the programmatic launch's wait (w or jw: not a pair's) */
+    int ks;    /* warps a row (1, 2 or 4): each sums a part of the groups, the parts added in order */
     const uint8_t *jw[MVQ_JOBS];
     int64_t jrows[MVQ_JOBS];
+    int jks[MVQ_JOBS];
     float *jy[MVQ_JOBS];
 };
 
@@ -920,49 +933,82 @@ static mvq_args mvq_of(const uint8_t *w, const void *const *mats, int64_t rows, 
  * qw_q8a_dot_ref, the lane's terms added in order and the lanes' sums by a fixed butterfly. Every token of a pass
  * runs the same operations as a pass of one (the weights are read again from the cache, not from memory), so a
  * draft step's logits are the bits of one-token steps.
+ *
+ * A long row of a matrix of few rows (the hyper-connections' down and inject products: 320 and 4 rows of 10,240
+ * columns) is cut into ks parts (mvq_ks), each a warp's as above, the parts' sums added in order: more warps read
+ * it, each a shorter chain. ks depends on the matrix alone, so every pass gives a row the same sums. A matrix given
+ * as an argument (not one found on the device, as a pair's is) has its rows asked for before the programmatic
+ * launch's wait: the weights depend on no kernel, so their reads start while the kernel before runs.
+ *
+ * Tried on the H200 (Flash-Next decode) and dropped: two or four rows a warp sharing the activations' loads (half
+ * the warps: 12 % and 25 % slower), a lane's groups four or eight at a time with their loads first (the tail
+ * groups computed and dropped: 15 % and 35 % slower), the MoE pairs' matrices asked for by the gather kernel (7 %
+ * slower: that kernel ran longer).
  */
 template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
-    QWC_PDL_ENTRY();
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    __shared__ float red[MV_WARPS][NT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = a.n_jobs ? a.jks[blockIdx.y] : a.ks;
+    const int kk = warp % ks;
+    const int64_t row = (int64_t)blockIdx.x * (MV_WARPS / ks) + warp / ks;
     int64_t pair = a.pair0 + blockIdx.y, rows = a.rows;
     const uint8_t *w = a.w;
     float *yo = a.y;
     if (a.n_jobs) w = a.jw[blockIdx.y], rows = a.jrows[blockIdx.y], yo = a.jy[blockIdx.y], pair = 0;
-    if (row >= rows) return;
-    const uint8_t *r0 = a.mats ? (const uint8_t *)a.mats[pair] : w;
-    const uint8_t *r = r0 + (r0 ? row * a.row_bytes : 0);
-    const int64_t ng = r0 ? a.ng : 0; /* a pair without its matrix (another GPU's expert): zeros */
-    if (MVQ_PREFETCH) /* the row's lines asked for at once: a lane's later groups come from L2, not HBM */
-        for (int64_t o = (int64_t)lane * 128; o < (r0 ? a.row_bytes : 0); o += 32 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(r + o));
+    const bool early = MVQ_PREFETCH && a.early && !a.mats;
+    if (early && row < rows)
+        for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < a.row_bytes; o += (int64_t)ks * 32 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + row * a.row_bytes + o));
+    QWC_PDL_ENTRY();
+    if (ks == 1 && row >= rows) return; /* (with ks > 1 every warp meets the barrier below) */
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    for (int64_t g = lane; g < ng; g += 32) {
+    if (row < rows) {
+        const uint8_t *r0 = a.mats ? (const uint8_t *)a.mats[pair] : w;
+        const uint8_t *r = r0 + (r0 ? row * a.row_bytes : 0);
+        const int64_t ng = r0 ? a.ng : 0; /* a pair without its matrix (another GPU's expert): zeros */
+        const int64_t per = (ng + 32 * ks - 1) / (32 * ks) * 32, gs = kk * per, ge = std::min(ng, gs + per);
+        if (MVQ_PREFETCH && !early) /* the row's lines asked for at once: later groups come from L2, not HBM */
+            for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < (r0 ? a.row_bytes : 0); o += (int64_t)ks * 32 * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(r + o));
+        for (int64_t g = gs + lane; g < ge; g += 32) {
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t >= a.n_tok) break;
-            const qw_q8a *xb = a.xq + pair * a.xq_pair + t * a.xq_tok + g;
-            uint32_t xw[8];
-            const uint2 *src = (const uint2 *)xb->q; /* 8-byte aligned: the blocks are 40 bytes, the buffer 256-aligned */
+            for (int t = 0; t < NT; t++) {
+                if (t >= a.n_tok) break;
+                const qw_q8a *xb = a.xq + pair * a.xq_pair + t * a.xq_tok + g;
+                uint32_t xw[8];
+                const uint2 *src = (const uint2 *)xb->q; /* 8-byte aligned: 40-byte blocks, a 256-aligned buffer */
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint2 u = __ldg(src + i);
-                xw[2 * i] = u.x, xw[2 * i + 1] = u.y;
+                for (int i = 0; i < 4; i++) {
+                    const uint2 v = __ldg(src + i);
+                    xw[2 * i] = v.x, xw[2 * i + 1] = v.y;
+                }
+                const int32_t xs = __ldg(&xb->s);
+                int32_t isum;
+                float A, B;
+                qd_group((qw_type)T, r, g, xw, xs, &isum, &A, &B);
+                const float term =
+                    __fmul_rn(__ldg(&xb->d), __fadd_rn(__fmul_rn(A, (float)isum), __fmul_rn(B, (float)xs)));
+                acc[t] = __fadd_rn(acc[t], term);
             }
-            const int32_t xs = __ldg(&xb->s);
-            int32_t isum;
-            float A, B;
-            qd_group((qw_type)T, r, g, xw, xs, &isum, &A, &B);
-            const float term = __fmul_rn(__ldg(&xb->d), __fadd_rn(__fmul_rn(A, (float)isum), __fmul_rn(B, (float)xs)));
-            acc[t] = __fadd_rn(acc[t], term);
         }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], o));
+    if (ks > 1) { /* the row's ks parts added in order */
+        if (lane == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++) red[warp][t] = acc[t];
+        __syncthreads();
+        if (kk || row >= rows) return;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            acc[t] = red[warp][t];
+            for (int k = 1; k < ks; k++) acc[t] = __fadd_rn(acc[t], red[warp + k][t]);
+        }
+    }
     if (lane == 0)
 #pragma unroll
         for (int t = 0; t < NT; t++)
@@ -982,6 +1028,17 @@ template <int T, class Src> void dq_launch(qwc *c, float *y, int64_t n, int64_t 
     QWC_LAUNCHED();
 }
 
+/* The weights asked for before the programmatic launch's wait (QWENC_CUDA_MV_EARLY=0 in the environment: after it,
+ * as before; the same results, to measure what it saves). */
+static int mv_early() {
+    static int r = -1;
+    if (r < 0) {
+        const char *e = getenv("QWENC_CUDA_MV_EARLY");
+        r = !(e && e[0] == '0');
+    }
+    return r;
+}
+
 /* the matrix-vector kernels of type T for one pass of n_tok <= MV_PASS_TOK tokens (n_pairs pairs: blockIdx.y) */
 template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs) {
     using L = lay<T>;
@@ -997,6 +1054,7 @@ template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs
             continue;
         }
         a.nblk = cols / L::BE;
+        a.early = mv_early();
         const int64_t nchunk = cdiv(a.nblk, L::CBLK), groups = cdiv(a.rows, MV_ROWS) * n_pairs;
         const int64_t target = a.n_tok <= 2 ? MV_TARGET_DECODE : MV_TARGET_WARPS;
         a.kw = 1;
@@ -1034,6 +1092,40 @@ template <int T> const qw_q8a *q8_rows(qwc *c, const float *x, int64_t ldx, int6
     return xq;
 }
 
+/* Warps a row: a row of many groups in a matrix of few rows is cut into parts (up to 4), so that more warps read
+ * it; a function of the matrix alone (not of the tokens or pairs), so every pass gives a row the same sums.
+ * QWENC_CUDA_MVQ_KS=1, 2 or 4 in the environment fixes it for every matrix (to measure what the cut saves). */
+int mvq_ks(int64_t rows, int64_t ng) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("QWENC_CUDA_MVQ_KS");
+        mode = e ? atoi(e) : 0;
+    }
+    if (mode == 1 || mode == 2 || mode == 4) return mode;
+    int ks = 1;
+    while (ks < MV_WARPS && rows * ks < 4096 && ng / (2 * ks) >= 64) ks *= 2;
+    return ks;
+}
+
+/* one launch of mvq_kernel */
+template <int T> void mvq_go(cudaStream_t s, mvq_args a, unsigned ny) {
+    a.early = mv_early();
+    int64_t nb = 0; /* blocks a matrix */
+    if (a.n_jobs)
+        for (int j = 0; j < a.n_jobs; j++) {
+            a.jks[j] = mvq_ks(a.jrows[j], a.ng);
+            nb = std::max(nb, cdiv(a.jrows[j], MV_WARPS / a.jks[j]));
+        }
+    else
+        a.ks = mvq_ks(a.rows, a.ng), nb = cdiv(a.rows, MV_WARPS / a.ks);
+    const dim3 grid((unsigned)nb, ny);
+    if (a.n_tok == 1) qwc_launch(mvq_kernel<T, 1>, grid, MV_THREADS, 0, s, a);
+    else if (a.n_tok == 2) qwc_launch(mvq_kernel<T, 2>, grid, MV_THREADS, 0, s, a);
+    else if (a.n_tok <= 4) qwc_launch(mvq_kernel<T, 4>, grid, MV_THREADS, 0, s, a);
+    else qwc_launch(mvq_kernel<T, 8>, grid, MV_THREADS, 0, s, a);
+    QWC_LAUNCHED();
+}
+
 /* mvq_kernel over n_pairs pairs, passes of up to 8 tokens */
 template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
     cudaStream_t s = qwc_stream(c);
@@ -1046,12 +1138,7 @@ template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
         a.y = y0 + t0 * a.y_tok;
         for (int64_t p0 = 0; p0 < n_pairs; p0 += 65535) {
             a.pair0 = p0;
-            const dim3 grid((unsigned)cdiv(a.rows, MV_WARPS), (unsigned)std::min<int64_t>(n_pairs - p0, 65535));
-            if (a.n_tok == 1) qwc_launch(mvq_kernel<T, 1>, grid, MV_THREADS, 0, s, a);
-            else if (a.n_tok == 2) qwc_launch(mvq_kernel<T, 2>, grid, MV_THREADS, 0, s, a);
-            else if (a.n_tok <= 4) qwc_launch(mvq_kernel<T, 4>, grid, MV_THREADS, 0, s, a);
-            else qwc_launch(mvq_kernel<T, 8>, grid, MV_THREADS, 0, s, a);
-            QWC_LAUNCHED();
+            mvq_go<T>(s, a, (unsigned)std::min<int64_t>(n_pairs - p0, 65535));
         }
     }
 }
@@ -1268,14 +1355,8 @@ template <int T> struct op_group {
             mvq_args a = {};
             a.row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
             a.ng = cols / 32, a.xq = xq, a.n_tok = 1, a.n_jobs = n;
-            int64_t most = 0;
-            for (int j = 0; j < n; j++) {
-                a.jw[j] = w[j], a.jrows[j] = rows[j], a.jy[j] = y[j];
-                most = std::max(most, rows[j]);
-            }
-            const dim3 grid((unsigned)cdiv(most, MV_WARPS), (unsigned)n);
-            qwc_launch(mvq_kernel<T, 1>, grid, MV_THREADS, 0, qwc_stream(c), a);
-            QWC_LAUNCHED();
+            for (int j = 0; j < n; j++) a.jw[j] = w[j], a.jrows[j] = rows[j], a.jy[j] = y[j];
+            mvq_go<T>(qwc_stream(c), a, (unsigned)n);
             *done = 1;
         }
     }

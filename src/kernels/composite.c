@@ -383,9 +383,11 @@ void qw_op_hc_read(const qw_backend *be, float *a, float *m, const float *xn, fl
     }
 }
 
-void qw_op_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H) {
+void qw_op_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H,
+                     float *xn, const float *norm_w, float eps) {
     for (int t = 0; t < n_tok; t++)
         for (int c = 0; c < C; c++) be->axpy(be, X + ((int64_t)t * C + c) * H, y + (int64_t)t * H, inj[t * C + c], H);
+    if (xn) be->rms_norm_grouped(be, xn, X, norm_w, n_tok * C, C, H, eps, 1);
 }
 
 /* ---------------------------------------------------------------- PLE */

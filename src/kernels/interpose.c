@@ -183,8 +183,9 @@ static void x_hc_read(const qw_backend *be, float *a, float *m, const float *xn,
                       int H) {
     WRAP(I_HC_READ, in->hc_read(tb, a, m, xn, inj, n_tok, C, H));
 }
-static void x_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H) {
-    WRAP(I_HC_INJECT, in->hc_inject(tb, X, inj, y, n_tok, C, H));
+static void x_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H,
+                        float *xn, const float *norm_w, float eps) {
+    WRAP(I_HC_INJECT, in->hc_inject(tb, X, inj, y, n_tok, C, H, xn, norm_w, eps));
 }
 static void x_ple_rows(const qw_backend *be, int64_t *rows, const int32_t *tokens, const int32_t *hist, int n_tok,
                        int n, int nh, int32_t eos, const uint64_t *mult, const int64_t *prime, const int64_t *offset) {

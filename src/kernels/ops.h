@@ -199,8 +199,11 @@ struct qw_backend {
      * logits and each term is sigmoid(m[t][s]) * xn[t][s] (act_mul's QW_ACT_SIGMOID, its bits; m may then be
      * overwritten); when inj is not NULL, inj = 2 sigmoid(inj / C) in place ([n_tok][C]). */
     void (*hc_read)(const qw_backend *be, float *a, float *m, const float *xn, float *inj, int n_tok, int C, int H);
-    /* X[t][s] += inj[t][s] * y[t] for every stream s; X [n_tok][C][H], y [n_tok][H]. */
-    void (*hc_inject)(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H);
+    /* X[t][s] += inj[t][s] * y[t] for every stream s; X [n_tok][C][H], y [n_tok][H]. With xn (not NULL, [n_tok][C]
+     * [H]) then xn = each H-wide stream of X through the zero-centred RMS norm with norm_w [C][H] and eps: the bits
+     * of rms_norm_grouped after the inject (the next hyper-connection's norm; one kernel where a backend fuses them). */
+    void (*hc_inject)(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H,
+                      float *xn, const float *norm_w, float eps);
 
     /* ---- the hashed n-gram embedding, PLE (spec qwen4_exp.md 3.3) */
     /* rows [n_tok][n_heads] int64: the table row of each head for each token (tokens [n_tok] int32, hist the

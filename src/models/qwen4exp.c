@@ -54,21 +54,30 @@ void qw_qwen4exp_forward(const qw_fwd *f, float *hidden) {
     be->get_rows(be, a, m->tok_embd, f->tokens, T);
     qw_copy_layout streams = {{H, C, T, 1}, {1, H, CH, 0}, {1, 0, H, 0}}; /* C copies of each token's embedding */
     be->copy_strided(be, X, a, &streams);
+    /* each block's output goes into the streams with the next hyper-connection's norm (one op), except before a
+     * PLE layer, whose embedding goes in between */
+    int pending = 0; /* y and inj: the last MoE's output, not yet in X */
     for (int il = 0; il < hp->n_layer; il++) {
         const qw_layer *L = &m->layers[il];
+        if (pending && L->ple) qw_hc_inject(f, X, inj, y), pending = 0;
         if (L->ple) qw_ple_forward(f, il, L->ple, X);
-        qw_hc_forward(f, &L->hc_attn, X, a, inj);
+        if (pending)
+            qw_hc_inject_forward(f, &L->hc_attn, X, y, inj, a, inj);
+        else
+            qw_hc_forward(f, &L->hc_attn, X, a, inj);
         if (L->kind == QW_LAYER_GDN)
             qw_gdn_forward(f, il, &L->gdn, hp->gdn_gate_sigmoid, a, y);
         else
             qw_attn_forward(f, il, &L->attn, 1, a, y);
-        qw_hc_inject(f, X, inj, y);
-        qw_hc_forward(f, &L->hc_mlp, X, a, inj);
+        qw_hc_inject_forward(f, &L->hc_mlp, X, y, inj, a, inj);
         qw_moe_forward(f, &L->moe_w, a, y);
-        qw_hc_inject(f, X, inj, y);
+        pending = 1;
     }
-    if (f->mtp_hidden) be->copy(be, f->mtp_hidden, X, (size_t)T * CH * sizeof(float));
-    qw_hc_forward(f, &m->hc_final, X, hidden, NULL);
+    if (pending)
+        qw_hc_inject_forward(f, &m->hc_final, X, y, inj, hidden, NULL);
+    else
+        qw_hc_forward(f, &m->hc_final, X, hidden, NULL);
+    if (f->mtp_hidden) be->copy(be, f->mtp_hidden, X, (size_t)T * CH * sizeof(float)); /* the streams, all in */
     qw_arena_restore(f->ar, mk);
 }
 

@@ -540,11 +540,27 @@ static void test_hc_ple(void) {
     }
     free(xn);
     float *X = rvec(n, 1), *yv = rvec((size_t)T * H, 1), *dX = dev(X, n * 4);
-    R->hc_inject(R, X, ginj, yv, T, C, H);
-    G->hc_inject(G, dX, dev(ginj, (size_t)T * C * 4), dev(yv, (size_t)T * H * 4), T, C, H);
+    float *dinj = dev(ginj, (size_t)T * C * 4), *dyv = dev(yv, (size_t)T * H * 4);
+    R->hc_inject(R, X, ginj, yv, T, C, H, NULL, NULL, 0.0f);
+    G->hc_inject(G, dX, dinj, dyv, T, C, H, NULL, NULL, 0.0f);
     float *g = back(dX, n * 4);
     CHECK(same(g, X, n * 4), "hc_inject: not the reference's bits");
     free(g);
+    /* with the next norm (one kernel on the GPU), twice in a row: the streams the reference's bits, the norm its
+     * rms_norm_grouped's bits on the GPU and within that op's bound of the reference (1/rms may round apart) */
+    float *nw = rvec((size_t)C * H, 0.5f), *xnr = malloc(n * 4), *dxn2 = dev(NULL, n * 4), *dxn3 = dev(NULL, n * 4);
+    for (int rep = 0; rep < 2; rep++) {
+        R->hc_inject(R, X, ginj, yv, T, C, H, xnr, nw, 1e-6f);
+        G->hc_inject(G, dX, dinj, dyv, T, C, H, dxn2, nw, 1e-6f);
+        G->rms_norm_grouped(G, dxn3, dX, nw, T * C, C, H, 1e-6f, 1);
+        float *gx = back(dX, n * 4), *gn = back(dxn2, n * 4), *gu = back(dxn3, n * 4);
+        CHECK(same(gx, X, n * 4), "hc_inject with the norm (%d): the streams are not the reference's bits", rep);
+        CHECK(same(gn, gu, n * 4), "hc_inject with the norm (%d): the norm is not rms_norm_grouped's bits", rep);
+        CHECK(rel_err(gn, xnr, n, 1e-6) < 4e-7, "hc_inject with the norm (%d): relative error %.2e", rep,
+              rel_err(gn, xnr, n, 1e-6));
+        free(gx), free(gn), free(gu);
+    }
+    free(nw), free(xnr);
     /* PLE: hashing with an EOS in the history and in the step, the history pushed, rows gathered from a table
      * in three pieces (q8_0), the gate */
     int ng = 3, nh = 8, eos = 2;

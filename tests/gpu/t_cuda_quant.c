@@ -611,6 +611,13 @@ static void check_type(qw_type t) {
             check_gather(&m);
             mat_free(&m);
         }
+        if (!plain && li == nl - 1) { /* a long row of few rows: cut into 4 parts (mvq_ks), the one-token bits */
+            mat lr;
+            mat_make(&lr, t, 5, 10240, 0);
+            for (int nt = 1; nt <= 3; nt++) check_matmul_q8(&lr, nt, 0);
+            check_matmul_q8(&lr, 2, 1);
+            mat_free(&lr);
+        }
         /* weights 2 bytes past a 16-byte boundary (4 for f32) */
         mat m;
         mat_make(&m, t, 7, cols, t == QW_TYPE_F32 ? 4 : 2);
