@@ -18,9 +18,8 @@ static void hc_read_from(const qw_fwd *f, const qw_hc_w *w, const float *xn, flo
     float *u = qw_arena_f32(f->ar, (size_t)T * r), *m = qw_arena_f32(f->ar, (size_t)T * C * H);
     qw_matmul_job proj[2] = {{u, w->down, xn, T}, {inj, w->inject, xn, T}}; /* both read xn: one batch */
     be->matmul_batch(be, proj, inj ? 2 : 1);
-    be->divide(be, u, (float)C, (int64_t)T * r, 1); /* then silu */
-    be->matmul(be, m, w->up, u, T);
-    be->hc_read(be, a, m, xn, inj, T, C, H); /* the gates sigma(m) on the normalised streams, summed */
+    /* m = W_up silu(u / C), then the gates sigma(m) on the normalised streams, summed */
+    be->hc_read(be, a, m, u, w->up, xn, inj, T, C, H);
     qw_arena_restore(f->ar, mk);
 }
 

@@ -121,6 +121,11 @@ void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, i
 /* One token x through n (<= 4) matrices w[j] on the device of one type and row length, into y[j]: one launch of the
  * integer path, the bits of their own products. 0 (nothing done) when that path does not take them. */
 int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x);
+/* hc_read of one token with its up product (ops.h) in one kernel, on the integer path: a [H] from u [r] (read only),
+ * up [C H][r] on the device, xn [C][H], inj [C] (or NULL); xq (or NULL): a's 8-bit rounding. The bits of divide,
+ * the up product and hc_read; 0 (nothing done) where those would not take the integer path's one-warp rows. */
+int qwc_hc_up_read(qwc *c, float *a, const qw_tensor *up, const float *u, const float *xn, float *inj, int C, int H,
+                   qw_q8a *xq);
 /* 1 when qwc_matmul of n_tok tokens through weights of `type` and row length cols sums each token as
  * qwc_matmul_pairs sums one pair (the same bits): one token, or the integer path of up to 16 tokens. */
 int qwc_matmul_like_pairs(const qwc *c, qw_type type, int64_t cols, int n_tok);
@@ -201,6 +206,16 @@ __device__ __forceinline__ void qwc_q8a_warp(float v, qw_q8a *o) {
     for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
     o->q[lane] = (int8_t)q;
     if (lane == 0) o->d = d, o->s = sum;
+}
+
+/* 0 when the environment sets `name` to 0 (a fused path switched off at run time, to measure what it saves in one
+ * binary; the compile-time QWC_* switches are what tests/gpu/fusions.sh compares), else 1; *cache: -1 until read */
+static inline int qwc_env_on(const char *name, int *cache) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = !(e && e[0] == '0');
+    }
+    return *cache;
 }
 
 static inline int qwc_pdl_on(void) {

@@ -38,12 +38,30 @@ __global__ void k_hc_read(float *a, const float *m, const float *xn, float *inj,
     if (xq) qwc_q8a_warp(r, xq + i / 32); /* n a multiple of 32: whole warps here */
 }
 
-static void cu_hc_read(const qw_backend *be, float *a, float *m, const float *xn, float *inj, int n_tok, int C,
-                       int H) {
+/* One token's up product inside the read (QWC_HC_UP_READ 0, or QWENC_CUDA_HC_UP_READ=0 in the environment: divide,
+ * the product and the read as three kernels; the same bits, tests/gpu/fusions.sh). */
+#ifndef QWC_HC_UP_READ
+#define QWC_HC_UP_READ 1
+#endif
+
+static void cu_hc_read(const qw_backend *be, float *a, float *m, float *u, const qw_tensor *up, const float *xn,
+                       float *inj, int n_tok, int C, int H) {
     const int64_t n = (int64_t)n_tok * H, n_inj = inj ? (int64_t)n_tok * C : 0;
     if (n <= 0) return;
     qwc *c = qwc_of(be);
     qw_q8a *xq = qwc_q8_for(c, n, n);
+    static int env = -1;
+    if (up && QWC_HC_UP_READ && n_tok == 1 && xn && qwc_env_on("QWENC_CUDA_HC_UP_READ", &env)) {
+        const qw_tensor d = qwc_tensor(c, up);
+        if (qwc_hc_up_read(c, a, &d, u, xn, inj, C, H, xq)) {
+            if (xq) qwc_q8_made(c, a, n);
+            return;
+        }
+    }
+    if (up) {
+        be->divide(be, u, (float)C, (int64_t)n_tok * up->shape[1], 1); /* then silu */
+        be->matmul(be, m, up, u, n_tok);
+    }
     qwc_launch(k_hc_read, qwc_blocks(n + n_inj, 256), 256, 0, qwc_stream(c), a, m, xn, inj, n_tok, C, H, n_inj, xq);
     QWC_LAUNCHED();
     if (xq) qwc_q8_made(c, a, n);

@@ -28,11 +28,81 @@ extern "C" {
 /* ---------------------------------------------------------------- routing */
 
 /* One warp per token: every lane holds experts lane, lane + 32, ...; the k rounds of the arg max are warp
- * shuffles (no block barrier per round). */
+ * shuffles (no block barrier per round).
+ *
+ * route_warp for E <= 32 N: lane l's experts l + 32 i in registers, and its best untaken one kept from round to
+ * round (only the lane that held a round's winner looks again), so a round is the butterfly alone: the operations
+ * and order of the loop over memory below, the same experts and weights. */
+template <int N>
+__device__ void route_regs(const float *lg, float *p, int E, int k, int norm, int32_t *ids, float *wts) {
+    const int lane = threadIdx.x & 31;
+    float v[N];
+    unsigned left = 0; /* bit i: expert lane + 32 i exists and is not taken */
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const int e = lane + 32 * i;
+        v[i] = e < E ? lg[e] : 0.0f;
+        if (e < E) mx = fmaxf(mx, v[i]), left |= 1u << i;
+    }
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    double sum = 0;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        if (lane + 32 * i < E) v[i] = expf(v[i] - mx), sum += v[i];
+    sum = qwc_warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        if (lane + 32 * i < E) v[i] = (float)(v[i] / sum), p[lane + 32 * i] = v[i];
+    float ls = -INFINITY; /* the lane's best untaken expert (ascending: the first of equals stays) */
+    int lb = E;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        if (left >> i & 1 && (lb == E || v[i] > ls)) ls = v[i], lb = lane + 32 * i;
+    double ws = 0;
+    for (int j = 0; j < k; j++) {
+        float bs = ls;
+        int bb = lb;
+        for (int o = 16; o > 0; o >>= 1) {
+            float os = __shfl_xor_sync(0xffffffffu, bs, o);
+            int ob = __shfl_xor_sync(0xffffffffu, bb, o);
+            if (ob < E && (bb == E || os > bs || (os == bs && ob < bb))) {
+                bs = os;
+                bb = ob;
+            }
+        }
+        const int win = __shfl_sync(0xffffffffu, bb, 0); /* lane 0's, as the loop over memory takes */
+        if (lane == 0) {
+            ids[j] = bb;
+            ws += wts[j] = bs;
+        }
+        if (win < E && (win & 31) == lane) {
+            left &= ~(1u << (win >> 5));
+            ls = -INFINITY, lb = E;
+#pragma unroll
+            for (int i = 0; i < N; i++)
+                if (left >> i & 1 && (lb == E || v[i] > ls)) ls = v[i], lb = lane + 32 * i;
+        }
+    }
+    __syncwarp();
+    if (lane == 0 && norm)
+        for (int j = 0; j < k; j++) wts[j] = (float)(wts[j] / ws);
+}
+
+/* Registers for the routing (QWC_MOE_ROUTE_REGS 0: every round scans the probabilities in memory; the same
+ * experts and weights, tests/gpu/fusions.sh). */
+#ifndef QWC_MOE_ROUTE_REGS
+#define QWC_MOE_ROUTE_REGS 1
+#endif
+
 /* One token's routing by one warp (lane = threadIdx.x % 32): p = softmax(lg) (into p, which may be lg), then the
  * k arg max rounds; lane 0 writes the experts to ids[0..k) and their weights to wts[0..k). taken: E bytes. */
 __device__ void route_warp(const float *lg, float *p, unsigned char *taken, int E, int k, int norm, int32_t *ids,
                            float *wts) {
+    if (QWC_MOE_ROUTE_REGS && E <= 64) return route_regs<2>(lg, p, E, k, norm, ids, wts);
+    if (QWC_MOE_ROUTE_REGS && E <= 128) return route_regs<4>(lg, p, E, k, norm, ids, wts);
+    if (QWC_MOE_ROUTE_REGS && E <= 256) return route_regs<8>(lg, p, E, k, norm, ids, wts);
+    if (QWC_MOE_ROUTE_REGS && E <= 512) return route_regs<16>(lg, p, E, k, norm, ids, wts);
     const int lane = threadIdx.x & 31;
     float mx = -INFINITY;
     for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
@@ -148,8 +218,9 @@ static size_t cu_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, 
 }
 
 /* few rows: pair p's matrices (gate mats[p], up mats[P + p], down mats[2P + p]) and its token's row (xin[p], and
- * xin[P + p] when dup); pairs R .. P-1 are the shared expert's (sh: its gate, up and down), token p - R. xq (not
- * NULL, H a multiple of 32): the rows' 8-bit rounding too. lg (not NULL): the routing first, by warp 0 of each
+ * xin[P + p] when dup; xin NULL: one token, its row x read in place, xq its rounding alone); pairs R .. P-1 are the
+ * shared expert's (sh: its gate, up and down), token p - R. xq (not NULL, H a multiple of 32): the rows' 8-bit
+ * rounding too. lg (not NULL): the routing first, by warp 0 of each
  * routed pair's block for its token (k_moe_route's operations), the pair writing its own slot of sel and wt. tab:
  * the matrices of experts lo .. lo + n_own - 1 ([3][n_own]); a pair of another expert gets NULL (its products
  * zeros: another GPU runs it). */
@@ -172,6 +243,13 @@ __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32
         const int e = p < R ? (lg ? ids[p % k] : sel[p]) - lo : 0;
         const bool own = e >= 0 && e < n_own;
         for (int j = 0; j < 3; j++) mats[j * P + p] = p < R ? (own ? tab[j * n_own + e] : NULL) : sh[j];
+    }
+    if (!xin) { /* one token's x read in place by every pair: its row rounded once, the blocks sharing its blocks */
+        const int nw = blockDim.x >> 5;
+        if (xq)
+            for (int b = p * nw + (threadIdx.x >> 5); b < H / 32; b += P * nw)
+                qwc_q8a_warp(x[32 * b + (threadIdx.x & 31)], xq + b);
+        return;
     }
     const float *src = x + (int64_t)t * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x) { /* H % 32 == 0 when xq: whole warps */
@@ -295,6 +373,13 @@ __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos,
 #define QWC_MOE_ROUTE_IN_PAIRS 1
 #endif
 
+/* One token's pairs read its x where it is, rounded once (QWC_MOE_X_IN_PLACE 0, or QWENC_CUDA_MOE_X_IN_PLACE=0 in
+ * the environment: a copy of x and its rounding for each pair, twice when gate and up are one product; the same
+ * bits, tests/gpu/fusions.sh). */
+#ifndef QWC_MOE_X_IN_PLACE
+#define QWC_MOE_X_IN_PLACE 1
+#endif
+
 /* Many rows on the integer path: the experts' products as three grouped tensor-core GEMMs (mmq.cu) when every
  * expert's projections have the first one's types and the integer path takes them; each row the bits of its own
  * product (qw_q8a_dot_ref's). */
@@ -310,17 +395,17 @@ static int grouped_mmq(qwc *c, const qw_ffn_w *experts, int E, int64_t H, int64_
     return 1;
 }
 
-/* The gate and up products of P pairs (mats [3][P], the inputs xin [P][H], twice when one): gate's into g, up's
- * into u (g + P I when one: the two as one product of 2P pairs). */
+/* The gate and up products of P pairs (mats [3][P], the inputs xin [P][H] xs apart (0: one row for all), twice
+ * when one and xs): gate's into g, up's into u (g + P I when one: the two as one product of 2P pairs). */
 static void pairs_gate_up(qwc *c, float *g, float *u, const void **mats, qw_type tg, qw_type tu, int64_t I, int64_t H,
-                          const float *xin, int P, int one) {
+                          const float *xin, int64_t xs, int P, int one) {
     qwc_q8_keep(c, 0);
     if (one) {
-        qwc_matmul_pairs(c, g, mats, tg, I, H, xin, H, 2 * P);
+        qwc_matmul_pairs(c, g, mats, tg, I, H, xin, xs, 2 * P);
     } else {
-        qwc_matmul_pairs(c, g, mats, tg, I, H, xin, H, P);
+        qwc_matmul_pairs(c, g, mats, tg, I, H, xin, xs, P);
         qwc_q8_keep(c, 1); /* up reads gate's x */
-        qwc_matmul_pairs(c, u, mats + P, tu, I, H, xin, H, P);
+        qwc_matmul_pairs(c, u, mats + P, tu, I, H, xin, xs, P);
         qwc_q8_keep(c, 0);
     }
 }
@@ -370,7 +455,7 @@ static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int
                    R, R, k, n, (int)H, (const void *const *)NULL, one, xq, lo, n);
         QWC_LAUNCHED();
         if (xq) qwc_q8_made(c, xin, nx);
-        pairs_gate_up(c, g, uu, mats, tg, tu, I, H, xin, R, one);
+        pairs_gate_up(c, g, uu, mats, tg, tu, I, H, xin, H, R, one);
         be->act_mul(be, g, g, uu, (int64_t)R * I, QW_ACT_SILU);
         qwc_matmul_pairs(c, outp, mats + 2 * R, td, H, I, g, I, R); /* another's pairs: zeros */
         return;
@@ -502,13 +587,16 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         if (with_shared) sh = expert_table(c, shared, 1); /* [gate, up, down] */
         float *gu = g, *uu = g + (int64_t)P * I; /* up's outputs right after gate's */
         const void *const *tab = expert_table(c, experts, E);
-        const int64_t nx = (int64_t)(one ? 2 * P : P) * H;
+        static int env = -1;
+        const int in_place = QWC_MOE_X_IN_PLACE && T == 1 && qwc_env_on("QWENC_CUDA_MOE_X_IN_PLACE", &env);
+        const int64_t nx = in_place ? H : (int64_t)(one ? 2 * P : P) * H;
         qw_q8a *xq = qwc_q8_for(c, nx, H);
-        qwc_launch(k_moe_pairs, P, 256, route_in_pairs ? route_smem : 0, st, mats, xin, x, sel, wt,
+        qwc_launch(k_moe_pairs, P, 256, route_in_pairs ? route_smem : 0, st, mats, in_place ? NULL : xin, x, sel, wt,
                    route_in_pairs ? (const float *)logits : NULL, norm, tab, R, P, k, E, (int)H, sh, one, xq, 0, E);
         QWC_LAUNCHED();
-        if (xq) qwc_q8_made(c, xin, nx);
-        pairs_gate_up(c, gu, uu, mats, tg, tu, I, H, xin, P, one);
+        const float *xp = in_place ? x : xin;
+        if (xq) qwc_q8_made(c, xp, nx);
+        pairs_gate_up(c, gu, uu, mats, tg, tu, I, H, xp, in_place ? 0 : H, P, one);
         be->act_mul(be, gu, gu, uu, (int64_t)P * I, QW_ACT_SILU);
         qwc_matmul_pairs(c, out, mats + 2 * P, td, H, I, gu, I, P);
         if (with_shared) {

@@ -52,6 +52,7 @@
 #include "cuda/cuda_internal.cuh"
 
 extern "C" {
+#include "kernels/expd.h"
 #include "kernels/q8a.h"
 }
 #include "kernels/q8dot.h"
@@ -1015,6 +1016,96 @@ template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kerne
             if (t < a.n_tok) yo[pair * a.y_pair + t * a.y_tok + row] = acc[t];
 }
 
+/*
+ * A hyper-connection's read for one token with its up product (hc_read with up; model_ops.cu's cu_hc_read): the
+ * low-rank u [ng * 32] through silu(u / C) and its 8-bit rounding (k_divide's operations and qwc_q8a_warp's), the
+ * up product's rows m[s H + h] (mvq_kernel's sums: lane l adds the terms of groups l, l + 32, .. from 0, then the
+ * warp's butterfly), then a[h] = (1/C) sum_s sigmoid(m[s H + h]) xn[s H + h] and its rounding (k_hc_read's). A
+ * block per 32 values of h (its C 32-row runs of the matrix), each warp HCU_BATCH rows at a time so that their
+ * loads are in flight together; block 0 also makes inj = 2 sigmoid(inj / C). Three kernels' bits in one.
+ */
+constexpr int HCU_MAXC = 8, HCU_MAXG = 64, HCU_WARPS = 16, HCU_BATCH = 8;
+struct hcu_args {
+    const uint8_t *w;
+    int64_t row_bytes;
+    int ng, C, H, early;
+    const float *u, *xn;
+    float *a, *inj;
+    qw_q8a *xq; /* a's rounding, or NULL */
+};
+
+template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(hcu_args a) {
+    __shared__ qw_q8a uq[HCU_MAXG];
+    __shared__ float ms[HCU_MAXC * 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t h0 = (int64_t)blockIdx.x * 32;
+    if (MVQ_PREFETCH && a.early) /* the weights depend on no kernel */
+        for (int s = 0; s < a.C; s++)
+            for (int64_t o = (int64_t)threadIdx.x * 128; o < 32 * a.row_bytes; o += 32 * HCU_WARPS * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(a.w + ((int64_t)s * a.H + h0) * a.row_bytes + o));
+    QWC_PDL_ENTRY();
+    for (int b = warp; b < a.ng; b += HCU_WARPS) {
+        float v = a.u[32 * b + lane] / (float)a.C;
+        v = v / (1.0f + qw_expd(-v));
+        qwc_q8a_warp(v, &uq[b]);
+    }
+    __syncthreads();
+    const int per = 32 * a.C / HCU_WARPS; /* rows a warp: q = warp * per + i is row (q / 32) H + h0 + q % 32 */
+    for (int i0 = 0; i0 < per; i0 += HCU_BATCH) {
+        float acc[HCU_BATCH];
+        const uint8_t *r[HCU_BATCH];
+#pragma unroll
+        for (int k = 0; k < HCU_BATCH; k++) {
+            const int q = warp * per + std::min(i0 + k, per - 1);
+            acc[k] = 0.0f;
+            r[k] = a.w + ((int64_t)(q / 32) * a.H + h0 + q % 32) * a.row_bytes;
+        }
+        for (int g = lane; g < a.ng; g += 32) {
+            const qw_q8a *xb = &uq[g];
+            uint32_t xw[8];
+            const uint2 *src = (const uint2 *)xb->q;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint2 v = src[k];
+                xw[2 * k] = v.x, xw[2 * k + 1] = v.y;
+            }
+            const int32_t xs = xb->s;
+            const float d = xb->d;
+#pragma unroll
+            for (int k = 0; k < HCU_BATCH; k++) {
+                int32_t isum;
+                float A, B;
+                qd_group((qw_type)T, r[k], g, xw, xs, &isum, &A, &B);
+                const float term = __fmul_rn(d, __fadd_rn(__fmul_rn(A, (float)isum), __fmul_rn(B, (float)xs)));
+                acc[k] = __fadd_rn(acc[k], term);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < HCU_BATCH; k++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[k] = __fadd_rn(acc[k], __shfl_xor_sync(0xffffffffu, acc[k], o));
+        if (lane == 0)
+#pragma unroll
+            for (int k = 0; k < HCU_BATCH; k++)
+                if (i0 + k < per) ms[warp * per + i0 + k] = acc[k];
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const int64_t h = h0 + lane;
+        float sum = 0;
+        for (int c = 0; c < a.C; c++)
+            sum += 1.0f / (1.0f + qw_expd(-ms[32 * c + lane])) * a.xn[(int64_t)c * a.H + h];
+        const float v = sum / (float)a.C;
+        a.a[h] = v;
+        if (a.xq) qwc_q8a_warp(v, a.xq + h / 32);
+    }
+    if (blockIdx.x == 0 && a.inj && threadIdx.x < a.C) {
+        float v = a.inj[threadIdx.x] / (float)a.C;
+        v = 1.0f / (1.0f + qw_expd(-v));
+        a.inj[threadIdx.x] = v * 2.0f;
+    }
+}
+
 /* ------------------------------------------------------------------ launches */
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -1323,7 +1414,8 @@ template <int T> struct op_pairs {
     static void run(qwc *c, float *y, const void *const *mats, int64_t rows, int64_t cols, const float *x,
                     int64_t x_stride, int n_pairs) {
         const int64_t row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
-        const qw_q8a *xq = q8_type<T>() ? q8_rows<T>(c, x, x_stride, cols, x_stride ? n_pairs : 1) : NULL;
+        const int64_t ldx = x_stride ? x_stride : cols, nx = x_stride ? n_pairs : 1;
+        const qw_q8a *xq = q8_type<T>() ? q8_rows<T>(c, x, ldx, cols, nx) : NULL;
         if constexpr (q8_type<T>()) if (xq) { /* pairs cols / 32 blocks apart, or all one x */
             const int64_t ng = cols / 32;
             const mvq_args a = mvq_of(NULL, mats, rows, row_bytes, ng, xq, 0, x_stride ? ng : 0, y, 0, rows, 0, 1);
@@ -1363,6 +1455,23 @@ template <int T> struct op_group {
 };
 
 /* F<T>::run(args...) for the weight type t */
+/* k_hc_up_read for weights of type T (the integer path's types; *done 0: not this type) */
+template <int T> struct op_hc_up {
+    static void run(qwc *c, const qw_tensor *up, float *a, const float *u, const float *xn, float *inj, int C, int H,
+                    qw_q8a *xq, int *done) {
+        *done = 0;
+        if constexpr (q8_type<T>()) {
+            hcu_args h = {};
+            h.w = (const uint8_t *)up->data, h.row_bytes = (int64_t)qw_type_row_size((qw_type)T, up->shape[1]);
+            h.ng = (int)(up->shape[1] / 32), h.C = C, h.H = H, h.early = mv_early();
+            h.u = u, h.xn = xn, h.a = a, h.inj = inj, h.xq = xq;
+            qwc_launch(k_hc_up_read<T>, (unsigned)(H / 32), 32 * HCU_WARPS, 0, qwc_stream(c), h);
+            QWC_LAUNCHED();
+            *done = 1;
+        }
+    }
+};
+
 template <template <int> class F, class... A> void by_type(qw_type t, A... args) {
     switch (t) {
     case QW_TYPE_F32: F<QW_TYPE_F32>::run(args...); return;
@@ -1388,6 +1497,17 @@ void qwc_matmul(qwc *c, float *y, const qw_tensor *w, const float *x, int n_tok)
     const int64_t rows = w->shape[0], cols = qw_tensor_row_len(w);
     if (n_tok <= 0 || rows <= 0) return;
     by_type<op_matmul>(w->type, c, y, (const uint8_t *)w->data, rows, cols, x, n_tok);
+}
+
+int qwc_hc_up_read(qwc *c, float *a, const qw_tensor *up, const float *u, const float *xn, float *inj, int C, int H,
+                   qw_q8a *xq) {
+    const int64_t r = up->shape[1], ng = r / 32;
+    if (!qwc_q8_on(c) || !qd_supported(up->type) || up->n_dims != 2 || r % 32 || ng < 1 || ng > HCU_MAXG ||
+        H % 32 || C < 1 || C > HCU_MAXC || up->shape[0] != (int64_t)C * H || mvq_ks(up->shape[0], ng) != 1)
+        return 0;
+    int done = 0;
+    by_type<op_hc_up>(up->type, c, up, a, u, xn, inj, C, H, xq, &done);
+    return done;
 }
 
 void qwc_q8a_rows(qwc *c, qw_q8a *xq, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {

@@ -366,8 +366,13 @@ void qw_op_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *sel,
 
 /* ---------------------------------------------------------------- hyper-connections */
 
-void qw_op_hc_read(const qw_backend *be, float *a, float *m, const float *xn, float *inj, int n_tok, int C, int H) {
+void qw_op_hc_read(const qw_backend *be, float *a, float *m, float *u, const qw_tensor *up, const float *xn, float *inj,
+                   int n_tok, int C, int H) {
     int64_t CH = (int64_t)C * H;
+    if (up) {
+        be->divide(be, u, (float)C, (int64_t)n_tok * up->shape[1], 1); /* then silu */
+        be->matmul(be, m, up, u, n_tok);
+    }
     if (xn) be->act_mul(be, m, m, xn, (int64_t)n_tok * CH, QW_ACT_SIGMOID);
     for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < H; i++) {

@@ -49,7 +49,8 @@ void qw_op_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *sel,
                    int norm_topk, int n_tok, int k, const qw_ffn_w *experts, int n_expert, const qw_ffn_w *shared,
                    const qw_tensor *shared_gate, void *work);
 size_t qw_op_moe_work(const qw_backend *be, int n_tok, int k, int n_expert, int H, int I, int I_shared);
-void qw_op_hc_read(const qw_backend *be, float *a, float *m, const float *xn, float *inj, int n_tok, int C, int H);
+void qw_op_hc_read(const qw_backend *be, float *a, float *m, float *u, const qw_tensor *up, const float *xn, float *inj,
+                   int n_tok, int C, int H);
 void qw_op_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H,
                      float *xn, const float *norm_w, float eps);
 void qw_op_ple_rows(const qw_backend *be, int64_t *rows, const int32_t *tokens, const int32_t *hist, int n_tok,

@@ -179,9 +179,9 @@ static void x_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *s
 static size_t x_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, int I, int Is) {
     return I_(be)->inner->moe_work(I_(be)->inner, n_tok, k, E, H, I, Is);
 }
-static void x_hc_read(const qw_backend *be, float *a, float *m, const float *xn, float *inj, int n_tok, int C,
-                      int H) {
-    WRAP(I_HC_READ, in->hc_read(tb, a, m, xn, inj, n_tok, C, H));
+static void x_hc_read(const qw_backend *be, float *a, float *m, float *u, const qw_tensor *up, const float *xn,
+                      float *inj, int n_tok, int C, int H) {
+    WRAP(I_HC_READ, in->hc_read(tb, a, m, u, up, xn, inj, n_tok, C, H));
 }
 static void x_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H,
                         float *xn, const float *norm_w, float eps) {

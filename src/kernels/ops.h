@@ -197,8 +197,11 @@ struct qw_backend {
     /* ---- hyper-connections (spec qwen4_exp.md 3.2), C streams of H */
     /* a[t] = (1/C) sum_s m[t][s] (m [n_tok][C][H], a [n_tok][H]); with xn (not NULL, [n_tok][C][H]) m holds gate
      * logits and each term is sigmoid(m[t][s]) * xn[t][s] (act_mul's QW_ACT_SIGMOID, its bits; m may then be
-     * overwritten); when inj is not NULL, inj = 2 sigmoid(inj / C) in place ([n_tok][C]). */
-    void (*hc_read)(const qw_backend *be, float *a, float *m, const float *xn, float *inj, int n_tok, int C, int H);
+     * overwritten); when inj is not NULL, inj = 2 sigmoid(inj / C) in place ([n_tok][C]). With up (not NULL, [C H]
+     * [r]) the gate logits are made first from u [n_tok][r]: u = silu(u / C) (divide's bits), m = up . u (matmul's
+     * bits); u and m are then scratch (one kernel for all of it where a backend fuses them). */
+    void (*hc_read)(const qw_backend *be, float *a, float *m, float *u, const qw_tensor *up, const float *xn,
+                    float *inj, int n_tok, int C, int H);
     /* X[t][s] += inj[t][s] * y[t] for every stream s; X [n_tok][C][H], y [n_tok][H]. With xn (not NULL, [n_tok][C]
      * [H]) then xn = each H-wide stream of X through the zero-centred RMS norm with norm_w [C][H] and eps: the bits
      * of rms_norm_grouped after the inject (the next hyper-connection's norm; one kernel where a backend fuses them). */

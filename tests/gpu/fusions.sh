@@ -4,10 +4,12 @@
 # activations by the kernels that write them (QWC_Q8_PRODUCERS in src/cuda/backend.cu), the convolution with its
 # silu (QWC_FUSE_CONV_SILU in src/cuda/ops.cu), one token's products of one type on the same x in one launch
 # (QWC_MVQ_BATCH in src/cuda/ops.cu), a block's output put into the streams with the next hyper-connection's norm
-# (QWC_HC_INJECT_NORM in src/cuda/model_ops.cu). This builds build-unfused/ with them off (FLAGS: other -D switches
-# to set instead, for a path being tried) and compares the logits of build-cuda/ (gpu_check's build) with its logits bit
-# for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry, shrunk (their shared experts have the
-# routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a step. BENCH=1 also measures decode
+# (QWC_HC_INJECT_NORM in src/cuda/model_ops.cu), one token's hyper-connection up product inside its read
+# (QWC_HC_UP_READ there), one token's MoE pairs reading its x in place (QWC_MOE_X_IN_PLACE in src/cuda/moe.cu), the
+# routing's values in registers (QWC_MOE_ROUTE_REGS there). This builds build-unfused/ with them off (FLAGS: other -D
+# switches to set instead, for a path being tried) and compares the logits of build-cuda/ (gpu_check's build) with
+# its logits bit for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry, shrunk (their shared experts
+# have the routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a step. BENCH=1 also measures decode
 # with and without the fusions. Run by tests/gpu_check.sh after its build.
 #
 #   DEPS=DIR J=16 bash tests/gpu/fusions.sh     (DEPS and J as for tests/gpu_check.sh)
@@ -17,7 +19,10 @@ J=${J:-$(nproc)}
 . tests/gpu/deps.sh
 flags=()
 [ -n "${DEPS:-}" ] && flags=(LDFLAGS="$dep_ldflags")
-off=${FLAGS:--DQWC_MOE_SHARED_PAIRS=0 -DQWC_Q8_PRODUCERS=0 -DQWC_FUSE_CONV_SILU=0 -DQWC_MVQ_BATCH=0 -DQWC_MVQ_PREFETCH=0 -DQWC_CONV_STATE=0 -DQWC_MOE_GATE_IN_COMBINE=0 -DQWC_MOE_ROUTE_IN_PAIRS=0 -DQWC_HC_INJECT_NORM=0}
+unfused="-DQWC_MOE_SHARED_PAIRS=0 -DQWC_Q8_PRODUCERS=0 -DQWC_FUSE_CONV_SILU=0 -DQWC_MVQ_BATCH=0 -DQWC_MVQ_PREFETCH=0"
+unfused+=" -DQWC_CONV_STATE=0 -DQWC_MOE_GATE_IN_COMBINE=0 -DQWC_MOE_ROUTE_IN_PAIRS=0 -DQWC_HC_INJECT_NORM=0"
+unfused+=" -DQWC_HC_UP_READ=0 -DQWC_MOE_X_IN_PLACE=0 -DQWC_MOE_ROUTE_REGS=0"
+off=${FLAGS:-$unfused}
 if [ ! -x build-cuda/qwenc ]; then echo "fusions: build-cuda/qwenc missing (make cuda first)"; echo "0 passed, 1 failed"; exit 1; fi
 echo "build-unfused/: $off"
 if ! make -j"$J" CUDA=1 BUILD=build-unfused build-unfused/qwenc CFLAGS="-O2 -g $dep_inc" \

@@ -531,8 +531,8 @@ static void test_hc_ple(void) {
         memcpy(mr, m, n * 4);
         memcpy(ginj, inj, (size_t)T * C * 4);
         float *dinj = dev(inj, (size_t)T * C * 4);
-        R->hc_read(R, a, mr, gated ? xn : NULL, ginj, T, C, H);
-        G->hc_read(G, da, dmg, gated ? dxn : NULL, dinj, T, C, H);
+        R->hc_read(R, a, mr, NULL, NULL, gated ? xn : NULL, ginj, T, C, H);
+        G->hc_read(G, da, dmg, NULL, NULL, gated ? dxn : NULL, dinj, T, C, H);
         float *g = back(da, (size_t)T * H * 4), *gi = back(dinj, (size_t)T * C * 4);
         CHECK(same(g, a, (size_t)T * H * 4) && same(gi, ginj, (size_t)T * C * 4), "hc_read%s: not the reference's bits",
               gated ? " with gates" : "");
@@ -653,6 +653,63 @@ static void test_q8_batch(void) {
     for (int j = 0; j < NJ; j++) free(wq[j]);
 }
 
+/* hc_read with the up product (one kernel for one token on the integer path): the bits of the GPU's own divide,
+ * matmul and hc_read, and against the CPU backend's integer path (scalar kernels: qw_q8a_dot_ref's sums) within
+ * 1e-5 of max|a|: silu and the 8-bit rounding are the same operations, the sums of a row's r / 32 groups differ in
+ * order (the matrix-vector bound, (ng + 48) u sum|terms| ~ 4e-6 of them) and sigmoid's slope is at most 1/4. Q5_0 and Q8_0 weights, r = 320 (the released width) and 64; 1 token (fused) and 3 (composite). */
+static void test_hc_up(void) {
+    printf("hc_read with the up product\n");
+    enum { C = 4, H = 96 };
+    char err[256];
+    qw_backend *Q = NULL;
+    if (qw_backend_cpu_new(1, "scalar", 0, &Q, err, sizeof(err))) {
+        CHECK(0, "the CPU backend with scalar kernels: %s", err);
+        return;
+    }
+    static const qw_type types[2] = {QW_TYPE_Q5_0, QW_TYPE_Q8_0};
+    static const int rs[2] = {320, 64};
+    qw_backend_cuda_set_q8_activations(G, 1);
+    for (int ti = 0; ti < 2; ti++)
+        for (int ri = 0; ri < 2; ri++)
+            for (int T = 1; T <= 3; T += 2) {
+                const int r = rs[ri], n = C * H;
+                const size_t rb = qw_type_row_size(types[ti], r);
+                float *wf = rvec((size_t)n * r, 0.05f);
+                void *wq = malloc(rb * n);
+                for (int i = 0; i < n; i++) qw_quantize(types[ti], wf + (size_t)i * r, (char *)wq + rb * i, r);
+                free(wf);
+                qw_tensor up = {.name = "up", .data = wq, .type = types[ti], .n_dims = 2, .shape = {n, r}};
+                float *u = rvec((size_t)T * r, 4), *xn = rvec((size_t)T * n, 1), *inj = rvec((size_t)T * C, 2);
+                float *m = malloc((size_t)T * n * 4), *a = malloc((size_t)T * H * 4), *ur = malloc((size_t)T * r * 4);
+                float *injr = malloc((size_t)T * C * 4);
+                memcpy(ur, u, (size_t)T * r * 4), memcpy(injr, inj, (size_t)T * C * 4);
+                Q->hc_read(Q, a, m, ur, &up, xn, injr, T, C, H);
+                float *du = dev(u, (size_t)T * r * 4), *du2 = dev(u, (size_t)T * r * 4);
+                float *dxn = dev(xn, (size_t)T * n * 4);
+                float *dinj = dev(inj, (size_t)T * C * 4), *dinj2 = dev(inj, (size_t)T * C * 4);
+                float *dm = dev(NULL, (size_t)T * n * 4), *da = dev(NULL, (size_t)T * H * 4);
+                float *da2 = dev(NULL, (size_t)T * H * 4);
+                G->hc_read(G, da, dm, du, &up, dxn, dinj, T, C, H);
+                G->divide(G, du2, (float)C, (int64_t)T * r, 1);
+                G->matmul(G, dm, &up, du2, T);
+                G->hc_read(G, da2, dm, NULL, NULL, dxn, dinj2, T, C, H);
+                float *g = back(da, (size_t)T * H * 4), *g2 = back(da2, (size_t)T * H * 4);
+                float *gi = back(dinj, (size_t)T * C * 4), *gi2 = back(dinj2, (size_t)T * C * 4);
+                CHECK(same_f(g, g2, (size_t)T * H) && same(gi, gi2, (size_t)T * C * 4), "hc_read with up (%s, r %d, "
+                      "%d tokens): not the bits of divide, matmul and hc_read", qw_type_name(types[ti]), r, T);
+                double amax = 0, e = 0;
+                for (int i = 0; i < T * H; i++) amax = fmax(amax, fabs(a[i])), e = fmax(e, fabs((double)g[i] - a[i]));
+                e /= amax;
+                CHECK(amax > 0 && e < 1e-5 && same(gi, injr, (size_t)T * C * 4), "hc_read with up (%s, r %d, %d "
+                      "tokens): largest difference %.2e of max|a| against the CPU's integer path, or other inject "
+                      "weights", qw_type_name(types[ti]), r, T, e);
+                free(g), free(g2), free(gi), free(gi2), free(u), free(xn), free(inj), free(m), free(a), free(ur);
+                free(injr); /* wq stays: the backend knows the weights by their host address */
+            }
+    qw_backend_cuda_set_q8_activations(G, 0);
+    Q->release(Q);
+}
+
 /* the device's topk (model_ops.cu) against the reference's, the same ids and value bits: rows of a vocabulary's
  * width (random, a repeated value across the k-th place, NaN and -inf), k = 1, 41, 64; and a row of fewer values
  * than a chunk. */
@@ -727,6 +784,7 @@ int main(void) {
     test_moe();
     test_moe_q8();
     test_hc_ple();
+    test_hc_up();
     test_argmax();
     test_topk();
     test_q8_batch();
