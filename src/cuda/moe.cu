@@ -30,30 +30,14 @@ extern "C" {
 /* One warp per token: every lane holds experts lane, lane + 32, ...; the k rounds of the arg max are warp
  * shuffles (no block barrier per round).
  *
- * route_warp for E <= 32 N: lane l's experts l + 32 i in registers, and its best untaken one kept from round to
- * round (only the lane that held a round's winner looks again), so a round is the butterfly alone: the operations
- * and order of the loop over memory below, the same experts and weights. */
+ * route_regs (route_warp for E <= 32 N): lane l's experts l + 32 i in registers, and its best untaken one kept from
+ * round to round (only the lane that held a round's winner looks again), so a round is the butterfly alone: the
+ * operations and order of the loop over memory in route_warp, the same experts and weights. */
+
+/* the arg max rounds over lane l's probabilities v[i] of experts l + 32 i (left: those not taken) */
 template <int N>
-__device__ void route_regs(const float *lg, float *p, int E, int k, int norm, int32_t *ids, float *wts) {
+__device__ void route_topk(const float (&v)[N], unsigned left, int E, int k, int norm, int32_t *ids, float *wts) {
     const int lane = threadIdx.x & 31;
-    float v[N];
-    unsigned left = 0; /* bit i: expert lane + 32 i exists and is not taken */
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < N; i++) {
-        const int e = lane + 32 * i;
-        v[i] = e < E ? lg[e] : 0.0f;
-        if (e < E) mx = fmaxf(mx, v[i]), left |= 1u << i;
-    }
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    double sum = 0;
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        if (lane + 32 * i < E) v[i] = expf(v[i] - mx), sum += v[i];
-    sum = qwc_warp_sum(sum);
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        if (lane + 32 * i < E) v[i] = (float)(v[i] / sum), p[lane + 32 * i] = v[i];
     float ls = -INFINITY; /* the lane's best untaken expert (ascending: the first of equals stays) */
     int lb = E;
 #pragma unroll
@@ -89,8 +73,72 @@ __device__ void route_regs(const float *lg, float *p, int E, int k, int norm, in
         for (int j = 0; j < k; j++) wts[j] = (float)(wts[j] / ws);
 }
 
-/* Registers for the routing (QWC_MOE_ROUTE_REGS 0: every round scans the probabilities in memory; the same
- * experts and weights, tests/gpu/fusions.sh). */
+template <int N>
+__device__ void route_regs(const float *lg, float *p, int E, int k, int norm, int32_t *ids, float *wts) {
+    const int lane = threadIdx.x & 31;
+    float v[N];
+    unsigned left = 0; /* bit i: expert lane + 32 i exists and is not taken */
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const int e = lane + 32 * i;
+        v[i] = e < E ? lg[e] : 0.0f;
+        if (e < E) mx = fmaxf(mx, v[i]), left |= 1u << i;
+    }
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    double sum = 0;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        if (lane + 32 * i < E) v[i] = expf(v[i] - mx), sum += v[i];
+    sum = qwc_warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        if (lane + 32 * i < E) v[i] = (float)(v[i] / sum), p[lane + 32 * i] = v[i];
+    route_topk<N>(v, left, E, k, norm, ids, wts);
+}
+
+/* route_regs' results by a whole block (every thread calls it; p: E floats of shared memory): the maximum (fmaxf:
+ * the same whatever the order), the exponentials and the divisions an expert a thread, the sum (warp 0, lane l's
+ * experts in order, then the butterfly) and the rounds by warp 0: a warp's chain of 16 exponentials and 16 double
+ * divisions made parallel. */
+template <int N>
+__device__ void route_block(const float *lg, float *p, int E, int k, int norm, int32_t *ids, float *wts) {
+    __shared__ float red[32];
+    __shared__ double total;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, lg[e]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    for (int w = 0; w < nw; w++) mx = fmaxf(mx, red[w]);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = expf(lg[e] - mx);
+    __syncthreads();
+    if (warp == 0) {
+        double sum = 0;
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            if (lane + 32 * i < E) sum += p[lane + 32 * i];
+        sum = qwc_warp_sum(sum);
+        if (lane == 0) total = sum;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = (float)(p[e] / total);
+    __syncthreads();
+    if (warp == 0) {
+        float v[N];
+        unsigned left = 0;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            v[i] = lane + 32 * i < E ? p[lane + 32 * i] : 0.0f;
+            if (lane + 32 * i < E) left |= 1u << i;
+        }
+        route_topk<N>(v, left, E, k, norm, ids, wts);
+    }
+}
+
+/* Registers for the routing, and in the pairs' kernel the whole block (QWC_MOE_ROUTE_REGS 0: one warp, every round
+ * scanning the probabilities in memory; the same experts and weights, tests/gpu/fusions.sh). */
 #ifndef QWC_MOE_ROUTE_REGS
 #define QWC_MOE_ROUTE_REGS 1
 #endif
@@ -235,7 +283,12 @@ __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32
     if (p >= P) return;
     const int t = p < R ? p / k : p - R;
     if (lg && p < R) { /* block-uniform */
-        if (threadIdx.x < 32) route_warp(lg + (int64_t)t * E, rp, (unsigned char *)(rp + E), E, k, norm, ids, wts);
+        const float *l = lg + (int64_t)t * E;
+        if (QWC_MOE_ROUTE_REGS && E <= 64) route_block<2>(l, rp, E, k, norm, ids, wts);
+        else if (QWC_MOE_ROUTE_REGS && E <= 128) route_block<4>(l, rp, E, k, norm, ids, wts);
+        else if (QWC_MOE_ROUTE_REGS && E <= 256) route_block<8>(l, rp, E, k, norm, ids, wts);
+        else if (QWC_MOE_ROUTE_REGS && E <= 512) route_block<16>(l, rp, E, k, norm, ids, wts);
+        else if (threadIdx.x < 32) route_warp(l, rp, (unsigned char *)(rp + E), E, k, norm, ids, wts);
         __syncthreads();
         if (threadIdx.x == 0) sel[p] = ids[p % k], wt[p] = wts[p % k];
     }
