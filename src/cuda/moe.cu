@@ -34,6 +34,18 @@ extern "C" {
  * round to round (only the lane that held a round's winner looks again), so a round is the butterfly alone: the
  * operations and order of the loop over memory in route_warp, the same experts and weights. */
 
+/* the warp's largest (bs, bb) (value, expert; bb == E: none), ties to the lower expert, by a butterfly */
+__device__ __forceinline__ void warp_argmax(float &bs, int &bb, int E) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float os = __shfl_xor_sync(0xffffffffu, bs, o);
+        int ob = __shfl_xor_sync(0xffffffffu, bb, o);
+        if (ob < E && (bb == E || os > bs || (os == bs && ob < bb))) {
+            bs = os;
+            bb = ob;
+        }
+    }
+}
+
 /* the arg max rounds over lane l's probabilities v[i] of experts l + 32 i (left: those not taken) */
 template <int N>
 __device__ void route_topk(const float (&v)[N], unsigned left, int E, int k, int norm, int32_t *ids, float *wts) {
@@ -47,14 +59,7 @@ __device__ void route_topk(const float (&v)[N], unsigned left, int E, int k, int
     for (int j = 0; j < k; j++) {
         float bs = ls;
         int bb = lb;
-        for (int o = 16; o > 0; o >>= 1) {
-            float os = __shfl_xor_sync(0xffffffffu, bs, o);
-            int ob = __shfl_xor_sync(0xffffffffu, bb, o);
-            if (ob < E && (bb == E || os > bs || (os == bs && ob < bb))) {
-                bs = os;
-                bb = ob;
-            }
-        }
+        warp_argmax(bs, bb, E);
         const int win = __shfl_sync(0xffffffffu, bb, 0); /* lane 0's, as the loop over memory takes */
         if (lane == 0) {
             ids[j] = bb;
@@ -174,14 +179,7 @@ __device__ void route_warp(const float *lg, float *p, unsigned char *taken, int 
                 bs = p[e];
                 bb = e;
             }
-        for (int o = 16; o > 0; o >>= 1) {
-            float os = __shfl_xor_sync(0xffffffffu, bs, o);
-            int ob = __shfl_xor_sync(0xffffffffu, bb, o);
-            if (ob < E && (bb == E || os > bs || (os == bs && ob < bb))) {
-                bs = os;
-                bb = ob;
-            }
-        }
+        warp_argmax(bs, bb, E);
         if (lane == 0) {
             ids[j] = bb;
             taken[bb] = 1;
