@@ -140,8 +140,7 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     }
 
     /* gated RMSNorm per value head: RMSNorm(o; w) * act(z) */
-    be->rms_norm(be, o, o, w->norm, T * hv, dv, hp->norm_eps, 0);
-    be->act_mul(be, o, z, o, (int64_t)T * vd, gate_sigmoid ? QW_ACT_SIGMOID : QW_ACT_SILU);
+    be->rms_norm_gate(be, o, o, w->norm, z, T * hv, dv, hp->norm_eps, gate_sigmoid ? QW_ACT_SIGMOID : QW_ACT_SILU);
     be->matmul(be, y, w->out, o, T);
     qw_arena_restore(f->ar, mk);
 }

@@ -245,6 +245,54 @@ static void cu_act_mul(const qw_backend *be, float *y, float *a, const float *b,
     if (xq) qwc_q8_made(c, y, n);
 }
 
+/* The gated norm as one kernel (QWC_NORM_GATE 1; QWENC_CUDA_NORM_GATE=0 in the environment turns it off again:
+ * rms_norm, then act_mul, which t_cuda_ops and tests/gpu/fusions.sh compare it with bit for bit). Off by default
+ * until those GPU tests have passed with it on. */
+#ifndef QWC_NORM_GATE
+#define QWC_NORM_GATE 0
+#endif
+
+/* A block per row: k_rms_norm's operations (not zero-centred, one weight vector) and threads, then k_act_mul's on
+ * the result: y = act(z) * the normed x; xq (not NULL, dim % 32 == 0): y's 8-bit rounding. */
+__global__ void k_rms_norm_gate(float *y, const float *x, const float *w, const float *z, int dim, float eps, int act,
+                                qw_q8a *xq) {
+    QWC_PDL_ENTRY();
+    __shared__ double sh[32];
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * dim, *zr = z + r * dim;
+    float *yr = y + r * dim;
+    double ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = qwc_block_sum(ss, sh);
+    const float inv = (float)(1.0 / sqrt(ss / dim + eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float s = w ? w[i] : 1.0f, v = xr[i] * inv * s, a = zr[i];
+        const float g = act == QW_ACT_SILU ? a / (1.0f + qwc_expd(-a)) : 1.0f / (1.0f + qwc_expd(-a));
+        const float o = g * v;
+        yr[i] = o;
+        if (xq) qwc_q8a_warp(o, xq + (r * dim + i) / 32); /* a warp's 32 values: one block */
+    }
+}
+
+static void cu_rms_norm_gate(const qw_backend *be, float *y, const float *x, const float *w, float *z, int n_rows,
+                             int dim, float eps, int act) {
+    if (n_rows <= 0) return;
+    qwc *c = qwc_of(be);
+    const int64_t n = (int64_t)n_rows * dim;
+    static int env = -1;
+    if (!QWC_NORM_GATE || dim % 32 || !qwc_env_on("QWENC_CUDA_NORM_GATE", &env)) {
+        cu_rms_norm(be, y, x, w, n_rows, dim, eps, 0);
+        cu_act_mul(be, y, z, y, n, act);
+        return;
+    }
+    const float *dw = qwc_wf(c, w, dim);
+    qw_q8a *xq = qwc_q8_for(c, n, dim);
+    qwc_launch(k_rms_norm_gate, n_rows, qwc_norm_threads(dim), 0, qwc_stream(c), y, x, dw, (const float *)z, dim, eps,
+               act, xq);
+    QWC_LAUNCHED();
+    if (xq) qwc_q8_made(c, y, n);
+}
+
 static void cu_rope_table(const qw_backend *be, float *cs, const float *inv_freq, int n_rot, int n_tok,
                           const qw_step *step) {
     qwc *c = qwc_of(be);
@@ -529,6 +577,7 @@ void qwc_ops_fill(qw_backend *t) {
     t->axpy = cu_axpy;
     t->divide = cu_divide;
     t->act_mul = cu_act_mul;
+    t->rms_norm_gate = cu_rms_norm_gate;
     t->rope_table = cu_rope_table;
     t->rope = cu_rope;
     t->conv1d_dw = cu_conv1d_dw;

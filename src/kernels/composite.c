@@ -84,6 +84,12 @@ void qw_op_act_mul(const qw_backend *be, float *y, float *a, const float *b, int
     be->mul(be, y, a, b, n);
 }
 
+void qw_op_rms_norm_gate(const qw_backend *be, float *y, const float *x, const float *w, float *z, int n_rows, int dim,
+                         float eps, int act) {
+    be->rms_norm(be, y, x, w, n_rows, dim, eps, 0);
+    be->act_mul(be, y, z, y, (int64_t)n_rows * dim, act);
+}
+
 void qw_rope_cs(const float *inv_freq, int n_rot, int pos0, int n_tok, float *cs) {
     int half = n_rot / 2;
     for (int t = 0; t < n_tok; t++) {

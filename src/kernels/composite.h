@@ -30,6 +30,8 @@ void qw_op_rms_norm_grouped(const qw_backend *be, float *y, const float *x, cons
                             int dim, float eps, int zero_centred);
 void qw_op_divide(const qw_backend *be, float *x, float d, int64_t n, int then_silu);
 void qw_op_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act);
+void qw_op_rms_norm_gate(const qw_backend *be, float *y, const float *x, const float *w, float *z, int n_rows, int dim,
+                         float eps, int act);
 void qw_op_rope_table(const qw_backend *be, float *cs, const float *inv_freq, int n_rot, int n_tok,
                       const qw_step *step);
 void qw_op_qsa_keys(const qw_backend *be, float *raw, float *blk, const float *key_rows, int64_t key_stride, int n_tok,

@@ -997,6 +997,7 @@ static const qw_backend cpu_table = {
     .axpy = cpu_axpy,
     .divide = qw_op_divide,
     .act_mul = qw_op_act_mul,
+    .rms_norm_gate = qw_op_rms_norm_gate,
     .rope_table = qw_op_rope_table,
     .rope = cpu_rope,
     .attention = cpu_attention,

@@ -23,7 +23,7 @@ enum {
     I_MATMUL, I_MATMUL_BATCH, I_GET_ROWS, I_STORE_ROWS, I_COPY_STRIDED, I_RMS_NORM, I_RMS_NORM_GROUPED, I_L2_NORM,
     I_SILU, I_SIGMOID, I_MUL, I_AXPY, I_DIVIDE, I_ACT_MUL, I_ROPE_TABLE, I_ROPE, I_ATTENTION, I_QSA_KEYS, I_QSA_SELECT,
     I_CONV1D_DW, I_CONV1D_STATE, I_GDN_GATE, I_DELTA_RULE, I_MOE_ROUTE, I_MOE_FFN, I_HC_READ, I_HC_INJECT, I_PLE_ROWS,
-    I_PLE_HIST_PUSH, I_PLE_GATHER, I_PLE_GATE, I_ARGMAX, I_TOPK, I_COUNT
+    I_PLE_HIST_PUSH, I_PLE_GATHER, I_PLE_GATE, I_ARGMAX, I_TOPK, I_RMS_NORM_GATE, I_COUNT
 };
 
 static const char *const names[I_COUNT] = {
@@ -31,7 +31,7 @@ static const char *const names[I_COUNT] = {
     "matmul", "matmul_batch", "get_rows", "store_rows", "copy_strided", "rms_norm", "rms_norm_grouped", "l2_norm",
     "silu", "sigmoid", "mul", "axpy", "divide", "act_mul", "rope_table", "rope", "attention", "qsa_keys", "qsa_select",
     "conv1d_dw", "conv1d_state", "gdn_gate", "delta_rule", "moe_route", "moe_ffn", "hc_read", "hc_inject", "ple_rows",
-    "ple_hist_push", "ple_gather", "ple_gate", "argmax", "topk"};
+    "ple_hist_push", "ple_gather", "ple_gate", "argmax", "topk", "rms_norm_gate"};
 
 _Static_assert((int)I_MATMUL == (int)QW_OP_FIRST, "ops.h's QW_OP_FIRST is the index of matmul");
 
@@ -120,6 +120,10 @@ static void x_divide(const qw_backend *be, float *x, float d, int64_t n, int the
 }
 static void x_act_mul(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act) {
     WRAP(I_ACT_MUL, in->act_mul(tb, y, a, b, n, act));
+}
+static void x_rms_norm_gate(const qw_backend *be, float *y, const float *x, const float *w, float *z, int n_rows,
+                            int dim, float eps, int act) {
+    WRAP(I_RMS_NORM_GATE, in->rms_norm_gate(tb, y, x, w, z, n_rows, dim, eps, act));
 }
 static void x_rope_table(const qw_backend *be, float *cs, const float *inv_freq, int n_rot, int n_tok,
                          const qw_step *step) {
@@ -240,6 +244,7 @@ qw_backend *qw_backend_interpose(const qw_backend *inner, const qw_backend_hooks
         {I_RMS_NORM_GROUPED, n->rms_norm_grouped == qw_op_rms_norm_grouped},
         {I_DIVIDE, n->divide == qw_op_divide},
         {I_ACT_MUL, n->act_mul == qw_op_act_mul},
+        {I_RMS_NORM_GATE, n->rms_norm_gate == qw_op_rms_norm_gate},
         {I_ROPE_TABLE, n->rope_table == qw_op_rope_table},
         {I_QSA_KEYS, n->qsa_keys == qw_op_qsa_keys},
         {I_QSA_SELECT, n->qsa_select == qw_op_qsa_select},
@@ -282,6 +287,7 @@ qw_backend *qw_backend_interpose(const qw_backend *inner, const qw_backend_hooks
         .axpy = x_axpy,
         .divide = x_divide,
         .act_mul = x_act_mul,
+        .rms_norm_gate = x_rms_norm_gate,
         .rope_table = x_rope_table,
         .rope = x_rope,
         .attention = x_attention,

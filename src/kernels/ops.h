@@ -112,6 +112,11 @@ struct qw_backend {
     /* y = act(a) * b with act silu or sigmoid (QW_ACT_*): the same bits as act(a) then mul(y, a, b); a may be
      * left holding act(a) or anything else; y may alias a or b. One kernel where a backend fuses them. */
     void (*act_mul)(const qw_backend *be, float *y, float *a, const float *b, int64_t n, int act);
+    /* y = rms_norm(x; w) * act(z) for n_rows rows of dim (w [dim] or NULL, not zero-centred; z [n_rows][dim]; y may
+     * alias x): the bits of rms_norm, then act_mul(y, z, y) (the DeltaNet's gated norm; one kernel where a backend
+     * fuses them). */
+    void (*rms_norm_gate)(const qw_backend *be, float *y, const float *x, const float *w, float *z, int n_rows,
+                          int dim, float eps, int act);
 
     /* ---- positions and attention */
     /* cs [n_tok][n_rot]: cos(p * f_i) for i < n_rot/2 then sin(p * f_i), p = pos0 + t (pos0 from step);

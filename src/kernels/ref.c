@@ -228,6 +228,7 @@ static const qw_backend ref_backend = {
     .axpy = ref_axpy,
     .divide = qw_op_divide,
     .act_mul = qw_op_act_mul,
+    .rms_norm_gate = qw_op_rms_norm_gate,
     .rope_table = qw_op_rope_table,
     .rope = ref_rope,
     .attention = ref_attention,

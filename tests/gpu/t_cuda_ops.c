@@ -88,7 +88,7 @@ static void test_copies(void) {
 }
 
 static void test_norms_elementwise(void) {
-    printf("rms_norm (plain, zero-centred, grouped), l2_norm, silu, sigmoid, mul, axpy, divide\n");
+    printf("rms_norm (plain, zero-centred, gated, grouped), l2_norm, silu, sigmoid, mul, axpy, divide\n");
     int rows = 12, dim = 1000;
     size_t n = (size_t)rows * dim;
     float *x = rvec(n, 3), *w = rvec(4 * dim, 0.5f), *y = malloc(n * 4);
@@ -100,6 +100,24 @@ static void test_norms_elementwise(void) {
         double e = rel_err(g, y, n, 1e-6);
         CHECK(e < 4e-7, "rms_norm zc %d: relative error %.2e (bound 4e-7: 1/rms may round differently)", zc, e);
         free(g);
+    }
+    /* the gated norm (one kernel): rms_norm then act_mul's bits on the GPU, within rms_norm's bound of the
+     * reference's (the gate is the same bits; one more rounding) */
+    for (int act = 0; act < 2; act++) {
+        const int gr = 48, gd = 128, ga = act ? QW_ACT_SIGMOID : QW_ACT_SILU;
+        const size_t gn = (size_t)gr * gd;
+        float *z = rvec(gn, 6), *zr = malloc(gn * 4), *yr = malloc(gn * 4);
+        memcpy(zr, z, gn * 4);
+        float *dz = dev(z, gn * 4), *dy2 = dev(NULL, gn * 4);
+        R->rms_norm_gate(R, yr, x, w, zr, gr, gd, 1e-6f, ga);
+        G->rms_norm_gate(G, dy, dx, w, dz, gr, gd, 1e-6f, ga);
+        G->rms_norm(G, dy2, dx, w, gr, gd, 1e-6f, 0);
+        G->act_mul(G, dy2, dz, dy2, (int64_t)gn, ga);
+        float *g1 = back(dy, gn * 4), *g2 = back(dy2, gn * 4);
+        CHECK(same_f(g1, g2, gn), "rms_norm_gate (%s): not the bits of rms_norm then act_mul", act ? "sigmoid" : "silu");
+        CHECK(rel_err(g1, yr, gn, 1e-6) < 5e-7, "rms_norm_gate (%s): relative error %.2e", act ? "sigmoid" : "silu",
+              rel_err(g1, yr, gn, 1e-6));
+        free(g1), free(g2), free(z), free(zr), free(yr);
     }
     R->rms_norm_grouped(R, y, x, w, rows, 4, dim, 1e-6f, 1);
     G->rms_norm_grouped(G, dy, dx, w, rows, 4, dim, 1e-6f, 1);
