@@ -208,12 +208,13 @@ __device__ __forceinline__ void qwc_q8a_warp(float v, qw_q8a *o) {
     if (lane == 0) o->d = d, o->s = sum;
 }
 
-/* 0 when the environment sets `name` to 0 (a fused path switched off at run time, to measure what it saves in one
- * binary; the compile-time QWC_* switches are what tests/gpu/fusions.sh compares), else 1; *cache: -1 until read */
-static inline int qwc_env_on(const char *name, int *cache) {
+/* A fused path's switch at run time (to measure what it saves in one binary; the compile-time QWC_* switches are
+ * what tests/gpu/fusions.sh compares): 0 when the environment sets `name` to 0, 1 when to anything else, else def;
+ * *cache: -1 until read */
+static inline int qwc_env_switch(const char *name, int def, int *cache) {
     if (*cache < 0) {
         const char *e = getenv(name);
-        *cache = !(e && e[0] == '0');
+        *cache = e && e[0] ? e[0] != '0' : def;
     }
     return *cache;
 }

@@ -51,7 +51,7 @@ static void cu_hc_read(const qw_backend *be, float *a, float *m, float *u, const
     qwc *c = qwc_of(be);
     qw_q8a *xq = qwc_q8_for(c, n, n);
     static int env = -1;
-    if (up && QWC_HC_UP_READ && n_tok == 1 && xn && qwc_env_on("QWENC_CUDA_HC_UP_READ", &env)) {
+    if (up && QWC_HC_UP_READ && n_tok == 1 && xn && qwc_env_switch("QWENC_CUDA_HC_UP_READ", 1, &env)) {
         const qw_tensor d = qwc_tensor(c, up);
         if (qwc_hc_up_read(c, a, &d, u, xn, inj, C, H, xq)) {
             if (xq) qwc_q8_made(c, a, n);

@@ -639,7 +639,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         float *gu = g, *uu = g + (int64_t)P * I; /* up's outputs right after gate's */
         const void *const *tab = expert_table(c, experts, E);
         static int env = -1;
-        const int in_place = QWC_MOE_X_IN_PLACE && T == 1 && qwc_env_on("QWENC_CUDA_MOE_X_IN_PLACE", &env);
+        const int in_place = QWC_MOE_X_IN_PLACE && T == 1 && qwc_env_switch("QWENC_CUDA_MOE_X_IN_PLACE", 1, &env);
         const int64_t nx = in_place ? H : (int64_t)(one ? 2 * P : P) * H;
         qw_q8a *xq = qwc_q8_for(c, nx, H);
         qwc_launch(k_moe_pairs, P, 256, route_in_pairs ? route_smem : 0, st, mats, in_place ? NULL : xin, x, sel, wt,
