@@ -221,11 +221,7 @@ static inline int qwc_env_switch(const char *name, int def, int *cache) {
 
 static inline int qwc_pdl_on(void) {
     static int on = -1; /* the environment read once (per file: the same answer) */
-    if (on < 0) {
-        const char *e = getenv("QWENC_CUDA_PDL");
-        on = !(e && e[0] == '0');
-    }
-    return on;
+    return qwc_env_switch("QWENC_CUDA_PDL", 1, &on);
 }
 template <class... P, class... A>
 void qwc_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args) {

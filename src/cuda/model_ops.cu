@@ -18,11 +18,7 @@ __global__ void k_hc_read(float *a, const float *m, const float *xn, float *inj,
     QWC_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, n = (int64_t)n_tok * H;
     if (i >= n) {
-        if (i - n < n_inj) {
-            float v = inj[i - n] / (float)C;
-            v = 1.0f / (1.0f + qwc_expd(-v));
-            inj[i - n] = v * 2.0f;
-        }
+        if (i - n < n_inj) inj[i - n] = qwc_sigmoid(inj[i - n] / (float)C) * 2.0f;
         return;
     }
     int64_t t = i / H, d = i % H, CH = (int64_t)C * H;
@@ -30,7 +26,7 @@ __global__ void k_hc_read(float *a, const float *m, const float *xn, float *inj,
     for (int c = 0; c < C; c++) {
         const int64_t o = t * CH + (int64_t)c * H + d;
         float v = m[o];
-        if (xn) v = 1.0f / (1.0f + qwc_expd(-v)) * xn[o];
+        if (xn) v = qwc_sigmoid(v) * xn[o];
         s += v;
     }
     const float r = s / (float)C;

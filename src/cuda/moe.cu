@@ -400,7 +400,7 @@ __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos,
     if (i >= H) return;
     const float s = has_shared ? (shared_out ? shared_out : y)[(int64_t)t * H + i] : 0.0f;
     float gt = sg ? sg[t] : 1.0f;
-    if (sg && sg_logit) gt = 1.0f / (1.0f + qwc_expd(-gt)); /* k_sigmoid's */
+    if (sg && sg_logit) gt = qwc_sigmoid(gt);
     float v = has_shared ? (sg ? s * gt : s) : 0.0f;
     for (int n = 0; n < k; n++) v += out[(int64_t)rows[n] * H + i] * w[n];
     y[(int64_t)t * H + i] = v;

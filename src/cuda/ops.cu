@@ -94,6 +94,15 @@ static void cu_copy_strided(const qw_backend *be, float *dst, const float *src, 
 
 /* one block per row; n_group > 0: the weights of row r are w + (r % n_group) * dim; xq (not NULL, dim a multiple of
  * 32): y's 8-bit rounding too */
+/* 1 / sqrt(mean(xr^2) + eps) for the row xr [dim], the squares summed in double by the block (every thread gets
+ * it; sh: 32 slots) */
+__device__ __forceinline__ float rms_inv(const float *xr, int dim, float eps, double *sh) {
+    double ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = qwc_block_sum(ss, sh);
+    return (float)(1.0 / sqrt(ss / dim + eps));
+}
+
 __global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, int n_group, float eps, int zc,
                            qw_q8a *xq) {
     QWC_PDL_ENTRY();
@@ -102,10 +111,7 @@ __global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, in
     const float *xr = x + r * dim;
     float *yr = y + r * dim;
     const float *wr = w ? w + (int64_t)(r % n_group) * dim : NULL;
-    double ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    ss = qwc_block_sum(ss, sh);
-    float inv = (float)(1.0 / sqrt(ss / dim + eps));
+    const float inv = rms_inv(xr, dim, eps, sh);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         float s = wr ? (zc ? 1.0f + wr[i] : wr[i]) : 1.0f;
         const float v = xr[i] * inv * s;
@@ -158,12 +164,12 @@ static void cu_l2_norm(const qw_backend *be, float *x, int n_rows, int dim, floa
 __global__ void k_silu(float *x, int64_t n) {
     QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = x[i] / (1.0f + qwc_expd(-x[i]));
+    if (i < n) x[i] = qwc_silu(x[i]);
 }
 __global__ void k_sigmoid(float *x, int64_t n) {
     QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = 1.0f / (1.0f + qwc_expd(-x[i]));
+    if (i < n) x[i] = qwc_sigmoid(x[i]);
 }
 __global__ void k_mul(float *y, const float *a, const float *b, int64_t n) {
     QWC_PDL_ENTRY();
@@ -180,7 +186,7 @@ __global__ void k_act_mul(float *y, const float *a, const float *b, int64_t n, i
     QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return; /* whole warps when xq */
-    float x = a[i], v = act == QW_ACT_SILU ? x / (1.0f + qwc_expd(-x)) : 1.0f / (1.0f + qwc_expd(-x));
+    const float v = qwc_act(a[i], act);
     const float r = v * b[i];
     y[i] = r;
     if (xq) qwc_q8a_warp(r, xq + i / 32);
@@ -190,7 +196,7 @@ __global__ void k_divide(float *x, float d, int64_t n, int then_silu, qw_q8a *xq
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float v = x[i] / d;
-    if (then_silu) v = v / (1.0f + qwc_expd(-v)); /* k_silu's */
+    if (then_silu) v = qwc_silu(v);
     x[i] = v;
     if (xq) qwc_q8a_warp(v, xq + i / 32);
 }
@@ -261,13 +267,10 @@ __global__ void k_rms_norm_gate(float *y, const float *x, const float *w, const 
     const int64_t r = blockIdx.x;
     const float *xr = x + r * dim, *zr = z + r * dim;
     float *yr = y + r * dim;
-    double ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    ss = qwc_block_sum(ss, sh);
-    const float inv = (float)(1.0 / sqrt(ss / dim + eps));
+    const float inv = rms_inv(xr, dim, eps, sh);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         const float s = w ? w[i] : 1.0f, v = xr[i] * inv * s, a = zr[i];
-        const float g = act == QW_ACT_SILU ? a / (1.0f + qwc_expd(-a)) : 1.0f / (1.0f + qwc_expd(-a));
+        const float g = qwc_act(a, act);
         const float o = g * v;
         yr[i] = o;
         if (xq) qwc_q8a_warp(o, xq + (r * dim + i) / 32); /* a warp's 32 values: one block */
@@ -338,7 +341,7 @@ __global__ void k_conv1d_dw(float *y, const float *x, const float *w, int n_tok,
     double acc = 0;
     for (int j = 0; j < k; j++) acc += (double)w[(int64_t)c * k + j] * x[(int64_t)(t + j * dil) * ch + c];
     float v = (float)acc;
-    if (then_silu) v = v / (1.0f + qwc_expd(-v)); /* k_silu's */
+    if (then_silu) v = qwc_silu(v);
     y[i] = v;
 }
 
@@ -379,7 +382,7 @@ __global__ void k_conv1d_state(float *y, const float *x, float *hist, float *seq
         double acc = 0;
         for (int j = 0; j < k; j++) acc += (double)w[(int64_t)c * k + j] * WIN(t + j * dil);
         float v = (float)acc;
-        if (then_silu) v = v / (1.0f + qwc_expd(-v)); /* k_silu's */
+        if (then_silu) v = qwc_silu(v);
         y[(int64_t)t * ch + c] = v;
     }
     if (keep_seq)
@@ -407,7 +410,7 @@ __global__ void k_gdn_gate(float *a, float *beta, const float *neg_exp_a, const 
     QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) {
-        if (i - n < n_beta) beta[i - n] = 1.0f / (1.0f + qwc_expd(-beta[i - n]));
+        if (i - n < n_beta) beta[i - n] = qwc_sigmoid(beta[i - n]);
         return;
     }
     int j = (int)(i % hv);

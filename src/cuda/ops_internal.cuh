@@ -40,6 +40,14 @@ static inline int qwc_norm_threads(int dim) { return dim >= 1024 ? 1024 : dim >=
 /* e^x as kernels/expd.h computes it: the same function, so the same f32 result */
 #define qwc_expd qw_expd
 
+/* sigmoid(x) and silu(x) as the reference forms them (ref.c's, with expd.h's e^x): every kernel that applies one */
+__device__ __forceinline__ float qwc_sigmoid(float x) { return 1.0f / (1.0f + qwc_expd(-x)); }
+__device__ __forceinline__ float qwc_silu(float x) { return x / (1.0f + qwc_expd(-x)); }
+/* act_mul's activation (QW_ACT_SILU or QW_ACT_SIGMOID) */
+__device__ __forceinline__ float qwc_act(float x, int act) {
+    return act == QW_ACT_SILU ? x / (1.0f + qwc_expd(-x)) : 1.0f / (1.0f + qwc_expd(-x));
+}
+
 /* sum of v over the warp, every lane gets it */
 template <typename T> __device__ __forceinline__ T qwc_warp_sum(T v) {
 #pragma unroll

@@ -51,8 +51,9 @@
 
 #include "cuda/cuda_internal.cuh"
 
+#include "cuda/ops_internal.cuh"
+
 extern "C" {
-#include "kernels/expd.h"
 #include "kernels/q8a.h"
 }
 #include "kernels/q8dot.h"
@@ -946,6 +947,12 @@ static mvq_args mvq_of(const uint8_t *w, const void *const *mats, int64_t rows, 
  * groups computed and dropped: 15 % and 35 % slower), the MoE pairs' matrices asked for by the gather kernel (7 %
  * slower: that kernel ran longer).
  */
+/* a group's f32 term d (A isum + B xs) as qw_q8a_dot_ref forms it (isum, A, B from qd_group; d, xs the activation
+ * block's scale and sum) */
+__device__ __forceinline__ float q8_term(float d, float A, int32_t isum, float B, int32_t xs) {
+    return __fmul_rn(d, __fadd_rn(__fmul_rn(A, (float)isum), __fmul_rn(B, (float)xs)));
+}
+
 template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
     __shared__ float red[MV_WARPS][NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = a.n_jobs ? a.jks[blockIdx.y] : a.ks;
@@ -988,9 +995,7 @@ template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kerne
                 int32_t isum;
                 float A, B;
                 qd_group((qw_type)T, r, g, xw, xs, &isum, &A, &B);
-                const float term =
-                    __fmul_rn(__ldg(&xb->d), __fadd_rn(__fmul_rn(A, (float)isum), __fmul_rn(B, (float)xs)));
-                acc[t] = __fadd_rn(acc[t], term);
+                acc[t] = __fadd_rn(acc[t], q8_term(__ldg(&xb->d), A, isum, B, xs));
             }
         }
     }
@@ -1046,8 +1051,7 @@ template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(
     QWC_PDL_ENTRY();
     for (int b = warp; b < a.ng; b += HCU_WARPS) {
         float v = a.u[32 * b + lane] / (float)a.C;
-        v = v / (1.0f + qw_expd(-v));
-        qwc_q8a_warp(v, &uq[b]);
+        qwc_q8a_warp(qwc_silu(v), &uq[b]);
     }
     __syncthreads();
     const int per = 32 * a.C / HCU_WARPS; /* rows a warp: q = warp * per + i is row (q / 32) H + h0 + q % 32 */
@@ -1062,6 +1066,8 @@ template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(
         }
         for (int g = lane; g < a.ng; g += 32) {
             const qw_q8a *xb = &uq[g];
+            const int32_t xs = xb->s;
+            const float d = xb->d;
             uint32_t xw[8];
             const uint2 *src = (const uint2 *)xb->q;
 #pragma unroll
@@ -1069,15 +1075,12 @@ template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(
                 const uint2 v = src[k];
                 xw[2 * k] = v.x, xw[2 * k + 1] = v.y;
             }
-            const int32_t xs = xb->s;
-            const float d = xb->d;
 #pragma unroll
             for (int k = 0; k < HCU_BATCH; k++) {
                 int32_t isum;
                 float A, B;
                 qd_group((qw_type)T, r[k], g, xw, xs, &isum, &A, &B);
-                const float term = __fmul_rn(d, __fadd_rn(__fmul_rn(A, (float)isum), __fmul_rn(B, (float)xs)));
-                acc[k] = __fadd_rn(acc[k], term);
+                acc[k] = __fadd_rn(acc[k], q8_term(d, A, isum, B, xs));
             }
         }
 #pragma unroll
@@ -1094,15 +1097,13 @@ template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(
         const int64_t h = h0 + lane;
         float sum = 0;
         for (int c = 0; c < a.C; c++)
-            sum += 1.0f / (1.0f + qw_expd(-ms[32 * c + lane])) * a.xn[(int64_t)c * a.H + h];
+            sum += qwc_sigmoid(ms[32 * c + lane]) * a.xn[(int64_t)c * a.H + h];
         const float v = sum / (float)a.C;
         a.a[h] = v;
         if (a.xq) qwc_q8a_warp(v, a.xq + h / 32);
     }
     if (blockIdx.x == 0 && a.inj && threadIdx.x < a.C) {
-        float v = a.inj[threadIdx.x] / (float)a.C;
-        v = 1.0f / (1.0f + qw_expd(-v));
-        a.inj[threadIdx.x] = v * 2.0f;
+        a.inj[threadIdx.x] = qwc_sigmoid(a.inj[threadIdx.x] / (float)a.C) * 2.0f;
     }
 }
 
@@ -1123,11 +1124,7 @@ template <int T, class Src> void dq_launch(qwc *c, float *y, int64_t n, int64_t 
  * as before; the same results, to measure what it saves). */
 static int mv_early() {
     static int r = -1;
-    if (r < 0) {
-        const char *e = getenv("QWENC_CUDA_MV_EARLY");
-        r = !(e && e[0] == '0');
-    }
-    return r;
+    return qwc_env_switch("QWENC_CUDA_MV_EARLY", 1, &r);
 }
 
 /* the matrix-vector kernels of type T for one pass of n_tok <= MV_PASS_TOK tokens (n_pairs pairs: blockIdx.y) */
@@ -1454,7 +1451,6 @@ template <int T> struct op_group {
     }
 };
 
-/* F<T>::run(args...) for the weight type t */
 /* k_hc_up_read for weights of type T (the integer path's types; *done 0: not this type) */
 template <int T> struct op_hc_up {
     static void run(qwc *c, const qw_tensor *up, float *a, const float *u, const float *xn, float *inj, int C, int H,
@@ -1472,6 +1468,7 @@ template <int T> struct op_hc_up {
     }
 };
 
+/* F<T>::run(args...) for the weight type t */
 template <template <int> class F, class... A> void by_type(qw_type t, A... args) {
     switch (t) {
     case QW_TYPE_F32: F<QW_TYPE_F32>::run(args...); return;
