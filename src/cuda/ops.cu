@@ -251,9 +251,8 @@ static void cu_act_mul(const qw_backend *be, float *y, float *a, const float *b,
     if (xq) qwc_q8_made(c, y, n);
 }
 
-/* The gated norm as one kernel (QWC_NORM_GATE 0: rms_norm, then act_mul). At run time it is off unless
- * QWENC_CUDA_NORM_GATE=1 is in the environment, until the GPU tests have passed with it on (t_cuda_ops sets it and
- * compares the kernel with rms_norm then act_mul bit for bit). */
+/* The gated norm as one kernel (QWC_NORM_GATE 0, or QWENC_CUDA_NORM_GATE=0 in the environment: rms_norm, then
+ * act_mul, the same bits; t_cuda_ops and fusions.sh compare them). */
 #ifndef QWC_NORM_GATE
 #define QWC_NORM_GATE 1
 #endif
@@ -283,7 +282,7 @@ static void cu_rms_norm_gate(const qw_backend *be, float *y, const float *x, con
     qwc *c = qwc_of(be);
     const int64_t n = (int64_t)n_rows * dim;
     static int env = -1;
-    if (!QWC_NORM_GATE || dim % 32 || !qwc_env_switch("QWENC_CUDA_NORM_GATE", 0, &env)) {
+    if (!QWC_NORM_GATE || dim % 32 || !qwc_env_switch("QWENC_CUDA_NORM_GATE", 1, &env)) {
         cu_rms_norm(be, y, x, w, n_rows, dim, eps, 0);
         cu_act_mul(be, y, z, y, n, act);
         return;

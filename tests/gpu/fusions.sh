@@ -7,7 +7,7 @@
 # (QWC_HC_INJECT_NORM in src/cuda/model_ops.cu), one token's hyper-connection up product inside its read
 # (QWC_HC_UP_READ there), one token's MoE pairs reading its x in place (QWC_MOE_X_IN_PLACE in src/cuda/moe.cu), the
 # routing's values in registers (QWC_MOE_ROUTE_REGS there), the DeltaNet's gated norm (QWC_NORM_GATE in
-# src/cuda/ops.cu; off at run time by default, on here). This builds build-unfused/ with them off (FLAGS: other -D
+# src/cuda/ops.cu). This builds build-unfused/ with them off (FLAGS: other -D
 # switches to set instead, for a path being tried) and compares the logits of build-cuda/ (gpu_check's build) with
 # its logits bit for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry, shrunk (their shared experts
 # have the routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a step. BENCH=1 also measures decode
@@ -40,7 +40,7 @@ for p in flash-next qwen3.5-35b-a3b; do
     for t in Q4_K Q8_0 BF16; do
         for b in 1 4 12; do
             syn="--synth $p --layers 4 --experts 16 --ngram-base 1000 --hidden 512 --vocab 2048 --type $t"
-            QWENC_CUDA_NORM_GATE=1 build-cuda/qwenc logits $syn --tokens $toks --batch $b --backend cuda \
+            build-cuda/qwenc logits $syn --tokens $toks --batch $b --backend cuda \
                 -o "$dir/a.f32" 2>"$dir/err"
             build-unfused/qwenc logits $syn --tokens $toks --batch $b --backend cuda -o "$dir/b.f32" 2>>"$dir/err"
             if [ -s "$dir/a.f32" ] && cmp -s "$dir/a.f32" "$dir/b.f32"; then

@@ -787,7 +787,6 @@ int main(void) {
         return 0;
     }
     printf("device: %s\n", desc);
-    setenv("QWENC_CUDA_NORM_GATE", "1", 1); /* the gated norm's kernel, off by default until checked, tested here */
     char err[512];
     if (qw_backend_cuda_new(0, &G, err, sizeof(err))) {
         printf("FAIL cuda backend: %s\n0 passed, 1 failed\n", err);
