@@ -80,6 +80,12 @@ typedef struct {
      * one GPU's bits. A device listed twice makes ranks that share it (their exchanges are device copies: the split
      * tested on one GPU). Models without routed experts run on the first GPU alone. */
     const char *gpus;
+    /* How params.gpus divides the model: NULL, "" or "expert" (above: the routed experts spread), or "layer": each GPU
+     * holds and runs a contiguous range of the layers (weights, KV cache and recurrent state), about an equal share
+     * of the bytes, the first also the embeddings, the n-gram table and the head; a step's work passes from GPU to
+     * GPU, whose kernels read and write the activations in the first's memory (peer access, needed between them).
+     * One GPU's bits. For any architecture, dense ones included. */
+    const char *split;
     /* 1: leave the checkpoint's MTP draft head (mtp.*, a GGUF's nextn block) unloaded: no memory for it, and
      * speculative decoding drafts by prompt lookup only. 0 (default): load it when the file has one. */
     int no_draft_head;
@@ -132,6 +138,7 @@ int qwenc_model_n_gpus(const qwenc_model *model);
 typedef struct {
     int device;
     uint64_t free_bytes, total_bytes, weight_bytes;
+    int first_layer, n_layers; /* split "layer": the layers it runs (the last may be the MTP head's); else 0, 0 */
 } qwenc_gpu_info;
 void qwenc_model_gpu_info(const qwenc_model *model, int r, qwenc_gpu_info *out);
 /* Microseconds that the exchanges between the GPUs take in a step of n_tok tokens (every MoE layer's: x and the

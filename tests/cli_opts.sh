@@ -172,8 +172,9 @@ expect_error "--gpus 0" "--gpus: between 1 and 8 GPUs, not 0" $QWENC run -m $M -
 expect_error "--gpus trailing comma" '--gpus: "0,1," ends with a comma' $QWENC run -m $M -p hi --gpus 0,1,
 expect_error "--gpus 9 ids" "--gpus: at most 8 GPUs" $QWENC run -m $M -p hi --gpus 0,1,2,3,4,5,6,7,0
 expect_error "--gpus on the CPU" "--gpus 2 with --backend cpu: the GPUs need --backend cuda" $QWENC run -m $M -p hi --gpus 2 --backend cpu
-expect_error "--split layer" "--split layer (layers over the GPUs) is not built yet" $QWENC run -m $M -p hi --split layer
-expect_error "--split other" '--split expects expert, got "rows"' $QWENC run -m $M -p hi --split rows
+expect_error "--split layer on the CPU" "--gpus 2 with --backend cpu: the GPUs need --backend cuda" \
+    $QWENC run -m $M -p hi --split layer --gpus 2 --backend cpu
+expect_error "--split other" '--split expects expert or layer, got "rows"' $QWENC run -m $M -p hi --split rows
 expect_error "--gpus with --synth, no GPU" "--gpus: " $QWENC bench --synth flash-next --layers 2 --experts 4 --vocab 256 --type Q8_0 --backend cuda --gpus 2
 
 finish

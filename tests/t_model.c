@@ -146,7 +146,7 @@ static int host_read_child(const char *dir, const char *backend) {
         if (qwenc_model_load_params(dir, &mp, &m, err, sizeof(err)) || qwenc_session_init(m, NULL, &s, err, sizeof(err)) ||
             qwenc_session_forward(s, &tok, 1, NULL, 0, err, sizeof(err)))
             _exit(2);
-        volatile float v = s->state_mem[0]; /* the deliberate host access */
+        volatile float v = s->ls[0].mem[0]; /* the deliberate host access */
         (void)v;
         _exit(0);
     }

@@ -273,6 +273,8 @@ static void test_topk(const char *dir, qwenc_model *m, const int32_t *ids, int n
     qwenc_session_free(b);
 }
 
+static const char *gpus, *split; /* --gpus, --split: the model over several GPUs */
+
 static void run_fixtures(const char *root, const char *backend) {
     char *names[64];
     int nf = test_list_fixtures(root, 1, names, 64);
@@ -294,6 +296,8 @@ static void run_fixtures(const char *root, const char *backend) {
         qwenc_model *m = NULL;
         qwenc_model_params mp = qwenc_model_default_params();
         mp.backend = backend;
+        mp.gpus = gpus;
+        mp.split = split;
         if (qwenc_model_load_params(mdir, &mp, &m, err, sizeof(err))) {
             CHECK(0, "%s: load: %s", dir, err);
             free(names[f]);
@@ -331,12 +335,16 @@ static void run_fixtures(const char *root, const char *backend) {
 }
 
 int main(int argc, char **argv) {
-    /* t_session [--backend NAME] [FIXTURE_DIR]: the fixtures on that backend; by default the CPU's, then again in
-     * its guard mode (state and activations inaccessible outside the backend's calls: the snapshot, batch and
-     * draft code must touch them only through the backend) */
+    /* t_session [--backend NAME] [--gpus LIST] [--split HOW] [FIXTURE_DIR]: the fixtures on that backend (over those
+     * GPUs: tests/gpu/split.sh); by default the CPU's, then again in its guard mode (state and activations
+     * inaccessible outside the backend's calls: the snapshot, batch and draft code must touch them only through the
+     * backend) */
     const char *backend = NULL;
-    if (argc > 2 && !strcmp(argv[1], "--backend")) {
-        backend = argv[2];
+    while (argc > 2 && argv[1][0] == '-' && argv[1][1] == '-') {
+        if (!strcmp(argv[1], "--backend")) backend = argv[2];
+        else if (!strcmp(argv[1], "--gpus")) gpus = argv[2];
+        else if (!strcmp(argv[1], "--split")) split = argv[2];
+        else break;
         argc -= 2;
         argv += 2;
     }

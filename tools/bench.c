@@ -432,11 +432,23 @@ static void print_table(const bench_run *b) {
         if (c->dev.name[0])
             printf("device          %s: %.1f of %.1f GiB free after the run\n", c->dev.name,
                    c->dev.free_bytes / 1073741824.0, c->dev.total_bytes / 1073741824.0);
-        for (int g = 0; g < c->n_gpus; g++)
+        int by_layer = 0;
+        for (int g = 0; g < c->n_gpus; g++) by_layer |= c->gpu[g].n_layers > 0;
+        for (int g = 0; g < c->n_gpus; g++) {
+            const qwenc_gpu_info *q = &c->gpu[g];
+            char what[96] = "";
+            if (by_layer && q->n_layers)
+                snprintf(what, sizeof(what), " (layers %d-%d%s)", q->first_layer, q->first_layer + q->n_layers - 1,
+                         g ? "" : " and the rest of the model");
+            else if (by_layer)
+                snprintf(what, sizeof(what), " (no layers%s)", g ? "" : "; the rest of the model");
+            else if (!g)
+                snprintf(what, sizeof(what), " (the experts' share and the rest of the model)");
             printf("GPU %d           device %d: %.2f GiB of weights, %.1f of %.1f GiB free after the run%s\n", g,
-                   c->gpu[g].device, c->gpu[g].weight_bytes / 1073741824.0, c->gpu[g].free_bytes / 1073741824.0,
-                   c->gpu[g].total_bytes / 1073741824.0, g ? "" : " (the experts' share and the rest of the model)");
-        if (c->n_gpus) {
+                   q->device, q->weight_bytes / 1073741824.0, q->free_bytes / 1073741824.0,
+                   q->total_bytes / 1073741824.0, what);
+        }
+        if (c->n_gpus && !by_layer) {
             printf("exchanges       %.1f us a decode token between the GPUs (every MoE layer's, timed alone)", c->xchg_us);
             for (int i = 0; i < b->n_rows; i++) {
                 const bench_row *r = &b->rows[i];

@@ -50,6 +50,7 @@ struct cli_opts {
     int profile;              /* --profile (bench): time every op of the timed runs */
     const char *backend;      /* --backend (NULL: auto) */
     const char *gpus;         /* --gpus N|LIST (NULL: one GPU) */
+    const char *split;        /* --split expert|layer (NULL: expert) */
     const char *kernels;      /* --kernels (NULL: the best for this CPU) */
     int f32_act;              /* --f32-act: quantized weights meet f32 activations */
     const char *quant;        /* --quant TYPE: quantize the weights at load (NULL: the file's types) */

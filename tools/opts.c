@@ -249,11 +249,12 @@ static const opt_def options[] = {
      "the model fits, else the CPU), cpu, cuda, or cpu-guard (the CPU with\n"
      "activations and state inaccessible outside the backend: a test mode)"},
     {O_GPUS, "--gpus", C_LOAD, "N|LIST",
-     "spread the routed experts over N GPUs (devices 0..N-1) or the listed\n"
-     "device ids (0,1,3): NCCL between them, the logits of one GPU"},
+     "spread the model over N GPUs (devices 0..N-1) or the listed device\n"
+     "ids (0,1,3), as --split says: the logits of one GPU"},
     {O_SPLIT, "--split", C_LOAD, "HOW",
-     "how --gpus divides the model: expert (the default and, for now, the\n"
-     "only one: routed experts spread, the rest on the first GPU)"},
+     "how --gpus divides the model: expert (the default: routed experts\n"
+     "spread, NCCL between the GPUs, the rest on the first) or layer (each\n"
+     "GPU a range of layers with their state; any architecture)"},
     {O_KERNELS, "--kernels", C_LOAD, "NAME",
      "CPU kernels: auto (default: the best for this CPU), amx, avx512,\n"
      "avx2, neon, scalar, ref (the scalar reference, one thread)"},
@@ -504,14 +505,11 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
         return 1;
     case O_GPUS: o->gpus = v; return 1;
     case O_SPLIT:
-        if (!strcmp(v, "layer")) {
-            fprintf(stderr, "qwenc: %s layer (layers over the GPUs) is not built yet; %s expert spreads the routed experts\n", opt, opt);
+        if (strcmp(v, "expert") && strcmp(v, "layer")) {
+            fprintf(stderr, "qwenc: %s expects expert or layer, got \"%s\"\n", opt, v);
             return 0;
         }
-        if (strcmp(v, "expert")) {
-            fprintf(stderr, "qwenc: %s expects expert, got \"%s\"\n", opt, v);
-            return 0;
-        }
+        o->split = v;
         return 1;
     case O_KERNELS: o->kernels = v; return 1;
     case O_QUANT: o->quant = v; return 1;

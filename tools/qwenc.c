@@ -49,6 +49,7 @@ qwenc_model *cli_load_model(const cli_opts *o) {
     mp.kernels = o->kernels;
     mp.backend = o->backend;
     mp.gpus = o->gpus;
+    mp.split = o->split;
     mp.f32_activations = o->f32_act;
     mp.quant = o->quant;
     mp.no_draft_head = o->no_mtp;

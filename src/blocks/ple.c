@@ -121,6 +121,7 @@ void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
 
     int64_t *rows = qw_arena_alloc(f->ar, (size_t)T * nh * sizeof(int64_t));
+    qw_be_layer(be, -1); /* the table's rows where the table is: the model's own part */
     for (int i = 0; i < qw_fwd_n_seg(f); i++) { /* each session's n-grams end in its own history */
         qw_seg g = qw_fwd_seg(f, i);
         be->ple_rows(be, rows + (int64_t)g.row0 * nh, f->tokens + g.row0, g.s->ple_hist, g.rows, hp->ngram_n, nh,
@@ -128,6 +129,7 @@ void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
     }
     float *e = qw_arena_f32(f->ar, (size_t)T * P);
     be->ple_gather(be, e, rows, (int64_t)T * nh, w->chunks, w->n_chunks, w->chunk_rows, 0);
+    qw_be_layer(be, il);
 
     float *K = qw_arena_f32(f->ar, (size_t)T * CH), *V = qw_arena_f32(f->ar, (size_t)T * H);
     float *Q = qw_arena_f32(f->ar, (size_t)T * CH);

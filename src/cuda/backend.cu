@@ -92,6 +92,11 @@ struct qwc {
 #if QWC_NCCL
     ncclComm_t comm[QWC_MAX_RANKS];
 #endif
+    /* or, layers (qw_backend_cuda_split_layers), the ranks hold layers: layer il's weights, state and ops are rank
+     * stage[il]'s, the rest rank 0's; cur is the rank ops go to now. One chain of work: when cur changes, the new
+     * rank's stream waits for the old one's work (hop), so every op comes after every op issued before it */
+    int layers, cur, n_stage;
+    int *stage; /* [n_stage] */
     cudaEvent_t ev;   /* this rank's fork and join point (rank 0: the fork, a peer: its join) */
     void *ep_buf;     /* this rank's exchange buffers (qwc_ep_buf), grow-only: */
     size_t ep_bytes;
@@ -102,6 +107,31 @@ struct qwc {
 #define Q8_BYTES ((size_t)4 << 20) /* 104,857 blocks of 32: 16 tokens of 209,712 columns, 64 pairs of 52,428 */
 
 static qwc *C(const qw_backend *be) { return (qwc *)be; }
+
+/* the chain of work moves to rank r (layers split: a no-op otherwise), r's device made current */
+static void hop(qwc *c, int r) {
+    if (!c->layers) return;
+    if (r != c->cur) {
+        qwc *a = c->rank[c->cur], *b = c->rank[r];
+        QWC_CHECK(cudaSetDevice(a->device));
+        QWC_CHECK(cudaEventRecord(a->ev, a->stream));
+        QWC_CHECK(cudaSetDevice(b->device));
+        QWC_CHECK(cudaStreamWaitEvent(b->stream, a->ev, 0));
+        c->cur = r;
+    }
+    QWC_CHECK(cudaSetDevice(c->rank[r]->device));
+}
+
+qwc *qwc_of(const qw_backend *be) {
+    qwc *c = C(be);
+    if (!c->layers) return c;
+    qwc *p = c->rank[c->cur];
+    QWC_CHECK(cudaSetDevice(p->device)); /* the calling thread's */
+    return p;
+}
+
+/* a graph is being recorded on this backend or, for a rank, on its root */
+static int recording(const qwc *c) { return c->capturing || (c->root && c->root->capturing); }
 
 const qw_backend *qwc_backend(qwc *c) { return &c->be; }
 
@@ -146,8 +176,8 @@ int qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_
 }
 
 int qwc_capture_spoil(qwc *c) {
-    if (!c->capturing) return 0;
-    c->capture_spoiled = 1;
+    if (!recording(c)) return 0;
+    (c->root ? c->root : c)->capture_spoiled = 1;
     return 1;
 }
 
@@ -164,7 +194,7 @@ static void *grow_alloc(size_t n, const char *what) {
 
 void *qwc_scratch(qwc *c, size_t bytes) {
     if (bytes <= c->scratch_bytes) return c->scratch;
-    if (c->capturing) qwc_die(__FILE__, __LINE__, "qwc_scratch", "the scratch must grow while a graph is recorded");
+    if (recording(c)) qwc_die(__FILE__, __LINE__, "qwc_scratch", "the scratch must grow while a graph is recorded");
     QWC_CHECK(cudaStreamSynchronize(c->stream));
     if (c->scratch) QWC_CHECK(cudaFree(c->scratch));
     size_t n = bytes + bytes / 4;
@@ -245,7 +275,7 @@ const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t 
     pthread_mutex_lock(&c->lock);
     wentry *e = entry_of(c, key);
     if (!e->host || e->bytes < bytes) {
-        if (c->capturing) qwc_die(__FILE__, __LINE__, "qwc_weight", "a weight first read while a graph is recorded");
+        if (recording(c)) qwc_die(__FILE__, __LINE__, "qwc_weight", "a weight first read while a graph is recorded");
         const rspec *r = lazy_spec(c, key);
         const size_t off = r ? (size_t)((const uint8_t *)key - r->key) : 0, pad = off % 4;
         void *a = NULL;
@@ -298,7 +328,7 @@ const void *qwc_host_mapped(qwc *c, const void *host, size_t bytes) {
     if (void *r = in_region(c, host)) return r; /* made on the device: already there */
     if (lazy_spec(c, host)) return qwc_weight(c, host, bytes); /* made on the device where it is read */
     pthread_mutex_lock(&c->lock);
-    if (c->capturing) qwc_die(__FILE__, __LINE__, "qwc_host_mapped", "host memory first mapped while a graph is recorded");
+    if (recording(c)) qwc_die(__FILE__, __LINE__, "qwc_host_mapped", "host memory first mapped while a graph is recorded");
     if (c->n_pinned == MAX_PINNED) qwc_die(__FILE__, __LINE__, "qwc_host_mapped", "more than 64 host ranges to pin");
     /* a pinned copy, not the file's pages pinned in place: those pages also hold the neighbouring weights, which
      * are then copied to the device from memory CUDA knows only in part */
@@ -327,12 +357,13 @@ const void *qwc_lookup(qwc *c, const void *key) {
     return d;
 }
 
-int qwc_qsa_reserve(qwc *c, int blocks) {
-    if (blocks <= c->qsa_blocks) return 0;
-    c->qsa_blocks = blocks;
+int qwc_qsa_reserve(qwc *c, int blocks) { /* the root's: one value for every rank */
+    qwc *o = c->root ? c->root : c;
+    if (blocks <= o->qsa_blocks) return 0;
+    o->qsa_blocks = blocks;
     return 1;
 }
-int qwc_qsa_max_blocks(const qwc *c) { return c->qsa_blocks; }
+int qwc_qsa_max_blocks(const qwc *c) { return (c->root ? c->root : c)->qsa_blocks; }
 
 qw_backend qwc_op_table(void) {
     qw_backend t;
@@ -359,9 +390,11 @@ qw_tensor qwc_tensor(qwc *c, const qw_tensor *t) {
 
 /* ---------------------------------------------------------------- memory */
 
+/* Memory and copies: on the rank the layer set by ops.h's layer runs on (its device: a layer's state lives with it),
+ * on the stream of the chain of work (cudaMemcpyDefault: either side may be another GPU's memory). */
 static void *cu_alloc(const qw_backend *be, size_t bytes, qw_mem_kind kind) {
     (void)kind;
-    qwc *c = C(be);
+    qwc *c = qwc_of(be);
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
         cudaGetLastError(); /* clear it: out of memory is reported to the caller */
@@ -374,38 +407,51 @@ static void *cu_alloc(const qw_backend *be, size_t bytes, qw_mem_kind kind) {
 
 static void cu_free(const qw_backend *be, void *p) {
     if (!p) return;
-    QWC_CHECK(cudaStreamSynchronize(C(be)->stream));
+    QWC_CHECK(cudaStreamSynchronize(qwc_of(be)->stream));
+    cudaPointerAttributes a;
+    if (C(be)->layers && cudaPointerGetAttributes(&a, p) == cudaSuccess && a.device >= 0)
+        QWC_CHECK(cudaSetDevice(a.device)); /* the GPU it was allocated on (a layer's state) */
     QWC_CHECK(cudaFree(p));
 }
 
 static void cu_upload(const qw_backend *be, void *dst, const void *src, size_t n) {
     QWC_WROTE();
-    if (C(be)->n_rank) QWC_CHECK(cudaSetDevice(C(be)->device)); /* a step's first op: the first GPU's thread */
-    if (n) QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, C(be)->stream));
+    qwc *c = qwc_of(be);
+    if (C(be)->n_rank) QWC_CHECK(cudaSetDevice(c->device)); /* a step's first op: the first GPU's thread */
+    if (n) QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, c->stream));
 }
 
 static void cu_download(const qw_backend *be, void *dst, const void *src, size_t n) {
     if (!n) return;
-    QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, C(be)->stream));
-    QWC_CHECK(cudaStreamSynchronize(C(be)->stream));
+    qwc *c = qwc_of(be);
+    QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, c->stream));
+    QWC_CHECK(cudaStreamSynchronize(c->stream));
 }
 
 static void cu_copy(const qw_backend *be, void *dst, const void *src, size_t n) {
     QWC_WROTE();
-    if (n) QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, C(be)->stream));
+    if (n) QWC_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, qwc_of(be)->stream));
 }
 
 static void cu_zero(const qw_backend *be, void *p, size_t n) {
     QWC_WROTE();
-    if (n) QWC_CHECK(cudaMemsetAsync(p, 0, n, C(be)->stream));
+    if (n) QWC_CHECK(cudaMemsetAsync(p, 0, n, qwc_of(be)->stream));
 }
 
-static void cu_sync(const qw_backend *be) { QWC_CHECK(cudaStreamSynchronize(C(be)->stream)); }
+static void cu_sync(const qw_backend *be) { QWC_CHECK(cudaStreamSynchronize(qwc_of(be)->stream)); }
+
+/* ops.h's layer: the chain of work moves to the layer's rank (layers split; else nothing) */
+static void cu_layer(const qw_backend *be, int il) {
+    qwc *c = C(be);
+    if (c->layers) hop(c, il >= 0 && il < c->n_stage ? c->stage[il] : 0);
+}
 
 /* ---------------------------------------------------------------- graphs */
 
+/* A graph is recorded on rank 0's stream; the other ranks' streams join it at the hops and rejoin it at the end. */
 static int cu_graph_begin(const qw_backend *be) {
     qwc *c = C(be);
+    hop(c, 0);
     if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         cudaGetLastError();
         return -1;
@@ -419,6 +465,7 @@ static void *cu_graph_end(const qw_backend *be) {
     qwc *c = C(be);
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
+    hop(c, 0);
     c->capturing = 0;
     if (cudaStreamEndCapture(c->stream, &g) != cudaSuccess || c->capture_spoiled ||
         cudaGraphInstantiate(&x, g, 0) != cudaSuccess) {
@@ -430,6 +477,7 @@ static void *cu_graph_end(const qw_backend *be) {
 }
 
 static void cu_graph_launch(const qw_backend *be, void *graph) {
+    hop(C(be), 0); /* the graph starts and ends there */
     QWC_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, C(be)->stream));
 }
 
@@ -462,6 +510,7 @@ static void cu_release(qw_backend *be) {
     free(c->map);
     if (c->region_dev) cudaFree(c->region_dev);
     free(c->specs);
+    free(c->stage);
     if (c->q8_buf) cudaFree(c->q8_buf);
     if (c->scratch) cudaFree(c->scratch);
     cublasDestroy(c->cublas);
@@ -635,6 +684,7 @@ extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *
     c->be.graph_end = cu_graph_end;
     c->be.graph_launch = cu_graph_launch;
     c->be.graph_free = cu_graph_free;
+    c->be.layer = cu_layer;
     c->be.release = cu_release;
     *out = &c->be;
     return QWENC_OK;
@@ -643,7 +693,7 @@ extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *
 /* ---------------------------------------------------------------- the experts over several GPUs */
 
 int qwc_n_rank(const qwc *c) { return c->n_rank > 0 ? c->n_rank : 1; }
-int qwc_split(const qwc *c) { return c->n_rank > 0; }
+int qwc_split(const qwc *c) { return c->n_rank > 0 && !c->layers; }
 int qwc_rank_lo(const qwc *c, int r, int E) {
     if (r <= 0 || !c->n_rank) return 0;
     if (r >= c->n_rank) return E;
@@ -655,7 +705,7 @@ void qwc_set_device(const qwc *c) { QWC_CHECK(cudaSetDevice(c->device)); }
 
 void *qwc_ep_buf(qwc *c, size_t bytes) {
     if (bytes <= c->ep_bytes) return c->ep_buf;
-    if (c->capturing || (c->root && c->root->capturing))
+    if (recording(c))
         qwc_die(__FILE__, __LINE__, "qwc_ep_buf", "an exchange buffer must grow while a graph is recorded");
     if (c->ep_buf) { /* graphs recorded with it may still run: kept until the backend goes */
         void **o = (void **)realloc(c->ep_old, (size_t)(c->n_ep_old + 1) * sizeof(void *));
@@ -800,6 +850,78 @@ extern "C" qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices
         c->n_rank = 0;
         return st;
     }
+    return QWENC_OK;
+}
+
+extern "C" qwenc_status qw_backend_cuda_split_layers(qw_backend *be, const int *devices, int n, const int *stage,
+                                                     int n_layers, char *err, size_t errlen) {
+    if (!be || be->release != cu_release)
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--split layer: not a CUDA backend");
+    qwc *c = C(be);
+    if (n < 1 || n > QWC_MAX_RANKS)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: between 1 and %d GPUs, not %d", QWC_MAX_RANKS, n);
+    if (c->n_rank) return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--gpus: the backend is already split");
+    if (devices[0] != c->device)
+        return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: the first GPU must be the backend's (%d)", c->device);
+    int count = 0;
+    cudaGetDeviceCount(&count);
+    for (int r = 0; r < n; r++)
+        if (devices[r] < 0 || devices[r] >= count)
+            return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: there is no CUDA device %d (%d visible)", devices[r], count);
+    for (int il = 0; il < n_layers; il++)
+        if (stage[il] < 0 || stage[il] >= n)
+            return qw_err(err, errlen, QWENC_ERR_ARG, "--split layer: layer %d on GPU %d of %d", il, stage[il], n);
+    /* a later GPU's kernels read and write the first's activations in place: peer access both ways */
+    for (int r = 1; r < n; r++) {
+        const int d = devices[r], d0 = c->device;
+        if (d == d0) continue;
+        int ab = 0, ba = 0;
+        cudaDeviceCanAccessPeer(&ab, d, d0);
+        cudaDeviceCanAccessPeer(&ba, d0, d);
+        if (!ab || !ba)
+            return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                          "--split layer: GPUs %d and %d cannot read each other's memory (no peer access); "
+                          "--split expert needs only NCCL", d0, d);
+        for (int k = 0; k < 2; k++) {
+            QWC_CHECK(cudaSetDevice(k ? d0 : d));
+            cudaError_t e = cudaDeviceEnablePeerAccess(k ? d : d0, 0);
+            if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+                QWC_CHECK(cudaSetDevice(d0));
+                return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--split layer: peer access from GPU %d to %d: %s",
+                              k ? d0 : d, k ? d : d0, cudaGetErrorString(e));
+            }
+            cudaGetLastError();
+        }
+    }
+    QWC_CHECK(cudaSetDevice(c->device));
+    int *st = (int *)malloc((size_t)(n_layers > 0 ? n_layers : 1) * sizeof(int));
+    if (!st) return qw_err_nomem(err, errlen, "--split layer", (size_t)n_layers, sizeof(int));
+    memcpy(st, stage, (size_t)n_layers * sizeof(int));
+    c->rank[0] = c;
+    qwenc_status s = QWENC_OK;
+    QWC_CHECK(cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming));
+    for (int r = 1; r < n && !s; r++) {
+        qw_backend *pb = NULL;
+        s = qw_backend_cuda_new(devices[r], &pb, err, errlen);
+        if (s) break;
+        qwc *p = C(pb);
+        p->root = c;
+        p->q8 = c->q8;
+        QWC_CHECK(cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming));
+        c->rank[r] = p;
+    }
+    QWC_CHECK(cudaSetDevice(c->device));
+    if (s) {
+        for (int r = 1; r < n; r++)
+            if (c->rank[r]) cu_release(&c->rank[r]->be), c->rank[r] = NULL;
+        free(st);
+        return s;
+    }
+    c->n_rank = n;
+    c->layers = 1;
+    c->cur = 0;
+    c->stage = st;
+    c->n_stage = n_layers;
     return QWENC_OK;
 }
 

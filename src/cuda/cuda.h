@@ -51,6 +51,14 @@ void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type typ
  * (NCCL takes one rank a device): the split tested on one GPU. */
 qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, const double *share, char *err,
                                    size_t errlen);
+/* The layers over n GPUs (--split layer; devices[0] is the backend's own): layer il (0 .. n_layers-1, the last the
+ * MTP head's when there is one) has its weights, its session state and its ops on GPU stage[il]; everything else
+ * (embeddings, the n-gram table, the head, activations and a step's inputs) on the first. Ops follow ops.h's layer
+ * calls; a later GPU's kernels read and write the activations in the first's memory (peer access, enabled here:
+ * an error when two of the GPUs have none). One chain of work: each GPU waits for the one before, so a step
+ * gives the bits of one GPU. A device listed twice gives ranks that share it (the split tested on one GPU). */
+qwenc_status qw_backend_cuda_split_layers(qw_backend *be, const int *devices, int n, const int *stage, int n_layers,
+                                          char *err, size_t errlen);
 /* The ranks (1 when not split; 0 when not a CUDA backend), and rank r's device, free and total memory and the
  * bytes of weights it holds. */
 int qw_backend_cuda_ranks(const qw_backend *be);

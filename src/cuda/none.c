@@ -42,6 +42,11 @@ qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, co
     (void)be, (void)devices, (void)n, (void)share;
     return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "the cuda backend is not built in");
 }
+qwenc_status qw_backend_cuda_split_layers(qw_backend *be, const int *devices, int n, const int *stage, int n_layers,
+                                          char *err, size_t errlen) {
+    (void)be, (void)devices, (void)n, (void)stage, (void)n_layers;
+    return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "the cuda backend is not built in");
+}
 int qw_backend_cuda_ranks(const qw_backend *be) { return (void)be, 0; }
 void qw_backend_cuda_rank_info(const qw_backend *be, int r, int *device, size_t *free_bytes, size_t *total_bytes,
                                size_t *weight_bytes) {

@@ -26,7 +26,9 @@ int qwc_qsa_reserve(qwc *c, int blocks);
 int qwc_qsa_max_blocks(const qwc *c);
 /* A weight tensor's view with its data on the device. */
 qw_tensor qwc_tensor(qwc *c, const qw_tensor *t);
-static inline qwc *qwc_of(const qw_backend *be) { return (qwc *)be; }
+/* The backend an op runs on: be's own, or with the layers split over GPUs (qw_backend_cuda_split_layers) the rank
+ * of the layer the ops belong to now (ops.h's layer), its device made current. */
+qwc *qwc_of(const qw_backend *be);
 static inline const float *qwc_wf(qwc *c, const float *host, int64_t n) {
     return (const float *)qwc_weight(c, host, (size_t)n * sizeof(float));
 }

@@ -214,6 +214,9 @@ static void x_ple_gate(const qw_backend *be, float *G, const float *K, const flo
     WRAP(I_PLE_GATE, in->ple_gate(tb, G, K, Q, V, n_tok, C, H));
 }
 
+/* not an op: passed through, so that a dry run or a profile places memory and work as the backend would */
+static void x_layer(const qw_backend *be, int il) { I_(be)->inner->layer(I_(be)->inner, il); }
+
 static void x_release(qw_backend *be) {
     interposer *I = (interposer *)be;
     if (I->h.release) I->h.release(I->h.user);
@@ -310,6 +313,7 @@ qw_backend *qw_backend_interpose(const qw_backend *inner, const qw_backend_hooks
         .ple_gate = x_ple_gate,
         .argmax = x_argmax,
         .topk = inner->topk ? x_topk : NULL,
+        .layer = inner->layer ? x_layer : NULL,
         .release = x_release,
     };
     return &I->be;

@@ -251,9 +251,21 @@ struct qw_backend {
     void (*graph_launch)(const qw_backend *be, void *graph);
     void (*graph_free)(const qw_backend *be, void *graph);
 
+    /* ---- placement (optional: NULL where a backend has one place for everything, as on the CPU) */
+    /* The memory allocated and the ops issued from now on belong to layer il (0 .. n_layer, the last the MTP
+     * head's) or, il < 0, to the model's own parts (embeddings, the n-gram table, the head) and the session's
+     * inputs and scratch: a backend that spreads layers over devices (CUDA, --split layer) runs them, and places
+     * their state, where that layer lives. Results do not depend on it. Callers use qw_be_layer. */
+    void (*layer)(const qw_backend *be, int il);
+
     /* ---- the backend object */
     void (*release)(qw_backend *be); /* frees the backend (NULL: a static table) */
 };
+
+/* be->layer when the backend has it */
+static inline void qw_be_layer(const qw_backend *be, int il) {
+    if (be->layer) be->layer(be, il);
+}
 
 #define QW_TOPK_MAX 64
 /* The order of topk: a before b (values a, b at indices ia, ib); the CUDA kernel's too. */
@@ -279,7 +291,7 @@ const qw_backend *qw_backend_cpu_default(void);
 /* A backend that calls hooks around every memory function and op of `inner` (which must outlive it): enter,
  * then the inner function unless enter returned 0 (a dry run: the session's memory plan runs a step that
  * way), then leave. They get the function's index in qw_backend_op_names() and, for matmul / matmul_batch, the
- * jobs (one for matmul). The *_work size queries and release are not interposed. The profiler and the CPU
+ * jobs (one for matmul). The *_work size queries, layer and release are not interposed. The profiler and the CPU
  * backend's guard mode are built on it (runtime/profile.c, kernels/cpu.c). */
 typedef struct {
     int (*enter)(void *user, int op);

@@ -22,6 +22,30 @@ static int64_t ffn_bytes(const qw_ffn_w *w) {
 
 static int64_t hc_bytes(const qw_hc_w *w) { return tensor_bytes(w->down) + tensor_bytes(w->up) + tensor_bytes(w->inject); }
 
+/* The matrices of layer L, its routed experts' bytes times expert_share (not the n-gram table) */
+static double layer_bytes(const qw_hparams *hp, const qw_layer *L, double expert_share) {
+    const qw_attn_w *a = &L->attn;
+    double n = (double)(tensor_bytes(a->wq) + tensor_bytes(a->wk) + tensor_bytes(a->wv) + tensor_bytes(a->wo) +
+                        tensor_bytes(a->idx_qk));
+    const qw_gdn_w *g = &L->gdn;
+    n += (double)(tensor_bytes(g->qkv) + tensor_bytes(g->z) + tensor_bytes(g->b) + tensor_bytes(g->a) +
+                  tensor_bytes(g->qkvz) + tensor_bytes(g->ba) + tensor_bytes(g->out));
+    if (L->moe) {
+        const qw_moe_w *w = &L->moe_w;
+        n += (double)(tensor_bytes(w->router) + ffn_bytes(&w->shared) + tensor_bytes(w->shared_gate));
+        double experts = 0;
+        for (int e = 0; w->experts && e < hp->n_expert; e++) experts += (double)ffn_bytes(&w->experts[e]);
+        n += experts * expert_share;
+    } else {
+        n += (double)ffn_bytes(&L->mlp);
+    }
+    n += (double)(hc_bytes(&L->hc_attn) + hc_bytes(&L->hc_mlp));
+    if (L->ple) n += (double)(tensor_bytes(L->ple->key_proj) + tensor_bytes(L->ple->value_proj));
+    return n;
+}
+
+int64_t qw_model_layer_bytes(const qwenc_model *m, int il) { return (int64_t)layer_bytes(&m->hp, &m->layers[il], 1.0); }
+
 void qwenc_model_weight_bytes(const qwenc_model *m, int64_t *total, int64_t *per_token) {
     const qw_hparams *hp = &m->hp;
     int64_t all = 0;
@@ -37,28 +61,9 @@ void qwenc_model_weight_bytes(const qwenc_model *m, int64_t *total, int64_t *per
     tok += (double)hc_bytes(&m->hc_final);
     for (int il = 0; il < hp->n_layer; il++) {
         const qw_layer *L = &m->layers[il];
-        const qw_attn_w *a = &L->attn;
-        tok += (double)(tensor_bytes(a->wq) + tensor_bytes(a->wk) + tensor_bytes(a->wv) + tensor_bytes(a->wo) +
-                        tensor_bytes(a->idx_qk));
-        const qw_gdn_w *g = &L->gdn;
-        tok += (double)(tensor_bytes(g->qkv) + tensor_bytes(g->z) + tensor_bytes(g->b) + tensor_bytes(g->a) +
-                        tensor_bytes(g->qkvz) + tensor_bytes(g->ba) + tensor_bytes(g->out));
-        if (L->moe) {
-            const qw_moe_w *w = &L->moe_w;
-            tok += (double)(tensor_bytes(w->router) + ffn_bytes(&w->shared) + tensor_bytes(w->shared_gate));
-            double experts = 0;
-            for (int e = 0; e < hp->n_expert; e++) experts += (double)ffn_bytes(&w->experts[e]);
-            if (hp->n_expert) tok += experts * hp->n_expert_used / hp->n_expert;
-        } else {
-            tok += (double)ffn_bytes(&L->mlp);
-        }
-        tok += (double)(hc_bytes(&L->hc_attn) + hc_bytes(&L->hc_mlp));
-        if (L->ple) {
-            const qw_ple_w *p = L->ple;
-            tok += (double)(tensor_bytes(p->key_proj) + tensor_bytes(p->value_proj));
-            if (p->n_chunks)
-                tok += (double)hp->ngram_heads * (double)qw_type_row_size(p->chunks[0].type, hp->ple_dim / hp->ngram_heads);
-        }
+        tok += layer_bytes(hp, L, hp->n_expert ? (double)hp->n_expert_used / hp->n_expert : 0);
+        if (L->ple && L->ple->n_chunks)
+            tok += (double)hp->ngram_heads * (double)qw_type_row_size(L->ple->chunks[0].type, hp->ple_dim / hp->ngram_heads);
     }
     if (total) *total = all;
     if (per_token) *per_token = (int64_t)tok;

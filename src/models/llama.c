@@ -35,9 +35,11 @@ void qw_llama_forward(const qw_fwd *f, float *x) {
     int T = f->n_tok, H = hp->n_embd;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
     float *h = qw_arena_f32(f->ar, (size_t)T * H), *y = qw_arena_f32(f->ar, (size_t)T * H);
+    qw_be_layer(f->be, -1);
     f->be->get_rows(f->be, x, m->tok_embd, f->tokens, T);
     for (int il = 0; il < hp->n_layer; il++) {
         const qw_layer *L = &m->layers[il];
+        qw_be_layer(f->be, il);
         f->be->rms_norm(f->be, h, x, L->attn_norm, T, H, hp->norm_eps, 0);
         qw_attn_forward(f, il, &L->attn, 0, h, y);
         f->be->axpy(f->be, x, y, 1.0f, (int64_t)T * H);
@@ -45,6 +47,7 @@ void qw_llama_forward(const qw_fwd *f, float *x) {
         qw_ffn_forward(f, &L->mlp, h, y, T);
         f->be->axpy(f->be, x, y, 1.0f, (int64_t)T * H);
     }
+    qw_be_layer(f->be, -1);
     f->be->rms_norm(f->be, x, x, m->out_norm, T, H, hp->norm_eps, 0);
     qw_arena_restore(f->ar, mk);
 }

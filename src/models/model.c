@@ -90,11 +90,24 @@ static qwenc_status parse_gpus(const char *g, const char *backend, int *devs, in
     return QWENC_OK;
 }
 
+/* QWENC_GPU_SHARES="a,b,..." in the environment: the n GPUs' shares (relative sizes) in place of share[] */
+static qwenc_status forced_shares(double *share, int n, char *err, size_t errlen) {
+    const char *force = getenv("QWENC_GPU_SHARES");
+    for (int r = 0; force && *force && r < n; r++) {
+        char *end = NULL;
+        share[r] = strtod(force, &end);
+        if (end == force || share[r] < 0 || (*end && *end != ','))
+            return qw_err(err, errlen, QWENC_ERR_ARG, "QWENC_GPU_SHARES: not %d numbers >= 0 separated by commas", n);
+        force = *end ? end + 1 : end;
+    }
+    return QWENC_OK;
+}
+
 /* The routed experts over the GPUs of params.gpus (the backend made on the first): nothing for one GPU given as
  * "" or for a model without routed experts. Each GPU gets an equal share of every layer's experts, unless the
  * first would then hold more than nine tenths of its free memory (it also holds everything else: rest bytes):
- * then it gets what fits there and the others share the remaining experts equally. QWENC_GPU_SHARES="a,b,..."
- * in the environment gives the shares (relative sizes) instead. */
+ * then it gets what fits there and the others share the remaining experts equally. QWENC_GPU_SHARES gives the
+ * shares instead. */
 static qwenc_status cuda_split(qwenc_model *m, qw_backend *gpu, const int *devs, int n, int64_t rest, size_t free0,
                                char *err, size_t errlen) {
     if (n == 0) return QWENC_OK;
@@ -107,15 +120,61 @@ static qwenc_status cuda_split(qwenc_model *m, qw_backend *gpu, const int *devs,
         share[0] = room > 0 ? room / X : 0;
         for (int r = 1; r < n; r++) share[r] = (1 - share[0]) / (n - 1);
     }
-    const char *force = getenv("QWENC_GPU_SHARES"); /* "a,b,...": the shares themselves (tests: a GPU without experts) */
-    for (int r = 0; force && *force && r < n; r++) {
-        char *end = NULL;
-        share[r] = strtod(force, &end);
-        if (end == force || share[r] < 0 || (*end && *end != ','))
-            return qw_err(err, errlen, QWENC_ERR_ARG, "QWENC_GPU_SHARES: not %d numbers >= 0 separated by commas", n);
-        force = *end ? end + 1 : end;
+    qwenc_status st = forced_shares(share, n, err, errlen); /* tests: a GPU without experts */
+    return st ? st : qw_backend_cuda_split(gpu, devs, n, share, err, errlen);
+}
+
+/* The layers' bytes (the MTP head's layer too when there is one); the number of layers */
+static int layers_bytes(const qwenc_model *m, int64_t *sum) {
+    int nl = m->hp.n_layer + (m->hp.n_mtp ? 1 : 0);
+    *sum = 0;
+    for (int il = 0; il < nl; il++) *sum += qw_model_layer_bytes(m, il);
+    return nl;
+}
+
+/* The layers over the GPUs of params.gpus (--split layer): contiguous ranges in order, the MTP head's layer last,
+ * so that each GPU holds its share of all the bytes (equal shares, or QWENC_GPU_SHARES), the first counting the
+ * model's own parts too (rest bytes: embeddings, the head, the n-gram table unless it stays in host memory): a
+ * layer goes to the GPU whose share holds its middle byte. by_count: the sizes are not known yet (random weights
+ * made on the GPUs): every layer counts one, rest nothing. */
+static qwenc_status cuda_split_layers(qwenc_model *m, qw_backend *gpu, const int *devs, int n, int64_t rest,
+                                      int by_count, char *err, size_t errlen) {
+    if (n == 0) return QWENC_OK;
+    int64_t sum = 0;
+    const int nl = layers_bytes(m, &sum);
+    double share[QW_MAX_GPUS], cum[QW_MAX_GPUS + 1], tot = 0;
+    for (int r = 0; r < n; r++) share[r] = 1.0;
+    qwenc_status st = forced_shares(share, n, err, errlen);
+    if (st) return st;
+    for (int r = 0; r < n; r++) cum[r] = tot, tot += share[r];
+    if (tot <= 0) return qw_err(err, errlen, QWENC_ERR_ARG, "QWENC_GPU_SHARES: every share is 0");
+    cum[n] = tot;
+    int *stage = qw_calloc((size_t)(nl ? nl : 1), sizeof(int));
+    if (!stage) return qw_err_nomem(err, errlen, "--split layer", (size_t)nl, sizeof(int));
+    const double all = by_count ? nl : (double)(rest + sum);
+    double pos = by_count ? 0 : (double)rest;
+    for (int il = 0, r = 0; il < nl; il++) {
+        const double b = by_count ? 1 : (double)qw_model_layer_bytes(m, il), mid = (pos + b / 2) / all * tot;
+        while (r < n - 1 && mid >= cum[r + 1]) r++;
+        stage[il] = r;
+        pos += b;
     }
-    return qw_backend_cuda_split(gpu, devs, n, share, err, errlen);
+    st = qw_backend_cuda_split_layers(gpu, devs, n, stage, nl, err, errlen);
+    if (st) {
+        free(stage);
+        return st;
+    }
+    m->layer_gpu = stage;
+    m->n_layer_gpu = nl;
+    return QWENC_OK;
+}
+
+/* params.split: 1 for "layer", 0 for the experts' split (NULL, "" or "expert"), -1 (an error) otherwise */
+static int split_by_layer(const qwenc_model_params *mp, char *err, size_t errlen) {
+    if (!mp->split || !*mp->split || !strcmp(mp->split, "expert")) return 0;
+    if (!strcmp(mp->split, "layer")) return 1;
+    qw_err(err, errlen, QWENC_ERR_ARG, "--split: expert or layer, not \"%s\"", mp->split);
+    return -1;
 }
 
 /* "cuda": the model runs on the GPU (an error when there is none); "auto": on the GPU when there is one and the
@@ -124,7 +183,8 @@ static qwenc_status cuda_split(qwenc_model *m, qw_backend *gpu, const int *devs,
  * stays in host memory, pinned, its rows read over the bus (QWENC_CUDA_PLE_HOST=1 / 0 forces it on / off). */
 static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, char *err, size_t errlen) {
     const char *name = mp->backend ? mp->backend : "auto";
-    int devs[QW_MAX_GPUS], n_dev = 0;
+    int devs[QW_MAX_GPUS], n_dev = 0, by_layer = split_by_layer(mp, err, errlen);
+    if (by_layer < 0) return QWENC_ERR_ARG;
     qwenc_status st = parse_gpus(mp->gpus, name, devs, &n_dev, err, errlen);
     if (st || (strcmp(name, "cuda") && strcmp(name, "auto"))) return st;
     char desc[320];
@@ -140,15 +200,18 @@ static qwenc_status model_device(qwenc_model *m, const qwenc_model_params *mp, c
     size_t free_b = 0, total_b = 0;
     qw_backend_cuda_memory(gpu, &free_b, &total_b);
     const char *force = getenv("QWENC_CUDA_PLE_HOST");
-    double first = (double)total; /* what the first GPU holds: with a split, an equal share of the experts */
-    if (n_dev > 1) first -= (double)qw_model_expert_bytes(m) * (n_dev - 1) / n_dev;
+    double first = (double)total; /* what the first GPU holds: with a split, an equal share of the experts or layers */
+    int64_t in_layers = 0;
+    layers_bytes(m, &in_layers);
+    if (n_dev > 1) first -= (double)(by_layer ? in_layers : qw_model_expert_bytes(m)) * (n_dev - 1) / n_dev;
     int host_table = table > 0 && (force && *force ? strcmp(force, "0") != 0 : first > 0.9 * (double)free_b);
     if (host_table) total -= table;
     if (!strcmp(name, "auto") && !n_dev && (double)total > 0.9 * (double)free_b) {
         gpu->release(gpu);
         return QWENC_OK;
     }
-    st = cuda_split(m, gpu, devs, n_dev, total - qw_model_expert_bytes(m), free_b, err, errlen);
+    st = by_layer ? cuda_split_layers(m, gpu, devs, n_dev, total - in_layers, 0, err, errlen)
+                  : cuda_split(m, gpu, devs, n_dev, total - qw_model_expert_bytes(m), free_b, err, errlen);
     if (st) {
         gpu->release(gpu);
         return st;
@@ -217,8 +280,8 @@ qwenc_status qwenc_model_synth(const qwenc_synth_params *sp, const char *type, c
     m->params = mp;
     qw_backend *gpu = NULL;
     const char *name = mp.backend ? mp.backend : "auto";
-    int devs[QW_MAX_GPUS], n_dev = 0;
-    st = parse_gpus(mp.gpus, name, devs, &n_dev, err, errlen);
+    int devs[QW_MAX_GPUS], n_dev = 0, by_layer = split_by_layer(&mp, err, errlen);
+    st = by_layer < 0 ? QWENC_ERR_ARG : parse_gpus(mp.gpus, name, devs, &n_dev, err, errlen);
     if (!st) st = model_backend(m, &mp, err, errlen);
     if (!st) st = qw_synth_bind(sp, m, err, errlen);
     char desc[320];
@@ -243,7 +306,9 @@ qwenc_status qwenc_model_synth(const qwenc_synth_params *sp, const char *type, c
     }
     /* split before the weights are made: then each GPU makes the parts it reads (equal shares: the sizes are not
      * known yet) */
-    if (!st && gpu) st = cuda_split(m, gpu, devs, n_dev, 0, 0, err, errlen);
+    if (!st && gpu)
+        st = by_layer ? cuda_split_layers(m, gpu, devs, n_dev, 0, 1, err, errlen)
+                      : cuda_split(m, gpu, devs, n_dev, 0, 0, err, errlen);
     uint64_t seed = sp->seed;
     if (!st) st = qw_model_quantize_at_load(m, qw_synth_row, &seed, gpu, seed, err, errlen);
     if (!st && gpu) {
@@ -275,6 +340,7 @@ void qwenc_model_free(qwenc_model *m) {
     free(m->gguf);
     qw_hparams_free(&m->hp);
     if (m->be) m->be->release(m->be);
+    free(m->layer_gpu);
     free(m->path);
     free(m);
 }
@@ -309,6 +375,8 @@ void qwenc_model_gpu_info(const qwenc_model *m, int r, qwenc_gpu_info *out) {
     size_t f = 0, t = 0, w = 0;
     qw_backend_cuda_rank_info(m->be, r, &out->device, &f, &t, &w);
     out->free_bytes = f, out->total_bytes = t, out->weight_bytes = w;
+    for (int il = 0; il < m->n_layer_gpu; il++)
+        if (m->layer_gpu[il] == r && !out->n_layers++) out->first_layer = il;
 }
 
 double qwenc_model_gpu_exchange_us(const qwenc_model *m, int n_tok) {

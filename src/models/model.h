@@ -39,6 +39,8 @@ struct qwenc_model {
     qw_backend *be;            /* where the weights are read and the forward runs (owned) */
     const char *backend_name;  /* "cpu" or "cpu-guard" */
     int64_t ple_host_bytes;    /* on a GPU: the n-gram table's bytes read from host memory (0: in device memory) */
+    int *layer_gpu;            /* --split layer: the GPU (rank) of each layer [n_layer_gpu], else NULL */
+    int n_layer_gpu;
     const qw_tensor *tok_embd; /* [V, H] */
     const qw_tensor *output;   /* [V, H] lm_head (tok_embd when tied) */
     float *out_norm;           /* [H] final norm (not qwen4_exp) */
@@ -130,6 +132,8 @@ void qw_model_converted_free(qwenc_model *m);
 int64_t qw_model_ple_table_bytes(const qwenc_model *m);
 /* The bytes of the routed experts of the text model's MoE layers (what --gpus spreads) */
 int64_t qw_model_expert_bytes(const qwenc_model *m);
+/* The bytes of layer il's matrices (il = n_layer: the MTP head's layer), every expert counted (--split layer) */
+int64_t qw_model_layer_bytes(const qwenc_model *m, int il);
 /* Bind every weight of m from m->conv (GGUF names; models/gguf_bind.c). */
 qwenc_status qw_gguf_bind_converted(qwenc_model *m, char *err, size_t errlen);
 

@@ -42,9 +42,11 @@ void qw_qwen35_forward(const qw_fwd *f, float *x) {
     int T = f->n_tok, H = hp->n_embd;
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
     float *h = qw_arena_f32(f->ar, (size_t)T * H), *y = qw_arena_f32(f->ar, (size_t)T * H);
+    qw_be_layer(f->be, -1);
     f->be->get_rows(f->be, x, m->tok_embd, f->tokens, T);
     for (int il = 0; il < hp->n_layer; il++) {
         const qw_layer *L = &m->layers[il];
+        qw_be_layer(f->be, il);
         f->be->rms_norm(f->be, h, x, L->attn_norm, T, H, hp->norm_eps, 1);
         if (L->kind == QW_LAYER_GDN)
             qw_gdn_forward(f, il, &L->gdn, 0, h, y);
@@ -58,6 +60,7 @@ void qw_qwen35_forward(const qw_fwd *f, float *x) {
             qw_ffn_forward(f, &L->mlp, h, y, T);
         f->be->axpy(f->be, x, y, 1.0f, (int64_t)T * H);
     }
+    qw_be_layer(f->be, -1);
     f->be->rms_norm(f->be, x, x, m->out_norm, T, H, hp->norm_eps, 1);
     if (f->mtp_hidden) f->be->copy(f->be, f->mtp_hidden, x, (size_t)T * H * sizeof(float));
     qw_arena_restore(f->ar, mk);
@@ -77,7 +80,9 @@ void qw_qwen35_mtp_forward(const qw_fwd *f, const float *h_in, float *h_next, fl
     qw_arena_mark mk = qw_arena_get_mark(f->ar);
     float *x = qw_arena_f32(f->ar, (size_t)T * H), *h = qw_arena_f32(f->ar, (size_t)T * H);
     float *y = qw_arena_f32(f->ar, (size_t)T * H), *cat = qw_arena_f32(f->ar, (size_t)T * 2 * H);
+    qw_be_layer(be, -1);
     be->get_rows(be, x, m->tok_embd, f->tokens, T);
+    qw_be_layer(be, il); /* the head's own weights and its decoder layer: the head's layer */
     be->rms_norm(be, x, x, w->enorm, T, H, hp->norm_eps, 1);
     be->rms_norm(be, h, h_in, w->hnorm, T, H, hp->norm_eps, 1);
     qw_copy_layout half = {{H, T, 1, 1}, {1, 2 * H, 0, 0}, {1, H, 0, 0}};
@@ -95,5 +100,6 @@ void qw_qwen35_mtp_forward(const qw_fwd *f, const float *h_in, float *h_next, fl
     be->axpy(be, x, y, 1.0f, (int64_t)T * H);
     be->rms_norm(be, out, x, w->norm, T, H, hp->norm_eps, 1);
     be->copy(be, h_next, out, (size_t)T * H * sizeof(float));
+    qw_be_layer(be, -1);
     qw_arena_restore(f->ar, mk);
 }

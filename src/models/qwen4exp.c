@@ -49,6 +49,7 @@ void qw_qwen4exp_forward(const qw_fwd *f, float *hidden) {
     float *X = qw_arena_f32(f->ar, (size_t)T * CH);
     float *a = qw_arena_f32(f->ar, (size_t)T * H), *y = qw_arena_f32(f->ar, (size_t)T * H);
     float *inj = qw_arena_f32(f->ar, (size_t)T * C);
+    qw_be_layer(be, -1);
     for (int il = 0; il < hp->n_layer; il++)
         if (m->layers[il].ple) qw_ple_prefetch(f, m->layers[il].ple);
     be->get_rows(be, a, m->tok_embd, f->tokens, T);
@@ -59,6 +60,7 @@ void qw_qwen4exp_forward(const qw_fwd *f, float *hidden) {
     int pending = 0; /* y and inj: the last MoE's output, not yet in X */
     for (int il = 0; il < hp->n_layer; il++) {
         const qw_layer *L = &m->layers[il];
+        qw_be_layer(be, il);
         if (pending && L->ple) qw_hc_inject(f, X, inj, y), pending = 0;
         if (L->ple) qw_ple_forward(f, il, L->ple, X);
         if (pending)
@@ -73,6 +75,7 @@ void qw_qwen4exp_forward(const qw_fwd *f, float *hidden) {
         qw_moe_forward(f, &L->moe_w, a, y);
         pending = 1;
     }
+    qw_be_layer(be, -1);
     if (pending)
         qw_hc_inject_forward(f, &m->hc_final, X, y, inj, hidden, NULL);
     else
@@ -98,7 +101,9 @@ void qw_qwen4exp_mtp_forward(const qw_fwd *f, const float *h_in, float *h_next, 
     float *X = qw_arena_f32(f->ar, (size_t)T * CH), *hn = qw_arena_f32(f->ar, (size_t)T * CH);
     float *a = qw_arena_f32(f->ar, (size_t)T * H), *y = qw_arena_f32(f->ar, (size_t)T * H);
     float *inj = qw_arena_f32(f->ar, (size_t)T * C);
+    qw_be_layer(be, -1);
     be->get_rows(be, a, m->tok_embd, f->tokens, T);
+    qw_be_layer(be, il); /* the head's own weights and its decoder layer: the head's layer */
     be->rms_norm(be, a, a, w->enorm, T, H, hp->norm_eps, 1);
     be->matmul(be, y, w->fc_embd, a, T);
     be->rms_norm(be, hn, h_in, w->hnorm, T, (int)CH, hp->norm_eps, 1);
@@ -114,5 +119,6 @@ void qw_qwen4exp_mtp_forward(const qw_fwd *f, const float *h_in, float *h_next, 
     qw_hc_inject(f, X, inj, y);
     be->copy(be, h_next, X, (size_t)T * CH * sizeof(float));
     qw_hc_forward(f, &w->hc_final, X, out, NULL);
+    qw_be_layer(be, -1);
     qw_arena_restore(f->ar, mk);
 }

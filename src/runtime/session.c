@@ -1,10 +1,10 @@
 /*
  * session.c - per-sequence state and the forward call (see qwenc.h).
  *
- * Memory, all from the model's backend and all allocated at init (the memory plan): the state in one
- * allocation (per attention/QSA layer the K/V cache and the QSA raw and pooled indexer keys, per DeltaNet
- * layer the last K-1 conv inputs and the f32 recurrent state, per PLE layer the normalised gated-value
- * history), the last n-1 token ids for the PLE hash, a step's inputs (its token ids and position) and the
+ * Memory, all from the model's backend and all allocated at init (the memory plan): each layer's state in one
+ * allocation made where the layer runs (qw_be_layer; per attention/QSA layer the K/V cache and the QSA raw and
+ * pooled indexer keys, per DeltaNet layer the last K-1 conv inputs and the f32 recurrent state, per PLE layer
+ * the normalised gated-value history), the last n-1 token ids for the PLE hash, a step's inputs (its token ids and position) and the
  * scratch of a step. The scratch's size is measured, not estimated: init runs the model's forward for a step
  * of n_batch tokens through a backend that computes nothing (every op skipped) over an arena that only
  * counts. The forward's allocations depend on the number of tokens alone, never on the position or the
@@ -78,6 +78,7 @@ static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_ba
     const qwenc_model *m = s->model;
     const qw_hparams *hp = &m->hp;
     qw_arena_reset(&s->arena);
+    qw_be_layer(be, -1);
     const int32_t *tokens = s->tokens;
     int n_ctx = s->n_ctx;
     float *cs = qw_arena_f32(&s->arena, (size_t)T * hp->n_rot);
@@ -143,6 +144,7 @@ static float *mtp_ops(qwenc_session *s, const qw_backend *be, int n, const float
     const qwenc_model *m = s->model;
     const qw_hparams *hp = &m->hp;
     qw_arena_reset(&s->arena);
+    qw_be_layer(be, -1);
     float *cs = qw_arena_f32(&s->arena, (size_t)n * hp->n_rot);
     be->rope_table(be, cs, m->rope_inv_freq, hp->n_rot, n, s->step);
     qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .n_ctx = s->n_ctx, .ar = &s->arena, .n_tok = n,
@@ -269,12 +271,19 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
     if (!s->ls) st = qw_err_nomem(err, errlen, "session: layer states", (size_t)nl, sizeof(qw_layer_state));
     size_t total = 0;
     for (int il = 0; !st && il < nl; il++) total += layer_state(m, s->n_ctx, il, NULL, NULL);
-    s->state_bytes = total * sizeof(float);
-    if (!st && !(s->state_mem = be->alloc(be, s->state_bytes, QW_MEM_STATE)))
-        st = qw_err(err, errlen, QWENC_ERR_NOMEM,
-                    "session: out of memory allocating %.1f MiB of state for %d tokens (raise the memory or lower "
-                    "n_ctx)",
-                    (double)s->state_bytes / (1 << 20), p.n_ctx);
+    for (int il = 0; !st && il < nl; il++) { /* each layer's where it runs */
+        qw_layer_state *ls = &s->ls[il];
+        ls->n = layer_state(m, s->n_ctx, il, NULL, NULL);
+        qw_be_layer(be, il);
+        if (!(ls->mem = be->alloc(be, QW_MAX(ls->n, (size_t)1) * sizeof(float), QW_MEM_STATE)))
+            st = qw_err(err, errlen, QWENC_ERR_NOMEM,
+                        "session: out of memory allocating %.1f MiB of state for %d tokens (layer %d; %.1f MiB in all; "
+                        "raise the memory or lower n_ctx)",
+                        (double)ls->n * sizeof(float) / (1 << 20), p.n_ctx, il, (double)total * sizeof(float) / (1 << 20));
+        else
+            layer_state(m, s->n_ctx, il, ls, ls->mem);
+    }
+    qw_be_layer(be, -1);
     if (!st && (!(s->ple_hist = be->alloc(be, 8 * sizeof(int32_t), QW_MEM_STATE)) ||
                 !(s->step = be->alloc(be, sizeof(qw_step), QW_MEM_ACT)) ||
                 !(s->best = be->alloc(be, sizeof(int32_t), QW_MEM_ACT)) ||
@@ -296,8 +305,6 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
             st = qw_err(err, errlen, QWENC_ERR_NOMEM, "session: out of memory allocating the draft head's inputs");
     }
     if (!st) {
-        size_t off = 0;
-        for (int il = 0; il < nl; il++) off += layer_state(m, s->n_ctx, il, &s->ls[il], s->state_mem + off);
         s->scratch_bytes = plan_scratch(s);
         if (!s->scratch_bytes || !(s->scratch = be->alloc(be, s->scratch_bytes, QW_MEM_ACT)))
             st = qw_err(err, errlen, QWENC_ERR_NOMEM,
@@ -327,8 +334,8 @@ void qwenc_session_free(qwenc_session *s) {
     be->free(be, s->tokens);
     be->free(be, s->step);
     be->free(be, s->ple_hist);
-    be->free(be, s->state_mem);
-    be->free(be, s->draft_mem);
+    for (int il = 0; s->ls && il < n_state_layers(s); il++) be->free(be, s->ls[il].mem);
+    for (int il = 0; s->dl && il < s->model->hp.n_layer; il++) be->free(be, s->dl[il].mem);
     be->free(be, s->draft_hist);
     be->free(be, s->mtp_hid);
     be->free(be, s->mtp_chain);
@@ -342,7 +349,11 @@ void qwenc_session_free(qwenc_session *s) {
 void qwenc_session_reset(qwenc_session *s) {
     /* the recurrent parts must restart from zero; K/V rows are rewritten before they are read */
     const qw_backend *be = s->model->be;
-    be->zero(be, s->state_mem, s->state_bytes);
+    for (int il = 0; il < n_state_layers(s); il++) {
+        qw_be_layer(be, il);
+        be->zero(be, s->ls[il].mem, s->ls[il].n * sizeof(float));
+    }
+    qw_be_layer(be, -1);
     int32_t hist[8];
     for (int i = 0; i < 8; i++) hist[i] = s->model->hp.eos_id;
     be->upload(be, s->ple_hist, hist, sizeof(hist));
@@ -514,19 +525,23 @@ static qwenc_status draft_alloc(qwenc_session *s, char *err, size_t errlen) {
     int cap = QWENC_MAX_DRAFT + 1, L = m->hp.n_layer;
     size_t total = 0;
     for (int il = 0; il < L; il++) total += draft_layer(m, il, cap, NULL, NULL);
-    s->dl = qw_calloc((size_t)L, sizeof(qw_draft_layer));
-    s->draft_mem = s->dl ? be->alloc(be, QW_MAX(total, (size_t)1) * sizeof(float), QW_MEM_STATE) : NULL;
-    s->draft_hist = s->draft_mem ? be->alloc(be, 8 * sizeof(int32_t), QW_MEM_STATE) : NULL;
+    qw_draft_layer *dl = qw_calloc((size_t)L, sizeof(qw_draft_layer));
+    int ok = dl != NULL;
+    for (int il = 0; ok && il < L; il++) { /* each layer's where it runs */
+        size_t n = draft_layer(m, il, cap, NULL, NULL);
+        qw_be_layer(be, il);
+        ok = (dl[il].mem = be->alloc(be, QW_MAX(n, (size_t)1) * sizeof(float), QW_MEM_STATE)) != NULL;
+        if (ok) draft_layer(m, il, cap, &dl[il], dl[il].mem);
+    }
+    qw_be_layer(be, -1);
+    s->draft_hist = ok ? be->alloc(be, 8 * sizeof(int32_t), QW_MEM_STATE) : NULL;
     if (!s->draft_hist) {
-        be->free(be, s->draft_mem);
-        free(s->dl);
-        s->dl = NULL;
-        s->draft_mem = NULL;
+        for (int il = 0; dl && il < L; il++) be->free(be, dl[il].mem);
+        free(dl);
         return qw_err(err, errlen, QWENC_ERR_NOMEM, "draft: out of memory allocating %.1f MiB to take drafts back",
                       (double)total * sizeof(float) / (1 << 20));
     }
-    size_t off = 0;
-    for (int il = 0; il < L; il++) off += draft_layer(m, il, cap, &s->dl[il], s->draft_mem + off);
+    s->dl = dl;
     return QWENC_OK;
 }
 
@@ -549,7 +564,7 @@ qwenc_status qwenc_session_forward_draft(qwenc_session *s, const int32_t *tokens
         return qw_err(err, errlen, QWENC_ERR_CONTEXT,
                       "forward_draft: %d cached + %d new tokens exceed the session context of %d tokens", s->n_past,
                       n_tokens, s->n_ctx);
-    if (!s->draft_mem) {
+    if (!s->dl) {
         qwenc_status st = draft_alloc(s, err, errlen);
         if (st) return st;
     }
@@ -581,6 +596,7 @@ static float *accept_ops(qwenc_session *s, const qw_backend *be, const step_args
     for (int il = 0; il < hp->n_layer; il++) {
         qw_layer_state *ls = &s->ls[il];
         const qw_draft_layer *d = &s->dl[il];
+        qw_be_layer(be, il);
         if (ls->ssm) { /* the conv window after the kept tokens; the recurrence of the kept tokens from before */
             be->copy(be, ls->conv, d->conv_seq + (int64_t)n_keep * ch, (size_t)(hp->gdn_conv_k - 1) * ch * sizeof(float));
             be->copy(be, ls->ssm, d->ssm0, (size_t)hv * dk * dv * sizeof(float));
@@ -594,6 +610,7 @@ static float *accept_ops(qwenc_session *s, const qw_backend *be, const step_args
             be->copy(be, ls->ple_hist, d->ple_seq + (int64_t)n_keep * CH,
                      (size_t)(hp->ple_conv_k - 1) * hp->ngram_n * CH * sizeof(float));
     }
+    qw_be_layer(be, -1);
     be->copy(be, s->ple_hist, s->draft_hist, 8 * sizeof(int32_t));
     if (n_keep && hp->ngram_n > 1) be->ple_hist_push(be, s->ple_hist, s->tokens, n_keep, hp->ngram_n);
     return NULL;

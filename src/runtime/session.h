@@ -16,6 +16,8 @@ typedef struct {
     float *conv;             /* [K-1][conv_ch] last conv inputs (GDN) */
     float *ssm;              /* [hv][dk][dv] recurrent state (GDN) */
     float *ple_hist;         /* [(k-1)*n][C*H] last normalised gated values (PLE layers) */
+    float *mem;              /* the one allocation behind them (made where the layer runs: qw_be_layer) */
+    size_t n;                /* its floats */
 } qw_layer_state;
 
 /* A step of one shape recorded once as a graph and replayed (a backend with graphs): it runs op by op the first
@@ -34,16 +36,15 @@ typedef struct {
     float *ssm0;             /* [hv][dk][dv] (GDN) */
     float *q, *k, *v, *g, *b;/* [cap][hk*dk], [cap][hk*dk], [cap][hv*dv], [cap][hv], [cap][hv] (GDN) */
     float *ple_seq;          /* [(k-1)*n + cap][C*H] (PLE layers) */
+    float *mem;              /* the one allocation behind them (where the layer runs) */
 } qw_draft_layer;
 
 struct qwenc_session {
     const qwenc_model *model;
     const qw_backend *be;    /* the model's backend, or the profiler around it */
     int n_ctx, n_batch, n_past;
-    qw_layer_state *ls;      /* [n_layer] (host) pointers into state_mem */
-    /* backend memory: every state buffer; the step's inputs; the scratch of a step, sized by the plan */
-    float *state_mem;        /* one allocation behind every qw_layer_state buffer */
-    size_t state_bytes;
+    qw_layer_state *ls;      /* [n_layer] (host) pointers into each layer's state (backend memory) */
+    /* backend memory: the step's inputs; the scratch of a step, sized by the plan */
     int32_t *ple_hist;       /* [8] the last ngram_n-1 token ids, oldest first (EOS before the start) */
     qw_step *step;           /* the step's position */
     int32_t *tokens;         /* [n_batch] the step's token ids */
@@ -65,8 +66,7 @@ struct qwenc_session {
     int draft_n, draft_past;
     int32_t draft_tokens[QWENC_MAX_DRAFT + 1];
     int32_t *draft_hist;     /* [8] backend memory */
-    float *draft_mem;        /* backend memory behind dl (allocated by the first draft step) */
-    qw_draft_layer *dl;      /* [n_layer] */
+    qw_draft_layer *dl;      /* [n_layer] (allocated by the first draft step) */
     /* the MTP draft head (params.draft_head on a model with one): its layer's state is ls[n_layer] */
     int mtp;
     int mtp_j;               /* head steps since a token was last fed */
