@@ -108,15 +108,17 @@ struct qwc {
 
 static qwc *C(const qw_backend *be) { return (qwc *)be; }
 
-/* the chain of work moves to rank r (layers split: a no-op otherwise), r's device made current */
-static void hop(qwc *c, int r) {
+/* the chain of work moves to rank r (layers split: a no-op otherwise), r's device made current. quiet: errors are
+ * left to the caller (the end of a recording that CUDA may have invalidated) */
+static void hop(qwc *c, int r, int quiet = 0) {
     if (!c->layers) return;
     if (r != c->cur) {
         qwc *a = c->rank[c->cur], *b = c->rank[r];
         QWC_CHECK(cudaSetDevice(a->device));
-        QWC_CHECK(cudaEventRecord(a->ev, a->stream));
+        cudaError_t e = cudaEventRecord(a->ev, a->stream);
         QWC_CHECK(cudaSetDevice(b->device));
-        QWC_CHECK(cudaStreamWaitEvent(b->stream, a->ev, 0));
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(b->stream, a->ev, 0);
+        if (!quiet) QWC_CHECK(e);
         c->cur = r;
     }
     QWC_CHECK(cudaSetDevice(c->rank[r]->device));
@@ -465,7 +467,7 @@ static void *cu_graph_end(const qw_backend *be) {
     qwc *c = C(be);
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
-    hop(c, 0);
+    hop(c, 0, 1);
     c->capturing = 0;
     if (cudaStreamEndCapture(c->stream, &g) != cudaSuccess || c->capture_spoiled ||
         cudaGraphInstantiate(&x, g, 0) != cudaSuccess) {
@@ -788,11 +790,19 @@ void qwc_reduce_sum(qwc *c, float *const *buf, size_t n) {
     qwc_join(c);
 }
 
-extern "C" qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, const double *share, char *err,
-                                              size_t errlen) {
+/* ranks 1 .. n-1 released: one GPU again */
+static void drop_ranks(qwc *c, int n) {
+    for (int r = 1; r < n; r++)
+        if (c->rank[r]) cu_release(&c->rank[r]->be), c->rank[r] = NULL;
+    c->n_rank = 0;
+}
+
+/* The checks both splits make of their devices: *copies set when a device is listed twice */
+static qwenc_status split_devices(const qw_backend *be, const int *devices, int n, int *copies, char *err,
+                                  size_t errlen) {
     if (!be || be->release != cu_release)
         return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--gpus: not a CUDA backend");
-    qwc *c = C(be);
+    const qwc *c = C(be);
     if (n < 1 || n > QWC_MAX_RANKS)
         return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: between 1 and %d GPUs, not %d", QWC_MAX_RANKS, n);
     if (c->n_rank) return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--gpus: the backend is already split");
@@ -800,25 +810,18 @@ extern "C" qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices
         return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: the first GPU must be the backend's (%d)", c->device);
     int count = 0;
     cudaGetDeviceCount(&count);
-    int copies = 0;
+    *copies = 0;
     for (int r = 0; r < n; r++) {
         if (devices[r] < 0 || devices[r] >= count)
             return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: there is no CUDA device %d (%d visible)", devices[r], count);
-        for (int q = 0; q < r; q++) copies |= devices[q] == devices[r];
+        for (int q = 0; q < r; q++) *copies |= devices[q] == devices[r];
     }
-#if !QWC_NCCL
-    if (!copies && n > 1)
-        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
-                      "--gpus: this qwenc was built without NCCL (the CUDA toolkit's nccl.h was not found at build time)");
-#endif
+    return QWENC_OK;
+}
+
+/* Ranks 1 .. n-1: a backend of its own on each device, root c; on failure none is left */
+static qwenc_status make_ranks(qwc *c, const int *devices, int n, char *err, size_t errlen) {
     c->rank[0] = c;
-    c->copies = copies;
-    double sum = 0;
-    for (int r = 0; r < n; r++) {
-        c->cum[r] = sum;
-        sum += share ? share[r] : 1.0 / n;
-    }
-    for (int r = 0; r <= n; r++) c->cum[r] = r == n ? 1.0 : c->cum[r] / sum;
     qwenc_status st = QWENC_OK;
     QWC_CHECK(cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming));
     for (int r = 1; r < n && !st; r++) {
@@ -830,44 +833,56 @@ extern "C" qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices
         p->q8 = c->q8;
         QWC_CHECK(cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming));
         c->rank[r] = p;
-        c->n_rank = r + 1;
     }
+    QWC_CHECK(cudaSetDevice(c->device));
+    if (st) drop_ranks(c, n);
+    return st;
+}
+
+extern "C" qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, const double *share, char *err,
+                                              size_t errlen) {
+    int copies = 0;
+    qwenc_status st = split_devices(be, devices, n, &copies, err, errlen);
+    if (st) return st;
+    qwc *c = C(be);
+#if !QWC_NCCL
+    if (!copies && n > 1)
+        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
+                      "--gpus: this qwenc was built without NCCL (the CUDA toolkit's nccl.h was not found at build time)");
+#endif
+    c->copies = copies;
+    double sum = 0;
+    for (int r = 0; r < n; r++) {
+        c->cum[r] = sum;
+        sum += share ? share[r] : 1.0 / n;
+    }
+    for (int r = 0; r <= n; r++) c->cum[r] = r == n ? 1.0 : c->cum[r] / sum;
+    st = make_ranks(c, devices, n, err, errlen);
+    if (st) return st;
 #if QWC_NCCL
-    if (!st && !copies) {
+    if (!copies) {
         ncclResult_t nr = ncclCommInitAll(c->comm, n, devices);
         if (nr != ncclSuccess) {
             memset(c->comm, 0, sizeof(c->comm));
             st = qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--gpus: NCCL could not join the GPUs: %s (%s)",
                         ncclGetErrorString(nr), ncclGetLastError(NULL));
+            QWC_CHECK(cudaSetDevice(c->device));
+            drop_ranks(c, n); /* back to one GPU */
+            return st;
         }
     }
 #endif
     QWC_CHECK(cudaSetDevice(c->device));
     c->n_rank = n;
-    if (st) { /* back to one GPU */
-        for (int r = 1; r < n; r++)
-            if (c->rank[r]) cu_release(&c->rank[r]->be), c->rank[r] = NULL;
-        c->n_rank = 0;
-        return st;
-    }
     return QWENC_OK;
 }
 
 extern "C" qwenc_status qw_backend_cuda_split_layers(qw_backend *be, const int *devices, int n, const int *stage,
                                                      int n_layers, char *err, size_t errlen) {
-    if (!be || be->release != cu_release)
-        return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--split layer: not a CUDA backend");
+    int copies = 0;
+    qwenc_status st = split_devices(be, devices, n, &copies, err, errlen);
+    if (st) return st;
     qwc *c = C(be);
-    if (n < 1 || n > QWC_MAX_RANKS)
-        return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: between 1 and %d GPUs, not %d", QWC_MAX_RANKS, n);
-    if (c->n_rank) return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "--gpus: the backend is already split");
-    if (devices[0] != c->device)
-        return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: the first GPU must be the backend's (%d)", c->device);
-    int count = 0;
-    cudaGetDeviceCount(&count);
-    for (int r = 0; r < n; r++)
-        if (devices[r] < 0 || devices[r] >= count)
-            return qw_err(err, errlen, QWENC_ERR_ARG, "--gpus: there is no CUDA device %d (%d visible)", devices[r], count);
     for (int il = 0; il < n_layers; il++)
         if (stage[il] < 0 || stage[il] >= n)
             return qw_err(err, errlen, QWENC_ERR_ARG, "--split layer: layer %d on GPU %d of %d", il, stage[il], n);
@@ -894,33 +909,18 @@ extern "C" qwenc_status qw_backend_cuda_split_layers(qw_backend *be, const int *
         }
     }
     QWC_CHECK(cudaSetDevice(c->device));
-    int *st = (int *)malloc((size_t)(n_layers > 0 ? n_layers : 1) * sizeof(int));
-    if (!st) return qw_err_nomem(err, errlen, "--split layer", (size_t)n_layers, sizeof(int));
-    memcpy(st, stage, (size_t)n_layers * sizeof(int));
-    c->rank[0] = c;
-    qwenc_status s = QWENC_OK;
-    QWC_CHECK(cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming));
-    for (int r = 1; r < n && !s; r++) {
-        qw_backend *pb = NULL;
-        s = qw_backend_cuda_new(devices[r], &pb, err, errlen);
-        if (s) break;
-        qwc *p = C(pb);
-        p->root = c;
-        p->q8 = c->q8;
-        QWC_CHECK(cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming));
-        c->rank[r] = p;
-    }
-    QWC_CHECK(cudaSetDevice(c->device));
-    if (s) {
-        for (int r = 1; r < n; r++)
-            if (c->rank[r]) cu_release(&c->rank[r]->be), c->rank[r] = NULL;
-        free(st);
-        return s;
+    int *at = (int *)malloc((size_t)(n_layers > 0 ? n_layers : 1) * sizeof(int));
+    if (!at) return qw_err_nomem(err, errlen, "--split layer", (size_t)n_layers, sizeof(int));
+    memcpy(at, stage, (size_t)n_layers * sizeof(int));
+    st = make_ranks(c, devices, n, err, errlen);
+    if (st) {
+        free(at);
+        return st;
     }
     c->n_rank = n;
     c->layers = 1;
     c->cur = 0;
-    c->stage = st;
+    c->stage = at;
     c->n_stage = n_layers;
     return QWENC_OK;
 }

@@ -142,6 +142,7 @@ static qwenc_status cuda_split_layers(qwenc_model *m, qw_backend *gpu, const int
     if (n == 0) return QWENC_OK;
     int64_t sum = 0;
     const int nl = layers_bytes(m, &sum);
+    if (rest < 0) rest = 0; /* a file's total that leaves out a part the layers count */
     double share[QW_MAX_GPUS], cum[QW_MAX_GPUS + 1], tot = 0;
     for (int r = 0; r < n; r++) share[r] = 1.0;
     qwenc_status st = forced_shares(share, n, err, errlen);

@@ -17,28 +17,34 @@ splits="1 0,0 0,0,0 0,0,0,0,0,0,0,0"
 [ "$n_dev" -ge 4 ] && splits="$splits 4"
 echo "devices: $n_dev; splits: $splits"
 
-for m in tiny-flash qwen4_exp qwen3_5_moe qwen3_next; do
-    model=tests/fixtures/$m
-    [ "$m" = tiny-flash ] && model=models/tiny-flash
-    T=$(cat "tests/fixtures/$m/tokens.txt")
-    quants=("")
-    case $m in tiny-flash | qwen4_exp) quants+=("--quant Q4_K") ;; esac
-    for q in "${quants[@]}"; do
-        for opt in "" "--batch 1"; do
-            # shellcheck disable=SC2086
-            if ! $B logits -m "$model" --tokens "$T" --out "$tmp/one.f32" --backend cuda $q $opt 2>"$tmp/err"; then
-                bad "$m $q $opt: one GPU failed: $(head -c 300 "$tmp/err")"
-                continue
-            fi
-            for g in $splits; do
+# every fixture of the list: its logits with --gpus G (each of $splits) and the options given, against one GPU's
+split_logits() {
+    local opts=$1 m model T q opt g
+    shift
+    for m in "$@"; do
+        model=tests/fixtures/$m
+        [ "$m" = tiny-flash ] && model=models/tiny-flash
+        T=$(cat "tests/fixtures/$m/tokens.txt")
+        quants=("")
+        case $m in tiny-flash | qwen4_exp | qwen3_5) quants+=("--quant Q4_K") ;; esac
+        for q in "${quants[@]}"; do
+            for opt in "" "--batch 1"; do
                 # shellcheck disable=SC2086
-                $B logits -m "$model" --tokens "$T" --out "$tmp/split.f32" --backend cuda --gpus "$g" $q $opt 2>"$tmp/err" &&
-                    cmp -s "$tmp/one.f32" "$tmp/split.f32" && ok ||
-                    bad "$m $q $opt --gpus $g: not the bits of one GPU $(head -c 300 "$tmp/err")"
+                if ! $B logits -m "$model" --tokens "$T" --out "$tmp/one.f32" --backend cuda $q $opt 2>"$tmp/err"; then
+                    bad "$m $q $opt: one GPU failed: $(head -c 300 "$tmp/err")"
+                    continue
+                fi
+                for g in $splits; do
+                    # shellcheck disable=SC2086
+                    $B logits -m "$model" --tokens "$T" --out "$tmp/split.f32" --backend cuda --gpus "$g" $opts $q \
+                        $opt 2>"$tmp/err" && cmp -s "$tmp/one.f32" "$tmp/split.f32" && ok ||
+                        bad "$m $q $opt --gpus $g $opts: not the bits of one GPU $(head -c 300 "$tmp/err")"
+                done
             done
         done
     done
-done
+}
+split_logits "" tiny-flash qwen4_exp qwen3_5_moe qwen3_next
 
 # uneven shares, a GPU without experts
 T=$(cat tests/fixtures/qwen4_exp/tokens.txt)
@@ -85,28 +91,7 @@ grep -qE "^exchanges +[0-9.]+ us a decode token" "$tmp/bench" && ok || bad "benc
 
 # --split layer: each GPU a range of layers, their state with them; every fixture (dense ones too), the file's types
 # and Q4_K, all tokens at once and token by token (decode steps recorded as graphs across the ranks)
-for m in tiny-flash llama qwen3 qwen3_5 qwen3_5_moe qwen3_next qwen4_exp; do
-    model=tests/fixtures/$m
-    [ "$m" = tiny-flash ] && model=models/tiny-flash
-    T=$(cat "tests/fixtures/$m/tokens.txt")
-    quants=("")
-    case $m in tiny-flash | qwen4_exp | qwen3_5) quants+=("--quant Q4_K") ;; esac
-    for q in "${quants[@]}"; do
-        for opt in "" "--batch 1"; do
-            # shellcheck disable=SC2086
-            if ! $B logits -m "$model" --tokens "$T" --out "$tmp/one.f32" --backend cuda $q $opt 2>"$tmp/err"; then
-                bad "$m $q $opt: one GPU failed: $(head -c 300 "$tmp/err")"
-                continue
-            fi
-            for g in $splits; do
-                # shellcheck disable=SC2086
-                $B logits -m "$model" --tokens "$T" --out "$tmp/split.f32" --backend cuda --gpus "$g" --split layer $q \
-                    $opt 2>"$tmp/err" && cmp -s "$tmp/one.f32" "$tmp/split.f32" && ok ||
-                    bad "$m $q $opt --gpus $g --split layer: not the bits of one GPU $(head -c 300 "$tmp/err")"
-            done
-        done
-    done
-done
+split_logits "--split layer" tiny-flash llama qwen3 qwen3_5 qwen3_5_moe qwen3_next qwen4_exp
 # uneven shares: a first GPU without layers, one in the middle without any
 T=$(cat tests/fixtures/qwen4_exp/tokens.txt)
 $B logits -m tests/fixtures/qwen4_exp --tokens "$T" --out "$tmp/one.f32" --backend cuda --batch 1 2>/dev/null
@@ -137,7 +122,7 @@ for d in "" "--draft 3"; do
     done
 done
 # snapshots (each layer's state read back from its GPU), batched steps and drafts: t_session's checks over 3 ranks
-out=$("${BUILD:-build-cuda}/tests/t_session" --backend cuda --gpus 0,0,0 --split layer 2>&1)
+out=$("$(dirname "$B")/tests/t_session" --backend cuda --gpus 0,0,0 --split layer 2>&1)
 line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
 [ -n "$line" ] && [ "$(echo "$line" | cut -d' ' -f3)" = 0 ] && [ "$(echo "$line" | cut -d' ' -f1)" -gt 0 ] && ok ||
     bad "t_session --split layer: ${line:-no summary}: $(printf '%s\n' "$out" | grep FAIL | head -n 3)"
