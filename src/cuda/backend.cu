@@ -930,9 +930,14 @@ extern "C" int qw_backend_cuda_ranks(const qw_backend *be) {
 }
 
 extern "C" void qw_backend_cuda_rank_info(const qw_backend *be, int r, int *device, size_t *free_bytes,
-                                          size_t *total_bytes, size_t *weight_bytes) {
+                                          size_t *total_bytes, size_t *weight_bytes, int *first_layer,
+                                          int *n_layers) {
     *device = -1, *free_bytes = *total_bytes = *weight_bytes = 0;
+    *first_layer = *n_layers = 0;
     if (!be || be->release != cu_release || r < 0 || r >= qwc_n_rank(C(be))) return;
+    const qwc *o = C(be);
+    for (int il = 0; o->layers && il < o->n_stage; il++)
+        if (o->stage[il] == r && !(*n_layers)++) *first_layer = il;
     qwc *c = qwc_rank(C(be), r);
     *device = c->device;
     *weight_bytes = c->weight_bytes + (c->region_dev ? c->region_bytes : 0);

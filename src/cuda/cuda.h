@@ -59,11 +59,11 @@ qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, co
  * gives the bits of one GPU. A device listed twice gives ranks that share it (the split tested on one GPU). */
 qwenc_status qw_backend_cuda_split_layers(qw_backend *be, const int *devices, int n, const int *stage, int n_layers,
                                           char *err, size_t errlen);
-/* The ranks (1 when not split; 0 when not a CUDA backend), and rank r's device, free and total memory and the
- * bytes of weights it holds. */
+/* The ranks (1 when not split; 0 when not a CUDA backend), and rank r's device, free and total memory, the
+ * bytes of weights it holds and, split by layers, the layers it runs (first_layer .. + n_layers; else 0, 0). */
 int qw_backend_cuda_ranks(const qw_backend *be);
 void qw_backend_cuda_rank_info(const qw_backend *be, int r, int *device, size_t *free_bytes, size_t *total_bytes,
-                               size_t *weight_bytes);
+                               size_t *weight_bytes, int *first_layer, int *n_layers);
 /* Microseconds of n_layers MoE layers' exchanges of an n_tok-token step (x [n_tok][H] and the routing [n_tok][k]
  * out, the rows [n_tok k][H] back), timed alone: the best of three (0 when not split). */
 double qw_backend_cuda_exchange_us(qw_backend *be, int n_tok, int H, int k, int n_layers);

@@ -49,9 +49,10 @@ qwenc_status qw_backend_cuda_split_layers(qw_backend *be, const int *devices, in
 }
 int qw_backend_cuda_ranks(const qw_backend *be) { return (void)be, 0; }
 void qw_backend_cuda_rank_info(const qw_backend *be, int r, int *device, size_t *free_bytes, size_t *total_bytes,
-                               size_t *weight_bytes) {
+                               size_t *weight_bytes, int *first_layer, int *n_layers) {
     (void)be, (void)r;
     *device = -1, *free_bytes = *total_bytes = *weight_bytes = 0;
+    *first_layer = *n_layers = 0;
 }
 double qw_backend_cuda_exchange_us(qw_backend *be, int n_tok, int H, int k, int n_layers) {
     (void)be, (void)n_tok, (void)H, (void)k, (void)n_layers;

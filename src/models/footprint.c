@@ -62,8 +62,10 @@ void qwenc_model_weight_bytes(const qwenc_model *m, int64_t *total, int64_t *per
     for (int il = 0; il < hp->n_layer; il++) {
         const qw_layer *L = &m->layers[il];
         tok += layer_bytes(hp, L, hp->n_expert ? (double)hp->n_expert_used / hp->n_expert : 0);
-        if (L->ple && L->ple->n_chunks)
-            tok += (double)hp->ngram_heads * (double)qw_type_row_size(L->ple->chunks[0].type, hp->ple_dim / hp->ngram_heads);
+        if (L->ple && L->ple->n_chunks) {
+            const int64_t dh = hp->ple_dim / hp->ngram_heads;
+            tok += (double)hp->ngram_heads * (double)qw_type_row_size(L->ple->chunks[0].type, dh);
+        }
     }
     if (total) *total = all;
     if (per_token) *per_token = (int64_t)tok;

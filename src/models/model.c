@@ -160,14 +160,9 @@ static qwenc_status cuda_split_layers(qwenc_model *m, qw_backend *gpu, const int
         stage[il] = r;
         pos += b;
     }
-    st = qw_backend_cuda_split_layers(gpu, devs, n, stage, nl, err, errlen);
-    if (st) {
-        free(stage);
-        return st;
-    }
-    m->layer_gpu = stage;
-    m->n_layer_gpu = nl;
-    return QWENC_OK;
+    st = qw_backend_cuda_split_layers(gpu, devs, n, stage, nl, err, errlen); /* the backend keeps its copy */
+    free(stage);
+    return st;
 }
 
 /* params.split: 1 for "layer", 0 for the experts' split (NULL, "" or "expert"), -1 (an error) otherwise */
@@ -341,7 +336,6 @@ void qwenc_model_free(qwenc_model *m) {
     free(m->gguf);
     qw_hparams_free(&m->hp);
     if (m->be) m->be->release(m->be);
-    free(m->layer_gpu);
     free(m->path);
     free(m);
 }
@@ -374,10 +368,8 @@ void qwenc_model_gpu_info(const qwenc_model *m, int r, qwenc_gpu_info *out) {
     out->device = -1;
     if (strcmp(m->backend_name, "cuda")) return;
     size_t f = 0, t = 0, w = 0;
-    qw_backend_cuda_rank_info(m->be, r, &out->device, &f, &t, &w);
+    qw_backend_cuda_rank_info(m->be, r, &out->device, &f, &t, &w, &out->first_layer, &out->n_layers);
     out->free_bytes = f, out->total_bytes = t, out->weight_bytes = w;
-    for (int il = 0; il < m->n_layer_gpu; il++)
-        if (m->layer_gpu[il] == r && !out->n_layers++) out->first_layer = il;
 }
 
 double qwenc_model_gpu_exchange_us(const qwenc_model *m, int n_tok) {

@@ -39,8 +39,6 @@ struct qwenc_model {
     qw_backend *be;            /* where the weights are read and the forward runs (owned) */
     const char *backend_name;  /* "cpu" or "cpu-guard" */
     int64_t ple_host_bytes;    /* on a GPU: the n-gram table's bytes read from host memory (0: in device memory) */
-    int *layer_gpu;            /* --split layer: the GPU (rank) of each layer [n_layer_gpu], else NULL */
-    int n_layer_gpu;
     const qw_tensor *tok_embd; /* [V, H] */
     const qw_tensor *output;   /* [V, H] lm_head (tok_embd when tied) */
     float *out_norm;           /* [H] final norm (not qwen4_exp) */

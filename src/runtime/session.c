@@ -4,8 +4,8 @@
  * Memory, all from the model's backend and all allocated at init (the memory plan): each layer's state in one
  * allocation made where the layer runs (qw_be_layer; per attention/QSA layer the K/V cache and the QSA raw and
  * pooled indexer keys, per DeltaNet layer the last K-1 conv inputs and the f32 recurrent state, per PLE layer
- * the normalised gated-value history), the last n-1 token ids for the PLE hash, a step's inputs (its token ids and position) and the
- * scratch of a step. The scratch's size is measured, not estimated: init runs the model's forward for a step
+ * the normalised gated-value history), the last n-1 token ids for the PLE hash, a step's inputs (its token ids
+ * and position) and the scratch of a step. The scratch's size is measured, not estimated: init runs the model's forward for a step
  * of n_batch tokens through a backend that computes nothing (every op skipped) over an arena that only
  * counts. The forward's allocations depend on the number of tokens alone, never on the position or the
  * data (no code outside the backend reads an activation), so every step fits, a step of the same size gets
@@ -279,7 +279,8 @@ qwenc_status qwenc_session_init(const qwenc_model *m, const qwenc_session_params
             st = qw_err(err, errlen, QWENC_ERR_NOMEM,
                         "session: out of memory allocating %.1f MiB of state for %d tokens (layer %d; %.1f MiB in all; "
                         "raise the memory or lower n_ctx)",
-                        (double)ls->n * sizeof(float) / (1 << 20), p.n_ctx, il, (double)total * sizeof(float) / (1 << 20));
+                        (double)ls->n * sizeof(float) / (1 << 20), p.n_ctx, il,
+                        (double)total * sizeof(float) / (1 << 20));
         else
             layer_state(m, s->n_ctx, il, ls, ls->mem);
     }

@@ -107,7 +107,8 @@ T=$(seq -s, 1 80)
 $B logits $syn --tokens "$T" --out "$tmp/one.f32" --backend cuda 2>"$tmp/err" || bad "synth on one GPU: $(head -c 300 "$tmp/err")"
 # shellcheck disable=SC2086
 $B logits $syn --tokens "$T" --out "$tmp/split.f32" --backend cuda --gpus 0,0,0 --split layer 2>"$tmp/err" &&
-    cmp -s "$tmp/one.f32" "$tmp/split.f32" && ok || bad "synth --split layer: not the bits of one GPU $(head -c 300 "$tmp/err")"
+    cmp -s "$tmp/one.f32" "$tmp/split.f32" && ok ||
+    bad "synth --split layer: not the bits of one GPU $(head -c 300 "$tmp/err")"
 # greedy text, one token a step and with the MTP head's drafts (the head's layer on the last GPU)
 for d in "" "--draft 3"; do
     # shellcheck disable=SC2086

@@ -114,7 +114,8 @@ static void test_norms_elementwise(void) {
         G->rms_norm(G, dy2, dx, w, gr, gd, 1e-6f, 0);
         G->act_mul(G, dy2, dz, dy2, (int64_t)gn, ga);
         float *g1 = back(dy, gn * 4), *g2 = back(dy2, gn * 4);
-        CHECK(same_f(g1, g2, gn), "rms_norm_gate (%s): not the bits of rms_norm then act_mul", act ? "sigmoid" : "silu");
+        CHECK(same_f(g1, g2, gn), "rms_norm_gate (%s): not the bits of rms_norm then act_mul",
+              act ? "sigmoid" : "silu");
         CHECK(rel_err(g1, yr, gn, 1e-6) < 5e-7, "rms_norm_gate (%s): relative error %.2e", act ? "sigmoid" : "silu",
               rel_err(g1, yr, gn, 1e-6));
         free(g1), free(g2), free(z), free(zr), free(yr);
@@ -674,7 +675,8 @@ static void test_q8_batch(void) {
 /* hc_read with the up product (one kernel for one token on the integer path): the bits of the GPU's own divide,
  * matmul and hc_read, and against the CPU backend's integer path (scalar kernels: qw_q8a_dot_ref's sums) within
  * 1e-5 of max|a|: silu and the 8-bit rounding are the same operations, the sums of a row's r / 32 groups differ in
- * order (the matrix-vector bound, (ng + 48) u sum|terms| ~ 4e-6 of them) and sigmoid's slope is at most 1/4. Q5_0 and Q8_0 weights, r = 320 (the released width) and 64; 1 token (fused) and 3 (composite). */
+ * order (the matrix-vector bound, (ng + 48) u sum|terms| ~ 4e-6 of them) and sigmoid's slope is at most 1/4.
+ * Q5_0 and Q8_0 weights, r = 320 (the released width) and 64; 1 token (fused) and 3 (composite). */
 static void test_hc_up(void) {
     printf("hc_read with the up product\n");
     enum { C = 4, H = 96 };
