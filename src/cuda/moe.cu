@@ -263,6 +263,30 @@ static size_t cu_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, 
     return n;
 }
 
+/* The shared expert's gate logit of token t, sg = w . x_t, for a one-row F32, BF16 or F16 w (sg_dot_takes): the
+ * block's thread i the f32 fmas of elements i, i + blockDim, .. in order, then the block's fixed sum. The same for
+ * any token count (a draft step's tokens get one-token bits) and wherever it runs: k_moe_pairs' last blocks
+ * (QWC_MOE_SG_IN_PAIRS) or k_sg_dot. */
+__device__ __forceinline__ float sg_dot(const void *w, int type, const float *x, int H, float *sh) {
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        float v;
+        if (type == QW_TYPE_F32) v = ((const float *)w)[i];
+        else if (type == QW_TYPE_BF16) v = __uint_as_float((uint32_t)((const uint16_t *)w)[i] << 16);
+        else v = __half2float(((const __half *)w)[i]);
+        acc = __fmaf_rn(v, x[i], acc);
+    }
+    return qwc_block_sum(acc, sh);
+}
+
+/* sg[t] = sg_dot(w, x_t) for the T tokens of x [T][H]: a block per token */
+__global__ void k_sg_dot(float *sg, const void *w, int type, const float *x, int H) {
+    QWC_PDL_ENTRY();
+    __shared__ float sh[32];
+    const float v = sg_dot(w, type, x + (int64_t)blockIdx.x * H, H, sh);
+    if (threadIdx.x == 0) sg[blockIdx.x] = v;
+}
+
 /* few rows: pair p's matrices (gate mats[p], up mats[P + p], down mats[2P + p]) and its token's row (xin[p], and
  * xin[P + p] when dup; xin NULL: one token, its row x read in place, xq its rounding alone); pairs R .. P-1 are the
  * shared expert's (sh: its gate, up and down), token p - R. xq (not NULL, H a multiple of 32): the rows' 8-bit
@@ -272,13 +296,19 @@ static size_t cu_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, 
  * zeros: another GPU runs it). */
 __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32_t *sel, float *wt, const float *lg,
                             int norm, const void *const *tab, int R, int P, int k, int E, int H, const void *const *sh,
-                            int dup, qw_q8a *xq, int lo, int n_own) {
+                            int dup, qw_q8a *xq, int lo, int n_own, const void *sgw, int sg_type, float *sg) {
     QWC_PDL_ENTRY();
     extern __shared__ float rp[]; /* routing: p [E], then taken [E] bytes */
     __shared__ int32_t ids[64];
     __shared__ float wts[64];
     int p = blockIdx.x;
-    if (p >= P) return;
+    if (p >= P) { /* the blocks after the pairs': the shared gate's logit of token p - P (sgw: T of them) */
+        if (sgw) {
+            const float v = sg_dot(sgw, sg_type, x + (int64_t)(p - P) * H, H, wts);
+            if (threadIdx.x == 0) sg[p - P] = v;
+        }
+        return;
+    }
     const int t = p < R ? p / k : p - R;
     if (lg && p < R) { /* block-uniform */
         const float *l = lg + (int64_t)t * E;
@@ -431,6 +461,34 @@ __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos,
 #define QWC_MOE_X_IN_PLACE 1
 #endif
 
+/* The shared gate's logits by the pairs' kernel, in blocks after the pairs' (QWC_MOE_SG_IN_PAIRS 0: k_sg_dot, a
+ * launch of its own; the same bits, tests/gpu/fusions.sh). */
+#ifndef QWC_MOE_SG_IN_PAIRS
+#define QWC_MOE_SG_IN_PAIRS 1
+#endif
+#define SG_DOT_MAX_TOK 16 /* more tokens: the shared gate through matmul */
+
+/* whether sg_dot takes the shared gate w (one row of H, F32 / BF16 / F16) for T tokens */
+static int sg_dot_takes(const qw_tensor *w, int64_t H, int T) {
+    return w && T <= SG_DOT_MAX_TOK && (w->type == QW_TYPE_F32 || w->type == QW_TYPE_BF16 || w->type == QW_TYPE_F16) &&
+           qw_tensor_nelem(w) == H && qw_tensor_row_len(w) == H;
+}
+
+/* The shared gate's logits of the T tokens of x into sg (unless the pairs' kernel made them: made), and their
+ * sigmoid unless the combine takes it. */
+static void shared_gate_logits(const qw_backend *be, float *sg, const qw_tensor *w, const float *x, int T, int64_t H,
+                               int made) {
+    qwc *c = qwc_of(be);
+    if (made) {
+    } else if (sg_dot_takes(w, H, T)) {
+        qwc_launch(k_sg_dot, T, 256, 0, qwc_stream(c), sg, qwc_tensor(c, w).data, (int)w->type, x, (int)H);
+        QWC_LAUNCHED();
+    } else {
+        be->matmul(be, sg, w, x, T);
+    }
+    if (!QWC_MOE_GATE_IN_COMBINE) be->sigmoid(be, sg, T);
+}
+
 /* Many rows on the integer path: the experts' products as three grouped tensor-core GEMMs (mmq.cu) when every
  * expert's projections have the first one's types and the integer path takes them; each row the bits of its own
  * product (qw_q8a_dot_ref's). */
@@ -468,10 +526,7 @@ static void shared_products(const qw_backend *be, float *y, float *sg, float *sg
     be->matmul_batch(be, j, 2);
     be->act_mul(be, sgt, sgt, sup, (int64_t)T * shared->gate.shape[0], QW_ACT_SILU);
     be->matmul(be, y, &shared->down, sgt, T);
-    if (shared_gate) {
-        be->matmul(be, sg, shared_gate, x, T);
-        if (!QWC_MOE_GATE_IN_COMBINE) be->sigmoid(be, sg, T);
-    }
+    if (shared_gate) shared_gate_logits(be, sg, shared_gate, x, T, shared->down.shape[0], 0);
 }
 
 /* One rank's experts lo .. lo + n - 1 (c: that rank, its device current; c0: rank 0) for the pairs of sel (x
@@ -503,7 +558,7 @@ static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int
         const int64_t nx = (int64_t)(one ? 2 * R : R) * H;
         qw_q8a *xq = qwc_q8_for(c, nx, H);
         qwc_launch(k_moe_pairs, R, 256, 0, st, mats, xin, x, (int32_t *)sel, (float *)NULL, (const float *)NULL, 0, tab,
-                   R, R, k, n, (int)H, (const void *const *)NULL, one, xq, lo, n);
+                   R, R, k, n, (int)H, (const void *const *)NULL, one, xq, lo, n, (const void *)NULL, 0, (float *)NULL);
         QWC_LAUNCHED();
         if (xq) qwc_q8_made(c, xin, nx);
         pairs_gate_up(c, g, uu, mats, tg, tu, I, H, xin, H, R, one);
@@ -642,8 +697,12 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         const int in_place = QWC_MOE_X_IN_PLACE && T == 1 && qwc_env_switch("QWENC_CUDA_MOE_X_IN_PLACE", 1, &env);
         const int64_t nx = in_place ? H : (int64_t)(one ? 2 * P : P) * H;
         qw_q8a *xq = qwc_q8_for(c, nx, H);
-        qwc_launch(k_moe_pairs, P, 256, route_in_pairs ? route_smem : 0, st, mats, in_place ? NULL : xin, x, sel, wt,
-                   route_in_pairs ? (const float *)logits : NULL, norm, tab, R, P, k, E, (int)H, sh, one, xq, 0, E);
+        /* the shared gate's logits in blocks after the pairs' */
+        const int sg_in = QWC_MOE_SG_IN_PAIRS && with_shared && sg_dot_takes(shared_gate, H, T);
+        qwc_launch(k_moe_pairs, P + (sg_in ? T : 0), 256, route_in_pairs ? route_smem : 0, st, mats,
+                   in_place ? NULL : xin, x, sel, wt, route_in_pairs ? (const float *)logits : NULL, norm, tab, R, P, k,
+                   E, (int)H, sh, one, xq, 0, E, sg_in ? qwc_tensor(c, shared_gate).data : NULL,
+                   sg_in ? (int)shared_gate->type : 0, sg);
         QWC_LAUNCHED();
         const float *xp = in_place ? x : xin;
         if (xq) qwc_q8_made(c, xp, nx);
@@ -652,10 +711,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         qwc_matmul_pairs(c, out, mats + 2 * P, td, H, I, gu, I, P);
         if (with_shared) {
             shared_out = out + (int64_t)R * H;
-            if (shared_gate) {
-                be->matmul(be, sg, shared_gate, x, T);
-                if (!QWC_MOE_GATE_IN_COMBINE) be->sigmoid(be, sg, T);
-            }
+            if (shared_gate) shared_gate_logits(be, sg, shared_gate, x, T, H, sg_in);
         }
     } else {
         int32_t *order = (int32_t *)(w + l.order), *offs = (int32_t *)(w + l.offs);

@@ -142,15 +142,19 @@ static void cu_rms_norm_grouped(const qw_backend *be, float *y, const float *x, 
     if (xq) qwc_q8_made(c, y, (int64_t)n_rows * dim);
 }
 
-__global__ void k_l2_norm(float *x, int dim, float eps, float scale, int n_scaled) {
-    QWC_PDL_ENTRY();
-    __shared__ double sh[32];
-    float *xr = x + (int64_t)blockIdx.x * dim;
+/* one row of l2_norm by the block (qwc_norm_threads(dim) threads), times scale */
+__device__ __forceinline__ void l2_norm_row(float *xr, int dim, float eps, float scale, double *sh) {
     double ss = 0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = qwc_block_sum(ss, sh);
-    float inv = (float)(1.0 / sqrt(ss + eps)) * ((int)blockIdx.x < n_scaled ? scale : 1.0f);
+    float inv = (float)(1.0 / sqrt(ss + eps)) * scale;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] *= inv;
+}
+
+__global__ void k_l2_norm(float *x, int dim, float eps, float scale, int n_scaled) {
+    QWC_PDL_ENTRY();
+    __shared__ double sh[32];
+    l2_norm_row(x + (int64_t)blockIdx.x * dim, dim, eps, (int)blockIdx.x < n_scaled ? scale : 1.0f, sh);
 }
 
 static void cu_l2_norm(const qw_backend *be, float *x, int n_rows, int dim, float eps, float scale, int n_scaled) {
@@ -370,11 +374,10 @@ static void cu_conv1d_dw(const qw_backend *be, float *y, const float *x, const f
 #endif
 #define CONV_STATE_MAX_TOK 16 /* more rows: the copies and the convolution's parallel kernel */
 
-__global__ void k_conv1d_state(float *y, const float *x, float *hist, float *seq, const float *w, int n_tok, int ch,
-                               int k, int dil, int then_silu, int keep_seq) {
-    QWC_PDL_ENTRY();
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= ch) return;
+/* channel c of k_conv1d_state */
+__device__ __forceinline__ void conv_state_channel(float *y, const float *x, float *hist, float *seq, const float *w,
+                                                   int n_tok, int ch, int k, int dil, int then_silu, int keep_seq,
+                                                   int c) {
     const int nh = (k - 1) * dil;
 #define WIN(s) ((s) < nh ? hist[(int64_t)(s) * ch + c] : x[(int64_t)((s) - nh) * ch + c])
     for (int t = 0; t < n_tok; t++) {
@@ -390,6 +393,13 @@ __global__ void k_conv1d_state(float *y, const float *x, float *hist, float *seq
 #undef WIN
 }
 
+__global__ void k_conv1d_state(float *y, const float *x, float *hist, float *seq, const float *w, int n_tok, int ch,
+                               int k, int dil, int then_silu, int keep_seq) {
+    QWC_PDL_ENTRY();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < ch) conv_state_channel(y, x, hist, seq, w, n_tok, ch, k, dil, then_silu, keep_seq, c);
+}
+
 static void cu_conv1d_state(const qw_backend *be, float *y, const float *x, float *hist, float *seq, const float *w,
                             int n_tok, int ch, int k, int dil, int then_silu, int keep_seq) {
     if (n_tok <= 0 || ch <= 0) return;
@@ -403,6 +413,12 @@ static void cu_conv1d_state(const qw_backend *be, float *y, const float *x, floa
     QWC_LAUNCHED();
 }
 
+/* the gate of a value head: neg_exp_a softplus(a + dt_bias) */
+__device__ __forceinline__ float gdn_g(float a, float neg_exp_a, float dt_bias) {
+    float x = a + dt_bias;
+    return neg_exp_a * (x > 20.0f ? x : log1pf(expf(x)));
+}
+
 /* threads [0, n): the gate; [n, n + n_beta): beta = sigmoid(beta) as k_sigmoid forms it */
 __global__ void k_gdn_gate(float *a, float *beta, const float *neg_exp_a, const float *dt_bias, int64_t n, int hv,
                            int64_t n_beta) {
@@ -413,8 +429,7 @@ __global__ void k_gdn_gate(float *a, float *beta, const float *neg_exp_a, const 
         return;
     }
     int j = (int)(i % hv);
-    float x = a[i] + dt_bias[j];
-    a[i] = neg_exp_a[j] * (x > 20.0f ? x : log1pf(expf(x)));
+    a[i] = gdn_g(a[i], neg_exp_a[j], dt_bias[j]);
 }
 
 static void cu_gdn_gate(const qw_backend *be, float *a, float *beta, const float *neg_exp_a, const float *dt_bias,
@@ -424,6 +439,49 @@ static void cu_gdn_gate(const qw_backend *be, float *a, float *beta, const float
     if (n <= 0) return;
     qwc_launch(k_gdn_gate, qwc_blocks(n + n_beta, 256), 256, 0, qwc_stream(c), a, beta, qwc_wf(c, neg_exp_a, hv),
                qwc_wf(c, dt_bias, hv), n, hv, n_beta);
+    QWC_LAUNCHED();
+}
+
+/* One token's delta-rule inputs in one kernel (QWC_GDN_PREP 0: conv1d_state, l2_norm and gdn_gate one by one; the
+ * same bits, tests/gpu/fusions.sh). Blocks of k_l2_norm's threads for dk: the first 2 hk take a head of q or k each
+ * (its channels' convolution, k_conv1d_state's, then the head's norm, k_l2_norm's), the next the v channels, the last
+ * the gate and beta (k_gdn_gate's). */
+#ifndef QWC_GDN_PREP
+#define QWC_GDN_PREP 1
+#endif
+
+__global__ void k_gdn_prep(float *c, const float *x, float *hist, const float *w, int ch, int k, int hk, int dk,
+                           float eps, float q_scale, float *a, float *beta, const float *neg_exp_a,
+                           const float *dt_bias, int hv, int n_vb) {
+    QWC_PDL_ENTRY();
+    __shared__ double sh[32];
+    const int b = blockIdx.x, nqk = 2 * hk;
+    if (b < nqk) {
+        for (int i = threadIdx.x; i < dk; i += blockDim.x)
+            conv_state_channel(c, x, hist, NULL, w, 1, ch, k, 1, 1, 0, b * dk + i);
+        l2_norm_row(c + (int64_t)b * dk, dk, eps, b < hk ? q_scale : 1.0f, sh);
+    } else if (b < nqk + n_vb) {
+        const int ci = nqk * dk + (b - nqk) * blockDim.x + threadIdx.x;
+        if (ci < ch) conv_state_channel(c, x, hist, NULL, w, 1, ch, k, 1, 1, 0, ci);
+    } else {
+        for (int i = threadIdx.x; i < hv; i += blockDim.x) {
+            a[i] = gdn_g(a[i], neg_exp_a[i], dt_bias[i]);
+            if (beta) beta[i] = qwc_sigmoid(beta[i]);
+        }
+    }
+}
+
+static void cu_gdn_prep(const qw_backend *be, float *c, const float *x, float *hist, float *seq, const float *w,
+                        int ch, int k, int hk, int dk, float eps, float q_scale, float *a, float *beta,
+                        const float *neg_exp_a, const float *dt_bias, int hv) {
+    if (!QWC_GDN_PREP || !QWC_CONV_STATE || !QWC_FUSE_CONV_SILU || 2 * hk * dk > ch) {
+        qw_gdn_prep_ops(be, c, x, hist, seq, w, ch, k, hk, dk, eps, q_scale, a, beta, neg_exp_a, dt_bias, hv);
+        return;
+    }
+    qwc *cc = qwc_of(be);
+    const int nt = qwc_norm_threads(dk), n_vb = (int)qwc_blocks(ch - 2 * hk * dk, nt);
+    qwc_launch(k_gdn_prep, 2 * hk + n_vb + 1, nt, 0, qwc_stream(cc), c, x, hist, qwc_wf(cc, w, (int64_t)ch * k), ch,
+               k, hk, dk, eps, q_scale, a, beta, qwc_wf(cc, neg_exp_a, hv), qwc_wf(cc, dt_bias, hv), hv, n_vb);
     QWC_LAUNCHED();
 }
 
@@ -585,5 +643,6 @@ void qwc_ops_fill(qw_backend *t) {
     t->conv1d_dw = cu_conv1d_dw;
     t->conv1d_state = cu_conv1d_state;
     t->gdn_gate = cu_gdn_gate;
+    t->gdn_prep = cu_gdn_prep;
     t->delta_rule = cu_delta_rule;
 }

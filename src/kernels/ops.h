@@ -173,6 +173,13 @@ struct qw_backend {
      * NULL, [n_tok][hv]) also beta = sigmoid(beta) in place, the sigmoid op's bits (one kernel for both). */
     void (*gdn_gate)(const qw_backend *be, float *a, float *beta, const float *neg_exp_a, const float *dt_bias,
                      int n_tok, int hv);
+    /* One token's inputs of the delta rule (optional: NULL where the ops below run one by one; callers use
+     * qw_be_gdn_prep): conv1d_state(c, x, hist, seq, w, 1 row, ch, k, dilation 1, then_silu, keep_seq 0), then
+     * l2_norm(c, 2 hk rows of dk, eps, q_scale, hk) (q's heads then k's, the first 2 hk dk channels of c), then
+     * gdn_gate(a, beta, neg_exp_a, dt_bias, 1, hv): the bits of those three ops (a backend may run them as one). */
+    void (*gdn_prep)(const qw_backend *be, float *c, const float *x, float *hist, float *seq, const float *w, int ch,
+                     int k, int hk, int dk, float eps, float q_scale, float *a, float *beta, const float *neg_exp_a,
+                     const float *dt_bias, int hv);
     /*
      * Gated delta rule, token by token, per value head j (qk head j / (hv/hk)):
      *   S = exp(g) S;  u = beta (v - S^T k);  S += k u^T;  o = S^T q.
@@ -265,6 +272,24 @@ struct qw_backend {
 /* be->layer when the backend has it */
 static inline void qw_be_layer(const qw_backend *be, int il) {
     if (be->layer) be->layer(be, il);
+}
+
+/* gdn_prep as its three ops */
+static inline void qw_gdn_prep_ops(const qw_backend *be, float *c, const float *x, float *hist, float *seq,
+                                   const float *w, int ch, int k, int hk, int dk, float eps, float q_scale, float *a,
+                                   float *beta, const float *neg_exp_a, const float *dt_bias, int hv) {
+    be->conv1d_state(be, c, x, hist, seq, w, 1, ch, k, 1, 1, 0);
+    be->l2_norm(be, c, 2 * hk, dk, eps, q_scale, hk);
+    be->gdn_gate(be, a, beta, neg_exp_a, dt_bias, 1, hv);
+}
+/* be->gdn_prep when the backend has it, else its three ops */
+static inline void qw_be_gdn_prep(const qw_backend *be, float *c, const float *x, float *hist, float *seq,
+                                  const float *w, int ch, int k, int hk, int dk, float eps, float q_scale, float *a,
+                                  float *beta, const float *neg_exp_a, const float *dt_bias, int hv) {
+    if (be->gdn_prep)
+        be->gdn_prep(be, c, x, hist, seq, w, ch, k, hk, dk, eps, q_scale, a, beta, neg_exp_a, dt_bias, hv);
+    else
+        qw_gdn_prep_ops(be, c, x, hist, seq, w, ch, k, hk, dk, eps, q_scale, a, beta, neg_exp_a, dt_bias, hv);
 }
 
 #define QW_TOPK_MAX 64

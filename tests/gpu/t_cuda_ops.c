@@ -362,6 +362,36 @@ static void test_gdn(void) {
     g = back(dbt, (size_t)T * hv * 4);
     CHECK(same(g, bt, (size_t)T * hv * 4), "gdn_gate's beta: not the sigmoid op's bits");
     free(g), free(bt);
+    /* one token's convolution, l2 norms and gate as one op: the bits of the GPU's three ops, the reference's within
+     * the ops' own bounds; v channels not a multiple of the kernel's blocks (pw kept: weights are known by
+     * their address) */
+    printf("gdn_prep\n");
+    {
+        const int pch = 2 * hk * dk + 300;
+        const float sc = 1.0f / sqrtf((float)dk);
+        const size_t yb = (size_t)pch * 4, hb = (size_t)(k - 1) * pch * 4, gb = (size_t)hv * 4;
+        float *px = rvec(pch, 1), *ph = rvec((size_t)(k - 1) * pch, 1), *pw = rvec((size_t)pch * k, 0.5f);
+        float *pa = rvec(hv, 3), *pb = rvec(hv, 3), *ry = malloc(yb), *rseq = malloc((size_t)k * pch * 4);
+        float *rh = malloc(hb), *ra = malloc(gb), *rb = malloc(gb);
+        memcpy(rh, ph, hb), memcpy(ra, pa, gb), memcpy(rb, pb, gb);
+        qw_gdn_prep_ops(R, ry, px, rh, rseq, pw, pch, k, hk, dk, 1e-6f, sc, ra, rb, nea, dtb, hv);
+        float *dpx = dev(px, yb), *dseq = dev(NULL, (size_t)k * pch * 4);
+        float *y1 = dev(NULL, yb), *h1 = dev(ph, hb), *a1 = dev(pa, gb), *b1 = dev(pb, gb);
+        float *y2 = dev(NULL, yb), *h2 = dev(ph, hb), *a2 = dev(pa, gb), *b2 = dev(pb, gb);
+        qw_gdn_prep_ops(G, y1, dpx, h1, dseq, pw, pch, k, hk, dk, 1e-6f, sc, a1, b1, nea, dtb, hv);
+        CHECK(G->gdn_prep != NULL, "gdn_prep: the CUDA backend has none");
+        qw_be_gdn_prep(G, y2, dpx, h2, dseq, pw, pch, k, hk, dk, 1e-6f, sc, a2, b2, nea, dtb, hv);
+        float *gy1 = back(y1, yb), *gy2 = back(y2, yb), *gh1 = back(h1, hb), *gh2 = back(h2, hb);
+        float *ga1 = back(a1, gb), *ga2 = back(a2, gb), *gb1 = back(b1, gb), *gb2 = back(b2, gb);
+        CHECK(same_f(gy2, gy1, pch), "gdn_prep: q, k, v not the bits of conv1d_state and l2_norm");
+        CHECK(same(gh2, gh1, hb) && same(gh2, rh, hb), "gdn_prep: the history moved on wrongly");
+        CHECK(same_f(ga2, ga1, hv) && same_f(gb2, gb1, hv), "gdn_prep: g or beta not gdn_gate's bits");
+        CHECK(rel_err(gy2, ry, pch, 1e-6) < 4e-7, "gdn_prep: relative error %.2e against the reference",
+              rel_err(gy2, ry, pch, 1e-6));
+        CHECK(rel_err(ga2, ra, hv, 1e-6) < 1e-6 && same(gb2, rb, gb), "gdn_prep: the gate against the reference");
+        free(px), free(ph), free(pa), free(pb), free(ry), free(rseq), free(rh), free(ra), free(rb);
+        free(gy1), free(gy2), free(gh1), free(gh2), free(ga1), free(ga2), free(gb1), free(gb2);
+    }
     /* dk 192: the general kernel (state in memory); 32-128: four lanes a column, with dv not a multiple of the
      * block's 32 columns and prompts longer than its 32-token staging */
     static const int dr_cases[][3] = {{64, 128, 7}, {128, 128, 70}, {192, 128, 7}, {128, 72, 40}, {32, 40, 9}};
