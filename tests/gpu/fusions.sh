@@ -10,9 +10,9 @@
 # (QWC_MOE_SG_IN_PAIRS there), the DeltaNet's gated norm (QWC_NORM_GATE in src/cuda/ops.cu) and one token's
 # convolution, l2 norms and gate as one kernel (QWC_GDN_PREP there). This builds build-unfused/ with them off
 # (FLAGS: other -D switches to set instead, for a path being tried) and compares the logits of build-cuda/
-# (gpu_check's build) with its logits bit for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry, shrunk (their shared experts
-# have the routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a step. BENCH=1 also measures decode
-# with and without the fusions. Run by tests/gpu_check.sh after its build.
+# (gpu_check's build) with its logits bit for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry,
+# shrunk (their shared experts have the routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a
+# step. BENCH=1 also measures decode with and without the fusions. Run by tests/gpu_check.sh after its build.
 #
 #   DEPS=DIR J=16 bash tests/gpu/fusions.sh     (DEPS and J as for tests/gpu_check.sh)
 set -u
