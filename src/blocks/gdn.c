@@ -115,10 +115,9 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         qw_copy_layout vl = {{vd, T, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
         be->copy_strided(be, v, c + 2 * kd, &vl);
     }
-    if (prep) {
-    } else if (k == q + kd) { /* one token: q's rows then k's, one call */
+    if (!prep && k == q + kd) { /* one token: q's rows then k's, one call */
         be->l2_norm(be, q, 2 * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), hk);
-    } else {
+    } else if (!prep) {
         be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), T * hk);
         be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f, 0);
     }

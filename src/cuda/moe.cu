@@ -479,11 +479,10 @@ static int sg_dot_takes(const qw_tensor *w, int64_t H, int T) {
 static void shared_gate_logits(const qw_backend *be, float *sg, const qw_tensor *w, const float *x, int T, int64_t H,
                                int made) {
     qwc *c = qwc_of(be);
-    if (made) {
-    } else if (sg_dot_takes(w, H, T)) {
+    if (!made && sg_dot_takes(w, H, T)) {
         qwc_launch(k_sg_dot, T, 256, 0, qwc_stream(c), sg, qwc_tensor(c, w).data, (int)w->type, x, (int)H);
         QWC_LAUNCHED();
-    } else {
+    } else if (!made) {
         be->matmul(be, sg, w, x, T);
     }
     if (!QWC_MOE_GATE_IN_COMBINE) be->sigmoid(be, sg, T);
