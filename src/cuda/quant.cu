@@ -956,14 +956,14 @@ __device__ __forceinline__ float q8_term(float d, float A, int32_t isum, float B
 }
 
 /*
- * A lane's walk along a Q8_0 or Q4_K row (mvq_kernel; QWC_MVQ_WALK 0 or QWENC_CUDA_MVQ_WALK=0: qd_group for every
+ * A lane's walk along a Q8_0, Q4_K or Q6_K row (mvq_kernel; QWC_MVQ_WALK 0 or QWENC_CUDA_MVQ_WALK=0: qd_group for every
  * group, the same bits). Lane l's groups are g0 = gs + l, g0 + 32, .. with gs a multiple of 32, so what qd_group
  * works out from g is the same for all of a lane's groups and is worked out once: the group's bytes by a pointer
  * that steps by 32 groups, Q4_K's sub-block j = l % 8, which of its 12 scale bytes hold the 6-bit scale and min
  * (by bit-field extracts, the same instructions for every j: qd_k4_scale_min's branch on j < 4 made a warp run
  * both sides), and which nibble of the codes: masked in place, a high nibble as 16 times its value (dp4a of
- * unsigned codes, the exact sum shifted back by 4). Q8_0's blocks are qd_group's (qd_q8_0_block). The same
- * integers and floats as qd_group's. H200, the whole Flash-Next Q4_K decode: 154 -> 161.5 tok/s; the loop unrolled
+ * unsigned codes, the exact sum shifted back by 4); Q6_K's below. Q8_0's blocks are qd_group's (qd_q8_0_block).
+ * The same integers and floats as qd_group's. H200, the whole Flash-Next Q4_K decode: 154 -> 161.5 tok/s; the loop unrolled
  * four groups at a time (the compiler's choice without the pragma) gave 155.6.
  */
 #ifndef QWC_MVQ_WALK
@@ -976,20 +976,20 @@ __device__ __forceinline__ uint32_t mvq_bfe(uint32_t x, uint32_t pos, uint32_t l
     return r;
 }
 
+/* Each walk: get() reads a group's codes c and its floats (A, B and the integer scales), isum() its exact integer sum
+ * with an activation block (codes x, sum xs), term() the f32 term d (A isum + B xs) of qw_q8a_dot_ref; next() steps
+ * to the lane's next group. */
+
 /* Q8_0: isum = the signed codes' dot, A = d, no B (qd_group's B is 0, and d (A isum + 0 xs) is d (A isum) to the
  * bit once added to a sum that starts at +0: the two differ at most in a zero's sign) */
 struct walk_q8_0 {
     const uint8_t *p; /* the group's block */
+    float A;
     __device__ walk_q8_0(const uint8_t *r, int g) : p(r + (int64_t)g * 34) {}
     __device__ void next() { p += 32 * 34; }
-    __device__ float get(uint32_t *c, float *B) const {
-        *B = 0.0f;
-        return qd_q8_0_block(p, c);
-    }
-    __device__ int32_t isum(const uint32_t *c, const uint32_t *x) const { return qd_dot8(c, x); }
-    __device__ float term(float d, float A, int32_t isum, float, int32_t) const {
-        return __fmul_rn(d, __fmul_rn(A, (float)isum));
-    }
+    __device__ void get(uint32_t *c) { A = qd_q8_0_block(p, c); }
+    __device__ int32_t isum(const uint32_t *c, const uint32_t *x, int32_t) const { return qd_dot8(c, x); }
+    __device__ float term(float d, int32_t isum, int32_t) const { return __fmul_rn(d, __fmul_rn(A, (float)isum)); }
 };
 
 /* Q4_K (the super-block 16-byte aligned): isum = sc_j times the codes' dot, A = d, B = -dmin m_j */
@@ -997,6 +997,8 @@ struct walk_q4_k {
     const uint8_t *p; /* the super-block */
     uint32_t qo, msk, nsh, psc, lsc, pmn, p6, l6;
     bool hi;
+    float A, B;
+    int sc;
     __device__ walk_q4_k(const uint8_t *r, int g) {
         const int j = g & 7, jl = j & 3;
         p = r + (int64_t)(g >> 3) * 144;
@@ -1007,34 +1009,92 @@ struct walk_q4_k {
         psc = 8 * jl, lsc = hi ? 4 : 6, pmn = 8 * jl + (hi ? 4 : 0), p6 = 8 * jl + 6, l6 = hi ? 2 : 0;
     }
     __device__ void next() { p += 4 * 144; }
-    __device__ int get(uint32_t *c, float *A, float *B) const {
+    __device__ void get(uint32_t *c) {
         const uint4 h = __ldg((const uint4 *)p);
         const uint4 c0 = __ldg((const uint4 *)(p + qo)), c1 = __ldg((const uint4 *)(p + qo + 16));
         c[0] = c0.x & msk, c[1] = c0.y & msk, c[2] = c0.z & msk, c[3] = c0.w & msk;
         c[4] = c1.x & msk, c[5] = c1.y & msk, c[6] = c1.z & msk, c[7] = c1.w & msk;
-        const uint32_t sc = mvq_bfe(hi ? h.w : h.y, psc, lsc) | mvq_bfe(h.y, p6, l6) << 4;
+        sc = (int)(mvq_bfe(hi ? h.w : h.y, psc, lsc) | mvq_bfe(h.y, p6, l6) << 4);
         const uint32_t mn = mvq_bfe(hi ? h.w : h.z, pmn, lsc) | mvq_bfe(h.z, p6, l6) << 4;
-        *A = qd_f16(h.x);
-        *B = qd_mul(-qd_f16(h.x >> 16), (float)mn);
-        return (int)sc;
+        A = qd_f16(h.x);
+        B = qd_mul(-qd_f16(h.x >> 16), (float)mn);
     }
+    __device__ int32_t isum(const uint32_t *c, const uint32_t *x, int32_t) const {
+        int32_t s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) asm("dp4a.u32.s32 %0, %1, %2, %0;" : "+r"(s) : "r"(c[i]), "r"(x[i]));
+        return sc * (s >> nsh);
+    }
+    __device__ float term(float d, int32_t isum, int32_t xs) const { return q8_term(d, A, isum, B, xs); }
 };
 
-/* the lanes' sums of mvq_kernel through a walk W (Q8_0 or Q4_K): the terms of groups g, g + 32, .. < ge in order
+/* Q6_K: the sub-blocks h = j / 4, k = j % 4 of group j = l % 8 (qd_group's), the low codes' nibble and the high
+ * codes' 2 bits moved into place by the funnel shifts that read the 2-byte aligned words (a lane's super-blocks
+ * keep their place in a word: 4 of 210 bytes apart), the two halves' scales by one 16-bit load, and the second
+ * half's activation sum as the block's sum less the first's (exact integers). A = d, no B (as Q8_0's). */
+struct walk_q6_k {
+    const uint8_t *p; /* the super-block */
+    uint32_t lo, hq, so, ls, hs, sh;
+    float A;
+    int sc0, sc1;
+    __device__ walk_q6_k(const uint8_t *r, int g) {
+        const int j = g & 7, h = j >> 2, k = j & 3;
+        p = r + (int64_t)(g >> 3) * 210;
+        sh = (uint32_t)((uintptr_t)p & 2) * 8;
+        lo = 64 * h + 32 * (k & 1), hq = 128 + 32 * h, so = 192 + 8 * h + 2 * k;
+        ls = sh + 4 * (k >> 1), hs = sh + 2 * k;
+    }
+    __device__ void next() { p += 4 * 210; }
+    /* the 8 words of the 32 bytes at p + o (p's place in a word), each shifted right by s more bits, then masked */
+    __device__ void words(uint32_t o, uint32_t s, uint32_t m, uint32_t *w) const {
+        const uint32_t *a = (const uint32_t *)((uintptr_t)(p + o) & ~(uintptr_t)3);
+        uint32_t v[9];
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = __ldg(a + i);
+        v[8] = __ldg((const unsigned short *)(a + 8) - 1 + sh / 16); /* as qd_ldw's tail */
+#pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = __funnelshift_r(v[i], v[i + 1], s) & m;
+    }
+    __device__ void get(uint32_t *c) {
+        uint32_t hw[8];
+        words(lo, ls, 0x0F0F0F0Fu, c);
+        words(hq, hs, 0x03030303u, hw);
+#pragma unroll
+        for (int i = 0; i < 8; i++) c[i] |= hw[i] << 4;
+        const uint32_t s2 = __ldg((const unsigned short *)(p + so));
+        sc0 = (int8_t)(s2 & 0xFF), sc1 = (int8_t)(s2 >> 8);
+        A = qd_f16(__ldg((const unsigned short *)(p + 208)));
+    }
+    __device__ int32_t isum(const uint32_t *c, const uint32_t *x, int32_t xs) const {
+        int32_t s0 = 0, s1 = 0, x0 = 0;
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            s0 = qd_dp4a(c[w], x[w], s0);
+            s1 = qd_dp4a(c[4 + w], x[4 + w], s1);
+            x0 = qd_dp4a(0x01010101u, x[w], x0);
+        }
+        return sc0 * (s0 - 32 * x0) + sc1 * (s1 - 32 * (xs - x0));
+    }
+    __device__ float term(float d, int32_t isum, int32_t) const { return __fmul_rn(d, __fmul_rn(A, (float)isum)); }
+};
+
+template <int T> constexpr bool mvq_walks() {
+    return T == QW_TYPE_Q8_0 || T == QW_TYPE_Q4_K || T == QW_TYPE_Q6_K;
+}
+
+/* the lanes' sums of mvq_kernel through a walk (Q8_0, Q4_K, Q6_K): the terms of groups g, g + 32, .. < ge in order
  * into acc[t] for each token t < n_tok; xb the activation block of group g for token 0 */
 template <int T, int NT>
 __device__ __forceinline__ void mvq_walk(const uint8_t *r, int g, int ge, const qw_q8a *xb, int64_t xq_tok, int n_tok,
                                          float *acc) {
-    if constexpr (T == QW_TYPE_Q8_0 || T == QW_TYPE_Q4_K) {
-        using W = std::conditional_t<T == QW_TYPE_Q8_0, walk_q8_0, walk_q4_k>;
+    if constexpr (mvq_walks<T>()) {
+        using W = std::conditional_t<T == QW_TYPE_Q8_0, walk_q8_0,
+                                     std::conditional_t<T == QW_TYPE_Q4_K, walk_q4_k, walk_q6_k>>;
         W w(r, g);
 #pragma unroll 1
         for (; g < ge; g += 32, xb += 32, w.next()) {
             uint32_t c[8];
-            float A, B;
-            int sc = 1;
-            if constexpr (T == QW_TYPE_Q8_0) A = w.get(c, &B);
-            else sc = w.get(c, &A, &B);
+            w.get(c);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 if (t >= n_tok) break;
@@ -1043,19 +1103,8 @@ __device__ __forceinline__ void mvq_walk(const uint8_t *r, int g, int ge, const 
 #pragma unroll
                 for (int i = 0; i < 5; i++) v[i] = __ldg(src + i);
                 const uint32_t xw[8] = {v[1].x, v[1].y, v[2].x, v[2].y, v[3].x, v[3].y, v[4].x, v[4].y};
-                const float d = __uint_as_float(v[0].x);
                 const int32_t xs = (int32_t)v[0].y;
-                float term;
-                if constexpr (T == QW_TYPE_Q8_0) {
-                    term = w.term(d, A, w.isum(c, xw), B, xs);
-                } else {
-                    int32_t s = 0;
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        asm("dp4a.u32.s32 %0, %1, %2, %0;" : "+r"(s) : "r"(c[i]), "r"(xw[i]));
-                    term = q8_term(d, A, sc * (s >> w.nsh), B, xs);
-                }
-                acc[t] = __fadd_rn(acc[t], term);
+                acc[t] = __fadd_rn(acc[t], w.term(__uint_as_float(v[0].x), w.isum(c, xw, xs), xs));
             }
         }
     }
@@ -1087,7 +1136,7 @@ template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kerne
         if (MVQ_PREFETCH && !early) /* the row's lines asked for at once: later groups come from L2, not HBM */
             for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < (r0 ? a.row_bytes : 0); o += (int64_t)ks * 32 * 128)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(r + o));
-        const bool walk = (T == QW_TYPE_Q8_0 || (T == QW_TYPE_Q4_K && ((uintptr_t)r & 15) == 0)) && a.walk;
+        const bool walk = mvq_walks<T>() && (T != QW_TYPE_Q4_K || ((uintptr_t)r & 15) == 0) && a.walk;
         const qw_q8a *xb = a.xq + pair * a.xq_pair + gs + lane;
         if (walk) mvq_walk<T, NT>(r, (int)(gs + lane), (int)ge, xb, a.xq_tok, a.n_tok, acc);
         else
