@@ -914,7 +914,7 @@ struct mvq_args {
     int n_jobs;
     int early; /* the rows asked for before the programmatic launch's wait (w or jw: not a pair's) */
     int ks;    /* warps a row (1, 2 or 4): each sums a part of the groups, the parts added in order */
-    int walk;  /* Q8_0, Q4_K: mvq_walk */
+    int walk;  /* Q8_0, Q4_K, Q6_K: mvq_walk */
     const uint8_t *jw[MVQ_JOBS];
     int64_t jrows[MVQ_JOBS];
     int jks[MVQ_JOBS];
@@ -962,9 +962,9 @@ __device__ __forceinline__ float q8_term(float d, float A, int32_t isum, float B
  * that steps by 32 groups, Q4_K's sub-block j = l % 8, which of its 12 scale bytes hold the 6-bit scale and min
  * (by bit-field extracts, the same instructions for every j: qd_k4_scale_min's branch on j < 4 made a warp run
  * both sides), and which nibble of the codes: masked in place, a high nibble as 16 times its value (dp4a of
- * unsigned codes, the exact sum shifted back by 4); Q6_K's below. Q8_0's blocks are qd_group's (qd_q8_0_block).
- * The same integers and floats as qd_group's. H200, the whole Flash-Next Q4_K decode: 154 -> 161.5 tok/s; the loop unrolled
- * four groups at a time (the compiler's choice without the pragma) gave 155.6.
+ * unsigned codes, the exact sum shifted back by 4); Q6_K's below; Q8_0's blocks as qd_group reads them. The same
+ * integers and floats as qd_group's. H200, the whole Flash-Next Q4_K decode: 154 -> 161.5 tok/s (Q8_0, Q4_K); the
+ * loop unrolled four groups at a time (the compiler's choice without the pragma) gave 155.6.
  */
 #ifndef QWC_MVQ_WALK
 #define QWC_MVQ_WALK 1
@@ -987,7 +987,10 @@ struct walk_q8_0 {
     float A;
     __device__ walk_q8_0(const uint8_t *r, int g) : p(r + (int64_t)g * 34) {}
     __device__ void next() { p += 32 * 34; }
-    __device__ void get(uint32_t *c) { A = qd_q8_0_block(p, c); }
+    __device__ void get(uint32_t *c) {
+        A = qd_f16(qd_ld16(p));
+        qd_ldw(p + 2, c, 8);
+    }
     __device__ int32_t isum(const uint32_t *c, const uint32_t *x, int32_t) const { return qd_dot8(c, x); }
     __device__ float term(float d, int32_t isum, int32_t) const { return __fmul_rn(d, __fmul_rn(A, (float)isum)); }
 };
@@ -1029,36 +1032,25 @@ struct walk_q4_k {
 };
 
 /* Q6_K: the sub-blocks h = j / 4, k = j % 4 of group j = l % 8 (qd_group's), the low codes' nibble and the high
- * codes' 2 bits moved into place by the funnel shifts that read the 2-byte aligned words (a lane's super-blocks
- * keep their place in a word: 4 of 210 bytes apart), the two halves' scales by one 16-bit load, and the second
+ * codes' 2 bits moved into place by the funnel shifts that read the 2-byte aligned words (qd_ldw_bits), the
+ * two halves' scales by one 16-bit load, and the second
  * half's activation sum as the block's sum less the first's (exact integers). A = d, no B (as Q8_0's). */
 struct walk_q6_k {
     const uint8_t *p; /* the super-block */
-    uint32_t lo, hq, so, ls, hs, sh;
+    uint32_t lo, hq, so, ls, hs;
     float A;
     int sc0, sc1;
     __device__ walk_q6_k(const uint8_t *r, int g) {
         const int j = g & 7, h = j >> 2, k = j & 3;
         p = r + (int64_t)(g >> 3) * 210;
-        sh = (uint32_t)((uintptr_t)p & 2) * 8;
         lo = 64 * h + 32 * (k & 1), hq = 128 + 32 * h, so = 192 + 8 * h + 2 * k;
-        ls = sh + 4 * (k >> 1), hs = sh + 2 * k;
+        ls = 4 * (k >> 1), hs = 2 * k;
     }
     __device__ void next() { p += 4 * 210; }
-    /* the 8 words of the 32 bytes at p + o (p's place in a word), each shifted right by s more bits, then masked */
-    __device__ void words(uint32_t o, uint32_t s, uint32_t m, uint32_t *w) const {
-        const uint32_t *a = (const uint32_t *)((uintptr_t)(p + o) & ~(uintptr_t)3);
-        uint32_t v[9];
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = __ldg(a + i);
-        v[8] = __ldg((const unsigned short *)(a + 8) - 1 + sh / 16); /* as qd_ldw's tail */
-#pragma unroll
-        for (int i = 0; i < 8; i++) w[i] = __funnelshift_r(v[i], v[i + 1], s) & m;
-    }
     __device__ void get(uint32_t *c) {
         uint32_t hw[8];
-        words(lo, ls, 0x0F0F0F0Fu, c);
-        words(hq, hs, 0x03030303u, hw);
+        qd_ldw_bits(p + lo, c, 8, (int)ls, 0x0F0F0F0Fu);
+        qd_ldw_bits(p + hq, hw, 8, (int)hs, 0x03030303u);
 #pragma unroll
         for (int i = 0; i < 8; i++) c[i] |= hw[i] << 4;
         const uint32_t s2 = __ldg((const unsigned short *)(p + so));
@@ -1356,7 +1348,6 @@ int mvq_ks(int64_t rows, int64_t ng) {
     return ks;
 }
 
-/* one launch of mvq_kernel */
 /* mvq_walk on (QWENC_CUDA_MVQ_WALK=0 in the environment: qd_group for every group, the same bits, to measure what
  * the walk saves) */
 static int mvq_walk_on() {
@@ -1364,6 +1355,7 @@ static int mvq_walk_on() {
     return QWC_MVQ_WALK && qwc_env_switch("QWENC_CUDA_MVQ_WALK", 1, &r);
 }
 
+/* one launch of mvq_kernel */
 template <int T> void mvq_go(cudaStream_t s, mvq_args a, unsigned ny) {
     a.early = mv_early();
     a.walk = mvq_walk_on();

@@ -35,24 +35,27 @@ QD_INLINE uint32_t qd_ld16(const uint8_t *p) {
 #endif
 }
 QD_INLINE uint32_t qd_ld32(const uint8_t *p) { return qd_ld16(p) | qd_ld16(p + 2) << 16; }
-/* n (at least 1) little-endian words from the 2-byte aligned p; on the device by aligned words, not two 16-bit
- * loads each (the blocks of Q6_K, Q5_0, Q4_0 are 2-byte aligned): the n words a[i] from p's word, one 16-bit load
- * for the tail, and word i the funnel shift of a[i] and a[i + 1] by 0 or 16 bits. The same instructions whether p
- * is 4-byte aligned or 2 bytes off (a lane's group and its neighbour's are often one of each, and a branch on it
- * made the warp run both sides); the tail read is the last half the n words need (2 bytes off) or the last half of
- * a[n - 1] (aligned, where the shift by 0 does not use it): never a byte past the n words. */
-QD_INLINE void qd_ldw(const uint8_t *p, uint32_t *w, int n) {
+/* n (1 to 16) little-endian words from the 2-byte aligned p, each shifted right by s bits and masked by m, where m
+ * keeps none of a word's top s bits (so what a shift brings in from above does not matter). On the device by aligned
+ * words, not two 16-bit loads each (the blocks of Q6_K, Q5_0, Q4_0, Q8_0 are 2-byte aligned): the n words a[i]
+ * from p's word, one 16-bit load for the tail, and word i the funnel shift of a[i] and a[i + 1] by 0 or 16 bits
+ * plus s. The same instructions whether p is 4-byte aligned or 2 bytes off (a lane's group and its neighbour's are
+ * often one of each, and a branch on it made the warp run both sides); the tail read is the last half the n words
+ * need (2 bytes off) or the last half of a[n - 1] (aligned, where it lands only in masked bits): never a byte past
+ * the n words. */
+QD_INLINE void qd_ldw_bits(const uint8_t *p, uint32_t *w, int n, int s, uint32_t m) {
 #ifdef __CUDA_ARCH__
     const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
     const int sh = (int)((uintptr_t)p & 2) * 8;
     uint32_t v[16];
     for (int i = 0; i < n; i++) v[i] = a[i];
     const uint32_t tail = qd_ld16((const uint8_t *)(a + n) - 2 + sh / 8);
-    for (int i = 0; i < n; i++) w[i] = __funnelshift_r(v[i], i + 1 < n ? v[i + 1] : tail, sh);
+    for (int i = 0; i < n; i++) w[i] = __funnelshift_r(v[i], i + 1 < n ? v[i + 1] : tail, sh + s) & m;
 #else
-    for (int i = 0; i < n; i++) w[i] = qd_ld32(p + 4 * i);
+    for (int i = 0; i < n; i++) w[i] = qd_ld32(p + 4 * i) >> s & m;
 #endif
 }
+QD_INLINE void qd_ldw(const uint8_t *p, uint32_t *w, int n) { qd_ldw_bits(p, w, n, 0, 0xFFFFFFFFu); }
 
 /* 16 bytes at a 16-byte aligned p as 4 words (one load on the device) */
 QD_INLINE void qd_ld128(const uint8_t *p, uint32_t *w) {
@@ -120,23 +123,6 @@ QD_INLINE void qd_nib32(const uint8_t *p, uint32_t *c) {
     }
 }
 
-#ifdef __CUDACC__
-/* A Q8_0 block at the 2-byte aligned b on the device: its codes c (as qd_group reads them) and its scale, returned.
- * The 34 bytes by the 8 aligned words from b's and two halves (10 loads, not 17), the same instructions for a block
- * on a word and one 2 bytes off (as qd_ldw): the scale the low or high half of word 0, code word w the funnel shift
- * of words w and w + 1 by 16 or 32 bits (the clamped shift by 32 is word w + 1). The halves: bytes 32-33 of the
- * run, and 34-35 when the block starts 2 bytes off (else 32-33 again, which the shift by 16 does not use). */
-static __device__ __forceinline__ float qd_q8_0_block(const uint8_t *b, uint32_t *c) {
-    const uint32_t *a = (const uint32_t *)((uintptr_t)b & ~(uintptr_t)3);
-    const int sh = (int)((uintptr_t)b & 2) * 8;
-    uint32_t v[9];
-    for (int w = 0; w < 8; w++) v[w] = a[w];
-    v[8] = qd_ld16((const uint8_t *)(a + 8)) | qd_ld16((const uint8_t *)(a + 8) + sh / 8) << 16;
-    for (int w = 0; w < 8; w++) c[w] = __funnelshift_rc(v[w], v[w + 1], 16 + sh);
-    return qd_f16(v[0] >> sh);
-}
-#endif
-
 /* Q4_K / Q5_K sub-block j's 6-bit scale and min (qw_k4_scale_min) from the 12 scale bytes at s */
 QD_INLINE void qd_k4_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
     if (j < 4) {
@@ -195,12 +181,8 @@ QD_INLINE void qd_group(qw_type t, const uint8_t *r, int64_t g, const uint32_t *
     switch (t) {
     case QW_TYPE_Q8_0: {
         const uint8_t *b = r + g * 34;
-#ifdef __CUDA_ARCH__
-        *A = qd_q8_0_block(b, c);
-#else
         *A = qd_f16(qd_ld16(b));
-        for (int w = 0; w < 8; w++) c[w] = qd_ld32(b + 2 + 4 * w);
-#endif
+        qd_ldw(b + 2, c, 8);
         *isum = qd_dot8(c, xq);
         return;
     }
