@@ -96,12 +96,13 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     if (prep)
         qw_be_gdn_prep(be, c, qkv, qw_fwd_seg(f, 0).s->ls[il].conv, xc, w->conv, (int)ch, K, hk, dk, 1e-6f,
                        1.0f / sqrtf((float)dk), g, b, w->neg_exp_a, w->dt_bias, hv);
-    for (int i = 0; i < qw_fwd_n_seg(f) && !prep; i++) {
-        qw_seg sg = qw_fwd_seg(f, i);
-        qw_arena_mark ms = qw_arena_get_mark(f->ar);
-        gdn_conv(f, il, w, sg, xc, c, ch, K);
-        qw_arena_restore(f->ar, ms);
-    }
+    else
+        for (int i = 0; i < qw_fwd_n_seg(f); i++) {
+            qw_seg sg = qw_fwd_seg(f, i);
+            qw_arena_mark ms = qw_arena_get_mark(f->ar);
+            gdn_conv(f, il, w, sg, xc, c, ch, K);
+            qw_arena_restore(f->ar, ms);
+        }
 
     /* the value heads in the order they were stored in: the delta rule takes llama.cpp's tiled order as it is */
     const int tiled = qw_gdn_tiled(w, hk, hv);
@@ -115,13 +116,15 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         qw_copy_layout vl = {{vd, T, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
         be->copy_strided(be, v, c + 2 * kd, &vl);
     }
-    if (!prep && k == q + kd) { /* one token: q's rows then k's, one call */
-        be->l2_norm(be, q, 2 * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), hk);
-    } else if (!prep) {
-        be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), T * hk);
-        be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f, 0);
+    if (!prep) { /* (gdn_prep did these) */
+        if (k == q + kd) { /* one token: q's rows then k's, one call */
+            be->l2_norm(be, q, 2 * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), hk);
+        } else {
+            be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), T * hk);
+            be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f, 0);
+        }
+        be->gdn_gate(be, g, b, w->neg_exp_a, w->dt_bias, T, hv); /* and beta = sigma(b) in place */
     }
-    if (!prep) be->gdn_gate(be, g, b, w->neg_exp_a, w->dt_bias, T, hv); /* and beta = sigma(b) in place */
 
     float *o = qw_arena_f32(f->ar, (size_t)T * vd);
     if (f->draft) { /* the state before the step and the step's inputs, for qwenc_session_accept */
