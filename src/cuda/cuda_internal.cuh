@@ -118,6 +118,14 @@ void qwc_gather_rows(qwc *c, float *y, const void *const *chunk_data, qw_type ty
  * [rows, cols] of `type`), x [n_pairs][cols] (x_stride floats apart; 0: every pair reads the same row). */
 void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
                       const float *x, int64_t x_stride, int n_pairs);
+/* One token's MoE down products and their combine, one launch: y[i] = the shared expert's output times its gate
+ * (pair shared_pair's row, or y[i] where it ran on its own; has_shared 0: none; sg: the gate, its logit when
+ * sg_logit, or NULL) + sum over the token's k slots in the order of their expert ids (sel) of wt * pair's row i, the
+ * rows those of P pairs' matrices mats[p] (type, [rows][cols]; NULL: zeros) against x [P][cols]. The bits of
+ * qwc_matmul_pairs then k_moe_combine. 0 (nothing done) where that kernel does not take them. */
+int qwc_pairs_combine(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
+                      const float *x, int P, const int32_t *sel, const float *wt, int k, const float *sg, int sg_logit,
+                      int has_shared, int shared_pair);
 /* One token x through n (<= 4) matrices w[j] on the device of one type and row length, into y[j]: one launch of the
  * integer path, the bits of their own products. 0 (nothing done) when that path does not take them. */
 int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x);

@@ -412,26 +412,10 @@ __global__ void k_moe_combine(float *y, const float *out, const int32_t *rowpos,
     __shared__ int rows[64], ids[64], pos[64];
     __shared__ float w[64], wk[64];
     int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (threadIdx.x < k) { /* the token's slots read at once, then ordered from shared memory */
-        int p = t * k + threadIdx.x;
-        ids[threadIdx.x] = sel[p];
-        pos[threadIdx.x] = rowpos ? rowpos[p] : p;
-        wk[threadIdx.x] = wt[p];
-    }
-    __syncthreads();
-    if (threadIdx.x < k) { /* slot j goes to its rank by expert id (the ids of one token are distinct) */
-        const int j = threadIdx.x;
-        int n = 0;
-        for (int m = 0; m < k; m++) n += ids[m] < ids[j];
-        rows[n] = pos[j];
-        w[n] = wk[j];
-    }
-    __syncthreads();
+    qwc_combine_slots(sel, rowpos, wt, t, k, rows, w, ids, pos, wk);
     if (i >= H) return;
     const float s = has_shared ? (shared_out ? shared_out : y)[(int64_t)t * H + i] : 0.0f;
-    float gt = sg ? sg[t] : 1.0f;
-    if (sg && sg_logit) gt = qwc_sigmoid(gt);
-    float v = has_shared ? (sg ? s * gt : s) : 0.0f;
+    float v = qwc_combine_start(s, sg, t, sg_logit, has_shared);
     for (int n = 0; n < k; n++) v += out[(int64_t)rows[n] * H + i] * w[n];
     y[(int64_t)t * H + i] = v;
 }
@@ -707,11 +691,13 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         if (xq) qwc_q8_made(c, xp, nx);
         pairs_gate_up(c, gu, uu, mats, tg, tu, I, H, xp, in_place ? 0 : H, P, one);
         be->act_mul(be, gu, gu, uu, (int64_t)P * I, QW_ACT_SILU);
+        if (with_shared && shared_gate) shared_gate_logits(be, sg, shared_gate, x, T, H, sg_in);
+        if (T == 1 && k <= 64 && (with_shared || !shared) &&
+            qwc_pairs_combine(c, y, mats + 2 * P, td, H, I, gu, P, sel, wt, k, shared_gate ? sg : NULL,
+                              QWC_MOE_GATE_IN_COMBINE, shared != NULL, with_shared ? R : -1))
+            return;
         qwc_matmul_pairs(c, out, mats + 2 * P, td, H, I, gu, I, P);
-        if (with_shared) {
-            shared_out = out + (int64_t)R * H;
-            if (shared_gate) shared_gate_logits(be, sg, shared_gate, x, T, H, sg_in);
-        }
+        if (with_shared) shared_out = out + (int64_t)R * H;
     } else {
         int32_t *order = (int32_t *)(w + l.order), *offs = (int32_t *)(w + l.offs);
         rowpos = (int32_t *)(w + l.rowpos);

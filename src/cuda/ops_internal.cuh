@@ -69,6 +69,37 @@ template <typename T> __device__ __forceinline__ T qwc_block_sum(T v, T *sh) {
     return v;
 }
 
+/* The combine of token t's routed outputs (k_moe_combine's and the fused down product's, qwc_pairs_combine): its k
+ * slots ordered by expert id (one token's ids are distinct) into rows (each slot's output row: rowpos[p], or p) and
+ * w (its weight). The whole block calls it (two barriers); ids, pos and wk: k slots of scratch. */
+__device__ __forceinline__ void qwc_combine_slots(const int32_t *sel, const int32_t *rowpos, const float *wt, int t,
+                                                  int k, int *rows, float *w, int *ids, int *pos, float *wk) {
+    if (threadIdx.x < k) { /* the token's slots read at once, then ordered from shared memory */
+        const int p = t * k + threadIdx.x;
+        ids[threadIdx.x] = sel[p];
+        pos[threadIdx.x] = rowpos ? rowpos[p] : p;
+        wk[threadIdx.x] = wt[p];
+    }
+    __syncthreads();
+    if (threadIdx.x < k) { /* slot j goes to its rank by expert id */
+        const int j = threadIdx.x;
+        int n = 0;
+        for (int m = 0; m < k; m++) n += ids[m] < ids[j];
+        rows[n] = pos[j];
+        w[n] = wk[j];
+    }
+    __syncthreads();
+}
+
+/* what a combined value starts from: the shared expert's output s times its gate (sg[t]: the gate's logit when
+ * sg_logit), s when it has no gate, 0 without a shared expert; the routed outputs times their weights are then
+ * added in the slots' order */
+__device__ __forceinline__ float qwc_combine_start(float s, const float *sg, int t, int sg_logit, int has_shared) {
+    float gt = sg ? sg[t] : 1.0f;
+    if (sg && sg_logit) gt = qwc_sigmoid(gt);
+    return has_shared ? (sg ? s * gt : s) : 0.0f;
+}
+
 /* ---- entry points of the op files (ops.cu, attn.cu, moe.cu, model_ops.cu) */
 void qwc_ops_fill(qw_backend *t);
 void qwc_attn_fill(qw_backend *t);

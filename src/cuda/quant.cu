@@ -1102,19 +1102,60 @@ __device__ __forceinline__ void mvq_walk(const uint8_t *r, int g, int ge, const 
     }
 }
 
-template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
-    __shared__ float red[MV_WARPS][NT];
+/* A lane's part of mvq_kernel's sums of row r over groups gs .. ge - 1 (the lane's: gs + lane, gs + lane + 32, ..),
+ * added into acc[t] for the tokens t < n_tok; xq: the activations' blocks of token 0 (xq_tok blocks a token) */
+template <int T, int NT>
+__device__ __forceinline__ void mvq_lane(const uint8_t *r, int64_t gs, int64_t ge, const qw_q8a *xq, int64_t xq_tok,
+                                         int n_tok, int walk_on, float *acc) {
+    const int lane = threadIdx.x & 31;
+    const bool walk = mvq_walks<T>() && (T != QW_TYPE_Q4_K || ((uintptr_t)r & 15) == 0) && walk_on;
+    if (walk) {
+        mvq_walk<T, NT>(r, (int)(gs + lane), (int)ge, xq + gs + lane, xq_tok, n_tok, acc);
+        return;
+    }
+    for (int64_t g = gs + lane; g < ge; g += 32) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n_tok) break;
+            const qw_q8a *xb = xq + t * xq_tok + g;
+            uint32_t xw[8];
+            const uint2 *src = (const uint2 *)xb->q; /* 8-byte aligned: 40-byte blocks, 256-aligned */
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint2 v = __ldg(src + i);
+                xw[2 * i] = v.x, xw[2 * i + 1] = v.y;
+            }
+            const int32_t xs = __ldg(&xb->s);
+            int32_t isum;
+            float A, B;
+            qd_group((qw_type)T, r, g, xw, xs, &isum, &A, &B);
+            acc[t] = __fadd_rn(acc[t], q8_term(__ldg(&xb->d), A, isum, B, xs));
+        }
+    }
+}
+
+/* the lanes' sums of each token added over the warp (every lane gets them) in mvq_kernel's order */
+template <int NT> __device__ __forceinline__ void mvq_warp_sum(float *acc) {
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], o));
+}
+
+/* mvq_kernel's work for weights of type T: the block's rows of its matrix (pair or job blockIdx.y) */
+template <int T, int NT> __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = a.n_jobs ? a.jks[blockIdx.y] : a.ks;
     const int kk = warp % ks;
     const int64_t row = (int64_t)blockIdx.x * (MV_WARPS / ks) + warp / ks;
+    const int64_t row_bytes = a.row_bytes;
     int64_t pair = a.pair0 + blockIdx.y, rows = a.rows;
     const uint8_t *w = a.w;
     float *yo = a.y;
     if (a.n_jobs) w = a.jw[blockIdx.y], rows = a.jrows[blockIdx.y], yo = a.jy[blockIdx.y], pair = 0;
     const bool early = MVQ_PREFETCH && a.early && !a.mats;
     if (early && row < rows)
-        for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < a.row_bytes; o += (int64_t)ks * 32 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + row * a.row_bytes + o));
+        for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < row_bytes; o += (int64_t)ks * 32 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + row * row_bytes + o));
     QWC_PDL_ENTRY();
     if (ks == 1 && row >= rows) return; /* (with ks > 1 every warp meets the barrier below) */
     float acc[NT];
@@ -1122,40 +1163,15 @@ template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kerne
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
     if (row < rows) {
         const uint8_t *r0 = a.mats ? (const uint8_t *)a.mats[pair] : w;
-        const uint8_t *r = r0 + (r0 ? row * a.row_bytes : 0);
+        const uint8_t *r = r0 + (r0 ? row * row_bytes : 0);
         const int64_t ng = r0 ? a.ng : 0; /* a pair without its matrix (another GPU's expert): zeros */
         const int64_t per = (ng + 32 * ks - 1) / (32 * ks) * 32, gs = kk * per, ge = std::min(ng, gs + per);
         if (MVQ_PREFETCH && !early) /* the row's lines asked for at once: later groups come from L2, not HBM */
-            for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < (r0 ? a.row_bytes : 0); o += (int64_t)ks * 32 * 128)
+            for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < (r0 ? row_bytes : 0); o += (int64_t)ks * 32 * 128)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(r + o));
-        const bool walk = mvq_walks<T>() && (T != QW_TYPE_Q4_K || ((uintptr_t)r & 15) == 0) && a.walk;
-        const qw_q8a *xb = a.xq + pair * a.xq_pair + gs + lane;
-        if (walk) mvq_walk<T, NT>(r, (int)(gs + lane), (int)ge, xb, a.xq_tok, a.n_tok, acc);
-        else
-            for (int64_t g = gs + lane; g < ge; g += 32) {
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    if (t >= a.n_tok) break;
-                    const qw_q8a *xb = a.xq + pair * a.xq_pair + t * a.xq_tok + g;
-                    uint32_t xw[8];
-                    const uint2 *src = (const uint2 *)xb->q; /* 8-byte aligned: 40-byte blocks, 256-aligned */
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const uint2 v = __ldg(src + i);
-                        xw[2 * i] = v.x, xw[2 * i + 1] = v.y;
-                    }
-                    const int32_t xs = __ldg(&xb->s);
-                    int32_t isum;
-                    float A, B;
-                    qd_group((qw_type)T, r, g, xw, xs, &isum, &A, &B);
-                    acc[t] = __fadd_rn(acc[t], q8_term(__ldg(&xb->d), A, isum, B, xs));
-                }
-            }
+        mvq_lane<T, NT>(r, gs, ge, a.xq + pair * a.xq_pair, a.xq_tok, a.n_tok, a.walk, acc);
     }
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], o));
+    mvq_warp_sum<NT>(acc);
     if (ks > 1) { /* the row's ks parts added in order */
         if (lane == 0)
 #pragma unroll
@@ -1174,6 +1190,47 @@ template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kerne
             if (t < a.n_tok) yo[pair * a.y_pair + t * a.y_tok + row] = acc[t];
 }
 
+template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
+    __shared__ float red[MV_WARPS][NT];
+    mvq_rows<T, NT>(a, red);
+}
+
+/* One token's MoE down products and their combine (qwc_pairs_combine, QWC_MOE_DOWN_COMBINE): a block per output row
+ * i, its warp p row i of pair p's matrix (mats[p]; NULL: zeros) against the pair's activations xq + p ng, as
+ * mvq_kernel sums it (one warp a row), then k_moe_combine's sum for row i: the shared expert's output (pair
+ * shared_pair, or y[i] where it ran on its own; has_shared 0: none) times its gate, then the routed outputs in the
+ * order of their expert ids. */
+struct dc_args {
+    const void *const *mats;
+    const qw_q8a *xq;
+    int64_t row_bytes, ng, rows;
+    const int32_t *sel;
+    const float *wt, *sg;
+    float *y;
+    int P, k, sg_logit, has_shared, shared_pair, walk;
+};
+
+template <int T> __global__ void __launch_bounds__(1024) k_down_combine(dc_args a) {
+    __shared__ float out[32];
+    __shared__ int rows[64], ids[64], pos[64];
+    __shared__ float w[64], wk[64];
+    const int lane = threadIdx.x & 31, p = threadIdx.x >> 5;
+    const int64_t i = blockIdx.x;
+    QWC_PDL_ENTRY();
+    float acc[1] = {0.0f};
+    const uint8_t *r0 = (const uint8_t *)a.mats[p];
+    if (r0) mvq_lane<T, 1>(r0 + i * a.row_bytes, 0, a.ng, a.xq + p * a.ng, 0, 1, a.walk, acc);
+    mvq_warp_sum<1>(acc);
+    if (lane == 0) out[p] = acc[0];
+    qwc_combine_slots(a.sel, NULL, a.wt, 0, a.k, rows, w, ids, pos, wk); /* (its barriers order out too) */
+    if (threadIdx.x == 0) {
+        const float s = a.has_shared ? (a.shared_pair >= 0 ? out[a.shared_pair] : a.y[i]) : 0.0f;
+        float v = qwc_combine_start(s, a.sg, 0, a.sg_logit, a.has_shared);
+        for (int n = 0; n < a.k; n++) v += out[rows[n]] * w[n];
+        a.y[i] = v;
+    }
+}
+
 /*
  * A hyper-connection's read for one token with its up product (hc_read with up; model_ops.cu's cu_hc_read): the
  * low-rank u [ng * 32] through silu(u / C) and its 8-bit rounding (k_divide's operations and qwc_q8a_warp's), the
@@ -1181,12 +1238,20 @@ template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kerne
  * warp's butterfly), then a[h] = (1/C) sum_s sigmoid(m[s H + h]) xn[s H + h] and its rounding (k_hc_read's). A
  * block per 32 values of h (its C 32-row runs of the matrix), each warp HCU_BATCH rows at a time so that their
  * loads are in flight together; block 0 also makes inj = 2 sigmoid(inj / C). Three kernels' bits in one.
+ * stage (the runs fit in HCU_STAGE bytes, 16-byte aligned; QWC_HC_STAGE): the block starts asynchronous copies of
+ * its runs into shared memory before the programmatic launch's wait (the weights depend on no kernel, so they come
+ * while the kernel before runs, or beside u when the block starts after it) and reads its rows from there; xn is
+ * asked for right after the wait, beside u, not after the rows.
  */
 constexpr int HCU_MAXC = 8, HCU_MAXG = 64, HCU_WARPS = 16, HCU_BATCH = 8;
+constexpr int HCU_STAGE = 44 * 1024; /* with the static shared memory, under the 48 KiB a block has unasked */
+#ifndef QWC_HC_STAGE
+#define QWC_HC_STAGE 1
+#endif
 struct hcu_args {
     const uint8_t *w;
     int64_t row_bytes;
-    int ng, C, H, early;
+    int ng, C, H, early, stage;
     const float *u, *xn;
     float *a, *inj;
     qw_q8a *xq; /* a's rounding, or NULL */
@@ -1195,17 +1260,33 @@ struct hcu_args {
 template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(hcu_args a) {
     __shared__ qw_q8a uq[HCU_MAXG];
     __shared__ float ms[HCU_MAXC * 32];
+    extern __shared__ __align__(16) uint8_t stage[]; /* the C runs, 32 rows each, when a.stage */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t h0 = (int64_t)blockIdx.x * 32;
-    if (MVQ_PREFETCH && a.early) /* the weights depend on no kernel */
+    const int64_t h0 = (int64_t)blockIdx.x * 32, run = 32 * a.row_bytes;
+    if (a.stage) { /* the weights depend on no kernel: asked for before the wait, waited for before the rows */
+        for (int s = 0; s < a.C; s++) {
+            const uint8_t *src = a.w + ((int64_t)s * a.H + h0) * a.row_bytes;
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(stage + s * run);
+            for (int64_t o = 16 * threadIdx.x; o < run; o += 16 * 32 * HCU_WARPS)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + (unsigned)o), "l"(src + o));
+        }
+        asm volatile("cp.async.commit_group;");
+    } else if (MVQ_PREFETCH && a.early) { /* the weights depend on no kernel */
         for (int s = 0; s < a.C; s++)
-            for (int64_t o = (int64_t)threadIdx.x * 128; o < 32 * a.row_bytes; o += 32 * HCU_WARPS * 128)
+            for (int64_t o = (int64_t)threadIdx.x * 128; o < run; o += 32 * HCU_WARPS * 128)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(a.w + ((int64_t)s * a.H + h0) * a.row_bytes + o));
+    }
     QWC_PDL_ENTRY();
+    float xv[HCU_MAXC]; /* warp 0: xn of its value of h in each stream, asked for now */
+    if (warp == 0)
+#pragma unroll
+        for (int c = 0; c < HCU_MAXC; c++)
+            if (c < a.C) xv[c] = a.xn[(int64_t)c * a.H + h0 + lane];
     for (int b = warp; b < a.ng; b += HCU_WARPS) {
         float v = a.u[32 * b + lane] / (float)a.C;
         qwc_q8a_warp(qwc_silu(v), &uq[b]);
     }
+    if (a.stage) asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     const int per = 32 * a.C / HCU_WARPS; /* rows a warp: q = warp * per + i is row (q / 32) H + h0 + q % 32 */
     for (int i0 = 0; i0 < per; i0 += HCU_BATCH) {
@@ -1215,7 +1296,7 @@ template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(
         for (int k = 0; k < HCU_BATCH; k++) {
             const int q = warp * per + std::min(i0 + k, per - 1);
             acc[k] = 0.0f;
-            r[k] = a.w + ((int64_t)(q / 32) * a.H + h0 + q % 32) * a.row_bytes;
+            r[k] = a.stage ? stage + q * a.row_bytes : a.w + ((int64_t)(q / 32) * a.H + h0 + q % 32) * a.row_bytes;
         }
         for (int g = lane; g < a.ng; g += 32) {
             const qw_q8a *xb = &uq[g];
@@ -1249,8 +1330,9 @@ template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(
     if (warp == 0) {
         const int64_t h = h0 + lane;
         float sum = 0;
-        for (int c = 0; c < a.C; c++)
-            sum += qwc_sigmoid(ms[32 * c + lane]) * a.xn[(int64_t)c * a.H + h];
+#pragma unroll
+        for (int c = 0; c < HCU_MAXC; c++)
+            if (c < a.C) sum += qwc_sigmoid(ms[32 * c + lane]) * xv[c];
         const float v = sum / (float)a.C;
         a.a[h] = v;
         if (a.xq) qwc_q8a_warp(v, a.xq + h / 32);
@@ -1612,6 +1694,21 @@ template <int T> struct op_group {
     }
 };
 
+/* k_down_combine for weights of type T (the integer path's types; *done 0: not taken) */
+template <int T> struct op_down_combine {
+    static void run(qwc *c, dc_args a, const float *x, int64_t cols, int *done) {
+        *done = 0;
+        if constexpr (q8_type<T>()) {
+            a.xq = q8_rows<T>(c, x, cols, cols, a.P);
+            if (!a.xq) return;
+            a.row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols), a.ng = cols / 32, a.walk = mvq_walk_on();
+            qwc_launch(k_down_combine<T>, (unsigned)a.rows, 32 * a.P, 0, qwc_stream(c), a);
+            QWC_LAUNCHED();
+            *done = 1;
+        }
+    }
+};
+
 /* k_hc_up_read for weights of type T (the integer path's types; *done 0: not this type) */
 template <int T> struct op_hc_up {
     static void run(qwc *c, const qw_tensor *up, float *a, const float *u, const float *xn, float *inj, int C, int H,
@@ -1622,7 +1719,12 @@ template <int T> struct op_hc_up {
             h.w = (const uint8_t *)up->data, h.row_bytes = (int64_t)qw_type_row_size((qw_type)T, up->shape[1]);
             h.ng = (int)(up->shape[1] / 32), h.C = C, h.H = H, h.early = mv_early();
             h.u = u, h.xn = xn, h.a = a, h.inj = inj, h.xq = xq;
-            qwc_launch(k_hc_up_read<T>, (unsigned)(H / 32), 32 * HCU_WARPS, 0, qwc_stream(c), h);
+            const int64_t smem = (int64_t)C * 32 * h.row_bytes;
+            static int env = -1;
+            h.stage = QWC_HC_STAGE && smem <= HCU_STAGE && ((uintptr_t)h.w & 15) == 0 &&
+                      qwc_env_switch("QWENC_CUDA_HC_STAGE", 1, &env);
+            qwc_launch(k_hc_up_read<T>, (unsigned)(H / 32), 32 * HCU_WARPS, h.stage ? (size_t)smem : 0,
+                       qwc_stream(c), h);
             QWC_LAUNCHED();
             *done = 1;
         }
@@ -1684,6 +1786,28 @@ void qwc_gather_rows(qwc *c, float *y, const void *const *chunk_data, qw_type ty
                      int64_t chunk_rows, const int64_t *rows, int64_t n) {
     if (n <= 0) return;
     by_type<op_gather>(type, c, y, chunk_data, dh, n_chunks, chunk_rows, rows, n);
+}
+
+/* One token's MoE down products and their combine as one kernel (QWC_MOE_DOWN_COMBINE 0, or
+ * QWENC_CUDA_MOE_DOWN_COMBINE=0 in the environment: the pairs' product, then k_moe_combine; the same bits) */
+#ifndef QWC_MOE_DOWN_COMBINE
+#define QWC_MOE_DOWN_COMBINE 1
+#endif
+
+int qwc_pairs_combine(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
+                      const float *x, int P, const int32_t *sel, const float *wt, int k, const float *sg, int sg_logit,
+                      int has_shared, int shared_pair) {
+    static int env = -1;
+    if (!QWC_MOE_DOWN_COMBINE || !qwc_env_switch("QWENC_CUDA_MOE_DOWN_COMBINE", 1, &env)) return 0;
+    if (P < 1 || P > 32 || k < 1 || k > P || rows <= 0 || rows > 0x7fffffff || cols % 32 || !qwc_q8_on(c) ||
+        !qd_supported(type) || mvq_ks(rows, cols / 32) != 1)
+        return 0;
+    dc_args a = {};
+    a.mats = mats, a.rows = rows, a.sel = sel, a.wt = wt, a.sg = sg, a.y = y, a.P = P, a.k = k;
+    a.sg_logit = sg_logit, a.has_shared = has_shared, a.shared_pair = shared_pair;
+    int done = 0;
+    by_type<op_down_combine>(type, c, a, x, cols, &done);
+    return done;
 }
 
 void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,

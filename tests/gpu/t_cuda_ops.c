@@ -509,20 +509,13 @@ static void test_moe(void) {
  * step, which changes that token's outputs by about an activation step times a weight (under 1 % of max|y|). So:
  * every output within 1e-5 max|y| (f32 roundings) but those of at most 2 of the 12 tokens, and those within
  * 2e-2 max|y|. A wrong expert, row, group or token order changes every token's outputs by about max|y|. */
-static void test_moe_q8(void) {
-    printf("moe_ffn grouped, quantized experts, 8-bit activations\n");
-    enum { E = 64, K = 8, H = 256, I = 256, T = 12 };
-    char err[256];
-    qw_backend *Q = NULL;
-    if (qw_backend_cpu_new(1, "scalar", 0, &Q, err, sizeof(err))) {
-        CHECK(0, "the CPU backend with scalar kernels: %s", err);
-        return;
-    }
+/* E experts of Q4_K gate and up [I][H] and Q8_0 down [H][I] (random, 0.05), in *store (freed by the caller) */
+static qw_ffn_w *q8_experts(int E, int H, int I, char **store) {
     qw_ffn_w *ex = calloc(E, sizeof(*ex));
     const size_t rb4 = qw_type_row_size(QW_TYPE_Q4_K, H), rb8 = qw_type_row_size(QW_TYPE_Q8_0, I);
-    char *store = malloc((size_t)E * (2 * I * rb4 + H * rb8));
+    *store = malloc((size_t)E * (2 * I * rb4 + H * rb8));
     for (int e = 0; e < E; e++) {
-        char *b = store + (size_t)e * (2 * I * rb4 + H * rb8);
+        char *b = *store + (size_t)e * (2 * I * rb4 + H * rb8);
         for (int j = 0; j < 3; j++) {
             const int down = j == 2, rows = down ? H : I, cols = down ? I : H;
             const qw_type ty = down ? QW_TYPE_Q8_0 : QW_TYPE_Q4_K;
@@ -536,6 +529,20 @@ static void test_moe_q8(void) {
             else ex[e].down = t;
         }
     }
+    return ex;
+}
+
+static void test_moe_q8(void) {
+    printf("moe_ffn grouped, quantized experts, 8-bit activations\n");
+    enum { E = 64, K = 8, H = 256, I = 256, T = 12 };
+    char err[256];
+    qw_backend *Q = NULL;
+    if (qw_backend_cpu_new(1, "scalar", 0, &Q, err, sizeof(err))) {
+        CHECK(0, "the CPU backend with scalar kernels: %s", err);
+        return;
+    }
+    char *store;
+    qw_ffn_w *ex = q8_experts(E, H, I, &store);
     float *lg = rvec((size_t)T * E, 4), *x = rvec((size_t)T * H, 1);
     int32_t *sel = malloc((size_t)T * K * 4);
     float *wt = malloc((size_t)T * K * 4), *y = malloc((size_t)T * H * 4);
@@ -564,6 +571,50 @@ static void test_moe_q8(void) {
     printf("  %d of %d tokens beyond 1e-5 max|y|; largest difference / max|y| %.2e\n", off_tokens, T, worst / ymax);
     free(gy), free(lg), free(x), free(sel), free(wt), free(y), free(qw);
     /* the weights stay: the backend knows them by their host address */
+    Q->release(Q);
+}
+
+/* One token through moe_ffn on the integer path with the routing inside (logits given), a shared expert of the
+ * experts' shapes and types and its gate: the decode path (the routing in the pairs' kernel, the shared expert as
+ * one more pair, its gate's logit in the pairs' kernel, the down products and the combine as one kernel) against
+ * the CPU backend's scalar integer path. The integer sums are the same; the f32 sums of a row's groups differ in
+ * order, so an activation of silu(g) u can land one 8-bit step away: within 2e-2 of max|y| (as above; measured on
+ * the H200: 1.5e-7), the experts chosen the same and their weights within moe_route's bound. */
+static void test_moe_one(void) {
+    printf("moe_ffn, one token, shared expert and gate, 8-bit activations\n");
+    enum { E = 64, K = 8, H = 256, I = 256 };
+    char err[256];
+    qw_backend *Q = NULL;
+    if (qw_backend_cpu_new(1, "scalar", 0, &Q, err, sizeof(err))) {
+        CHECK(0, "the CPU backend with scalar kernels: %s", err);
+        return;
+    }
+    char *store;
+    qw_ffn_w *ex = q8_experts(E + 1, H, I, &store); /* the last: the shared expert */
+    float *sgw = rvec(H, 0.1f);
+    qw_tensor sg = {.name = "shared_gate", .data = sgw, .type = QW_TYPE_F32, .n_dims = 2, .shape = {1, H}};
+    float *lg = rvec(E, 4), *x = rvec(H, 1), *y = malloc(H * 4), wt[K], gwt[K];
+    int32_t sel[K], gsel[K];
+    float *dx = dev(x, H * 4), *dlg = dev(lg, E * 4), *dwt = dev(NULL, K * 4), *dy = dev(NULL, H * 4);
+    void *qw = malloc(Q->moe_work(Q, 1, K, E, H, I, I));
+    Q->moe_ffn(Q, y, x, sel, wt, lg, 1, 1, K, ex, E, &ex[E], &sg, qw); /* (the routing may overwrite lg) */
+    int32_t *dsel = dev(NULL, K * 4);
+    void *gw = dev(NULL, G->moe_work(G, 1, K, E, H, I, I));
+    qw_backend_cuda_set_q8_activations(G, 1);
+    G->moe_ffn(G, dy, dx, dsel, dwt, dlg, 1, 1, K, ex, E, &ex[E], &sg, gw);
+    qw_backend_cuda_set_q8_activations(G, 0);
+    float *gy = back(dy, H * 4);
+    G->download(G, gsel, dsel, sizeof(gsel));
+    G->download(G, gwt, dwt, sizeof(gwt));
+    CHECK(!memcmp(gsel, sel, sizeof(sel)), "moe_ffn, one token: not the CPU's experts");
+    CHECK(rel_err(gwt, wt, K, 1e-7) < 1e-6, "moe_ffn, one token: weights, relative error %.2e (as moe_route's)",
+          rel_err(gwt, wt, K, 1e-7));
+    double ymax = 0, worst = 0;
+    for (int i = 0; i < H; i++) ymax = fmax(ymax, fabs(y[i])), worst = fmax(worst, fabs((double)gy[i] - y[i]));
+    CHECK(ymax > 0 && worst <= 2e-2 * ymax, "moe_ffn, one token, shared expert and gate: largest difference %.3g of "
+          "max|y| %.3g", worst, ymax);
+    printf("  largest difference / max|y| %.2e\n", worst / ymax);
+    free(gy), free(lg), free(x), free(y), free(qw); /* the weights stay (sgw too) */
     Q->release(Q);
 }
 
@@ -658,48 +709,55 @@ static void test_hc_ple(void) {
 }
 
 /* With 8-bit activations (the integer path): a matmul_batch whose jobs read one x rounds it once and gives the bits
- * of each job as a matmul of its own (which rounds it again): Q4_K, Q8_0 and Q6_K weights, 1 and 3 tokens, a job
- * with another x in between. */
-static void test_q8_batch(void) {
-    printf("matmul_batch with 8-bit activations\n");
-    /* jobs 0 and 1: one type, one x, other row counts (one launch where the backend groups them); job 2 another type
-     * on the same x (its rounding used again); job 3 another x */
-    enum { COLS = 512, NJ = 4 };
-    static const qw_type types[NJ] = {QW_TYPE_Q4_K, QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q6_K};
-    static const int rows[NJ] = {96, 40, 64, 96};
+ * of each job as a matmul of its own (which rounds it again). Set 0: jobs 0 and 1 of one type, one x, other row
+ * counts (one launch where the backend groups them), job 2 another type on the same x (its rounding used again),
+ * job 3 another x; set 1: two pairs of types on one x, rows of 8,192 columns cut into 1, 2 and 4 parts (mvq_ks:
+ * 1,100, 300 and 4 rows), each pair one launch. 1 and 3 tokens (3: a launch a job). */
+static void q8_batch_set(int cols, const qw_type *types, const int *rows, const int *same_x) {
+    enum { NJ = 4 };
     void *wq[NJ];
     qw_tensor w[NJ];
     size_t off[NJ + 1] = {0};
     for (int j = 0; j < NJ; j++) {
-        float *wf = rvec((size_t)rows[j] * COLS, 1);
-        size_t rb = qw_type_row_size(types[j], COLS);
+        float *wf = rvec((size_t)rows[j] * cols, 1);
+        size_t rb = qw_type_row_size(types[j], cols);
         wq[j] = malloc(rb * rows[j]);
-        for (int r = 0; r < rows[j]; r++) qw_quantize(types[j], wf + (size_t)r * COLS, (char *)wq[j] + rb * r, COLS);
+        for (int r = 0; r < rows[j]; r++) qw_quantize(types[j], wf + (size_t)r * cols, (char *)wq[j] + rb * r, cols);
         free(wf);
-        w[j] = (qw_tensor){.name = "w", .data = wq[j], .type = types[j], .n_dims = 2, .shape = {rows[j], COLS}};
+        w[j] = (qw_tensor){.name = "w", .data = wq[j], .type = types[j], .n_dims = 2, .shape = {rows[j], cols}};
         off[j + 1] = off[j] + (size_t)rows[j];
     }
-    qw_backend_cuda_set_q8_activations(G, 1);
     for (int nt = 1; nt <= 3; nt += 2) {
-        float *x1 = rvec((size_t)nt * COLS, 1), *x2 = rvec((size_t)nt * COLS, 1);
-        float *dx1 = dev(x1, (size_t)nt * COLS * 4), *dx2 = dev(x2, (size_t)nt * COLS * 4);
+        float *x1 = rvec((size_t)nt * cols, 1), *x2 = rvec((size_t)nt * cols, 1);
+        float *dx1 = dev(x1, (size_t)nt * cols * 4), *dx2 = dev(x2, (size_t)nt * cols * 4);
         size_t ny = off[NJ] * nt;
         float *dy = dev(NULL, ny * 4), *dz = dev(NULL, ny * 4);
-        const float *xs[NJ] = {dx1, dx1, dx1, dx2};
         qw_matmul_job jobs[NJ];
-        for (int j = 0; j < NJ; j++) jobs[j] = (qw_matmul_job){dy + off[j] * nt, &w[j], xs[j], nt};
+        for (int j = 0; j < NJ; j++) jobs[j] = (qw_matmul_job){dy + off[j] * nt, &w[j], same_x[j] ? dx1 : dx2, nt};
         G->matmul_batch(G, jobs, NJ);
-        for (int j = 0; j < NJ; j++) G->matmul(G, dz + off[j] * nt, &w[j], xs[j], nt);
+        for (int j = 0; j < NJ; j++) G->matmul(G, dz + off[j] * nt, &w[j], same_x[j] ? dx1 : dx2, nt);
         float *y = back(dy, ny * 4), *z = back(dz, ny * 4);
-        CHECK(same(y, z, ny * 4), "matmul_batch with 8-bit activations, %d tokens: not the bits of the jobs' own "
-              "matmuls", nt);
+        CHECK(same(y, z, ny * 4), "matmul_batch with 8-bit activations, %d columns, %s first, %d tokens: not the bits "
+              "of the jobs' own matmuls", cols, qw_type_name(types[0]), nt);
         int finite = 1;
         for (size_t i = 0; i < ny; i++) finite &= isfinite(y[i]) && y[i] != 0;
-        CHECK(finite, "matmul_batch with 8-bit activations, %d tokens: a zero or non-finite output", nt);
+        CHECK(finite, "matmul_batch with 8-bit activations, %d columns, %d tokens: a zero or non-finite output", cols,
+              nt);
         free(y), free(z), free(x1), free(x2);
     }
-    qw_backend_cuda_set_q8_activations(G, 0);
     for (int j = 0; j < NJ; j++) free(wq[j]);
+}
+
+static void test_q8_batch(void) {
+    printf("matmul_batch with 8-bit activations\n");
+    static const qw_type t0[4] = {QW_TYPE_Q4_K, QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q6_K};
+    static const int r0[4] = {96, 40, 64, 96}, x0[4] = {1, 1, 1, 0};
+    static const qw_type t1[4] = {QW_TYPE_Q4_K, QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q8_0};
+    static const int r1[4] = {1100, 300, 4, 67}, x1[4] = {1, 1, 1, 1};
+    qw_backend_cuda_set_q8_activations(G, 1);
+    q8_batch_set(512, t0, r0, x0);
+    q8_batch_set(8192, t1, r1, x1);
+    qw_backend_cuda_set_q8_activations(G, 0);
 }
 
 /* hc_read with the up product (one kernel for one token on the integer path): the bits of the GPU's own divide,
@@ -833,6 +891,7 @@ int main(void) {
     test_gdn();
     test_moe();
     test_moe_q8();
+    test_moe_one();
     test_hc_ple();
     test_hc_up();
     test_argmax();
