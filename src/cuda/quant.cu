@@ -915,6 +915,8 @@ struct mvq_args {
     int early; /* the rows asked for before the programmatic launch's wait (w or jw: not a pair's) */
     int ks;    /* warps a row (1, 2 or 4): each sums a part of the groups, the parts added in order */
     int walk;  /* Q8_0, Q4_K, Q6_K: mvq_walk */
+    int stage; /* a block's rows (w or jw: not a pair's) copied into shared memory before the programmatic launch's
+                * wait, read from there (QWC_MVQ_STAGE) */
     const uint8_t *jw[MVQ_JOBS];
     int64_t jrows[MVQ_JOBS];
     int jks[MVQ_JOBS];
@@ -1013,8 +1015,8 @@ struct walk_q4_k {
     }
     __device__ void next() { p += 4 * 144; }
     __device__ void get(uint32_t *c) {
-        const uint4 h = __ldg((const uint4 *)p);
-        const uint4 c0 = __ldg((const uint4 *)(p + qo)), c1 = __ldg((const uint4 *)(p + qo + 16));
+        const uint4 h = *(const uint4 *)p; /* (p: global or shared memory) */
+        const uint4 c0 = *(const uint4 *)(p + qo), c1 = *(const uint4 *)(p + qo + 16);
         c[0] = c0.x & msk, c[1] = c0.y & msk, c[2] = c0.z & msk, c[3] = c0.w & msk;
         c[4] = c1.x & msk, c[5] = c1.y & msk, c[6] = c1.z & msk, c[7] = c1.w & msk;
         sc = (int)(mvq_bfe(hi ? h.w : h.y, psc, lsc) | mvq_bfe(h.y, p6, l6) << 4);
@@ -1053,9 +1055,9 @@ struct walk_q6_k {
         qd_ldw_bits(p + hq, hw, 8, (int)hs, 0x03030303u);
 #pragma unroll
         for (int i = 0; i < 8; i++) c[i] |= hw[i] << 4;
-        const uint32_t s2 = __ldg((const unsigned short *)(p + so));
+        const uint32_t s2 = *(const unsigned short *)(p + so);
         sc0 = (int8_t)(s2 & 0xFF), sc1 = (int8_t)(s2 >> 8);
-        A = qd_f16(__ldg((const unsigned short *)(p + 208)));
+        A = qd_f16(*(const unsigned short *)(p + 208));
     }
     __device__ int32_t isum(const uint32_t *c, const uint32_t *x, int32_t xs) const {
         int32_t s0 = 0, s1 = 0, x0 = 0;
@@ -1143,30 +1145,49 @@ template <int NT> __device__ __forceinline__ void mvq_warp_sum(float *acc) {
 }
 
 /* mvq_kernel's work for weights of type T: the block's rows of its matrix (pair or job blockIdx.y) */
-template <int T, int NT> __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT]) {
+template <int T, int NT>
+__device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], uint8_t *sm) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = a.n_jobs ? a.jks[blockIdx.y] : a.ks;
     const int kk = warp % ks;
-    const int64_t row = (int64_t)blockIdx.x * (MV_WARPS / ks) + warp / ks;
+    const int64_t row0 = (int64_t)blockIdx.x * (MV_WARPS / ks), row = row0 + warp / ks;
     const int64_t row_bytes = a.row_bytes;
     int64_t pair = a.pair0 + blockIdx.y, rows = a.rows;
     const uint8_t *w = a.w;
     float *yo = a.y;
     if (a.n_jobs) w = a.jw[blockIdx.y], rows = a.jrows[blockIdx.y], yo = a.jy[blockIdx.y], pair = 0;
-    const bool early = MVQ_PREFETCH && a.early && !a.mats;
-    if (early && row < rows)
+    const bool early = MVQ_PREFETCH && a.early && !a.mats, staging = a.stage && !a.mats;
+    int stage = 0; /* the block's rows copied into sm, 16 or 4 bytes a copy */
+    if (staging) {
+        const int64_t n = std::max<int64_t>(0, std::min<int64_t>(MV_WARPS / ks, rows - row0)) * row_bytes;
+        const uint8_t *src = w + row0 * row_bytes;
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(sm);
+        stage = n <= 0 ? 0 : ((uintptr_t)src & 15) == 0 && n % 16 == 0 ? 16 : ((uintptr_t)src & 3) == 0 && n % 4 == 0 ? 4 : 0;
+        if (stage == 16)
+            for (int64_t o = 16 * threadIdx.x; o < n; o += 16 * MV_THREADS)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + (unsigned)o), "l"(src + o));
+        else if (stage == 4)
+            for (int64_t o = 4 * threadIdx.x; o < n; o += 4 * MV_THREADS)
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + (unsigned)o), "l"(src + o));
+        asm volatile("cp.async.commit_group;");
+    }
+    if (!stage && early && row < rows)
         for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < row_bytes; o += (int64_t)ks * 32 * 128)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(w + row * row_bytes + o));
     QWC_PDL_ENTRY();
+    if (staging) { /* block-uniform */
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();
+    }
     if (ks == 1 && row >= rows) return; /* (with ks > 1 every warp meets the barrier below) */
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
     if (row < rows) {
         const uint8_t *r0 = a.mats ? (const uint8_t *)a.mats[pair] : w;
-        const uint8_t *r = r0 + (r0 ? row * row_bytes : 0);
+        const uint8_t *r = stage ? sm + (row - row0) * row_bytes : r0 + (r0 ? row * row_bytes : 0);
         const int64_t ng = r0 ? a.ng : 0; /* a pair without its matrix (another GPU's expert): zeros */
         const int64_t per = (ng + 32 * ks - 1) / (32 * ks) * 32, gs = kk * per, ge = std::min(ng, gs + per);
-        if (MVQ_PREFETCH && !early) /* the row's lines asked for at once: later groups come from L2, not HBM */
+        if (MVQ_PREFETCH && !early && !stage) /* the row's lines asked for at once: later groups from L2, not HBM */
             for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < (r0 ? row_bytes : 0); o += (int64_t)ks * 32 * 128)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(r + o));
         mvq_lane<T, NT>(r, gs, ge, a.xq + pair * a.xq_pair, a.xq_tok, a.n_tok, a.walk, acc);
@@ -1192,7 +1213,8 @@ template <int T, int NT> __device__ __forceinline__ void mvq_rows(const mvq_args
 
 template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
     __shared__ float red[MV_WARPS][NT];
-    mvq_rows<T, NT>(a, red);
+    extern __shared__ __align__(16) uint8_t sm[]; /* a.stage: the block's rows */
+    mvq_rows<T, NT>(a, red, sm);
 }
 
 /* One token's MoE down products and their combine (qwc_pairs_combine, QWC_MOE_DOWN_COMBINE): a block per output row
@@ -1437,6 +1459,23 @@ static int mvq_walk_on() {
     return QWC_MVQ_WALK && qwc_env_switch("QWENC_CUDA_MVQ_WALK", 1, &r);
 }
 
+/* A block's rows through shared memory (mvq_rows' stage): asked for at once by asynchronous copies before the
+ * programmatic launch's wait (the weights depend on no kernel), so a block's weights are one round trip, during
+ * the kernel before for the blocks that start then, instead of a lane's groups one load after another. Q8_0 only:
+ * H200, staged against not in one binary, the Flash-Next cut's decode at Q8_0 691 -> 718 tok/s, at Q4_K (its
+ * Q8_0 tensors staged) 753 -> 773, the whole model 169.7 -> 171.4; every type staged took the cut at Q4_K from
+ * 760 to 750 and the whole model nowhere (a lane's 16-byte reads of Q4_K groups 144 bytes apart meet shared
+ * memory's banks badly). Up to MVQ_STAGE_MAX bytes a block; QWC_MVQ_STAGE 0, or QWENC_CUDA_MVQ_STAGE=0 in the
+ * environment: not (the same bits, to measure what it saves). */
+#ifndef QWC_MVQ_STAGE
+#define QWC_MVQ_STAGE 1
+#endif
+constexpr int64_t MVQ_STAGE_MAX = 32 * 1024;
+static int mvq_stage_on() {
+    static int r = -1;
+    return QWC_MVQ_STAGE && qwc_env_switch("QWENC_CUDA_MVQ_STAGE", 1, &r);
+}
+
 /* one launch of mvq_kernel */
 template <int T> void mvq_go(cudaStream_t s, mvq_args a, unsigned ny) {
     a.early = mv_early();
@@ -1449,11 +1488,16 @@ template <int T> void mvq_go(cudaStream_t s, mvq_args a, unsigned ny) {
         }
     else
         a.ks = mvq_ks(a.rows, a.ng), nb = cdiv(a.rows, MV_WARPS / a.ks);
+    int64_t smem = 0; /* a block's rows */
+    for (int j = 0; j < std::max(a.n_jobs, 1); j++)
+        smem = std::max<int64_t>(smem, MV_WARPS / (a.n_jobs ? a.jks[j] : a.ks) * a.row_bytes);
+    a.stage = T == QW_TYPE_Q8_0 && !a.mats && smem <= MVQ_STAGE_MAX && mvq_stage_on();
+    const size_t sb = a.stage ? (size_t)smem : 0;
     const dim3 grid((unsigned)nb, ny);
-    if (a.n_tok == 1) qwc_launch(mvq_kernel<T, 1>, grid, MV_THREADS, 0, s, a);
-    else if (a.n_tok == 2) qwc_launch(mvq_kernel<T, 2>, grid, MV_THREADS, 0, s, a);
-    else if (a.n_tok <= 4) qwc_launch(mvq_kernel<T, 4>, grid, MV_THREADS, 0, s, a);
-    else qwc_launch(mvq_kernel<T, 8>, grid, MV_THREADS, 0, s, a);
+    if (a.n_tok == 1) qwc_launch(mvq_kernel<T, 1>, grid, MV_THREADS, sb, s, a);
+    else if (a.n_tok == 2) qwc_launch(mvq_kernel<T, 2>, grid, MV_THREADS, sb, s, a);
+    else if (a.n_tok <= 4) qwc_launch(mvq_kernel<T, 4>, grid, MV_THREADS, sb, s, a);
+    else qwc_launch(mvq_kernel<T, 8>, grid, MV_THREADS, sb, s, a);
     QWC_LAUNCHED();
 }
 
