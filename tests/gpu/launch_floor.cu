@@ -1,0 +1,66 @@
+// launch_floor.cu - what a chain of dependent kernels costs on this GPU, whatever they compute: 1,000 launches
+// recorded in one CUDA graph, each waiting for the one before (griddepcontrol.wait, as every qwenc kernel opens)
+// and reading what it wrote, replayed 10 times; with and without programmatic dependent launch, grids of 1 to
+// 1,320 blocks of 256 threads, each block reading 1 or 2,560 floats after its wait. A decode token of the whole
+// Flash-Next is about 1,100 such kernels, so this times that many launches is a floor under its time that no
+// kernel's speed lowers (docs/BENCH.md). Not a test:
+//
+//   nvcc -std=c++17 -arch=sm_90a -O3 -o /tmp/launch_floor tests/gpu/launch_floor.cu && /tmp/launch_floor
+#include <cstdio>
+#include <cuda_runtime.h>
+
+__global__ void k_link(float *buf, int i, int nread) {
+    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+    float v = 0;
+    for (int j = threadIdx.x; j < nread; j += blockDim.x) v += buf[(size_t)(i & 1) * (1 << 20) + j];
+    if (threadIdx.x == 0) buf[(size_t)((i + 1) & 1) * (1 << 20) + blockIdx.x] = v + 1;
+}
+
+int main() {
+    float *buf;
+    if (cudaMalloc(&buf, 2 << 22) != cudaSuccess) {
+        fprintf(stderr, "launch_floor: no CUDA device memory\n");
+        return 1;
+    }
+    cudaMemset(buf, 0, 2 << 22);
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    const int grids[] = {1, 132, 528, 1320}, reads[] = {1, 2560}, N = 1000, REPS = 10;
+    for (int pdl = 0; pdl < 2; pdl++)
+        for (int grid : grids)
+            for (int nread : reads) {
+                cudaGraph_t g;
+                cudaGraphExec_t ge;
+                cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
+                for (int i = 0; i < N; i++) {
+                    cudaLaunchAttribute at;
+                    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                    at.val.programmaticStreamSerializationAllowed = 1;
+                    cudaLaunchConfig_t cfg = {};
+                    cfg.gridDim = grid, cfg.blockDim = 256, cfg.stream = st, cfg.attrs = &at, cfg.numAttrs = pdl;
+                    cudaLaunchKernelEx(&cfg, k_link, buf, i, nread);
+                }
+                cudaStreamEndCapture(st, &g);
+                cudaGraphInstantiate(&ge, g, 0);
+                cudaGraphLaunch(ge, st);
+                cudaStreamSynchronize(st);
+                cudaEvent_t a, b;
+                cudaEventCreate(&a), cudaEventCreate(&b);
+                cudaEventRecord(a, st);
+                for (int r = 0; r < REPS; r++) cudaGraphLaunch(ge, st);
+                cudaEventRecord(b, st);
+                cudaEventSynchronize(b);
+                float ms = 0;
+                cudaEventElapsedTime(&ms, a, b);
+                const cudaError_t e = cudaGetLastError();
+                if (e != cudaSuccess) {
+                    fprintf(stderr, "launch_floor: %s\n", cudaGetErrorString(e));
+                    return 1;
+                }
+                printf("programmatic %d, %4d blocks, %4d floats a block: %.2f us a kernel\n", pdl, grid, nread,
+                       ms * 1000.0 / ((double)REPS * N));
+                cudaEventDestroy(a), cudaEventDestroy(b);
+                cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
+            }
+    return 0;
+}
