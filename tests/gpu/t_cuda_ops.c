@@ -509,6 +509,17 @@ static void test_moe(void) {
  * step, which changes that token's outputs by about an activation step times a weight (under 1 % of max|y|). So:
  * every output within 1e-5 max|y| (f32 roundings) but those of at most 2 of the 12 tokens, and those within
  * 2e-2 max|y|. A wrong expert, row, group or token order changes every token's outputs by about max|y|. */
+/* the CPU backend with scalar kernels (its integer path: qw_q8a_dot_ref's sums), or NULL after a failed check */
+static qw_backend *scalar_cpu(void) {
+    char err[256];
+    qw_backend *Q = NULL;
+    if (qw_backend_cpu_new(1, "scalar", 0, &Q, err, sizeof(err))) {
+        CHECK(0, "the CPU backend with scalar kernels: %s", err);
+        return NULL;
+    }
+    return Q;
+}
+
 /* E experts of Q4_K gate and up [I][H] and Q8_0 down [H][I] (random, 0.05), in *store (freed by the caller) */
 static qw_ffn_w *q8_experts(int E, int H, int I, char **store) {
     qw_ffn_w *ex = calloc(E, sizeof(*ex));
@@ -535,12 +546,8 @@ static qw_ffn_w *q8_experts(int E, int H, int I, char **store) {
 static void test_moe_q8(void) {
     printf("moe_ffn grouped, quantized experts, 8-bit activations\n");
     enum { E = 64, K = 8, H = 256, I = 256, T = 12 };
-    char err[256];
-    qw_backend *Q = NULL;
-    if (qw_backend_cpu_new(1, "scalar", 0, &Q, err, sizeof(err))) {
-        CHECK(0, "the CPU backend with scalar kernels: %s", err);
-        return;
-    }
+    qw_backend *Q = scalar_cpu();
+    if (!Q) return;
     char *store;
     qw_ffn_w *ex = q8_experts(E, H, I, &store);
     float *lg = rvec((size_t)T * E, 4), *x = rvec((size_t)T * H, 1);
@@ -583,12 +590,8 @@ static void test_moe_q8(void) {
 static void test_moe_one(void) {
     printf("moe_ffn, one token, shared expert and gate, 8-bit activations\n");
     enum { E = 64, K = 8, H = 256, I = 256 };
-    char err[256];
-    qw_backend *Q = NULL;
-    if (qw_backend_cpu_new(1, "scalar", 0, &Q, err, sizeof(err))) {
-        CHECK(0, "the CPU backend with scalar kernels: %s", err);
-        return;
-    }
+    qw_backend *Q = scalar_cpu();
+    if (!Q) return;
     char *store;
     qw_ffn_w *ex = q8_experts(E + 1, H, I, &store); /* the last: the shared expert */
     float *sgw = rvec(H, 0.1f);
@@ -768,12 +771,8 @@ static void test_q8_batch(void) {
 static void test_hc_up(void) {
     printf("hc_read with the up product\n");
     enum { C = 4, H = 96 };
-    char err[256];
-    qw_backend *Q = NULL;
-    if (qw_backend_cpu_new(1, "scalar", 0, &Q, err, sizeof(err))) {
-        CHECK(0, "the CPU backend with scalar kernels: %s", err);
-        return;
-    }
+    qw_backend *Q = scalar_cpu();
+    if (!Q) return;
     static const qw_type types[2] = {QW_TYPE_Q5_0, QW_TYPE_Q8_0};
     static const int rs[2] = {320, 64};
     qw_backend_cuda_set_q8_activations(G, 1);
