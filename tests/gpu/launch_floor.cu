@@ -3,7 +3,10 @@
 // and reading what it wrote, replayed 10 times; with and without programmatic dependent launch, grids of 1 to
 // 1,320 blocks of 256 threads, each block reading 1 or 2,560 floats after its wait. A decode token of the whole
 // Flash-Next is about 1,100 such kernels, so this times that many launches is a floor under its time that no
-// kernel's speed lowers (docs/BENCH.md). Not a test:
+// kernel's speed lowers (docs/BENCH.md). Then the same chain inside one persistent kernel (one block per SM, or
+// four, launched cooperatively so all are resident): each step ends at a grid-wide barrier (a counter and a
+// generation word in global memory) instead of a kernel's end, the cost a decode step built as one persistent
+// kernel would pay per dependent op instead of a launch. Not a test:
 //
 //   nvcc -std=c++17 -arch=sm_90a -O3 -o /tmp/launch_floor tests/gpu/launch_floor.cu && /tmp/launch_floor
 #include <cstdio>
@@ -14,6 +17,34 @@ __global__ void k_link(float *buf, int i, int nread) {
     float v = 0;
     for (int j = threadIdx.x; j < nread; j += blockDim.x) v += buf[(size_t)(i & 1) * (1 << 20) + j];
     if (threadIdx.x == 0) buf[(size_t)((i + 1) & 1) * (1 << 20) + blockIdx.x] = v + 1;
+}
+
+/* all blocks of the grid meet here (the grid resident: a cooperative launch); count and gen start at 0 */
+__device__ void grid_barrier(unsigned *count, volatile unsigned *gen) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned g = *gen;
+        __threadfence();
+        if (atomicAdd(count, 1) == gridDim.x - 1) {
+            *count = 0;
+            __threadfence();
+            atomicAdd((unsigned *)gen, 1);
+        } else {
+            while (*gen == g) {
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+__global__ void k_persist(float *buf, int n, int nread, unsigned *bar) {
+    for (int i = 0; i < n; i++) {
+        float v = 0;
+        for (int j = threadIdx.x; j < nread; j += blockDim.x) v += ((volatile float *)buf)[(size_t)(i & 1) * (1 << 20) + j];
+        if (threadIdx.x == 0) buf[(size_t)((i + 1) & 1) * (1 << 20) + blockIdx.x] = v + 1;
+        grid_barrier(bar, bar + 1);
+    }
 }
 
 int main() {
@@ -62,5 +93,31 @@ int main() {
                 cudaEventDestroy(a), cudaEventDestroy(b);
                 cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
             }
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    unsigned *bar;
+    cudaMalloc(&bar, 2 * sizeof(unsigned));
+    for (int per_sm = 1; per_sm <= 4; per_sm *= 4)
+        for (int nread : reads) {
+            int n = N * REPS;
+            cudaMemset(bar, 0, 2 * sizeof(unsigned));
+            void *args[] = {&buf, &n, &nread, &bar};
+            cudaEvent_t a, b;
+            cudaEventCreate(&a), cudaEventCreate(&b);
+            cudaEventRecord(a, st);
+            const cudaError_t le = cudaLaunchCooperativeKernel((void *)k_persist, sms * per_sm, 256, args, 0, st);
+            cudaEventRecord(b, st);
+            cudaEventSynchronize(b);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, a, b);
+            const cudaError_t e = le != cudaSuccess ? le : cudaGetLastError();
+            if (e != cudaSuccess) {
+                fprintf(stderr, "launch_floor: persistent kernel: %s\n", cudaGetErrorString(e));
+                return 1;
+            }
+            printf("persistent, %4d blocks, %4d floats a block: %.2f us a step\n", sms * per_sm, nread,
+                   ms * 1000.0 / n);
+            cudaEventDestroy(a), cudaEventDestroy(b);
+        }
     return 0;
 }
