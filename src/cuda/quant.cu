@@ -1161,7 +1161,8 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
         const int64_t n = std::max<int64_t>(0, std::min<int64_t>(MV_WARPS / ks, rows - row0)) * row_bytes;
         const uint8_t *src = w + row0 * row_bytes;
         const unsigned dst = (unsigned)__cvta_generic_to_shared(sm);
-        stage = n <= 0 ? 0 : ((uintptr_t)src & 15) == 0 && n % 16 == 0 ? 16 : ((uintptr_t)src & 3) == 0 && n % 4 == 0 ? 4 : 0;
+        const uintptr_t al = (uintptr_t)src | (uintptr_t)n;
+        stage = n <= 0 ? 0 : (al & 15) == 0 ? 16 : (al & 3) == 0 ? 4 : 0;
         if (stage == 16)
             for (int64_t o = 16 * threadIdx.x; o < n; o += 16 * MV_THREADS)
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + (unsigned)o), "l"(src + o));
