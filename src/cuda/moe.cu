@@ -692,7 +692,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         pairs_gate_up(c, gu, uu, mats, tg, tu, I, H, xp, in_place ? 0 : H, P, one);
         be->act_mul(be, gu, gu, uu, (int64_t)P * I, QW_ACT_SILU);
         if (with_shared && shared_gate) shared_gate_logits(be, sg, shared_gate, x, T, H, sg_in);
-        if (T == 1 && k <= 64 && (with_shared || !shared) &&
+        if (T == 1 && (with_shared || !shared) &&
             qwc_pairs_combine(c, y, mats + 2 * P, td, H, I, gu, P, sel, wt, k, shared_gate ? sg : NULL,
                               QWC_MOE_GATE_IN_COMBINE, shared != NULL, with_shared ? R : -1))
             return;

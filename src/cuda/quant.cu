@@ -1104,6 +1104,23 @@ __device__ __forceinline__ void mvq_walk(const uint8_t *r, int g, int ge, const 
     }
 }
 
+/* The block's NT threads start asynchronous copies of n bytes from src into shared memory at dst, width (16 or 4;
+ * else none) bytes a copy (src, dst and n multiples of it); then cp.async.commit_group, and cp.async.wait_all before
+ * the bytes are read */
+template <int NT>
+__device__ __forceinline__ void block_copy_async(uint8_t *dst, const uint8_t *src, int64_t n, int width) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if (width == 16)
+        for (int64_t o = 16 * threadIdx.x; o < n; o += 16 * NT)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + (unsigned)o), "l"(src + o));
+    else if (width == 4)
+        for (int64_t o = 4 * threadIdx.x; o < n; o += 4 * NT)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d + (unsigned)o), "l"(src + o));
+}
+
+/* mvq_kernel stages a block's rows in shared memory for Q8_0 only (QWC_MVQ_STAGE, mvq_go) */
+template <int T> constexpr bool mvq_stages() { return T == QW_TYPE_Q8_0; }
+
 /* A lane's part of mvq_kernel's sums of row r over groups gs .. ge - 1 (the lane's: gs + lane, gs + lane + 32, ..),
  * added into acc[t] for the tokens t < n_tok; xq: the activations' blocks of token 0 (xq_tok blocks a token) */
 template <int T, int NT>
@@ -1160,15 +1177,9 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
     if (staging) {
         const int64_t n = std::max<int64_t>(0, std::min<int64_t>(MV_WARPS / ks, rows - row0)) * row_bytes;
         const uint8_t *src = w + row0 * row_bytes;
-        const unsigned dst = (unsigned)__cvta_generic_to_shared(sm);
         const uintptr_t al = (uintptr_t)src | (uintptr_t)n;
         stage = n <= 0 ? 0 : (al & 15) == 0 ? 16 : (al & 3) == 0 ? 4 : 0;
-        if (stage == 16)
-            for (int64_t o = 16 * threadIdx.x; o < n; o += 16 * MV_THREADS)
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + (unsigned)o), "l"(src + o));
-        else if (stage == 4)
-            for (int64_t o = 4 * threadIdx.x; o < n; o += 4 * MV_THREADS)
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + (unsigned)o), "l"(src + o));
+        block_copy_async<MV_THREADS>(sm, src, n, stage);
         asm volatile("cp.async.commit_group;");
     }
     if (!stage && early && row < rows)
@@ -1287,12 +1298,8 @@ template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t h0 = (int64_t)blockIdx.x * 32, run = 32 * a.row_bytes;
     if (a.stage) { /* the weights depend on no kernel: asked for before the wait, waited for before the rows */
-        for (int s = 0; s < a.C; s++) {
-            const uint8_t *src = a.w + ((int64_t)s * a.H + h0) * a.row_bytes;
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(stage + s * run);
-            for (int64_t o = 16 * threadIdx.x; o < run; o += 16 * 32 * HCU_WARPS)
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + (unsigned)o), "l"(src + o));
-        }
+        for (int s = 0; s < a.C; s++)
+            block_copy_async<32 * HCU_WARPS>(stage + s * run, a.w + ((int64_t)s * a.H + h0) * a.row_bytes, run, 16);
         asm volatile("cp.async.commit_group;");
     } else if (MVQ_PREFETCH && a.early) { /* the weights depend on no kernel */
         for (int s = 0; s < a.C; s++)
@@ -1462,7 +1469,8 @@ static int mvq_walk_on() {
 
 /* A block's rows through shared memory (mvq_rows' stage): asked for at once by asynchronous copies before the
  * programmatic launch's wait (the weights depend on no kernel), so a block's weights are one round trip, during
- * the kernel before for the blocks that start then, instead of a lane's groups one load after another. Q8_0 only:
+ * the kernel before for the blocks that start then, instead of a lane's groups one load after another. Q8_0 only
+ * (mvq_stages):
  * H200, staged against not in one binary, the Flash-Next cut's decode at Q8_0 691 -> 718 tok/s, at Q4_K (its
  * Q8_0 tensors staged) 753 -> 773, the whole model 169.7 -> 171.4; every type staged took the cut at Q4_K from
  * 760 to 750 and the whole model nowhere (a lane's 16-byte reads of Q4_K groups 144 bytes apart meet shared
@@ -1492,7 +1500,7 @@ template <int T> void mvq_go(cudaStream_t s, mvq_args a, unsigned ny) {
     int64_t smem = 0; /* a block's rows */
     for (int j = 0; j < std::max(a.n_jobs, 1); j++)
         smem = std::max<int64_t>(smem, MV_WARPS / (a.n_jobs ? a.jks[j] : a.ks) * a.row_bytes);
-    a.stage = T == QW_TYPE_Q8_0 && !a.mats && smem <= MVQ_STAGE_MAX && mvq_stage_on();
+    a.stage = mvq_stages<T>() && !a.mats && smem <= MVQ_STAGE_MAX && mvq_stage_on();
     const size_t sb = a.stage ? (size_t)smem : 0;
     const dim3 grid((unsigned)nb, ny);
     if (a.n_tok == 1) qwc_launch(mvq_kernel<T, 1>, grid, MV_THREADS, sb, s, a);
