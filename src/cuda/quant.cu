@@ -654,14 +654,14 @@ struct mv_args {
 
 /* Stage chunk k (blocks k*CBLK ..) of the rows rp[] into dst: 16-byte aligned copies covering the chunk's bytes,
  * none past the matrix's end (wend); the chunk's first byte lands at its address mod 16. */
-template <int T>
+template <int T, int R>
 __device__ __forceinline__ void stage_chunk(uint8_t (*dst)[lay<T>::SROW], const uint8_t *const *rp, int64_t k,
                                             int64_t nblk, const uint8_t *wend, int lane) {
     using L = lay<T>;
     const int64_t blk0 = k * L::CBLK;
     const int bytes = (int)imin(L::CBLK, nblk - blk0) * L::BB;
 #pragma unroll
-    for (int r = 0; r < MV_ROWS; r++) {
+    for (int r = 0; r < R; r++) {
         const uint8_t *p = rp[r] + blk0 * L::BB;
         const uint8_t *a0 = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
         const int nseg = (int)(p - a0 + bytes + 15) >> 4;
@@ -679,37 +679,36 @@ __device__ __forceinline__ void stage_chunk(uint8_t (*dst)[lay<T>::SROW], const 
  * weight. More tokens: the weight's exact value (a q + b, rounded as the host rounds it) once per row, then one fma
  * per token; the dequantization cost is shared by the tokens and the registers of S are saved.
  */
-template <int T, int NT, bool AL>
+template <int T, int NT, bool AL, int R>
 __device__ __forceinline__ void mv_item_acc(const uint8_t (*st)[lay<T>::SROW], const uint8_t *const *rp, int64_t blk0,
-                                            int lane, const float *const *xt, const float *tbl,
-                                            float (&acc)[MV_ROWS][NT]) {
+                                            int lane, const float *const *xt, const float *tbl, float (&acc)[R][NT]) {
     using L = lay<T>;
     using I = mv_item<T>;
     constexpr bool EXACT = NT >= 4;
     const int blk = lane / L::IPB, sub = lane % L::IPB;
     const int64_t col0 = (blk0 + blk) * L::BE;
-    I it[MV_ROWS];
+    I it[R];
 #pragma unroll
-    for (int r = 0; r < MV_ROWS; r++) {
+    for (int r = 0; r < R; r++) {
         const int delta = (int)((uintptr_t)(rp[r] + blk0 * L::BB) & 15);
         it[r].template load<AL>(st[r], delta + blk * L::BB, sub, tbl);
     }
 #pragma unroll
     for (int g = 0; g < I::G; g++) {
-        float S[MV_ROWS][EXACT ? 1 : NT], Sx[EXACT ? 1 : NT];
+        float S[R][EXACT ? 1 : NT], Sx[EXACT ? 1 : NT];
         if constexpr (!EXACT) {
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 Sx[t] = 0.0f;
 #pragma unroll
-                for (int r = 0; r < MV_ROWS; r++) S[r][t] = 0.0f;
+                for (int r = 0; r < R; r++) S[r][t] = 0.0f;
             }
         }
 #pragma unroll
         for (int p = 0; p < I::P; p++) {
-            float c[MV_ROWS][8];
+            float c[R][8];
 #pragma unroll
-            for (int r = 0; r < MV_ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 it[r].codes(g, p, c[r]);
                 if constexpr (EXACT && I::SCALED) {
                     const float a = it[r].scale(g), b = it[r].bias(g);
@@ -724,7 +723,7 @@ __device__ __forceinline__ void mv_item_acc(const uint8_t (*st)[lay<T>::SROW], c
                 const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 if constexpr (EXACT) {
 #pragma unroll
-                    for (int r = 0; r < MV_ROWS; r++)
+                    for (int r = 0; r < R; r++)
 #pragma unroll
                         for (int i = 0; i < 8; i++) acc[r][t] = q_fma(c[r][i], xv[i], acc[r][t]);
                 } else {
@@ -733,7 +732,7 @@ __device__ __forceinline__ void mv_item_acc(const uint8_t (*st)[lay<T>::SROW], c
                         for (int i = 0; i < 8; i++) Sx[t] = q_add(Sx[t], xv[i]);
                     }
 #pragma unroll
-                    for (int r = 0; r < MV_ROWS; r++)
+                    for (int r = 0; r < R; r++)
 #pragma unroll
                         for (int i = 0; i < 8; i++) S[r][t] = q_fma(c[r][i], xv[i], S[r][t]);
                 }
@@ -741,7 +740,7 @@ __device__ __forceinline__ void mv_item_acc(const uint8_t (*st)[lay<T>::SROW], c
         }
         if constexpr (!EXACT) {
 #pragma unroll
-            for (int r = 0; r < MV_ROWS; r++)
+            for (int r = 0; r < R; r++)
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
                     if constexpr (I::SCALED) acc[r][t] = q_fma(it[r].scale(g), S[r][t], acc[r][t]);
@@ -752,30 +751,30 @@ __device__ __forceinline__ void mv_item_acc(const uint8_t (*st)[lay<T>::SROW], c
     }
 }
 
-/* A warp's chunks k = kwi, kwi + kw, ... of the row group from row0, two in flight. */
-template <int T, int NT, bool AL>
+/* A warp's chunks k = kwi, kwi + kw, ... of the row group of R rows from row0, two in flight. */
+template <int T, int NT, bool AL, int R>
 __device__ __forceinline__ void mv_rows(const mv_args &a, const uint8_t *w, int64_t row0, int64_t pair, int kwi,
-                                        int lane, uint8_t (*st)[MV_ROWS][lay<T>::SROW], const float *tbl,
-                                        float (&acc)[MV_ROWS][NT]) {
+                                        int lane, uint8_t (*st)[R][lay<T>::SROW], const float *tbl,
+                                        float (&acc)[R][NT]) {
     using L = lay<T>;
     const uint8_t *wend = w + a.rows * a.row_bytes;
-    const uint8_t *rp[MV_ROWS];
+    const uint8_t *rp[R];
 #pragma unroll
-    for (int r = 0; r < MV_ROWS; r++) rp[r] = w + imin(row0 + r, a.rows - 1) * a.row_bytes; /* past the end: the last row */
+    for (int r = 0; r < R; r++) rp[r] = w + imin(row0 + r, a.rows - 1) * a.row_bytes; /* past the end: the last row */
     const float *xt[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) xt[t] = a.x + pair * a.x_pair + imin(t, a.n_tok - 1) * a.x_tok;
     const int64_t nchunk = (a.nblk + L::CBLK - 1) / L::CBLK;
     int64_t k = kwi;
-    if (k < nchunk) stage_chunk<T>(st[0], rp, k, a.nblk, wend, lane);
+    if (k < nchunk) stage_chunk<T, R>(st[0], rp, k, a.nblk, wend, lane);
     cp_commit();
     for (int b = 0; k < nchunk; k += a.kw, b ^= 1) {
-        if (k + a.kw < nchunk) stage_chunk<T>(st[b ^ 1], rp, k + a.kw, a.nblk, wend, lane);
+        if (k + a.kw < nchunk) stage_chunk<T, R>(st[b ^ 1], rp, k + a.kw, a.nblk, wend, lane);
         cp_commit();
         cp_wait1();
         __syncwarp();
         const int64_t blk0 = k * L::CBLK;
-        if (lane < imin(32, (a.nblk - blk0) * L::IPB)) mv_item_acc<T, NT, AL>(st[b], rp, blk0, lane, xt, tbl, acc);
+        if (lane < imin(32, (a.nblk - blk0) * L::IPB)) mv_item_acc<T, NT, AL, R>(st[b], rp, blk0, lane, xt, tbl, acc);
         __syncwarp();
     }
 }
@@ -807,20 +806,20 @@ template <int V> __device__ __forceinline__ float warp_sum_many(float (&v)[V], i
     return s;
 }
 
-template <int T, int NT>
+template <int T, int NT, int R = MV_ROWS>
 __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? MV_MINB_DECODE : 1) mv_kernel(mv_args a) {
     using L = lay<T>;
-    constexpr int V = MV_ROWS * NT;
+    constexpr int V = R * NT;
     if (a.early && !a.mats) { /* the weights depend on no kernel: their reads start while the one before runs */
         const int warp = threadIdx.x >> 5, kwi = warp % a.kw;
-        const int64_t row0 = ((int64_t)blockIdx.x * (MV_WARPS / a.kw) + warp / a.kw) * MV_ROWS;
-        for (int r = 0; r < MV_ROWS && row0 + r < a.rows; r++)
+        const int64_t row0 = ((int64_t)blockIdx.x * (MV_WARPS / a.kw) + warp / a.kw) * R;
+        for (int r = 0; r < R && row0 + r < a.rows; r++)
             for (int64_t o = (int64_t)(kwi * 32 + (threadIdx.x & 31)) * 128; o < a.row_bytes;
                  o += (int64_t)a.kw * 32 * 128)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(a.w + (row0 + r) * a.row_bytes + o));
     }
     QWC_PDL_ENTRY();
-    __shared__ __align__(16) uint8_t stage[MV_WARPS][2][MV_ROWS][L::SROW];
+    __shared__ __align__(16) uint8_t stage[MV_WARPS][2][R][L::SROW];
     __shared__ float red[MV_WARPS][V];
     __shared__ float tbl[16];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -829,19 +828,19 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? MV_MINB_DECODE : 1) mv_k
         __syncthreads();
     }
     const int kwi = warp % a.kw;
-    const int64_t row0 = ((int64_t)blockIdx.x * (MV_WARPS / a.kw) + warp / a.kw) * MV_ROWS;
+    const int64_t row0 = ((int64_t)blockIdx.x * (MV_WARPS / a.kw) + warp / a.kw) * R;
     const int64_t pair = a.pair0 + blockIdx.y;
     const uint8_t *w = a.mats ? (const uint8_t *)a.mats[pair] : a.w;
-    float acc[MV_ROWS][NT];
+    float acc[R][NT];
 #pragma unroll
-    for (int r = 0; r < MV_ROWS; r++)
+    for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     if (row0 < a.rows && w) { /* a pair without its matrix (NULL: another GPU's expert) gives zeros */
         if (L::AL_OK && ((uintptr_t)w & 15) == 0 && (a.row_bytes & 15) == 0)
-            mv_rows<T, NT, L::AL_OK>(a, w, row0, pair, kwi, lane, stage[warp], tbl, acc);
+            mv_rows<T, NT, L::AL_OK, R>(a, w, row0, pair, kwi, lane, stage[warp], tbl, acc);
         else
-            mv_rows<T, NT, false>(a, w, row0, pair, kwi, lane, stage[warp], tbl, acc);
+            mv_rows<T, NT, false, R>(a, w, row0, pair, kwi, lane, stage[warp], tbl, acc);
     }
     float v[V];
 #pragma unroll
@@ -1392,6 +1391,21 @@ static int mv_early() {
     return qwc_env_switch("QWENC_CUDA_MV_EARLY", 1, &r);
 }
 
+/* One token's product whose row groups would fill few blocks (fewer than MV_ONE_ROW_BLOCKS: the MoE's f32 router,
+ * 512 rows in 128 blocks; most products of a BF16 model) takes a row a warp instead of a group of MV_ROWS: four
+ * times the warps, each with the same chunks (kw is chosen for the groups of MV_ROWS as before) and the same sums
+ * (a row's partial sums do not depend on the rows beside it, and warp_sum_many adds each value in the butterfly's
+ * tree whatever their number), so the same bits. QWC_MV_ONE_ROW 0, or QWENC_CUDA_MV_ONE_ROW=0 in the
+ * environment: groups of MV_ROWS throughout (tests/gpu/fusions.sh compares the bits). */
+#ifndef QWC_MV_ONE_ROW
+#define QWC_MV_ONE_ROW 1
+#endif
+constexpr int64_t MV_ONE_ROW_BLOCKS = 264;
+static int mv_one_row_on() {
+    static int r = -1;
+    return QWC_MV_ONE_ROW && qwc_env_switch("QWENC_CUDA_MV_ONE_ROW", 1, &r);
+}
+
 /* the matrix-vector kernels of type T for one pass of n_tok <= MV_PASS_TOK tokens (n_pairs pairs: blockIdx.y) */
 template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs) {
     using L = lay<T>;
@@ -1414,7 +1428,9 @@ template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs
         while (a.kw < MV_WARPS && 2 * a.kw <= nchunk && groups * a.kw < target) a.kw *= 2;
         const dim3 grid((unsigned)cdiv(cdiv(a.rows, MV_ROWS), MV_WARPS / a.kw), ny);
         const int nt = a.n_tok;
-        if (nt == 1) qwc_launch(mv_kernel<T, 1>, grid, MV_THREADS, 0, s, a);
+        if (nt == 1 && (int64_t)grid.x * ny < MV_ONE_ROW_BLOCKS && mv_one_row_on())
+            qwc_launch(mv_kernel<T, 1, 1>, dim3((unsigned)cdiv(a.rows, MV_WARPS / a.kw), ny), MV_THREADS, 0, s, a);
+        else if (nt == 1) qwc_launch(mv_kernel<T, 1>, grid, MV_THREADS, 0, s, a);
         else if (nt == 2) qwc_launch(mv_kernel<T, 2>, grid, MV_THREADS, 0, s, a);
         else if (nt <= 4) qwc_launch(mv_kernel<T, 4>, grid, MV_THREADS, 0, s, a);
         else qwc_launch(mv_kernel<T, 8>, grid, MV_THREADS, 0, s, a);

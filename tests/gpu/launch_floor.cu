@@ -38,13 +38,35 @@ __device__ void grid_barrier(unsigned *count, volatile unsigned *gen) {
     __syncthreads();
 }
 
-__global__ void k_persist(float *buf, int n, int nread, unsigned *bar) {
+/* the same with acquire/release atomics in place of the fences */
+__device__ void grid_barrier_ar(unsigned *count, unsigned *gen) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned g, old, v;
+        asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
+        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(old) : "l"(count) : "memory");
+        if (old == gridDim.x - 1) {
+            asm volatile("st.relaxed.gpu.u32 [%0], 0;" ::"l"(count) : "memory");
+            asm volatile("red.release.gpu.add.u32 [%0], 1;" ::"l"(gen) : "memory");
+        } else {
+            do
+                asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(gen) : "memory");
+            while (v == g);
+        }
+    }
+    __syncthreads();
+}
+
+template <int AR> __global__ void k_persist(float *buf, int n, int nread, unsigned *bar) {
     for (int i = 0; i < n; i++) {
         float v = 0;
         const volatile float *in = buf + (size_t)(i & 1) * (1 << 20); /* past L1: the other blocks wrote it */
         for (int j = threadIdx.x; j < nread; j += blockDim.x) v += in[j];
         if (threadIdx.x == 0) buf[(size_t)((i + 1) & 1) * (1 << 20) + blockIdx.x] = v + 1;
-        grid_barrier(bar, bar + 1);
+        if (AR)
+            grid_barrier_ar(bar, bar + 1);
+        else
+            grid_barrier(bar, bar + 1);
     }
 }
 
@@ -98,27 +120,29 @@ int main() {
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     unsigned *bar;
     cudaMalloc(&bar, 2 * sizeof(unsigned));
-    for (int per_sm = 1; per_sm <= 4; per_sm *= 4)
-        for (int nread : reads) {
-            int n = N * REPS;
-            cudaMemset(bar, 0, 2 * sizeof(unsigned));
-            void *args[] = {&buf, &n, &nread, &bar};
-            cudaEvent_t a, b;
-            cudaEventCreate(&a), cudaEventCreate(&b);
-            cudaEventRecord(a, st);
-            const cudaError_t le = cudaLaunchCooperativeKernel((void *)k_persist, sms * per_sm, 256, args, 0, st);
-            cudaEventRecord(b, st);
-            cudaEventSynchronize(b);
-            float ms = 0;
-            cudaEventElapsedTime(&ms, a, b);
-            const cudaError_t e = le != cudaSuccess ? le : cudaGetLastError();
-            if (e != cudaSuccess) {
-                fprintf(stderr, "launch_floor: persistent kernel: %s\n", cudaGetErrorString(e));
-                return 1;
-            }
-            printf("persistent, %4d blocks, %4d floats a block: %.2f us a step\n", sms * per_sm, nread,
-                   ms * 1000.0 / n);
-            cudaEventDestroy(a), cudaEventDestroy(b);
+    for (int v = 0; v < 8; v++) { /* barrier kind x blocks an SM x floats read */
+        const int ar = v >> 2, per_sm = v & 2 ? 4 : 1;
+        int nread = reads[v & 1];
+        int n = N * REPS;
+        cudaMemset(bar, 0, 2 * sizeof(unsigned));
+        void *args[] = {&buf, &n, &nread, &bar};
+        cudaEvent_t a, b;
+        cudaEventCreate(&a), cudaEventCreate(&b);
+        cudaEventRecord(a, st);
+        void *k = ar ? (void *)k_persist<1> : (void *)k_persist<0>;
+        const cudaError_t le = cudaLaunchCooperativeKernel(k, sms * per_sm, 256, args, 0, st);
+        cudaEventRecord(b, st);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        const cudaError_t e = le != cudaSuccess ? le : cudaGetLastError();
+        if (e != cudaSuccess) {
+            fprintf(stderr, "launch_floor: persistent kernel: %s\n", cudaGetErrorString(e));
+            return 1;
         }
+        printf("persistent (%s), %4d blocks, %4d floats a block: %.2f us a step\n",
+               ar ? "acquire/release" : "fences", sms * per_sm, nread, ms * 1000.0 / n);
+        cudaEventDestroy(a), cudaEventDestroy(b);
+    }
     return 0;
 }
