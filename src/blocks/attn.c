@@ -43,10 +43,14 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
         deinterleave_heads(f, q, (int64_t)T * nh, hd, tmp);
         deinterleave_heads(f, k, (int64_t)T * nkv, hd, tmp);
     }
-    if (w->q_norm) be->rms_norm(be, q, q, w->q_norm, T * nh, hd, hp->norm_eps, zc);
-    if (w->k_norm) be->rms_norm(be, k, k, w->k_norm, T * nkv, hd, hp->norm_eps, zc);
-    be->rope(be, q, T, (int)nq, nh, hd, hp->n_rot, f->rope_cs);
-    be->rope(be, k, T, (int)nk, nkv, hd, hp->n_rot, f->rope_cs);
+    if (w->q_norm) /* each head's norm and RoPE (one op where the backend fuses them) */
+        qw_be_rms_norm_rope(be, q, w->q_norm, T, (int)nq, nh, hd, hp->norm_eps, zc, hp->n_rot, f->rope_cs);
+    else
+        be->rope(be, q, T, (int)nq, nh, hd, hp->n_rot, f->rope_cs);
+    if (w->k_norm)
+        qw_be_rms_norm_rope(be, k, w->k_norm, T, (int)nk, nkv, hd, hp->norm_eps, zc, hp->n_rot, f->rope_cs);
+    else
+        be->rope(be, k, T, (int)nk, nkv, hd, hp->n_rot, f->rope_cs);
     float *iqk = w->idx_qk ? qw_qsa_project(f, w, x) : NULL;
 
     /* each session's rows against its own cache, at its own position */

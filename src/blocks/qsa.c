@@ -23,10 +23,11 @@ float *qw_qsa_project(const qw_fwd *f, const qw_attn_w *w, const float *x) {
     int64_t width = (int64_t)(ni + 1) * ihd;
     float *iqk = qw_arena_f32(f->ar, (size_t)T * width);
     be->matmul(be, iqk, w->idx_qk, x, T);
-    /* the queries normed and RoPE'd in place; the raw key after them is left for qsa_keys. Many tokens: the
-     * queries copied together, normed in one call and copied back (three ops, not one per token; the same values) */
-    if (T == 1) {
-        be->rms_norm(be, iqk, iqk, w->idx_q_norm, ni, ihd, hp->norm_eps, 1);
+    /* the queries normed and RoPE'd in place; the raw key after them is left for qsa_keys. Many tokens where the
+     * backend has no rms_norm_rope: the queries copied together, normed in one call and copied back (three ops, not
+     * one per token; the same values) */
+    if (T == 1 || be->rms_norm_rope) {
+        qw_be_rms_norm_rope(be, iqk, w->idx_q_norm, T, (int)width, ni, ihd, hp->norm_eps, 1, hp->n_rot, f->rope_cs);
     } else {
         const int64_t qw = (int64_t)ni * ihd;
         float *q = qw_arena_f32(f->ar, (size_t)T * (size_t)qw);
@@ -35,8 +36,8 @@ float *qw_qsa_project(const qw_fwd *f, const qw_attn_w *w, const float *x) {
         be->copy_strided(be, q, iqk, &in);
         be->rms_norm(be, q, q, w->idx_q_norm, T * ni, ihd, hp->norm_eps, 1);
         be->copy_strided(be, iqk, q, &back);
+        be->rope(be, iqk, T, (int)width, ni, ihd, hp->n_rot, f->rope_cs);
     }
-    be->rope(be, iqk, T, (int)width, ni, ihd, hp->n_rot, f->rope_cs);
     return iqk;
 }
 

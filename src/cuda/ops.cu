@@ -333,6 +333,46 @@ static void cu_rope(const qw_backend *be, float *x, int n_tok, int row_stride, i
     QWC_LAUNCHED();
 }
 
+/* Each head's norm and RoPE as one kernel (QWC_NORM_ROPE 0: rms_norm, then rope; the same bits, tests/gpu/fusions.sh):
+ * a block per head of k_rms_norm's threads for hd (its operations: its bits), the normed head in shared memory, then
+ * k_rope's operations on its pairs. Attention's q and k norms and the QSA indexer's queries: three launches fewer. */
+#ifndef QWC_NORM_ROPE
+#define QWC_NORM_ROPE 1
+#endif
+
+__global__ void k_rms_norm_rope(float *x, const float *w, int row_stride, int n_head, int hd, float eps, int zc,
+                                int n_rot, const float *cs) {
+    QWC_PDL_ENTRY();
+    __shared__ double sh[32];
+    extern __shared__ float nh[]; /* [hd] */
+    const int t = blockIdx.x / n_head, h = blockIdx.x % n_head, half = n_rot / 2;
+    float *xr = x + (int64_t)t * row_stride + (int64_t)h * hd;
+    const float inv = rms_inv(xr, hd, eps, sh);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) nh[i] = xr[i] * inv * (w ? (zc ? 1.0f + w[i] : w[i]) : 1.0f);
+    __syncthreads();
+    const float *c = cs + (int64_t)t * n_rot, *s = c + half;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float v = nh[i];
+        if (i < half) v = nh[i] * c[i] - nh[i + half] * s[i];
+        else if (i < n_rot) v = nh[i] * c[i - half] + nh[i - half] * s[i - half];
+        xr[i] = v;
+    }
+}
+
+static void cu_rms_norm_rope(const qw_backend *be, float *x, const float *w, int n_tok, int row_stride, int n_head,
+                             int hd, float eps, int zc, int n_rot, const float *cs) {
+    static int env = -1; /* QWENC_CUDA_NORM_ROPE=0 in the environment: the two ops (to measure what it saves) */
+    if (!QWC_NORM_ROPE || n_rot > hd || !qwc_env_switch("QWENC_CUDA_NORM_ROPE", 1, &env)) {
+        qw_rms_norm_rope_ops(be, x, w, n_tok, row_stride, n_head, hd, eps, zc, n_rot, cs);
+        return;
+    }
+    if (n_tok <= 0 || n_head <= 0) return;
+    qwc *c = qwc_of(be);
+    qwc_launch(k_rms_norm_rope, (unsigned)((int64_t)n_tok * n_head), qwc_norm_threads(hd), (size_t)hd * sizeof(float),
+               qwc_stream(c), x, qwc_wf(c, w, hd), row_stride, n_head, hd, eps, zc, n_rot, cs);
+    QWC_LAUNCHED();
+}
+
 /* ---------------------------------------------------------------- Gated DeltaNet */
 
 __global__ void k_conv1d_dw(float *y, const float *x, const float *w, int n_tok, int ch, int k, int dil,
@@ -640,6 +680,7 @@ void qwc_ops_fill(qw_backend *t) {
     t->rms_norm_gate = cu_rms_norm_gate;
     t->rope_table = cu_rope_table;
     t->rope = cu_rope;
+    t->rms_norm_rope = cu_rms_norm_rope;
     t->conv1d_dw = cu_conv1d_dw;
     t->conv1d_state = cu_conv1d_state;
     t->gdn_gate = cu_gdn_gate;

@@ -127,6 +127,12 @@ struct qw_backend {
      * x [n_tok][row_stride] with n_head heads of head_stride floats from offset 0; cs from rope_table. */
     void (*rope)(const qw_backend *be, float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot,
                  const float *cs);
+    /* Each head's rms_norm, then its RoPE, in place (optional: NULL where the two ops run one by one; callers use
+     * qw_be_rms_norm_rope): x [n_tok][row_stride] with n_head heads of hd floats from offset 0; every head
+     * rms_norm(head, head, w, 1 row, hd, eps, zc), then rope(x, n_tok, row_stride, n_head, hd, n_rot, cs): the bits
+     * of those two ops (a backend may run them as one). */
+    void (*rms_norm_rope)(const qw_backend *be, float *x, const float *w, int n_tok, int row_stride, int n_head,
+                          int hd, float eps, int zc, int n_rot, const float *cs);
     /*
      * Softmax attention of n_tok queries against the KV cache.
      * q [n_tok][q_stride] (head h at h*hd), k/v cache [n_ctx][n_head_kv][hd], out [n_tok][n_head][hd].
@@ -290,6 +296,27 @@ static inline void qw_be_gdn_prep(const qw_backend *be, float *c, const float *x
         be->gdn_prep(be, c, x, hist, seq, w, ch, k, hk, dk, eps, q_scale, a, beta, neg_exp_a, dt_bias, hv);
     else
         qw_gdn_prep_ops(be, c, x, hist, seq, w, ch, k, hk, dk, eps, q_scale, a, beta, neg_exp_a, dt_bias, hv);
+}
+
+/* rms_norm_rope as its two ops */
+static inline void qw_rms_norm_rope_ops(const qw_backend *be, float *x, const float *w, int n_tok, int row_stride,
+                                        int n_head, int hd, float eps, int zc, int n_rot, const float *cs) {
+    if (row_stride == n_head * hd)
+        be->rms_norm(be, x, x, w, n_tok * n_head, hd, eps, zc);
+    else
+        for (int t = 0; t < n_tok; t++) {
+            float *xt = x + (int64_t)t * row_stride;
+            be->rms_norm(be, xt, xt, w, n_head, hd, eps, zc);
+        }
+    be->rope(be, x, n_tok, row_stride, n_head, hd, n_rot, cs);
+}
+/* be->rms_norm_rope when the backend has it, else its two ops */
+static inline void qw_be_rms_norm_rope(const qw_backend *be, float *x, const float *w, int n_tok, int row_stride,
+                                       int n_head, int hd, float eps, int zc, int n_rot, const float *cs) {
+    if (be->rms_norm_rope)
+        be->rms_norm_rope(be, x, w, n_tok, row_stride, n_head, hd, eps, zc, n_rot, cs);
+    else
+        qw_rms_norm_rope_ops(be, x, w, n_tok, row_stride, n_head, hd, eps, zc, n_rot, cs);
 }
 
 #define QW_TOPK_MAX 64

@@ -869,6 +869,46 @@ static void test_argmax(void) {
     free(got), free(x);
 }
 
+/* Each head's norm then RoPE as one op: the bits of the GPU's two ops, the reference's within rms_norm's bound;
+ * heads strided with a partial rotation (64 of 80: 64 threads a head), and contiguous heads of 256 rotated whole
+ * (256 threads); zero-centred and plain weights, in static arrays (the backend knows a weight by its address, and
+ * a freed test buffer's may come back from malloc). Last, so that the tests before it see the random values and
+ * buffers they always saw. */
+static void test_norm_rope(void) {
+    printf("rms_norm_rope\n");
+    fflush(stdout); /* the name shown should a kernel fault end the process */
+    CHECK(G->rms_norm_rope != NULL, "rms_norm_rope: the CUDA backend has none");
+    static const int nr_cases[][5] = {{6, 3, 80, 3 * 80 + 16, 64}, {2, 4, 256, 4 * 256, 256}};
+    for (int ci = 0; ci < 2; ci++) {
+        const int nt = nr_cases[ci][0], nhh = nr_cases[ci][1], hd = nr_cases[ci][2], rs = nr_cases[ci][3];
+        const int nrot = nr_cases[ci][4];
+        const size_t nb = (size_t)nt * rs * 4;
+        float *ifr = malloc((size_t)nrot / 2 * 4), *tab = malloc((size_t)nt * nrot * 4);
+        for (int k = 0; k < nrot / 2; k++) ifr[k] = 1.0f / powf(10000.0f, (float)(2 * k) / nrot);
+        qw_step st = {.pos0 = 77};
+        R->rope_table(R, tab, ifr, nrot, nt, &st);
+        static float nw_store[2][256];
+        float *dtab = dev(tab, (size_t)nt * nrot * 4), *nw = nw_store[ci], *r = rvec((size_t)hd, 0.5f);
+        memcpy(nw, r, (size_t)hd * 4);
+        free(r);
+        for (int zc = 0; zc < 2; zc++) {
+            float *hx = rvec((size_t)nt * rs, 2), *ry = malloc(nb);
+            memcpy(ry, hx, nb);
+            qw_rms_norm_rope_ops(R, ry, nw, nt, rs, nhh, hd, 1e-6f, zc, nrot, tab);
+            float *d1 = dev(hx, nb), *d2 = dev(hx, nb);
+            qw_rms_norm_rope_ops(G, d1, nw, nt, rs, nhh, hd, 1e-6f, zc, nrot, dtab);
+            qw_be_rms_norm_rope(G, d2, nw, nt, rs, nhh, hd, 1e-6f, zc, nrot, dtab);
+            float *g1 = back(d1, nb), *g2 = back(d2, nb);
+            CHECK(same_f(g2, g1, (size_t)nt * rs), "rms_norm_rope (heads of %d, zc %d): not the bits of rms_norm then "
+                  "rope", hd, zc);
+            CHECK(rel_err(g2, ry, (size_t)nt * rs, 1e-6) < 4e-7, "rms_norm_rope (heads of %d, zc %d): relative "
+                  "error %.2e", hd, zc, rel_err(g2, ry, (size_t)nt * rs, 1e-6));
+            free(hx), free(ry), free(g1), free(g2);
+        }
+        free(ifr), free(tab);
+    }
+}
+
 int main(void) {
     char desc[320];
     if (!qw_cuda_available(desc, sizeof(desc))) {
@@ -896,6 +936,7 @@ int main(void) {
     test_argmax();
     test_topk();
     test_q8_batch();
+    test_norm_rope();
     G->release(G); /* the test's device buffers go with the process */
     return test_summary();
 }
