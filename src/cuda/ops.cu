@@ -103,6 +103,12 @@ __device__ __forceinline__ float rms_inv(const float *xr, int dim, float eps, do
     return (float)(1.0 / sqrt(ss / dim + eps));
 }
 
+/* element i of a normed row: x times 1 / rms times its weight (1 + w[i] when zero-centred; w NULL: none) */
+__device__ __forceinline__ float rms_scaled(float x, float inv, const float *w, int i, int zc) {
+    const float s = w ? (zc ? 1.0f + w[i] : w[i]) : 1.0f;
+    return x * inv * s;
+}
+
 __global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, int n_group, float eps, int zc,
                            qw_q8a *xq) {
     QWC_PDL_ENTRY();
@@ -113,8 +119,7 @@ __global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, in
     const float *wr = w ? w + (int64_t)(r % n_group) * dim : NULL;
     const float inv = rms_inv(xr, dim, eps, sh);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        float s = wr ? (zc ? 1.0f + wr[i] : wr[i]) : 1.0f;
-        const float v = xr[i] * inv * s;
+        const float v = rms_scaled(xr[i], inv, wr, i, zc);
         yr[i] = v;
         if (xq) qwc_q8a_warp(v, xq + (r * dim + i) / 32); /* a warp's 32 values: one block (dim % 32 == 0) */
     }
@@ -309,6 +314,13 @@ static void cu_rope_table(const qw_backend *be, float *cs, const float *inv_freq
     QWC_LAUNCHED();
 }
 
+/* RoPE's rotation of the pair (a, b) = (v[k], v[k + n_rot / 2]) by c = cos, s = sin of its angle */
+__device__ __forceinline__ void rope_pair(float *a, float *b, float c, float s) {
+    const float a0 = *a, b0 = *b;
+    *a = a0 * c - b0 * s;
+    *b = b0 * c + a0 * s;
+}
+
 __global__ void k_rope(float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot, const float *cs) {
     QWC_PDL_ENTRY();
     int half = n_rot / 2;
@@ -319,9 +331,7 @@ __global__ void k_rope(float *x, int n_tok, int row_stride, int n_head, int head
     int h = (int)(th % n_head), t = (int)(th / n_head);
     const float *c = cs + (int64_t)t * n_rot, *s = c + half;
     float *v = x + (int64_t)t * row_stride + (int64_t)h * head_stride;
-    float a = v[k], b = v[k + half];
-    v[k] = a * c[k] - b * s[k];
-    v[k + half] = b * c[k] + a * s[k];
+    rope_pair(&v[k], &v[k + half], c[k], s[k]);
 }
 
 static void cu_rope(const qw_backend *be, float *x, int n_tok, int row_stride, int n_head, int head_stride, int n_rot,
@@ -348,15 +358,15 @@ __global__ void k_rms_norm_rope(float *x, const float *w, int row_stride, int n_
     const int t = blockIdx.x / n_head, h = blockIdx.x % n_head, half = n_rot / 2;
     float *xr = x + (int64_t)t * row_stride + (int64_t)h * hd;
     const float inv = rms_inv(xr, hd, eps, sh);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) nh[i] = xr[i] * inv * (w ? (zc ? 1.0f + w[i] : w[i]) : 1.0f);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) nh[i] = rms_scaled(xr[i], inv, w, i, zc);
     __syncthreads();
     const float *c = cs + (int64_t)t * n_rot, *s = c + half;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float v = nh[i];
-        if (i < half) v = nh[i] * c[i] - nh[i + half] * s[i];
-        else if (i < n_rot) v = nh[i] * c[i - half] + nh[i - half] * s[i - half];
-        xr[i] = v;
+    for (int k = threadIdx.x; k < half; k += blockDim.x) {
+        float a = nh[k], b = nh[k + half];
+        rope_pair(&a, &b, c[k], s[k]);
+        xr[k] = a, xr[k + half] = b;
     }
+    for (int i = 2 * half + threadIdx.x; i < hd; i += blockDim.x) xr[i] = nh[i]; /* past the rotated pairs */
 }
 
 static void cu_rms_norm_rope(const qw_backend *be, float *x, const float *w, int n_tok, int row_stride, int n_head,
