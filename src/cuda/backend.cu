@@ -35,6 +35,7 @@ typedef struct {
     const void *host;
     void *dev;
     size_t bytes, pad; /* dev - pad is the allocation (a random part made on the GPU: aligned as in its tensor) */
+    int table;         /* made by qwc_table (device pointers), not a weight's bytes */
 } wentry;
 
 /* a tensor of random weights to be made where it is read (qw_backend_cuda_weights_random on a split backend) */
@@ -271,12 +272,16 @@ static const rspec *lazy_spec(qwc *c, const void *key) {
     return &o->specs[lo];
 }
 
-const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t bytes) {
+/* The device copy of `bytes` of `contents` kept under `key`, made when absent, shorter, or of the other kind (a
+ * weight's bytes against a table), so that a key reused by the host (memory freed and handed out again) never
+ * reads what an earlier owner of that address left there as the other kind */
+static const void *stored(qwc *c, const void *key, const void *contents, size_t bytes, int table) {
     if (!key) return NULL;
-    if (void *r = in_region(c, key)) return r;
+    if (!table)
+        if (void *r = in_region(c, key)) return r;
     pthread_mutex_lock(&c->lock);
     wentry *e = entry_of(c, key);
-    if (!e->host || e->bytes < bytes) {
+    if (!e->host || e->bytes < bytes || e->table != table) {
         if (recording(c)) qwc_die(__FILE__, __LINE__, "qwc_weight", "a weight first read while a graph is recorded");
         const rspec *r = lazy_spec(c, key);
         const size_t off = r ? (size_t)((const uint8_t *)key - r->key) : 0, pad = off % 4;
@@ -314,6 +319,7 @@ const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t 
         e->dev = d;
         e->pad = pad;
         e->bytes = bytes;
+        e->table = table;
         c->weight_bytes += bytes;
     }
     void *d = e->dev;
@@ -321,7 +327,11 @@ const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t 
     return d;
 }
 
-const void *qwc_weight(qwc *c, const void *host, size_t bytes) { return qwc_weight_as(c, host, host, bytes); }
+const void *qwc_weight(qwc *c, const void *host, size_t bytes) { return stored(c, host, host, bytes, 0); }
+
+const void *qwc_table(qwc *c, const void *key, const void *contents, size_t bytes) {
+    return stored(c, key, contents, bytes, 1);
+}
 
 int qwc_ple_host(const qwc *c) { return c->ple_host; }
 
@@ -350,11 +360,10 @@ const void *qwc_host_mapped(qwc *c, const void *host, size_t bytes) {
     return d;
 }
 
-const void *qwc_lookup(qwc *c, const void *key) {
-    if (void *r = in_region(c, key)) return r;
+const void *qwc_table_lookup(qwc *c, const void *key, size_t bytes) {
     pthread_mutex_lock(&c->lock);
     wentry *e = entry_of(c, key);
-    void *d = e->host ? e->dev : NULL;
+    void *d = e->host && e->table && e->bytes >= bytes ? e->dev : NULL;
     pthread_mutex_unlock(&c->lock);
     return d;
 }

@@ -171,7 +171,7 @@ static void cu_ple_gather(const qw_backend *be, float *e, const int64_t *rows, i
     qwc *c = qwc_of(be);
     if (prefetch || n <= 0) return; /* the table is in device memory */
     /* the device pointers of the pieces, made once per table */
-    const void *const *tab = (const void *const *)qwc_lookup(c, chunks);
+    const void *const *tab = (const void *const *)qwc_table_lookup(c, chunks, (size_t)n_chunks * sizeof(void *));
     if (!tab) {
         const void *h[64];
         if (n_chunks > 64) qwc_die(__FILE__, __LINE__, "ple_gather", "more than 64 pieces of an n-gram table");
@@ -179,7 +179,7 @@ static void cu_ple_gather(const qw_backend *be, float *e, const int64_t *rows, i
             h[i] = qwc_ple_host(c) ? qwc_host_mapped(c, chunks[i].data, (size_t)chunks[i].shape[0] *
                                                                          qw_type_row_size(chunks[i].type, chunks[i].shape[1]))
                                    : qwc_tensor(c, &chunks[i]).data;
-        tab = (const void *const *)qwc_weight_as(c, chunks, h, (size_t)n_chunks * sizeof(void *));
+        tab = (const void *const *)qwc_table(c, chunks, h, (size_t)n_chunks * sizeof(void *));
     }
     qwc_gather_rows(c, e, tab, chunks[0].type, chunks[0].shape[1], n_chunks, chunk_rows, rows, n);
 }

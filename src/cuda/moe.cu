@@ -209,7 +209,7 @@ static void cu_moe_route(const qw_backend *be, int32_t *sel, float *wt, float *l
 
 /* The device table of an expert list's matrices: [3][E] device pointers (gate, up, down), made once. */
 static const void *const *expert_table(qwc *c, const qw_ffn_w *experts, int E) {
-    const void *t = qwc_lookup(c, experts);
+    const void *t = qwc_table_lookup(c, experts, (size_t)3 * E * sizeof(void *));
     if (t) return (const void *const *)t;
     const void **h = (const void **)qw_calloc((size_t)3 * E, sizeof(void *));
     if (!h) qwc_die(__FILE__, __LINE__, "expert_table", "out of host memory");
@@ -218,7 +218,7 @@ static const void *const *expert_table(qwc *c, const qw_ffn_w *experts, int E) {
         h[E + e] = qwc_tensor(c, &experts[e].up).data;
         h[2 * E + e] = qwc_tensor(c, &experts[e].down).data;
     }
-    t = qwc_weight_as(c, experts, h, (size_t)3 * E * sizeof(void *));
+    t = qwc_table(c, experts, h, (size_t)3 * E * sizeof(void *));
     free(h);
     return (const void *const *)t;
 }

@@ -16,10 +16,11 @@ extern "C" {
 qw_backend qwc_op_table(void);
 /* The device copy of `bytes` of weights at host address `host` (uploaded on first use; NULL for NULL). */
 const void *qwc_weight(qwc *c, const void *host, size_t bytes);
-/* The same for contents made on the host but kept under another key (a table of device pointers kept under
- * the host array it was made from), and the lookup alone (NULL: not there yet). */
-const void *qwc_weight_as(qwc *c, const void *key, const void *contents, size_t bytes);
-const void *qwc_lookup(qwc *c, const void *key);
+/* A table of device pointers made on the host, kept under another key (the host array it was made from), and the
+ * lookup alone: NULL when not there yet, or when what is kept under key is a weight's bytes (an address the host
+ * freed and handed out again is never read as pointers). */
+const void *qwc_table(qwc *c, const void *key, const void *contents, size_t bytes);
+const void *qwc_table_lookup(qwc *c, const void *key, size_t bytes);
 /* The most QSA blocks a query may see in this backend's sessions (qsa_select_work reserves their shared memory):
  * 1 when that grew. */
 int qwc_qsa_reserve(qwc *c, int blocks);
