@@ -31,8 +31,11 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
     float *q = w->gated ? NULL : qw_arena_f32(f->ar, (size_t)T * nq), *gate = NULL, *qg = NULL;
     float *k = qw_arena_f32(f->ar, (size_t)T * nk), *v = qw_arena_f32(f->ar, (size_t)T * nk);
     if (w->gated) qg = qw_arena_f32(f->ar, (size_t)T * nq * 2);
-    qw_matmul_job proj[3] = {{w->gated ? qg : q, w->wq, x, T}, {k, w->wk, x, T}, {v, w->wv, x, T}};
-    be->matmul_batch(be, proj, 3);
+    /* the QSA indexer's queries and key with q, k and v: one batch */
+    float *iqk = w->idx_qk ? qw_arena_f32(f->ar, (size_t)T * qw_qsa_width(hp)) : NULL;
+    qw_matmul_job proj[4] = {
+        {w->gated ? qg : q, w->wq, x, T}, {k, w->wk, x, T}, {v, w->wv, x, T}, {iqk, w->idx_qk, x, T}};
+    be->matmul_batch(be, proj, iqk ? 4 : 3);
     if (w->gated) { /* per head [q_h | gate_h]: all q heads, then all gate heads, in one copy */
         q = qw_arena_f32(f->ar, (size_t)T * nq * 2), gate = q + (int64_t)T * nq;
         qw_copy_layout split = {{hd, (int64_t)T * nh, 2, 1}, {1, hd, (int64_t)T * nq, 0}, {1, 2 * hd, hd, 0}};
@@ -47,11 +50,18 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
         qw_be_rms_norm_rope(be, q, w->q_norm, T, (int)nq, nh, hd, hp->norm_eps, zc, hp->n_rot, f->rope_cs);
     else
         be->rope(be, q, T, (int)nq, nh, hd, hp->n_rot, f->rope_cs);
-    if (w->k_norm)
+    /* one session's keys normed, RoPE'd and stored with its values in one op where the backend has it */
+    const int kv_stored = w->k_norm && be->rms_norm_rope_kv && qw_fwd_n_seg(f) == 1;
+    if (kv_stored) {
+        qw_seg g = qw_fwd_seg(f, 0);
+        be->rms_norm_rope_kv(be, k, w->k_norm, T, nkv, hd, hp->norm_eps, zc, hp->n_rot, f->rope_cs, g.s->ls[il].k, v,
+                             g.s->ls[il].v, g.s->step);
+    } else if (w->k_norm) {
         qw_be_rms_norm_rope(be, k, w->k_norm, T, (int)nk, nkv, hd, hp->norm_eps, zc, hp->n_rot, f->rope_cs);
-    else
+    } else {
         be->rope(be, k, T, (int)nk, nkv, hd, hp->n_rot, f->rope_cs);
-    float *iqk = w->idx_qk ? qw_qsa_project(f, w, x) : NULL;
+    }
+    if (iqk) qw_qsa_queries(f, w, iqk);
 
     /* each session's rows against its own cache, at its own position */
     float *o = qw_arena_f32(f->ar, (size_t)T * nq);
@@ -60,8 +70,10 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
         qw_seg g = qw_fwd_seg(f, i);
         qw_layer_state *ls = &g.s->ls[il];
         int64_t r0 = g.row0;
-        be->store_rows(be, ls->k, k + r0 * nk, g.rows, nk, g.s->step);
-        be->store_rows(be, ls->v, v + r0 * nk, g.rows, nk, g.s->step);
+        if (!kv_stored) {
+            be->store_rows(be, ls->k, k + r0 * nk, g.rows, nk, g.s->step);
+            be->store_rows(be, ls->v, v + r0 * nk, g.rows, nk, g.s->step);
+        }
         qw_arena_mark ms = qw_arena_get_mark(f->ar);
         int32_t *sel = NULL, *sel_off = NULL;
         if (iqk) qw_qsa_select(f, il, w, iqk, g, &sel, &sel_off);

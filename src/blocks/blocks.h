@@ -19,9 +19,10 @@ void qw_rope_inv_freq(const qw_hparams *hp, float *inv_freq);
  * zc: q/k norms zero-centred. x [n_tok][H] -> y [n_tok][H]. */
 void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const float *x, float *y);
 
-/* QSA indexer: the projections of every row, the queries normed and RoPE'd (the raw keys after them): [n_tok]
- * rows of (n_idx_head + 1) * idx_head_dim, in the arena. */
-float *qw_qsa_project(const qw_fwd *f, const qw_attn_w *w, const float *x);
+/* QSA indexer: its projection of a row is (n_idx_head + 1) * idx_head_dim wide (the queries, then the raw key);
+ * qw_qsa_queries norms and RoPEs the queries of the step's n_tok rows iqk in place (the raw keys stay). */
+int64_t qw_qsa_width(const qw_hparams *hp);
+void qw_qsa_queries(const qw_fwd *f, const qw_attn_w *w, float *iqk);
 /* For a segment's rows: updates its session's raw/pooled key cache and returns, for each of its queries, the
  * ascending key positions it attends (sel[sel_off[t] .. sel_off[t+1])), allocated in the arena. */
 void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *iqk, qw_seg g, int32_t **sel,

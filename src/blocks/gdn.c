@@ -136,19 +136,24 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
         be->copy(be, d->g, g, (size_t)T * hv * sizeof(float));
         be->copy(be, d->b, b, (size_t)T * hv * sizeof(float));
     }
+    /* then the gated RMSNorm per value head: RMSNorm(o; w) * act(z); one session's rows with the delta rule (one op
+     * where the backend has it) */
+    const int act = gate_sigmoid ? QW_ACT_SIGMOID : QW_ACT_SILU;
+    const int gated = be->delta_rule_gate && !f->draft && qw_fwd_n_seg(f) == 1;
     for (int i = 0; i < qw_fwd_n_seg(f); i++) { /* each session's rows through its own recurrent state */
         qw_seg s = qw_fwd_seg(f, i);
         int64_t r0 = s.row0;
         if (f->draft)
             qw_gdn_recur(be, o + r0 * vd, s.s->ls[il].ssm, q + r0 * kd, k + r0 * kd, v + r0 * vd, g + r0 * hv,
                          b + r0 * hv, s.rows, hk, hv, dk, dv, tiled);
+        else if (gated)
+            be->delta_rule_gate(be, o, s.s->ls[il].ssm, q, k, v, g, b, T, hk, hv, dk, dv, tiled, w->norm, z,
+                                hp->norm_eps, act);
         else
             be->delta_rule(be, o + r0 * vd, s.s->ls[il].ssm, q + r0 * kd, k + r0 * kd, v + r0 * vd, g + r0 * hv,
                            b + r0 * hv, s.rows, hk, hv, dk, dv, tiled);
     }
-
-    /* gated RMSNorm per value head: RMSNorm(o; w) * act(z) */
-    be->rms_norm_gate(be, o, o, w->norm, z, T * hv, dv, hp->norm_eps, gate_sigmoid ? QW_ACT_SIGMOID : QW_ACT_SILU);
+    if (!gated) be->rms_norm_gate(be, o, o, w->norm, z, T * hv, dv, hp->norm_eps, act);
     be->matmul(be, y, w->out, o, T);
     qw_arena_restore(f->ar, mk);
 }

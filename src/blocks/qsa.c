@@ -16,13 +16,13 @@
  */
 #include "blocks/blocks.h"
 
-float *qw_qsa_project(const qw_fwd *f, const qw_attn_w *w, const float *x) {
+int64_t qw_qsa_width(const qw_hparams *hp) { return (int64_t)(hp->idx_n_head + 1) * hp->idx_head_dim; }
+
+void qw_qsa_queries(const qw_fwd *f, const qw_attn_w *w, float *iqk) {
     const qw_hparams *hp = f->hp;
     const qw_backend *be = f->be;
     int T = f->n_tok, ni = hp->idx_n_head, ihd = hp->idx_head_dim;
-    int64_t width = (int64_t)(ni + 1) * ihd;
-    float *iqk = qw_arena_f32(f->ar, (size_t)T * width);
-    be->matmul(be, iqk, w->idx_qk, x, T);
+    int64_t width = qw_qsa_width(hp);
     /* the queries normed and RoPE'd in place; the raw key after them is left for qsa_keys. Many tokens where the
      * backend has no rms_norm_rope: the queries copied together, normed in one call and copied back (three ops, not
      * one per token; the same values) */
@@ -38,7 +38,6 @@ float *qw_qsa_project(const qw_fwd *f, const qw_attn_w *w, const float *x) {
         be->copy_strided(be, iqk, q, &back);
         be->rope(be, iqk, T, (int)width, ni, ihd, hp->n_rot, f->rope_cs);
     }
-    return iqk;
 }
 
 void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *iqk, qw_seg g, int32_t **sel_out,

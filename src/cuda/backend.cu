@@ -77,6 +77,7 @@ struct qwc {
     int n_pinned;
     int q8;        /* quantized weights meet 8-bit activations */
     void *q8_buf;  /* their buffer, Q8_BYTES */
+    unsigned *counts; /* QWC_COUNTS zeroed counters in device memory (qwc_counts) */
     int q8_keep;   /* the next product reads the x of the one before (qwc_q8_keep) */
     const float *q8_x; /* what q8_buf holds: the rounding of these rows */
     int64_t q8_ldx, q8_cols, q8_rows;
@@ -105,6 +106,7 @@ struct qwc {
     int n_ep_old;
 };
 
+#define QWC_COUNTS 4096
 #define Q8_BYTES ((size_t)4 << 20) /* 104,857 blocks of 32: 16 tokens of 209,712 columns, 64 pairs of 52,428 */
 
 static qwc *C(const qw_backend *be) { return (qwc *)be; }
@@ -142,6 +144,7 @@ cudaStream_t qwc_stream(const qwc *c) { return c->stream; }
 cublasHandle_t qwc_cublas(const qwc *c) { return c->cublas; }
 
 int qwc_q8_on(const qwc *c) { return c->q8 && c->q8_buf; }
+unsigned *qwc_counts(qwc *c, int n) { return n <= QWC_COUNTS ? c->counts : NULL; }
 void *qwc_q8_buf(qwc *c, size_t *bytes) {
     *bytes = c->q8_buf ? Q8_BYTES : 0;
     return c->q8_buf;
@@ -523,6 +526,7 @@ static void cu_release(qw_backend *be) {
     free(c->specs);
     free(c->stage);
     if (c->q8_buf) cudaFree(c->q8_buf);
+    if (c->counts) cudaFree(c->counts);
     if (c->scratch) cudaFree(c->scratch);
     cublasDestroy(c->cublas);
     cudaStreamDestroy(c->stream);
@@ -681,6 +685,12 @@ extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *
     if (cudaMalloc(&c->q8_buf, Q8_BYTES) != cudaSuccess) { /* without it, f32 activations throughout */
         cudaGetLastError();
         c->q8_buf = NULL;
+    }
+    if (cudaMalloc(&c->counts, QWC_COUNTS * sizeof(unsigned)) != cudaSuccess ||
+        cudaMemsetAsync(c->counts, 0, QWC_COUNTS * sizeof(unsigned), c->stream) != cudaSuccess) {
+        cudaGetLastError(); /* without them, the kernels that would count run as the ops they join */
+        if (c->counts) cudaFree(c->counts);
+        c->counts = NULL;
     }
     cublasSetMathMode(c->cublas, CUBLAS_PEDANTIC_MATH); /* f32 products, f32 sums: no TF32 */
     c->be = qwc_op_table();

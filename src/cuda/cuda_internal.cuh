@@ -59,6 +59,9 @@ const void *qwc_host_mapped(qwc *c, const void *host, size_t bytes);
 /* The device buffer of the 8-bit activations (*bytes its size: fixed, made with the backend, so recorded graphs
  * keep its address); NULL when there is none. */
 void *qwc_q8_buf(qwc *c, size_t *bytes);
+/* n (at most 4,096) counters in device memory, zeros between kernels: a kernel whose last block to end finishes
+ * the work counts its blocks there and leaves them zero; NULL when n is more or they could not be had */
+unsigned *qwc_counts(qwc *c, int n);
 /* Products that read the same x in a row (a matmul_batch's jobs, the MoE's gate and up): keep 0 starts a chain
  * (forgets what the buffer holds), keep 1 lets a product of the chain use the buffer's rounding again when an
  * earlier one rounded the same rows (qwc_q8_same); qwc_q8_note records what it holds. */

@@ -28,28 +28,34 @@ static void cu_matmul(const qw_backend *be, float *y, const qw_tensor *w, const 
 #define QWC_MVQ_BATCH 1
 #endif
 
-/* the jobs in turn, or a run of them in one launch; a job reading the x of the one before uses its 8-bit rounding
- * again (the integer path) */
+/* the jobs in turn, or up to 4 of one type, row length and x in one launch (the first not yet run and the next ones
+ * of its kind, wherever they stand among the jobs); a job reading the x of the one run before it uses its 8-bit
+ * rounding again (the integer path) */
 static void cu_matmul_batch(const qw_backend *be, const qw_matmul_job *jobs, int n_jobs) {
     qwc *c = qwc_of(be);
-    for (int j = 0; j < n_jobs;) {
-        qwc_q8_keep(c, j > 0 && jobs[j].x == jobs[j - 1].x && jobs[j].n_tok == jobs[j - 1].n_tok);
-        int n = 1;
-        while (QWC_MVQ_BATCH && jobs[j].n_tok == 1 && n < 4 && j + n < n_jobs && jobs[j + n].x == jobs[j].x &&
-               jobs[j + n].n_tok == 1 && jobs[j + n].w->type == jobs[j].w->type &&
-               jobs[j + n].w->shape[1] == jobs[j].w->shape[1])
-            n++;
+    uint64_t ran = 0; /* bit j: job j ran (jobs past 64 run in turn) */
+    const qw_matmul_job *last = NULL;
+    for (int j = 0; j < n_jobs; j++) {
+        if (j < 64 && ran >> j & 1) continue;
+        const qw_matmul_job *a = &jobs[j];
+        qwc_q8_keep(c, last && a->x == last->x && a->n_tok == last->n_tok);
+        last = a;
+        int at[4] = {j}, n = 1;
+        for (int i = j + 1; QWC_MVQ_BATCH && a->n_tok == 1 && n < 4 && i < n_jobs && i < 64; i++)
+            if (!(ran >> i & 1) && jobs[i].x == a->x && jobs[i].n_tok == 1 && jobs[i].w->type == a->w->type &&
+                jobs[i].w->shape[1] == a->w->shape[1])
+                at[n++] = i;
         if (n > 1) {
             qw_tensor d[4];
             float *y[4];
-            for (int i = 0; i < n; i++) d[i] = qwc_tensor(c, jobs[j + i].w), y[i] = jobs[j + i].y;
-            if (qwc_matmul_group(c, d, y, n, jobs[j].x)) {
-                j += n;
+            for (int i = 0; i < n; i++) d[i] = qwc_tensor(c, jobs[at[i]].w), y[i] = jobs[at[i]].y;
+            if (qwc_matmul_group(c, d, y, n, a->x)) {
+                for (int i = 0; i < n; i++) ran |= 1ull << at[i];
                 continue;
             }
         }
-        cu_matmul(be, jobs[j].y, jobs[j].w, jobs[j].x, jobs[j].n_tok);
-        j++;
+        cu_matmul(be, a->y, a->w, a->x, a->n_tok);
+        if (j < 64) ran |= 1ull << j;
     }
     qwc_q8_keep(c, 0);
 }
@@ -99,6 +105,15 @@ static void cu_copy_strided(const qw_backend *be, float *dst, const float *src, 
 __device__ __forceinline__ float rms_inv(const float *xr, int dim, float eps, double *sh) {
     double ss = 0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = qwc_block_sum(ss, sh);
+    return (float)(1.0 / sqrt(ss / dim + eps));
+}
+/* the same as a block of nt threads (a multiple of 32, at most blockDim.x) forms it: the threads past nt add zeros,
+ * which leave qwc_block_sum's warp and block sums as they are, so a larger block gets those bits */
+__device__ __forceinline__ float rms_inv_as(const float *xr, int dim, float eps, double *sh, int nt) {
+    double ss = 0;
+    if ((int)threadIdx.x < nt)
+        for (int i = threadIdx.x; i < dim; i += nt) ss += (double)xr[i] * xr[i];
     ss = qwc_block_sum(ss, sh);
     return (float)(1.0 / sqrt(ss / dim + eps));
 }
@@ -268,21 +283,27 @@ static void cu_act_mul(const qw_backend *be, float *y, float *a, const float *b,
 
 /* A block per row: k_rms_norm's operations (not zero-centred, one weight vector) and threads, then k_act_mul's on
  * the result: y = act(z) * the normed x; xq (not NULL, dim % 32 == 0): y's 8-bit rounding. */
-__global__ void k_rms_norm_gate(float *y, const float *x, const float *w, const float *z, int dim, float eps, int act,
-                                qw_q8a *xq) {
-    QWC_PDL_ENTRY();
-    __shared__ double sh[32];
-    const int64_t r = blockIdx.x;
-    const float *xr = x + r * dim, *zr = z + r * dim;
-    float *yr = y + r * dim;
-    const float inv = rms_inv(xr, dim, eps, sh);
+/* the gated norm's row xr [dim] into yr by the block, its squares summed as nt threads sum them (rms_inv_as); xq
+ * (not NULL): the row's 8-bit blocks */
+__device__ __forceinline__ void norm_gate_row(float *yr, const float *xr, const float *w, const float *zr, int dim,
+                                              float eps, int act, qw_q8a *xq, int nt, double *sh) {
+    const float inv = rms_inv_as(xr, dim, eps, sh, nt);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         const float s = w ? w[i] : 1.0f, v = xr[i] * inv * s, a = zr[i];
         const float g = qwc_act(a, act);
         const float o = g * v;
         yr[i] = o;
-        if (xq) qwc_q8a_warp(o, xq + (r * dim + i) / 32); /* a warp's 32 values: one block */
+        if (xq) qwc_q8a_warp(o, xq + i / 32); /* a warp's 32 values: one block */
     }
+}
+
+__global__ void k_rms_norm_gate(float *y, const float *x, const float *w, const float *z, int dim, float eps, int act,
+                                qw_q8a *xq) {
+    QWC_PDL_ENTRY();
+    __shared__ double sh[32];
+    const int64_t r = blockIdx.x;
+    norm_gate_row(y + r * dim, x + r * dim, w, z + r * dim, dim, eps, act, xq ? xq + r * dim / 32 : NULL, blockDim.x,
+                  sh);
 }
 
 static void cu_rms_norm_gate(const qw_backend *be, float *y, const float *x, const float *w, float *z, int n_rows,
@@ -350,13 +371,23 @@ static void cu_rope(const qw_backend *be, float *x, int n_tok, int row_stride, i
 #define QWC_NORM_ROPE 1
 #endif
 
+/* With kc (rms_norm_rope_kv): each head also into the key cache at its position, and as many blocks again copy the
+ * values' heads into theirs (store_rows' copies). */
 __global__ void k_rms_norm_rope(float *x, const float *w, int row_stride, int n_head, int hd, float eps, int zc,
-                                int n_rot, const float *cs) {
+                                int n_rot, const float *cs, float *kc, const float *v, float *vc, const qw_step *step) {
     QWC_PDL_ENTRY();
     __shared__ double sh[32];
     extern __shared__ float nh[]; /* [hd] */
+    const int64_t width = (int64_t)n_head * hd;
+    if (kc && blockIdx.x >= gridDim.x / 2) { /* a value head (v's rows are width apart) */
+        const int64_t e = (int64_t)(blockIdx.x - gridDim.x / 2) * hd;
+        float *dst = vc + (int64_t)step->pos0 * width + e;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = v[e + i];
+        return;
+    }
     const int t = blockIdx.x / n_head, h = blockIdx.x % n_head, half = n_rot / 2;
     float *xr = x + (int64_t)t * row_stride + (int64_t)h * hd;
+    float *cr = kc ? kc + ((int64_t)step->pos0 + t) * width + (int64_t)h * hd : NULL;
     const float inv = rms_inv(xr, hd, eps, sh);
     for (int i = threadIdx.x; i < hd; i += blockDim.x) nh[i] = rms_scaled(xr[i], inv, w, i, zc);
     __syncthreads();
@@ -365,8 +396,12 @@ __global__ void k_rms_norm_rope(float *x, const float *w, int row_stride, int n_
         float a = nh[k], b = nh[k + half];
         rope_pair(&a, &b, c[k], s[k]);
         xr[k] = a, xr[k + half] = b;
+        if (cr) cr[k] = a, cr[k + half] = b;
     }
-    for (int i = 2 * half + threadIdx.x; i < hd; i += blockDim.x) xr[i] = nh[i]; /* past the rotated pairs */
+    for (int i = 2 * half + threadIdx.x; i < hd; i += blockDim.x) { /* past the rotated pairs */
+        xr[i] = nh[i];
+        if (cr) cr[i] = nh[i];
+    }
 }
 
 static void cu_rms_norm_rope(const qw_backend *be, float *x, const float *w, int n_tok, int row_stride, int n_head,
@@ -379,7 +414,37 @@ static void cu_rms_norm_rope(const qw_backend *be, float *x, const float *w, int
     if (n_tok <= 0 || n_head <= 0) return;
     qwc *c = qwc_of(be);
     qwc_launch(k_rms_norm_rope, (unsigned)((int64_t)n_tok * n_head), qwc_norm_threads(hd), (size_t)hd * sizeof(float),
-               qwc_stream(c), x, qwc_wf(c, w, hd), row_stride, n_head, hd, eps, zc, n_rot, cs);
+               qwc_stream(c), x, qwc_wf(c, w, hd), row_stride, n_head, hd, eps, zc, n_rot, cs, (float *)NULL,
+               (const float *)NULL, (float *)NULL, (const qw_step *)NULL);
+    QWC_LAUNCHED();
+}
+
+/* The keys' norm and RoPE with both cache stores in one kernel (QWC_NORM_ROPE_KV 0, or QWENC_CUDA_NORM_ROPE_KV=0 in
+ * the environment: rms_norm_rope, then the two store_rows; fusions.sh and t_cuda_ops compare them). */
+#ifndef QWC_NORM_ROPE_KV
+#define QWC_NORM_ROPE_KV 1
+#endif
+
+static void cu_store_rows(const qw_backend *be, float *cache, const float *src, int n_tok, int64_t width,
+                          const qw_step *step);
+
+static void cu_rms_norm_rope_kv(const qw_backend *be, float *k, const float *w, int n_tok, int n_head, int hd,
+                                float eps, int zc, int n_rot, const float *cs, float *k_cache, const float *v,
+                                float *v_cache, const qw_step *step) {
+    static int env = -1;
+    const int64_t width = (int64_t)n_head * hd;
+    if (!QWC_NORM_ROPE_KV || !QWC_NORM_ROPE || n_rot > hd || (int64_t)n_tok * n_head > INT32_MAX / 2 ||
+        !qwc_env_switch("QWENC_CUDA_NORM_ROPE_KV", 1, &env)) {
+        cu_rms_norm_rope(be, k, w, n_tok, (int)width, n_head, hd, eps, zc, n_rot, cs);
+        cu_store_rows(be, k_cache, k, n_tok, width, step);
+        cu_store_rows(be, v_cache, v, n_tok, width, step);
+        return;
+    }
+    if (n_tok <= 0 || n_head <= 0) return;
+    qwc *c = qwc_of(be);
+    qwc_launch(k_rms_norm_rope, (unsigned)(2 * (int64_t)n_tok * n_head), qwc_norm_threads(hd),
+               (size_t)hd * sizeof(float), qwc_stream(c), k, qwc_wf(c, w, hd), (int)width, n_head, hd, eps, zc, n_rot,
+               cs, k_cache, v, v_cache, step);
     QWC_LAUNCHED();
 }
 
@@ -553,10 +618,22 @@ static void cu_gdn_prep(const qw_backend *be, float *c, const float *x, float *h
  */
 constexpr int DR_TOK = 32, DR_COLS = 16, DR_PARTS = 8, DR_CW = 32 / DR_PARTS; /* DR_CW: columns a warp */
 
-template <int DK>
+/* what k_delta_rule4<DK, true> does after its delta rule: each value head's rows of o through the gated norm (y =
+ * rms_norm_gate(o; w, z), nt: the threads rms_norm_gate's kernel gives a row) by the head's last block to end;
+ * count [hv]: zeros, left zeros */
+struct dr_gate {
+    float *y;
+    const float *w, *z;
+    float eps;
+    int act, nt;
+    qw_q8a *xq;
+    unsigned *count;
+};
+
+template <int DK, bool GATE>
 __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, const float *q, const float *k,
                                                      const float *v, const float *g, const float *beta, int n_tok,
-                                                     int hk, int hv, int dv, int tiled) {
+                                                     int hk, int hv, int dv, int tiled, dr_gate ng) {
     QWC_PDL_ENTRY();
     constexpr int R = DK / DR_PARTS;
     __shared__ float sq[DR_TOK][DK], sk[DR_TOK][DK], sd[DR_TOK], sb[DR_TOK];
@@ -617,6 +694,26 @@ __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, con
     if (on)
 #pragma unroll
         for (int i = 0; i < R; i++) S[(int64_t)(i * DR_PARTS + p) * dv + c] = s[i];
+    if (GATE) { /* the head's last block: its o complete (every block's stores made visible before it counts) */
+        __shared__ unsigned last;
+        __shared__ double sh[32];
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(ng.count + j, 1u) == gridDim.y - 1;
+        __syncthreads();
+        if (!last) return;
+        if (threadIdx.x == 0) ng.count[j] = 0; /* for the next launch (which reads it after this grid ends) */
+        __threadfence();
+        float *row = &sq[0][0]; /* a row of o, read past L1 (other blocks wrote it) */
+        for (int t = 0; t < n_tok; t++) {
+            const int64_t r = (int64_t)t * hv + j;
+            __syncthreads();
+            for (int i = threadIdx.x; i < dv; i += blockDim.x) row[i] = __ldcg(o + r * dv + i);
+            __syncthreads();
+            norm_gate_row(ng.y + r * dv, row, ng.w, ng.z + r * dv, dv, ng.eps, ng.act, ng.xq ? ng.xq + r * dv / 32 : NULL,
+                          ng.nt, sh);
+        }
+    }
 }
 
 __global__ void k_delta_rule_any(float *o, float *state, const float *q, const float *k, const float *v,
@@ -657,12 +754,16 @@ static void cu_delta_rule(const qw_backend *be, float *o, float *state, const fl
     if (n_tok <= 0) return;
     const dim3 grid((unsigned)hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
     const int threads = DR_COLS * DR_PARTS;
+    const dr_gate none = {};
     if (dk == 128)
-        qwc_launch(k_delta_rule4<128>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled);
+        qwc_launch(k_delta_rule4<128, false>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
+                   none);
     else if (dk == 64)
-        qwc_launch(k_delta_rule4<64>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled);
+        qwc_launch(k_delta_rule4<64, false>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
+                   none);
     else if (dk == 32)
-        qwc_launch(k_delta_rule4<32>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled);
+        qwc_launch(k_delta_rule4<32, false>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
+                   none);
     else {
         const int th = (dv + 31) / 32 * 32;
         if (th > 1024) qwc_die(__FILE__, __LINE__, "delta_rule", "value heads wider than 1024");
@@ -670,6 +771,47 @@ static void cu_delta_rule(const qw_backend *be, float *o, float *state, const fl
                    hv, dk, dv, tiled);
     }
     QWC_LAUNCHED();
+}
+
+/* The delta rule with its gated norm (QWC_DR_GATE 0, or QWENC_CUDA_DR_GATE=0 in the environment: delta_rule, then
+ * rms_norm_gate; t_cuda_ops and fusions.sh compare them): k_delta_rule4's blocks as they are, and the last block of
+ * each value head to end normalises the head's rows with rms_norm_gate's kernel's operations and thread count (heads
+ * of dk 32, 64 or 128 and dv a multiple of 32 under 256, whose norm takes 64 threads: fewer than the block's; up to
+ * 16 tokens). */
+#ifndef QWC_DR_GATE
+#define QWC_DR_GATE 1
+#endif
+#define DR_GATE_MAX_TOK 16 /* more rows: the two ops (one block a head would norm them one after another) */
+
+static void cu_delta_rule_gate(const qw_backend *be, float *o, float *state, const float *q, const float *k,
+                               const float *v, const float *g, const float *beta, int n_tok, int hk, int hv, int dk,
+                               int dv, int tiled, const float *w, float *z, float eps, int act) {
+    qwc *c = qwc_of(be);
+    static int env = -1;
+    const int threads = DR_COLS * DR_PARTS, nt = qwc_norm_threads(dv);
+    unsigned *count = qwc_counts(c, hv);
+    if (n_tok <= 0) return;
+    if (!QWC_DR_GATE || !QWC_NORM_GATE || n_tok > DR_GATE_MAX_TOK || (dk != 32 && dk != 64 && dk != 128) ||
+        dv % 32 || nt > threads || dv > DR_TOK * dk || !count || !qwc_env_switch("QWENC_CUDA_DR_GATE", 1, &env)) {
+        cu_delta_rule(be, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled);
+        cu_rms_norm_gate(be, o, o, w, z, n_tok * hv, dv, eps, act);
+        return;
+    }
+    const int64_t n = (int64_t)n_tok * hv * dv;
+    const dr_gate ng = {o, qwc_wf(c, w, dv), z, eps, act, nt, qwc_q8_for(c, n, dv), count};
+    const dim3 grid((unsigned)hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
+    cudaStream_t st = qwc_stream(c);
+    if (dk == 128)
+        qwc_launch(k_delta_rule4<128, true>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
+                   ng);
+    else if (dk == 64)
+        qwc_launch(k_delta_rule4<64, true>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
+                   ng);
+    else
+        qwc_launch(k_delta_rule4<32, true>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
+                   ng);
+    QWC_LAUNCHED();
+    if (ng.xq) qwc_q8_made(c, o, n);
 }
 
 void qwc_ops_fill(qw_backend *t) {
@@ -691,9 +833,11 @@ void qwc_ops_fill(qw_backend *t) {
     t->rope_table = cu_rope_table;
     t->rope = cu_rope;
     t->rms_norm_rope = cu_rms_norm_rope;
+    t->rms_norm_rope_kv = cu_rms_norm_rope_kv;
     t->conv1d_dw = cu_conv1d_dw;
     t->conv1d_state = cu_conv1d_state;
     t->gdn_gate = cu_gdn_gate;
     t->gdn_prep = cu_gdn_prep;
     t->delta_rule = cu_delta_rule;
+    t->delta_rule_gate = cu_delta_rule_gate;
 }

@@ -133,6 +133,12 @@ struct qw_backend {
      * of those two ops (a backend may run them as one). */
     void (*rms_norm_rope)(const qw_backend *be, float *x, const float *w, int n_tok, int row_stride, int n_head,
                           int hd, float eps, int zc, int n_rot, const float *cs);
+    /* The keys' rms_norm_rope (k [n_tok][n_head * hd]) and both cache stores of a step (optional: NULL where the
+     * ops run one by one): rms_norm_rope(k, w, n_tok, n_head * hd, n_head, hd, eps, zc, n_rot, cs), then
+     * store_rows(k_cache, k, n_tok, n_head * hd, step) and store_rows(v_cache, v, ...): the bits of those ops. */
+    void (*rms_norm_rope_kv)(const qw_backend *be, float *k, const float *w, int n_tok, int n_head, int hd, float eps,
+                             int zc, int n_rot, const float *cs, float *k_cache, const float *v, float *v_cache,
+                             const qw_step *step);
     /*
      * Softmax attention of n_tok queries against the KV cache.
      * q [n_tok][q_stride] (head h at h*hd), k/v cache [n_ctx][n_head_kv][hd], out [n_tok][n_head][hd].
@@ -195,6 +201,12 @@ struct qw_backend {
      */
     void (*delta_rule)(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
                        const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled);
+    /* delta_rule, then the gated norm of its output in place (optional: NULL where the two ops run one by one):
+     * rms_norm_gate(o, o, w, z, n_tok * hv rows, dv, eps, act) after delta_rule(o, ...): the bits of those two ops
+     * (a backend may finish each value head's norm in the kernel of its delta rule). */
+    void (*delta_rule_gate)(const qw_backend *be, float *o, float *state, const float *q, const float *k,
+                            const float *v, const float *g, const float *beta, int n_tok, int hk, int hv, int dk,
+                            int dv, int tiled, const float *w, float *z, float eps, int act);
 
     /* ---- mixture of experts (spec qwen4_exp.md 3.6) */
     /* Routing: p = softmax(logits) over the n_expert (in place: logits [n_tok][n_expert] becomes p); the top k

@@ -909,6 +909,85 @@ static void test_norm_rope(void) {
     }
 }
 
+/* the delta rule with its gated norm (delta_rule_gate) against the two ops on the GPU: the same bits, two calls in a
+ * row (the second sees the counters the first left); cases the kernel takes (dk 32-128, dv a multiple of 32 under
+ * 256) and ones it hands to the two ops (dk 192, dv 40) */
+static void test_dr_gate(void) {
+    printf("delta_rule_gate\n");
+    fflush(stdout);
+    CHECK(G->delta_rule_gate != NULL, "delta_rule_gate: the CUDA backend has none");
+    static const int cases[][6] = {/* dk, dv, tokens, hk, hv, act */
+                                   {128, 128, 1, 4, 8, QW_ACT_SIGMOID}, {128, 128, 40, 2, 4, QW_ACT_SILU},
+                                   {64, 64, 3, 2, 6, QW_ACT_SIGMOID},   {32, 96, 5, 1, 3, QW_ACT_SILU},
+                                   {192, 128, 2, 2, 4, QW_ACT_SIGMOID}, {64, 40, 2, 2, 2, QW_ACT_SILU}};
+    static float nw_store[6][128];
+    for (int ci = 0; ci < 6; ci++) {
+        const int dk = cases[ci][0], dv = cases[ci][1], Tn = cases[ci][2], hk = cases[ci][3], hv = cases[ci][4];
+        const int act = cases[ci][5], tiled = ci == 0;
+        const float *w = ci == 3 ? NULL : nw_store[ci];
+        for (int i = 0; i < dv; i++) nw_store[ci][i] = 1.0f + 0.5f * frand();
+        const size_t qb = (size_t)Tn * hk * dk * 4, ob = (size_t)Tn * hv * dv * 4, sb = (size_t)hv * dk * dv * 4;
+        const size_t gb = (size_t)Tn * hv * 4;
+        float *q = rvec((size_t)Tn * hk * dk, 0.1f), *kk = rvec((size_t)Tn * hk * dk, 0.1f);
+        float *v = rvec((size_t)Tn * hv * dv, 1), *gg = rvec((size_t)Tn * hv, 0.5f);
+        float *beta = rvec((size_t)Tn * hv, 0.5f), *z = rvec((size_t)Tn * hv * dv, 2);
+        float *S = rvec((size_t)hv * dk * dv, 0.1f);
+        for (int i = 0; i < Tn * hv; i++) gg[i] = -fabsf(gg[i]), beta[i] = fabsf(beta[i]);
+        float *dq = dev(q, qb), *dk_ = dev(kk, qb), *dv_ = dev(v, ob), *dg = dev(gg, gb), *db = dev(beta, gb);
+        float *dz1 = dev(z, ob), *dz2 = dev(z, ob), *dS1 = dev(S, sb), *dS2 = dev(S, sb);
+        float *dO1 = dev(NULL, ob), *dO2 = dev(NULL, ob);
+        int ok = 1;
+        for (int call = 0; call < 2 && ok; call++) {
+            G->delta_rule(G, dO1, dS1, dq, dk_, dv_, dg, db, Tn, hk, hv, dk, dv, tiled);
+            G->rms_norm_gate(G, dO1, dO1, w, dz1, Tn * hv, dv, 1e-6f, act);
+            G->delta_rule_gate(G, dO2, dS2, dq, dk_, dv_, dg, db, Tn, hk, hv, dk, dv, tiled, w, dz2, 1e-6f, act);
+            float *o1 = back(dO1, ob), *o2 = back(dO2, ob), *s1 = back(dS1, sb), *s2 = back(dS2, sb);
+            ok = same_f(o2, o1, (size_t)Tn * hv * dv) && same_f(s2, s1, (size_t)hv * dk * dv);
+            CHECK(ok, "delta_rule_gate dk %d dv %d, %d tokens, call %d: not the bits of delta_rule then rms_norm_gate",
+                  dk, dv, Tn, call + 1);
+            free(o1), free(o2), free(s1), free(s2);
+        }
+        free(q), free(kk), free(v), free(gg), free(beta), free(z), free(S);
+    }
+}
+
+/* the keys' norm, RoPE and both cache stores (rms_norm_rope_kv) against rms_norm_rope and two store_rows: the keys
+ * and both whole caches bit for bit */
+static void test_norm_rope_kv(void) {
+    printf("rms_norm_rope_kv\n");
+    fflush(stdout);
+    CHECK(G->rms_norm_rope_kv != NULL, "rms_norm_rope_kv: the CUDA backend has none");
+    static const int cases[][5] = {{1, 2, 256, 64, 5}, {7, 4, 64, 32, 0}}; /* tokens, heads, hd, n_rot, pos0 */
+    static float kw_store[2][256];
+    for (int ci = 0; ci < 2; ci++) {
+        const int nt = cases[ci][0], nhh = cases[ci][1], hd = cases[ci][2], nrot = cases[ci][3], pos0 = cases[ci][4];
+        const int n_ctx = 16, width = nhh * hd;
+        const size_t kb = (size_t)nt * width * 4, cb = (size_t)n_ctx * width * 4;
+        float *ifr = malloc((size_t)nrot / 2 * 4), *tab = malloc((size_t)nt * nrot * 4);
+        for (int k = 0; k < nrot / 2; k++) ifr[k] = 1.0f / powf(10000.0f, (float)(2 * k) / nrot);
+        qw_step st = {.pos0 = pos0};
+        R->rope_table(R, tab, ifr, nrot, nt, &st);
+        for (int i = 0; i < hd; i++) kw_store[ci][i] = 0.5f * frand();
+        float *k = rvec((size_t)nt * width, 2), *v = rvec((size_t)nt * width, 1);
+        float *cache = rvec((size_t)n_ctx * width, 1);
+        float *dtab = dev(tab, (size_t)nt * nrot * 4), *dv_ = dev(v, kb);
+        float *dk1 = dev(k, kb), *dk2 = dev(k, kb), *kc1 = dev(cache, cb), *kc2 = dev(cache, cb);
+        float *vc1 = dev(cache, cb), *vc2 = dev(cache, cb);
+        qw_step *dst = dev_step(pos0);
+        G->rms_norm_rope(G, dk1, kw_store[ci], nt, width, nhh, hd, 1e-6f, 1, nrot, dtab);
+        G->store_rows(G, kc1, dk1, nt, width, dst);
+        G->store_rows(G, vc1, dv_, nt, width, dst);
+        G->rms_norm_rope_kv(G, dk2, kw_store[ci], nt, nhh, hd, 1e-6f, 1, nrot, dtab, kc2, dv_, vc2, dst);
+        float *k1 = back(dk1, kb), *k2 = back(dk2, kb), *c1 = back(kc1, cb), *c2 = back(kc2, cb);
+        float *v1 = back(vc1, cb), *v2 = back(vc2, cb);
+        CHECK(same_f(k2, k1, (size_t)nt * width) && same_f(c2, c1, (size_t)n_ctx * width) &&
+                  same_f(v2, v1, (size_t)n_ctx * width),
+              "rms_norm_rope_kv (%d tokens at %d, heads of %d): not the bits of rms_norm_rope and two store_rows", nt,
+              pos0, hd);
+        free(ifr), free(tab), free(k), free(v), free(cache), free(k1), free(k2), free(c1), free(c2), free(v1), free(v2);
+    }
+}
+
 int main(void) {
     char desc[320];
     if (!qw_cuda_available(desc, sizeof(desc))) {
@@ -937,6 +1016,8 @@ int main(void) {
     test_topk();
     test_q8_batch();
     test_norm_rope();
+    test_dr_gate();
+    test_norm_rope_kv();
     G->release(G); /* the test's device buffers go with the process */
     return test_summary();
 }
