@@ -183,8 +183,9 @@ void qwc_fill_random(qwc *c, uint8_t *d, qw_type type, size_t bytes, uint64_t se
  * QWC_PDL_ENTRY(), so the next kernel of the stream (or of a recorded graph) is set up on the device while this
  * one runs and only its first instruction waits: griddepcontrol.wait returns once the kernel before has finished
  * and its writes are visible, which is the order a plain launch gives; after it the kernel lets the next one be
- * scheduled (launch_dependents), so no more than one kernel waits ahead. Nothing is read or written before the
- * wait, so results are those of plain launches. QWENC_CUDA_PDL=0 in the environment launches plainly
+ * scheduled (launch_dependents), so no more than one kernel waits ahead. Nothing a kernel writes is read, and
+ * nothing is written, before the wait (weights may be read and state asked into L2: qwc_early_ops), so results are
+ * those of plain launches. QWENC_CUDA_PDL=0 in the environment launches plainly
  * (qwc_pdl_on; to measure what it saves).
  */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -228,6 +229,17 @@ static inline int qwc_env_switch(const char *name, int def, int *cache) {
         *cache = e && e[0] ? e[0] != '0' : def;
     }
     return *cache;
+}
+
+/* Small kernels read what depends on no kernel (a norm's weights) before their programmatic wait, and ask for the
+ * state they will read to be brought into L2 (a prefetch leaves no stale copy: L2 is the device's one coherent
+ * level); QWC_EARLY_OPS 0 or QWENC_CUDA_EARLY_OPS=0 in the environment: after the wait, the same results. */
+#ifndef QWC_EARLY_OPS
+#define QWC_EARLY_OPS 1
+#endif
+static inline int qwc_early_ops(void) {
+    static int on = -1;
+    return QWC_EARLY_OPS && qwc_env_switch("QWENC_CUDA_EARLY_OPS", 1, &on);
 }
 
 static inline int qwc_pdl_on(void) {

@@ -80,13 +80,22 @@ __global__ void k_hc_inject(float *X, const float *inj, const float *y, int n_to
 /* A block per stream row r = t C + s: X's row += inj[r] * y[t] (k_hc_inject's operations), then xn's row = its
  * zero-centred RMS norm with w [C][H] (k_rms_norm's, with the same threads: its bits); xq (not NULL): xn's 8-bit
  * rounding too. */
+constexpr int HCN_EARLY = 4; /* a thread's first norm weights read before the wait (early) */
 __global__ void k_hc_inject_norm(float *X, const float *inj, const float *y, float *xn, const float *w, int C, int H,
-                                 float eps, qw_q8a *xq) {
+                                 float eps, qw_q8a *xq, int early) {
+    const int64_t r = blockIdx.x, t = r / C;
+    const float *wr = w + (r % C) * H;
+    float wv[HCN_EARLY];
+    if (early)
+#pragma unroll
+        for (int e = 0; e < HCN_EARLY; e++) {
+            const int i = threadIdx.x + e * blockDim.x;
+            wv[e] = i < H ? wr[i] : 0.0f;
+        }
     QWC_PDL_ENTRY();
     __shared__ double sh[32];
-    const int64_t r = blockIdx.x, t = r / C;
     float *xr = X + r * H;
-    const float *yr = y + t * H, *wr = w + (r % C) * H;
+    const float *yr = y + t * H;
     const float g = inj[r];
     double ss = 0;
     for (int i = threadIdx.x; i < H; i += blockDim.x) {
@@ -96,11 +105,17 @@ __global__ void k_hc_inject_norm(float *X, const float *inj, const float *y, flo
     }
     ss = qwc_block_sum(ss, sh);
     const float inv = (float)(1.0 / sqrt(ss / H + eps));
-    for (int i = threadIdx.x; i < H; i += blockDim.x) {
-        const float v = xr[i] * inv * (1.0f + wr[i]);
+    auto put = [&](int i, float wi) {
+        const float v = xr[i] * inv * (1.0f + wi);
         xn[r * H + i] = v;
         if (xq) qwc_q8a_warp(v, xq + (r * H + i) / 32); /* H % 32 == 0: whole warps */
+    };
+#pragma unroll
+    for (int e = 0; e < HCN_EARLY; e++) {
+        const int i = threadIdx.x + e * blockDim.x;
+        if (i < H) put(i, early ? wv[e] : wr[i]);
     }
+    for (int i = threadIdx.x + HCN_EARLY * blockDim.x; i < H; i += blockDim.x) put(i, wr[i]);
 }
 
 static void cu_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H,
@@ -112,7 +127,7 @@ static void cu_hc_inject(const qw_backend *be, float *X, const float *inj, const
         const float *dw = qwc_wf(c, norm_w, (int64_t)C * H);
         qw_q8a *xq = qwc_q8_for(c, n, H);
         qwc_launch(k_hc_inject_norm, (unsigned)((int64_t)n_tok * C), qwc_norm_threads(H), 0, qwc_stream(c), X, inj, y,
-                   xn, dw, C, H, eps, xq);
+                   xn, dw, C, H, eps, xq, qwc_early_ops());
         QWC_LAUNCHED();
         if (xq) qwc_q8_made(c, xn, n);
         return;

@@ -119,9 +119,12 @@ __device__ __forceinline__ float rms_inv_as(const float *xr, int dim, float eps,
 }
 
 /* element i of a normed row: x times 1 / rms times its weight (1 + w[i] when zero-centred; w NULL: none) */
-__device__ __forceinline__ float rms_scaled(float x, float inv, const float *w, int i, int zc) {
-    const float s = w ? (zc ? 1.0f + w[i] : w[i]) : 1.0f;
+__device__ __forceinline__ float rms_scaled_by(float x, float inv, bool has_w, float wi, int zc) {
+    const float s = has_w ? (zc ? 1.0f + wi : wi) : 1.0f;
     return x * inv * s;
+}
+__device__ __forceinline__ float rms_scaled(float x, float inv, const float *w, int i, int zc) {
+    return rms_scaled_by(x, inv, w != NULL, w ? w[i] : 0.0f, zc);
 }
 
 __global__ void k_rms_norm(float *y, const float *x, const float *w, int dim, int n_group, float eps, int zc,
@@ -373,8 +376,17 @@ static void cu_rope(const qw_backend *be, float *x, int n_tok, int row_stride, i
 
 /* With kc (rms_norm_rope_kv): each head also into the key cache at its position, and as many blocks again copy the
  * values' heads into theirs (store_rows' copies). */
+constexpr int NR_EARLY = 4; /* a thread's first weights read before the wait (early) */
 __global__ void k_rms_norm_rope(float *x, const float *w, int row_stride, int n_head, int hd, float eps, int zc,
-                                int n_rot, const float *cs, float *kc, const float *v, float *vc, const qw_step *step) {
+                                int n_rot, const float *cs, float *kc, const float *v, float *vc, const qw_step *step,
+                                int early) {
+    float wv[NR_EARLY];
+    if (early && w)
+#pragma unroll
+        for (int e = 0; e < NR_EARLY; e++) {
+            const int i = threadIdx.x + e * blockDim.x;
+            wv[e] = i < hd ? w[i] : 0.0f;
+        }
     QWC_PDL_ENTRY();
     __shared__ double sh[32];
     extern __shared__ float nh[]; /* [hd] */
@@ -389,7 +401,12 @@ __global__ void k_rms_norm_rope(float *x, const float *w, int row_stride, int n_
     float *xr = x + (int64_t)t * row_stride + (int64_t)h * hd;
     float *cr = kc ? kc + ((int64_t)step->pos0 + t) * width + (int64_t)h * hd : NULL;
     const float inv = rms_inv(xr, hd, eps, sh);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) nh[i] = rms_scaled(xr[i], inv, w, i, zc);
+#pragma unroll
+    for (int e = 0; e < NR_EARLY; e++) {
+        const int i = threadIdx.x + e * blockDim.x;
+        if (i < hd) nh[i] = rms_scaled_by(xr[i], inv, w != NULL, early && w ? wv[e] : w ? w[i] : 0.0f, zc);
+    }
+    for (int i = threadIdx.x + NR_EARLY * blockDim.x; i < hd; i += blockDim.x) nh[i] = rms_scaled(xr[i], inv, w, i, zc);
     __syncthreads();
     const float *c = cs + (int64_t)t * n_rot, *s = c + half;
     for (int k = threadIdx.x; k < half; k += blockDim.x) {
@@ -415,7 +432,7 @@ static void cu_rms_norm_rope(const qw_backend *be, float *x, const float *w, int
     qwc *c = qwc_of(be);
     qwc_launch(k_rms_norm_rope, (unsigned)((int64_t)n_tok * n_head), qwc_norm_threads(hd), (size_t)hd * sizeof(float),
                qwc_stream(c), x, qwc_wf(c, w, hd), row_stride, n_head, hd, eps, zc, n_rot, cs, (float *)NULL,
-               (const float *)NULL, (float *)NULL, (const qw_step *)NULL);
+               (const float *)NULL, (float *)NULL, (const qw_step *)NULL, qwc_early_ops());
     QWC_LAUNCHED();
 }
 
@@ -444,7 +461,7 @@ static void cu_rms_norm_rope_kv(const qw_backend *be, float *k, const float *w, 
     qwc *c = qwc_of(be);
     qwc_launch(k_rms_norm_rope, (unsigned)(2 * (int64_t)n_tok * n_head), qwc_norm_threads(hd),
                (size_t)hd * sizeof(float), qwc_stream(c), k, qwc_wf(c, w, hd), (int)width, n_head, hd, eps, zc, n_rot,
-               cs, k_cache, v, v_cache, step);
+               cs, k_cache, v, v_cache, step, qwc_early_ops());
     QWC_LAUNCHED();
 }
 
@@ -633,7 +650,10 @@ struct dr_gate {
 template <int DK, bool GATE>
 __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, const float *q, const float *k,
                                                      const float *v, const float *g, const float *beta, int n_tok,
-                                                     int hk, int hv, int dv, int tiled, dr_gate ng) {
+                                                     int hk, int hv, int dv, int tiled, dr_gate ng, int early) {
+    if (early && (int)threadIdx.x < DK && blockIdx.y * DR_COLS < dv) /* the block's state rows into L2 */
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(state + ((int64_t)blockIdx.x * DK + threadIdx.x) * dv +
+                                                     blockIdx.y * DR_COLS));
     QWC_PDL_ENTRY();
     constexpr int R = DK / DR_PARTS;
     __shared__ float sq[DR_TOK][DK], sk[DR_TOK][DK], sd[DR_TOK], sb[DR_TOK];
@@ -753,17 +773,17 @@ static void cu_delta_rule(const qw_backend *be, float *o, float *state, const fl
     cudaStream_t st = qwc_stream(qwc_of(be));
     if (n_tok <= 0) return;
     const dim3 grid((unsigned)hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
-    const int threads = DR_COLS * DR_PARTS;
+    const int threads = DR_COLS * DR_PARTS, early = qwc_early_ops();
     const dr_gate none = {};
     if (dk == 128)
         qwc_launch(k_delta_rule4<128, false>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   none);
+                   none, early);
     else if (dk == 64)
         qwc_launch(k_delta_rule4<64, false>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   none);
+                   none, early);
     else if (dk == 32)
         qwc_launch(k_delta_rule4<32, false>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   none);
+                   none, early);
     else {
         const int th = (dv + 31) / 32 * 32;
         if (th > 1024) qwc_die(__FILE__, __LINE__, "delta_rule", "value heads wider than 1024");
@@ -800,16 +820,17 @@ static void cu_delta_rule_gate(const qw_backend *be, float *o, float *state, con
     const int64_t n = (int64_t)n_tok * hv * dv;
     const dr_gate ng = {o, qwc_wf(c, w, dv), z, eps, act, nt, qwc_q8_for(c, n, dv), count};
     const dim3 grid((unsigned)hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
+    const int early = qwc_early_ops();
     cudaStream_t st = qwc_stream(c);
     if (dk == 128)
         qwc_launch(k_delta_rule4<128, true>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   ng);
+                   ng, early);
     else if (dk == 64)
         qwc_launch(k_delta_rule4<64, true>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   ng);
+                   ng, early);
     else
         qwc_launch(k_delta_rule4<32, true>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   ng);
+                   ng, early);
     QWC_LAUNCHED();
     if (ng.xq) qwc_q8_made(c, o, n);
 }
