@@ -768,23 +768,29 @@ __global__ void k_delta_rule_any(float *o, float *state, const float *q, const f
     }
 }
 
+/* k_delta_rule4 for dk 32, 64 or 128 (false for another dk: nothing launched) */
+template <bool GATE>
+static bool delta_rule4(cudaStream_t st, float *o, float *state, const float *q, const float *k, const float *v,
+                        const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled,
+                        const dr_gate &ng) {
+    void (*kern)(float *, float *, const float *, const float *, const float *, const float *, const float *, int, int,
+                 int, int, int, dr_gate, int) = dk == 128 ? k_delta_rule4<128, GATE>
+                                                : dk == 64 ? k_delta_rule4<64, GATE>
+                                                : dk == 32 ? k_delta_rule4<32, GATE>
+                                                           : NULL;
+    if (!kern) return false;
+    const dim3 grid((unsigned)hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
+    qwc_launch(kern, grid, DR_COLS * DR_PARTS, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled, ng,
+               qwc_early_ops());
+    return true;
+}
+
 static void cu_delta_rule(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
                           const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled) {
     cudaStream_t st = qwc_stream(qwc_of(be));
     if (n_tok <= 0) return;
-    const dim3 grid((unsigned)hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
-    const int threads = DR_COLS * DR_PARTS, early = qwc_early_ops();
     const dr_gate none = {};
-    if (dk == 128)
-        qwc_launch(k_delta_rule4<128, false>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   none, early);
-    else if (dk == 64)
-        qwc_launch(k_delta_rule4<64, false>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   none, early);
-    else if (dk == 32)
-        qwc_launch(k_delta_rule4<32, false>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   none, early);
-    else {
+    if (!delta_rule4<false>(st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled, none)) {
         const int th = (dv + 31) / 32 * 32;
         if (th > 1024) qwc_die(__FILE__, __LINE__, "delta_rule", "value heads wider than 1024");
         qwc_launch(k_delta_rule_any, hv, th, (size_t)2 * dk * sizeof(float), st, o, state, q, k, v, g, beta, n_tok, hk,
@@ -819,18 +825,7 @@ static void cu_delta_rule_gate(const qw_backend *be, float *o, float *state, con
     }
     const int64_t n = (int64_t)n_tok * hv * dv;
     const dr_gate ng = {o, qwc_wf(c, w, dv), z, eps, act, nt, qwc_q8_for(c, n, dv), count};
-    const dim3 grid((unsigned)hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
-    const int early = qwc_early_ops();
-    cudaStream_t st = qwc_stream(c);
-    if (dk == 128)
-        qwc_launch(k_delta_rule4<128, true>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   ng, early);
-    else if (dk == 64)
-        qwc_launch(k_delta_rule4<64, true>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   ng, early);
-    else
-        qwc_launch(k_delta_rule4<32, true>, grid, threads, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled,
-                   ng, early);
+    delta_rule4<true>(qwc_stream(c), o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled, ng);
     QWC_LAUNCHED();
     if (ng.xq) qwc_q8_made(c, o, n);
 }
