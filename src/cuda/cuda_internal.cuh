@@ -242,6 +242,17 @@ static inline int qwc_early_ops(void) {
     return QWC_EARLY_OPS && qwc_env_switch("QWENC_CUDA_EARLY_OPS", 1, &on);
 }
 
+/* A thread's first QWC_EARLY_N elements of a block-strided row w [n] (element threadIdx.x + e blockDim.x in wv[e];
+ * zeros past n): what a small kernel reads of its weights before the wait */
+#define QWC_EARLY_N 4
+__device__ __forceinline__ void qwc_early_row(float (&wv)[QWC_EARLY_N], const float *w, int n) {
+#pragma unroll
+    for (int e = 0; e < QWC_EARLY_N; e++) {
+        const int i = threadIdx.x + e * blockDim.x;
+        wv[e] = i < n ? w[i] : 0.0f;
+    }
+}
+
 static inline int qwc_pdl_on(void) {
     static int on = -1; /* the environment read once (per file: the same answer) */
     return qwc_env_switch("QWENC_CUDA_PDL", 1, &on);

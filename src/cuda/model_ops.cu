@@ -80,18 +80,12 @@ __global__ void k_hc_inject(float *X, const float *inj, const float *y, int n_to
 /* A block per stream row r = t C + s: X's row += inj[r] * y[t] (k_hc_inject's operations), then xn's row = its
  * zero-centred RMS norm with w [C][H] (k_rms_norm's, with the same threads: its bits); xq (not NULL): xn's 8-bit
  * rounding too. */
-constexpr int HCN_EARLY = 4; /* a thread's first norm weights read before the wait (early) */
 __global__ void k_hc_inject_norm(float *X, const float *inj, const float *y, float *xn, const float *w, int C, int H,
                                  float eps, qw_q8a *xq, int early) {
     const int64_t r = blockIdx.x, t = r / C;
     const float *wr = w + (r % C) * H;
-    float wv[HCN_EARLY];
-    if (early)
-#pragma unroll
-        for (int e = 0; e < HCN_EARLY; e++) {
-            const int i = threadIdx.x + e * blockDim.x;
-            wv[e] = i < H ? wr[i] : 0.0f;
-        }
+    float wv[QWC_EARLY_N]; /* the first norm weights, read before the wait (early) */
+    if (early) qwc_early_row(wv, wr, H);
     QWC_PDL_ENTRY();
     __shared__ double sh[32];
     float *xr = X + r * H;
@@ -111,11 +105,11 @@ __global__ void k_hc_inject_norm(float *X, const float *inj, const float *y, flo
         if (xq) qwc_q8a_warp(v, xq + (r * H + i) / 32); /* H % 32 == 0: whole warps */
     };
 #pragma unroll
-    for (int e = 0; e < HCN_EARLY; e++) {
+    for (int e = 0; e < QWC_EARLY_N; e++) {
         const int i = threadIdx.x + e * blockDim.x;
         if (i < H) put(i, early ? wv[e] : wr[i]);
     }
-    for (int i = threadIdx.x + HCN_EARLY * blockDim.x; i < H; i += blockDim.x) put(i, wr[i]);
+    for (int i = threadIdx.x + QWC_EARLY_N * blockDim.x; i < H; i += blockDim.x) put(i, wr[i]);
 }
 
 static void cu_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H,

@@ -109,7 +109,8 @@ __device__ __forceinline__ float rms_inv(const float *xr, int dim, float eps, do
     return (float)(1.0 / sqrt(ss / dim + eps));
 }
 /* the same as a block of nt threads (a multiple of 32, at most blockDim.x) forms it: the threads past nt add zeros,
- * which leave qwc_block_sum's warp and block sums as they are, so a larger block gets those bits */
+ * which leave qwc_block_sum's warp and block sums as they are, so a larger block gets those bits (a separate
+ * function: rms_inv written as rms_inv_as(.., blockDim.x) compiles to longer code for every norm kernel) */
 __device__ __forceinline__ float rms_inv_as(const float *xr, int dim, float eps, double *sh, int nt) {
     double ss = 0;
     if ((int)threadIdx.x < nt)
@@ -376,17 +377,11 @@ static void cu_rope(const qw_backend *be, float *x, int n_tok, int row_stride, i
 
 /* With kc (rms_norm_rope_kv): each head also into the key cache at its position, and as many blocks again copy the
  * values' heads into theirs (store_rows' copies). */
-constexpr int NR_EARLY = 4; /* a thread's first weights read before the wait (early) */
 __global__ void k_rms_norm_rope(float *x, const float *w, int row_stride, int n_head, int hd, float eps, int zc,
                                 int n_rot, const float *cs, float *kc, const float *v, float *vc, const qw_step *step,
                                 int early) {
-    float wv[NR_EARLY];
-    if (early && w)
-#pragma unroll
-        for (int e = 0; e < NR_EARLY; e++) {
-            const int i = threadIdx.x + e * blockDim.x;
-            wv[e] = i < hd ? w[i] : 0.0f;
-        }
+    float wv[QWC_EARLY_N]; /* the first weights, read before the wait (early) */
+    if (early && w) qwc_early_row(wv, w, hd);
     QWC_PDL_ENTRY();
     __shared__ double sh[32];
     extern __shared__ float nh[]; /* [hd] */
@@ -402,11 +397,12 @@ __global__ void k_rms_norm_rope(float *x, const float *w, int row_stride, int n_
     float *cr = kc ? kc + ((int64_t)step->pos0 + t) * width + (int64_t)h * hd : NULL;
     const float inv = rms_inv(xr, hd, eps, sh);
 #pragma unroll
-    for (int e = 0; e < NR_EARLY; e++) {
+    for (int e = 0; e < QWC_EARLY_N; e++) {
         const int i = threadIdx.x + e * blockDim.x;
         if (i < hd) nh[i] = rms_scaled_by(xr[i], inv, w != NULL, early && w ? wv[e] : w ? w[i] : 0.0f, zc);
     }
-    for (int i = threadIdx.x + NR_EARLY * blockDim.x; i < hd; i += blockDim.x) nh[i] = rms_scaled(xr[i], inv, w, i, zc);
+    for (int i = threadIdx.x + QWC_EARLY_N * blockDim.x; i < hd; i += blockDim.x)
+        nh[i] = rms_scaled(xr[i], inv, w, i, zc);
     __syncthreads();
     const float *c = cs + (int64_t)t * n_rot, *s = c + half;
     for (int k = threadIdx.x; k < half; k += blockDim.x) {
@@ -730,8 +726,8 @@ __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, con
             __syncthreads();
             for (int i = threadIdx.x; i < dv; i += blockDim.x) row[i] = __ldcg(o + r * dv + i);
             __syncthreads();
-            norm_gate_row(ng.y + r * dv, row, ng.w, ng.z + r * dv, dv, ng.eps, ng.act, ng.xq ? ng.xq + r * dv / 32 : NULL,
-                          ng.nt, sh);
+            qw_q8a *xq = ng.xq ? ng.xq + r * dv / 32 : NULL;
+            norm_gate_row(ng.y + r * dv, row, ng.w, ng.z + r * dv, dv, ng.eps, ng.act, xq, ng.nt, sh);
         }
     }
 }
