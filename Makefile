@@ -23,15 +23,26 @@ CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code
 NVCCFLAGS ?= -O3 -g -lineinfo
 QW_NVCCFLAGS := -std=c++17 $(CUDA_ARCH) -Iinclude -Isrc --expt-relaxed-constexpr -Xcompiler -Wall,-Wextra \
                 -fmad=false
-# NCCL (the toolkit's nccl.h and libnccl): the experts over several GPUs (--gpus); NCCL=0 builds without it (one
-# GPU, or ranks sharing one)
-NCCL    ?= $(if $(wildcard $(CUDA_HOME)/include/nccl.h),1,0)
+# NCCL: the experts over several GPUs (--gpus). NCCL_HOME is the prefix holding include/nccl.h and libnccl (in lib64/,
+# lib/ or lib/x86_64-linux-gnu/): the toolkit's or the system's when they have it; another (the nvidia-nccl Python
+# wheel's directory, say) by hand. NCCL=0 builds without it (one GPU, or ranks sharing one).
+NCCL_HOME ?= $(firstword $(foreach d,$(CUDA_HOME) /usr,$(if $(wildcard $(d)/include/nccl.h),$(d))))
+NCCL    ?= $(if $(wildcard $(NCCL_HOME)/include/nccl.h),1,0)
+NCCL_SO := $(firstword $(wildcard $(addsuffix /libnccl.so*,$(NCCL_HOME)/lib64 $(NCCL_HOME)/lib \
+                                   $(NCCL_HOME)/lib/x86_64-linux-gnu)))
 ifeq ($(CUDA),1)
 CU_SRC := $(wildcard src/cuda/*.cu)
 OBJ += $(CU_SRC:%.cu=$(BUILD)/%.o)
 QW_CFLAGS += -DQW_CUDA=1
 QW_NVCCFLAGS += -DQWC_NCCL=$(NCCL)
-LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(filter 1,$(NCCL)),-lnccl) -lcublas -lcudart -lstdc++
+ifeq ($(NCCL),1)
+ifeq ($(NCCL_SO),)
+$(error NCCL: $(NCCL_HOME)/include/nccl.h is there but no libnccl.so beside it (set NCCL_HOME, or NCCL=0))
+endif
+QW_NVCCFLAGS += $(if $(filter-out $(CUDA_HOME) /usr,$(NCCL_HOME)),-I$(NCCL_HOME)/include)
+LDLIBS += -L$(dir $(NCCL_SO)) -Wl,-rpath,$(dir $(NCCL_SO)) -l:$(notdir $(NCCL_SO))
+endif
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 else
 OBJ += $(BUILD)/src/cuda/none.o
 endif

@@ -20,6 +20,15 @@ set -u
 cd "$(dirname "$0")/.."
 J=${J:-$(nproc)}
 . tests/gpu/deps.sh
+# NCCL from the nvidia-nccl Python wheel where neither the toolkit nor the system has it (docs/SCALE.md)
+nvcc_dir=$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")
+if [ -z "${NCCL_HOME:-}" ] && [ ! -f "$nvcc_dir/../include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
+    wheel=$(python3 -c 'import nvidia.nccl as m; print(m.__path__[0])' 2>/dev/null)
+    if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ]; then
+        export NCCL_HOME=$wheel
+        echo "gpu_check: NCCL from $wheel"
+    fi
+fi
 flags=()
 [ -n "${DEPS:-}" ] && flags=(CFLAGS="-O2 -g $dep_inc" LDFLAGS="$dep_ldflags")
 if ! make -j"$J" cuda "${flags[@]}" >build-cuda.log 2>&1; then

@@ -867,7 +867,8 @@ extern "C" qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices
 #if !QWC_NCCL
     if (!copies && n > 1)
         return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED,
-                      "--gpus: this qwenc was built without NCCL (the CUDA toolkit's nccl.h was not found at build time)");
+                      "--gpus: this qwenc was built without NCCL (no nccl.h under the CUDA toolkit or /usr at "
+                      "build time; make cuda NCCL_HOME=DIR names another, docs/SCALE.md)");
 #endif
     c->copies = copies;
     double sum = 0;
