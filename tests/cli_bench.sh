@@ -78,6 +78,17 @@ if out=$($QWENC bench -m $M -p 8 -n 4 -r 1 -t 1 --profile 2>&1); then
 else
     bad "bench --profile failed: $out"
 fi
+# with -np, the batched steps' ops (every session's, through the first session's profile): n * np * reps tokens
+# in n * reps steps, the lm_head read once a step
+if out=$($QWENC bench -m $M -p 0 -n 3 -np 2 -r 2 -t 1 --profile 2>&1); then
+    for want in "profile of tg3x2: 12 tokens in 6 steps" "delta_rule"; do
+        case "$out" in *"$want"*) ok ;; *) bad "bench -np 2 --profile table lacks '$want'";; esac
+    done
+    lm=$(echo "$out" | sed -n '/profile of tg3x2/,$p' | grep "lm_head.weight" | awk '{print $3}')
+    [ "$lm" = 0.50 ] && ok || bad "bench -np 2 --profile: lm_head calls a token '$lm', not 0.50"
+else
+    bad "bench -np 2 --profile failed: $out"
+fi
 
 # -np: the tg tests of sessions decoding together, a row and a JSON line each, with its session count; no bound
 # fraction for a batch (the bound is one session's)

@@ -114,6 +114,49 @@ static void test_batch(const char *dir, qwenc_model *m, const int32_t *ids, int 
 }
 
 /* One token at a time: the logits of each, [n][V]. */
+/* More sessions in one batched step than a backend's call over the sessions' states takes (32 rows: the blocks cut
+ * it), each at its own position, in m's sessions and in r's (r: NULL, or the model again on a backend without those
+ * calls): on the CPU every session's logits the bits of its own step; on the GPU, whose products of 35 rows are not
+ * one row's bits, the bits of the batch run a session at a time (r's). */
+static void test_batch_many(const char *dir, qwenc_model *m, qwenc_model *rm, const int32_t *ids, int n) {
+    char err[512];
+    int V = qwenc_model_n_vocab(m);
+    qwenc_session_params sp = {.n_ctx = n};
+    enum { NS = 35 };
+    qwenc_session *s[NS] = {NULL}, *r[NS] = {NULL};
+    int32_t next[NS];
+    int made = 0;
+    for (; made < NS; made++) {
+        if (qwenc_session_init(m, &sp, &s[made], err, sizeof(err)) ||
+            qwenc_session_init(rm ? rm : m, &sp, &r[made], err, sizeof(err))) {
+            CHECK(0, "%s: session %d: %s", dir, made, err);
+            break;
+        }
+        const int fed = made % (n - 1);
+        if (fed) free(feed(s[made], ids, fed, V)), free(feed(r[made], ids, fed, V));
+        next[made] = ids[fed];
+    }
+    float *lb = malloc((size_t)NS * V * sizeof(float)), *ls = malloc((size_t)NS * V * sizeof(float));
+    if (made == NS) {
+        CHECK(!qwenc_session_forward_batch(s, next, NS, lb, err, sizeof(err)), "%s: forward_batch of %d: %s", dir, NS,
+              err);
+        if (rm)
+            CHECK(!qwenc_session_forward_batch(r, next, NS, ls, err, sizeof(err)), "%s: forward_batch of %d: %s", dir,
+                  NS, err);
+        else
+            for (int i = 0; i < NS; i++)
+                qwenc_session_forward(r[i], next + i, 1, ls + (size_t)i * V, 0, err, sizeof(err));
+        for (int i = 0; i < NS; i++)
+            CHECK(!memcmp(lb + (size_t)i * V, ls + (size_t)i * V, (size_t)V * sizeof(float)),
+                  "%s: session %d of a batch of %d differs from its %s", dir, i, NS,
+                  rm ? "batch a session at a time" : "own step");
+    }
+    for (int i = 0; i < made; i++) qwenc_session_free(s[i]), qwenc_session_free(r[i]);
+    if (made < NS) qwenc_session_free(s[made]), qwenc_session_free(r[made]);
+    free(lb);
+    free(ls);
+}
+
 static float *feed_each(qwenc_session *s, const int32_t *ids, int n, int V) {
     char err[512];
     float *lg = malloc((size_t)(n ? n : 1) * V * sizeof(float));
@@ -311,6 +354,16 @@ static void run_fixtures(const char *root, const char *backend) {
         if (ids && n >= 6) {
             test_snapshots(names[f], m, ids, n);
             test_batch(names[f], m, ids, n);
+            if (!strcmp(names[f], "qwen4_exp") && !strcmp(backend, "cpu")) /* DeltaNet, PLE, QSA */
+                test_batch_many(names[f], m, NULL, ids, n);
+            if (!strcmp(names[f], "qwen4_exp") && !strcmp(backend, "cuda")) { /* the rows one call at a time */
+                qwenc_model *rm = NULL;
+                setenv("QWENC_CUDA_ROWS", "0", 1);
+                if (qwenc_model_load_params(mdir, &mp, &rm, err, sizeof(err))) CHECK(0, "%s: load: %s", dir, err);
+                unsetenv("QWENC_CUDA_ROWS");
+                if (rm) test_batch_many(names[f], m, rm, ids, n);
+                qwenc_model_free(rm);
+            }
             test_drafts(names[f], m, ids, n);
             test_argmax(names[f], m, ids, n);
             test_topk(names[f], m, ids, n);

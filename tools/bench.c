@@ -300,7 +300,7 @@ static int bench_draft(qwenc_session *s, int V, const int32_t *ids, int len, int
 
 /* The tg test of np sessions together (bench_test's warm-up and repetitions); 0 (message printed) on failure. */
 static int bench_batch(qwenc_model *m, const qwenc_session_params *sp, const int32_t *ids, int len, int n, int np,
-                       int reps, bench_stat *st) {
+                       int reps, int profile, bench_stat *st) {
     char err[1024] = "out of memory";
     int failed = 0, made = 0, V = qwenc_model_n_vocab(m);
     qwenc_session **ss = calloc((size_t)np, sizeof(*ss));
@@ -311,8 +311,15 @@ static int bench_batch(qwenc_model *m, const qwenc_session_params *sp, const int
     for (; made < np && !failed; made++)
         if (qwenc_session_init(m, sp, &ss[made], err, sizeof(err))) failed = 1;
     if (!failed) run_batch(ss, np, ids, len, n > 4 ? 4 : n, toks, logits, err, sizeof(err), &failed); /* warm-up */
+    /* a batched step runs through its first session's backend: that session's profile has every op */
+    if (profile && !failed && qwenc_session_profile(ss[0], 1, err, sizeof(err))) failed = 1;
     for (int r = 0; r < reps && !failed; r++)
         tps[r] = (double)n * np / run_batch(ss, np, ids, len, n, toks, logits, err, sizeof(err), &failed);
+    if (profile && !failed && !(st->prof = prof_take(ss[0]))) {
+        snprintf(err, sizeof(err), "out of memory for the profile");
+        failed = 1;
+    }
+    if (made) qwenc_session_profile(ss[0], 0, NULL, 0);
     if (failed)
         fprintf(stderr, "qwenc: bench: tg%d with %d sessions: %s\n", n, np, err);
     else
@@ -630,7 +637,7 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
                 r->gen = gen;
                 r->n = n;
                 r->np = np;
-                if (np > 1 ? !bench_batch(m, &sp, ids, len, n, np, b->reps, &r->st)
+                if (np > 1 ? !bench_batch(m, &sp, ids, len, n, np, b->reps, b->o->profile, &r->st)
                            : !bench_test(s, ids, n, gen, b->reps, b->o->profile, logits, &r->st))
                     goto done;
                 b->n_rows++;

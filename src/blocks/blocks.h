@@ -36,6 +36,11 @@ void qw_gdn_recur(const qw_backend *be, float *o, float *state, const float *q, 
                   const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled);
 /* 1 when the layer's value heads are in llama.cpp's tiled order (the delta rule's `tiled`) */
 int qw_gdn_tiled(const qw_gdn_w *w, int hk, int hv);
+/* A batched step's convolutions through conv1d_state_rows (QW_ROWS_MAX rows a call): y, x [n_tok][ch], row r over
+ * session r's history of layer il (its PLE history when ple, else its DeltaNet conv state). 0, nothing done: not a
+ * batched step, or the backend has no such op (the caller runs conv1d_state a segment at a time). */
+int qw_conv_rows(const qw_fwd *f, int il, int ple, float *y, const float *x, const float *w, int ch, int k, int dil,
+                 int then_silu);
 
 /* mlp: SwiGLU down(silu(gate x) * up x) for n rows. */
 void qw_ffn_forward(const qw_fwd *f, const qw_ffn_w *w, const float *x, float *y, int n);

@@ -71,6 +71,39 @@ void qw_gdn_recur(const qw_backend *be, float *o, float *state, const float *q, 
 
 int qw_gdn_tiled(const qw_gdn_w *w, int hk, int hv) { return w->v_tiled && hv / hk > 1; }
 
+int qw_conv_rows(const qw_fwd *f, int il, int ple, float *y, const float *x, const float *w, int ch, int k, int dil,
+                 int then_silu) {
+    const qw_backend *be = f->be;
+    if (!f->seqs || f->draft || !be->conv1d_state_rows) return 0;
+    for (int r0 = 0; r0 < f->n_tok; r0 += QW_ROWS_MAX) {
+        const int n = QW_MIN(QW_ROWS_MAX, f->n_tok - r0);
+        float *hist[QW_ROWS_MAX];
+        for (int r = 0; r < n; r++) {
+            qw_layer_state *ls = &f->seqs[r0 + r]->ls[il];
+            hist[r] = ple ? ls->ple_hist : ls->conv;
+        }
+        be->conv1d_state_rows(be, y + (int64_t)r0 * ch, x + (int64_t)r0 * ch, hist, w, n, ch, k, dil, then_silu);
+    }
+    return 1;
+}
+
+/* A batched step's delta rule through delta_rule_rows, QW_ROWS_MAX sessions a call, row r through session r's
+ * recurrent state of layer il. 0, nothing done: as qw_conv_rows. */
+static int gdn_rule_rows(const qw_fwd *f, int il, float *o, const float *q, const float *k, const float *v,
+                         const float *g, const float *b, int hk, int hv, int dk, int dv, int tiled) {
+    const qw_backend *be = f->be;
+    if (!f->seqs || f->draft || !be->delta_rule_rows) return 0;
+    const int64_t kd = (int64_t)hk * dk, vd = (int64_t)hv * dv;
+    for (int r0 = 0; r0 < f->n_tok; r0 += QW_ROWS_MAX) {
+        const int n = QW_MIN(QW_ROWS_MAX, f->n_tok - r0);
+        float *state[QW_ROWS_MAX];
+        for (int r = 0; r < n; r++) state[r] = f->seqs[r0 + r]->ls[il].ssm;
+        be->delta_rule_rows(be, o + r0 * vd, state, q + r0 * kd, k + r0 * kd, v + r0 * vd, g + (int64_t)r0 * hv,
+                            b + (int64_t)r0 * hv, n, hk, hv, dk, dv, tiled);
+    }
+    return 1;
+}
+
 void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid, const float *x, float *y) {
     const qw_hparams *hp = f->hp;
     const qw_backend *be = f->be;
@@ -96,7 +129,7 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     if (prep)
         qw_be_gdn_prep(be, c, qkv, qw_fwd_seg(f, 0).s->ls[il].conv, xc, w->conv, (int)ch, K, hk, dk, 1e-6f,
                        1.0f / sqrtf((float)dk), g, b, w->neg_exp_a, w->dt_bias, hv);
-    else
+    else if (!qw_conv_rows(f, il, 0, c, xc + (int64_t)(K - 1) * ch, w->conv, (int)ch, K, 1, 1))
         for (int i = 0; i < qw_fwd_n_seg(f); i++) {
             qw_seg sg = qw_fwd_seg(f, i);
             qw_arena_mark ms = qw_arena_get_mark(f->ar);
@@ -140,7 +173,8 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
      * where the backend has it) */
     const int act = gate_sigmoid ? QW_ACT_SIGMOID : QW_ACT_SILU;
     const int gated = be->delta_rule_gate && !f->draft && qw_fwd_n_seg(f) == 1;
-    for (int i = 0; i < qw_fwd_n_seg(f); i++) { /* each session's rows through its own recurrent state */
+    const int at_once = gdn_rule_rows(f, il, o, q, k, v, g, b, hk, hv, dk, dv, tiled); /* a batched step's */
+    for (int i = 0; i < qw_fwd_n_seg(f) && !at_once; i++) { /* each session's rows through its own recurrent state */
         qw_seg s = qw_fwd_seg(f, i);
         int64_t r0 = s.row0;
         if (f->draft)

@@ -146,7 +146,8 @@ void qw_ple_forward(const qw_fwd *f, int il, const qw_ple_w *w, float *X) {
     be->ple_gate(be, G, K, Q, V, T, C, H);
     be->rms_norm_grouped(be, Gn, G, w->norm_conv, T * C, C, H, hp->norm_eps, 1);
     float *c = qw_arena_f32(f->ar, (size_t)T * CH);
-    for (int i = 0; i < qw_fwd_n_seg(f); i++) {
+    const int at_once = qw_conv_rows(f, il, 1, c, Gn, w->conv, (int)CH, kc, dil, 1); /* a batched step's */
+    for (int i = 0; i < qw_fwd_n_seg(f) && !at_once; i++) {
         qw_seg g = qw_fwd_seg(f, i);
         qw_layer_state *ls = &g.s->ls[il];
         qw_arena_mark ms = qw_arena_get_mark(f->ar);

@@ -541,6 +541,41 @@ static void cu_conv1d_state(const qw_backend *be, float *y, const float *x, floa
     QWC_LAUNCHED();
 }
 
+/* A batched step's rows, one token of each of n sessions, through their own states (conv1d_state_rows,
+ * delta_rule_rows; QWC_ROWS 0, or QWENC_CUDA_ROWS=0 in the environment: the backend has neither, and the blocks call
+ * conv1d_state and delta_rule once a session). Each row's operations are those of its one-token call. */
+#ifndef QWC_ROWS
+#define QWC_ROWS 1
+#endif
+struct qwc_rows { /* the rows' state addresses, a kernel argument */
+    float *p[QW_ROWS_MAX];
+};
+
+static qwc_rows rows_of(float *const *p, int n) {
+    qwc_rows r = {};
+    for (int i = 0; i < n; i++) r.p[i] = p[i];
+    return r;
+}
+
+/* blocks of channels x rows: row r's channel c of k_conv1d_state over hist.p[r] */
+__global__ void k_conv1d_state_rows(float *y, const float *x, qwc_rows hist, const float *w, int ch, int k, int dil,
+                                    int then_silu) {
+    QWC_PDL_ENTRY();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t r = blockIdx.y;
+    if (c < ch) conv_state_channel(y + r * ch, x + r * ch, hist.p[r], NULL, w, 1, ch, k, dil, then_silu, 0, c);
+}
+
+static void cu_conv1d_state_rows(const qw_backend *be, float *y, const float *x, float *const *hist, const float *w,
+                                 int n, int ch, int k, int dil, int then_silu) {
+    if (n <= 0 || ch <= 0) return;
+    if (n > QW_ROWS_MAX) qwc_die(__FILE__, __LINE__, "conv1d_state_rows", "more rows than QW_ROWS_MAX");
+    qwc *c = qwc_of(be);
+    qwc_launch(k_conv1d_state_rows, dim3((unsigned)qwc_blocks(ch, 128), (unsigned)n), 128, 0, qwc_stream(c), y, x,
+               rows_of(hist, n), qwc_wf(c, w, (int64_t)ch * k), ch, k, dil, then_silu);
+    QWC_LAUNCHED();
+}
+
 /* the gate of a value head: neg_exp_a softplus(a + dt_bias) */
 __device__ __forceinline__ float gdn_g(float a, float neg_exp_a, float dt_bias) {
     float x = a + dt_bias;
@@ -643,10 +678,16 @@ struct dr_gate {
     unsigned *count;
 };
 
-template <int DK, bool GATE>
+template <int DK, bool GATE, bool ROWS>
 __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, const float *q, const float *k,
                                                      const float *v, const float *g, const float *beta, int n_tok,
-                                                     int hk, int hv, int dv, int tiled, dr_gate ng, int early) {
+                                                     int hk, int hv, int dv, int tiled, dr_gate ng, int early,
+                                                     qwc_rows rows) {
+    if (ROWS) { /* grid z: the row, one token through its own state */
+        const int64_t z = blockIdx.z;
+        state = rows.p[z];
+        q += z * hk * DK, k += z * hk * DK, v += z * hv * dv, o += z * hv * dv, g += z * hv, beta += z * hv;
+    }
     if (early && (int)threadIdx.x < DK && blockIdx.y * DR_COLS < dv) /* the block's state rows into L2 */
         asm volatile("prefetch.global.L2 [%0];" ::"l"(state + ((int64_t)blockIdx.x * DK + threadIdx.x) * dv +
                                                      blockIdx.y * DR_COLS));
@@ -764,20 +805,21 @@ __global__ void k_delta_rule_any(float *o, float *state, const float *q, const f
     }
 }
 
-/* k_delta_rule4 for dk 32, 64 or 128 (false for another dk: nothing launched) */
-template <bool GATE>
+/* k_delta_rule4 for dk 32, 64 or 128 (false for another dk: nothing launched); ROWS: n_rows rows of one token, row
+ * r's state rows.p[r] */
+template <bool GATE, bool ROWS = false>
 static bool delta_rule4(cudaStream_t st, float *o, float *state, const float *q, const float *k, const float *v,
                         const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled,
-                        const dr_gate &ng) {
+                        const dr_gate &ng, const qwc_rows &rows = {}, int n_rows = 1) {
     void (*kern)(float *, float *, const float *, const float *, const float *, const float *, const float *, int, int,
-                 int, int, int, dr_gate, int) = dk == 128 ? k_delta_rule4<128, GATE>
-                                                : dk == 64 ? k_delta_rule4<64, GATE>
-                                                : dk == 32 ? k_delta_rule4<32, GATE>
-                                                           : NULL;
+                 int, int, int, dr_gate, int, qwc_rows) = dk == 128 ? k_delta_rule4<128, GATE, ROWS>
+                                                          : dk == 64 ? k_delta_rule4<64, GATE, ROWS>
+                                                          : dk == 32 ? k_delta_rule4<32, GATE, ROWS>
+                                                                     : NULL;
     if (!kern) return false;
-    const dim3 grid((unsigned)hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
+    const dim3 grid((unsigned)hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS), (unsigned)n_rows);
     qwc_launch(kern, grid, DR_COLS * DR_PARTS, 0, st, o, state, q, k, v, g, beta, n_tok, hk, hv, dv, tiled, ng,
-               qwc_early_ops());
+               qwc_early_ops(), rows);
     return true;
 }
 
@@ -793,6 +835,23 @@ static void cu_delta_rule(const qw_backend *be, float *o, float *state, const fl
                    hv, dk, dv, tiled);
     }
     QWC_LAUNCHED();
+}
+
+static void cu_delta_rule_rows(const qw_backend *be, float *o, float *const *state, const float *q, const float *k,
+                               const float *v, const float *g, const float *beta, int n, int hk, int hv, int dk,
+                               int dv, int tiled) {
+    if (n <= 0) return;
+    if (n > QW_ROWS_MAX) qwc_die(__FILE__, __LINE__, "delta_rule_rows", "more rows than QW_ROWS_MAX");
+    const dr_gate none = {};
+    if (delta_rule4<false, true>(qwc_stream(qwc_of(be)), o, NULL, q, k, v, g, beta, 1, hk, hv, dk, dv, tiled, none,
+                                 rows_of(state, n), n)) {
+        QWC_LAUNCHED();
+        return;
+    }
+    const int64_t kd = (int64_t)hk * dk, vd = (int64_t)hv * dv; /* another dk: a call a row */
+    for (int r = 0; r < n; r++)
+        cu_delta_rule(be, o + r * vd, state[r], q + r * kd, k + r * kd, v + r * vd, g + (int64_t)r * hv,
+                      beta + (int64_t)r * hv, 1, hk, hv, dk, dv, tiled);
 }
 
 /* The delta rule with its gated norm (QWC_DR_GATE 0, or QWENC_CUDA_DR_GATE=0 in the environment: delta_rule, then
@@ -852,4 +911,9 @@ void qwc_ops_fill(qw_backend *t) {
     t->gdn_prep = cu_gdn_prep;
     t->delta_rule = cu_delta_rule;
     t->delta_rule_gate = cu_delta_rule_gate;
+    int rows_env = -1; /* read at each backend's making (t_session compares a backend with and one without) */
+    if (QWC_ROWS && QWC_CONV_STATE && QWC_FUSE_CONV_SILU && qwc_env_switch("QWENC_CUDA_ROWS", 1, &rows_env)) {
+        t->conv1d_state_rows = cu_conv1d_state_rows;
+        t->delta_rule_rows = cu_delta_rule_rows;
+    }
 }

@@ -207,6 +207,17 @@ struct qw_backend {
     void (*delta_rule_gate)(const qw_backend *be, float *o, float *state, const float *q, const float *k,
                             const float *v, const float *g, const float *beta, int n_tok, int hk, int hv, int dk,
                             int dv, int tiled, const float *w, float *z, float eps, int act);
+    /* A batched step's rows, one token of each of n sessions (optional: NULL where the blocks call the op above
+     * once a session): row r through its own session's state, hist[r] or state[r] (n <= QW_ROWS_MAX backend
+     * addresses, the array in host memory). conv1d_state_rows: conv1d_state(y + r ch, x + r ch, hist[r], scratch, w,
+     * 1 row, ch, k, dil, then_silu, keep_seq 0) for each row r; delta_rule_rows: delta_rule(o + r hv dv, state[r],
+     * q + r hk dk, k + r hk dk, v + r hv dv, g + r hv, beta + r hv, 1 token, hk, hv, dk, dv, tiled) for each row r.
+     * The bits of those calls (a backend may run all the rows in one kernel). */
+    void (*conv1d_state_rows)(const qw_backend *be, float *y, const float *x, float *const *hist, const float *w,
+                              int n, int ch, int k, int dil, int then_silu);
+    void (*delta_rule_rows)(const qw_backend *be, float *o, float *const *state, const float *q, const float *k,
+                            const float *v, const float *g, const float *beta, int n, int hk, int hv, int dk, int dv,
+                            int tiled);
 
     /* ---- mixture of experts (spec qwen4_exp.md 3.6) */
     /* Routing: p = softmax(logits) over the n_expert (in place: logits [n_tok][n_expert] becomes p); the top k
@@ -332,6 +343,7 @@ static inline void qw_be_rms_norm_rope(const qw_backend *be, float *x, const flo
 }
 
 #define QW_TOPK_MAX 64
+#define QW_ROWS_MAX 32 /* the sessions' rows of one call of conv1d_state_rows or delta_rule_rows */
 /* The order of topk: a before b (values a, b at indices ia, ib); the CUDA kernel's too. */
 static inline QW_HOST_DEVICE int qw_topk_better(float a, int64_t ia, float b, int64_t ib) {
     if (a != a) return b != b && ia < ib;

@@ -865,6 +865,7 @@ qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const i
     if (st) return st;
     qwenc_session *s = sessions[0];
     const qw_backend *be = s->be;
+    double t0 = s->prof ? qw_prof_now() : 0;
     for (int i = 0; i < n; i++) {
         qw_step step = {.pos0 = sessions[i]->n_past};
         be->upload(be, sessions[i]->step, &step, sizeof(step));
@@ -880,6 +881,7 @@ qwenc_status qwenc_session_forward_batch(qwenc_session *const *sessions, const i
                       "forward_batch: the kernels ran out of memory for their scratch; the sessions' states are lost");
     }
     for (int i = 0; i < n; i++) sessions[i]->n_past++, sessions[i]->mtp_j = 0, sessions[i]->top_valid = 0;
+    if (s->prof) qw_prof_step(s->prof, n, qw_prof_now() - t0);
     return QWENC_OK;
 }
 

@@ -988,6 +988,73 @@ static void test_norm_rope_kv(void) {
     }
 }
 
+/* a batched step's rows through their own states at once (conv1d_state_rows, delta_rule_rows) against a call a row:
+ * the outputs and every row's state bit for bit; up to QW_ROWS_MAX rows, a dilated convolution, a dk the kernel does
+ * not take (48: a call a row inside the op) */
+static void test_rows(void) {
+    printf("conv1d_state_rows, delta_rule_rows\n");
+    fflush(stdout);
+    CHECK(G->conv1d_state_rows && G->delta_rule_rows, "the CUDA backend lacks conv1d_state_rows or delta_rule_rows");
+    if (!G->conv1d_state_rows || !G->delta_rule_rows) return;
+    static const int cc[][4] = {{96, 4, 1, 3}, {320, 3, 2, QW_ROWS_MAX}}; /* ch, k, dil, rows */
+    static float cw_store[2][320 * 4];
+    for (int ci = 0; ci < 2; ci++) {
+        const int ch = cc[ci][0], k = cc[ci][1], dil = cc[ci][2], n = cc[ci][3], nh = (k - 1) * dil;
+        float *w = cw_store[ci], *x = rvec((size_t)n * ch, 1);
+        for (int i = 0; i < ch * k; i++) w[i] = frand();
+        const size_t hb = (size_t)nh * ch * 4, yb = (size_t)n * ch * 4;
+        float *hist1[QW_ROWS_MAX], *hist2[QW_ROWS_MAX];
+        for (int r = 0; r < n; r++) {
+            float *h = rvec((size_t)nh * ch, 1);
+            hist1[r] = dev(h, hb), hist2[r] = dev(h, hb);
+            free(h);
+        }
+        float *dx = dev(x, yb), *dy1 = dev(NULL, yb), *dy2 = dev(NULL, yb), *seq = dev(NULL, hb + (size_t)ch * 4);
+        for (int r = 0; r < n; r++)
+            G->conv1d_state(G, dy1 + (size_t)r * ch, dx + (size_t)r * ch, hist1[r], seq, w, 1, ch, k, dil, 1, 0);
+        G->conv1d_state_rows(G, dy2, dx, hist2, w, n, ch, k, dil, 1);
+        float *y1 = back(dy1, yb), *y2 = back(dy2, yb);
+        int ok = same_f(y2, y1, (size_t)n * ch);
+        for (int r = 0; r < n && ok; r++) {
+            float *h1 = back(hist1[r], hb), *h2 = back(hist2[r], hb);
+            ok = same_f(h2, h1, (size_t)nh * ch);
+            free(h1), free(h2);
+        }
+        CHECK(ok, "conv1d_state_rows (%d rows of %d channels, k %d, dilation %d): not the bits of a call a row", n, ch,
+              k, dil);
+        free(x), free(y1), free(y2);
+    }
+    static const int dc[][6] = {{128, 128, 4, 8, 3, 1}, {64, 64, 2, 6, QW_ROWS_MAX, 0}, {48, 40, 2, 2, 2, 0}};
+    for (int ci = 0; ci < 3; ci++) { /* dk, dv, hk, hv, rows, tiled */
+        const int dk = dc[ci][0], dv = dc[ci][1], hk = dc[ci][2], hv = dc[ci][3], n = dc[ci][4], tiled = dc[ci][5];
+        const size_t qn = (size_t)n * hk * dk, on = (size_t)n * hv * dv, sn = (size_t)hv * dk * dv, gn = (size_t)n * hv;
+        float *q = rvec(qn, 0.1f), *kk = rvec(qn, 0.1f), *v = rvec(on, 1), *gg = rvec(gn, 0.5f), *beta = rvec(gn, 0.5f);
+        for (size_t i = 0; i < gn; i++) gg[i] = -fabsf(gg[i]), beta[i] = fabsf(beta[i]);
+        float *dq = dev(q, qn * 4), *dk_ = dev(kk, qn * 4), *dv_ = dev(v, on * 4), *dg = dev(gg, gn * 4);
+        float *db = dev(beta, gn * 4), *dO1 = dev(NULL, on * 4), *dO2 = dev(NULL, on * 4);
+        float *S1[QW_ROWS_MAX], *S2[QW_ROWS_MAX];
+        for (int r = 0; r < n; r++) {
+            float *S = rvec(sn, 0.1f);
+            S1[r] = dev(S, sn * 4), S2[r] = dev(S, sn * 4);
+            free(S);
+        }
+        const size_t kd = (size_t)hk * dk, vd = (size_t)hv * dv;
+        for (int r = 0; r < n; r++)
+            G->delta_rule(G, dO1 + r * vd, S1[r], dq + r * kd, dk_ + r * kd, dv_ + r * vd, dg + (size_t)r * hv,
+                          db + (size_t)r * hv, 1, hk, hv, dk, dv, tiled);
+        G->delta_rule_rows(G, dO2, S2, dq, dk_, dv_, dg, db, n, hk, hv, dk, dv, tiled);
+        float *o1 = back(dO1, on * 4), *o2 = back(dO2, on * 4);
+        int ok = same_f(o2, o1, on);
+        for (int r = 0; r < n && ok; r++) {
+            float *s1 = back(S1[r], sn * 4), *s2 = back(S2[r], sn * 4);
+            ok = same_f(s2, s1, sn);
+            free(s1), free(s2);
+        }
+        CHECK(ok, "delta_rule_rows (%d rows, dk %d, dv %d, tiled %d): not the bits of a call a row", n, dk, dv, tiled);
+        free(q), free(kk), free(v), free(gg), free(beta), free(o1), free(o2);
+    }
+}
+
 int main(void) {
     char desc[320];
     if (!qw_cuda_available(desc, sizeof(desc))) {
@@ -1018,6 +1085,7 @@ int main(void) {
     test_norm_rope();
     test_dr_gate();
     test_norm_rope_kv();
+    test_rows();
     G->release(G); /* the test's device buffers go with the process */
     return test_summary();
 }
