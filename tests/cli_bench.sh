@@ -114,6 +114,18 @@ else
 fi
 expect_error "bench --draft 16" "--draft must be at most 15" $QWENC bench -m $M -p 0 -n 4 --draft 16
 
+# tests/ab.sh: switches against each other in one binary, a row per set and test, the first set the baseline
+if out=$(QWENC=$QWENC ROUNDS=1 bash tests/ab.sh - 'QWENC_AB_UNUSED=1' -- -m $M -p 8 -n 4 -t 1 2>&1); then
+    rows=$(printf '%s\n' "$out" | grep -cE '^(-|QWENC_AB_UNUSED=1) +(pp8|tg4) ')
+    base=$(printf '%s\n' "$out" | grep -cE '^- +(pp8|tg4) .* 1\.000x$')
+    if [ "$rows" = 4 ] && [ "$base" = 2 ]; then ok; else bad "ab.sh: not a row per set and test: $out"; fi
+else
+    bad "ab.sh failed: $out"
+fi
+expect_error "ab.sh: a set that is not assignments" "is not a NAME=VALUE assignment" \
+    env QWENC=$QWENC bash tests/ab.sh nonsense -- -m $M -p 8 -n 0
+expect_error "ab.sh: a failing bench" "failed" env QWENC=$QWENC bash tests/ab.sh - -- -m $M -p many
+
 # bad input: a message and exit 1
 expect_error "bad -np" "-np" $QWENC bench -m $M -np 0
 expect_error "bad -p" "-p expects an integer >= 0" $QWENC bench -m $M -p many
