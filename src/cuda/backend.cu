@@ -76,6 +76,7 @@ struct qwc {
     uint8_t *pinned[MAX_PINNED];
     int n_pinned;
     int q8;        /* quantized weights meet 8-bit activations */
+    int dr_chunk;  /* the delta rule's chunked form for calls of at least this many tokens (0: never) */
     void *q8_buf;  /* their buffer, Q8_BYTES */
     unsigned *counts; /* QWC_COUNTS zeroed counters in device memory (qwc_counts) */
     int q8_keep;   /* the next product reads the x of the one before (qwc_q8_keep) */
@@ -144,6 +145,7 @@ cudaStream_t qwc_stream(const qwc *c) { return c->stream; }
 cublasHandle_t qwc_cublas(const qwc *c) { return c->cublas; }
 
 int qwc_q8_on(const qwc *c) { return c->q8 && c->q8_buf; }
+int qwc_dr_chunk_min(const qwc *c) { return c->dr_chunk; }
 unsigned *qwc_counts(qwc *c, int n) { return n <= QWC_COUNTS ? c->counts : NULL; }
 void *qwc_q8_buf(qwc *c, size_t *bytes) {
     *bytes = c->q8_buf ? Q8_BYTES : 0;
@@ -180,6 +182,8 @@ void qwc_q8_made(qwc *c, const float *y, int64_t n) {
 int qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
     return c->q8_made_y == x && c->q8_made_at == qwc_writes && ldx == cols && cols * n_rows == c->q8_made_n;
 }
+
+int qwc_recording(const qwc *c) { return recording(c); }
 
 int qwc_capture_spoil(qwc *c) {
     if (!recording(c)) return 0;
@@ -610,6 +614,11 @@ extern "C" void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) {
     for (int r = 0; r < qwc_n_rank(C(be)); r++) qwc_rank(C(be), r)->q8 = on != 0;
 }
 
+extern "C" void qw_backend_cuda_set_dr_chunk(qw_backend *be, int min_tok) {
+    if (!be || be->release != cu_release) return;
+    for (int r = 0; r < qwc_n_rank(C(be)); r++) qwc_rank(C(be), r)->dr_chunk = min_tok > 0 ? min_tok : 0;
+}
+
 extern "C" void qw_backend_cuda_set_ple_host(qw_backend *be, int on) {
     if (be && be->release == cu_release) C(be)->ple_host = on != 0;
 }
@@ -693,6 +702,9 @@ extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *
         c->counts = NULL;
     }
     cublasSetMathMode(c->cublas, CUBLAS_PEDANTIC_MATH); /* f32 products, f32 sums: no TF32 */
+    const char *dr = getenv("QWENC_CUDA_DR_CHUNK");
+    c->dr_chunk = dr && dr[0] ? atoi(dr) : QWC_DR_CHUNK_MIN;
+    if (c->dr_chunk < 0) c->dr_chunk = 0;
     c->be = qwc_op_table();
     c->be.alloc = cu_alloc;
     c->be.free = cu_free;
@@ -850,6 +862,7 @@ static qwenc_status make_ranks(qwc *c, const int *devices, int n, char *err, siz
         qwc *p = C(pb);
         p->root = c;
         p->q8 = c->q8;
+        p->dr_chunk = c->dr_chunk;
         QWC_CHECK(cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming));
         c->rank[r] = p;
     }

@@ -27,6 +27,10 @@ void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes, size_t *to
  * the CPU backend's default, qwenc_model_params.f32_activations 0), off (the backend's start): f32 activations, the
  * exact product. Matrix-vector products only (up to 16 tokens); longer products stay f32 (cuBLAS). */
 void qw_backend_cuda_set_q8_activations(qw_backend *be, int on);
+/* The delta rule of a call of at least min_tok tokens (a prompt's; never fewer than 18) in the chunked form
+ * (src/cuda/delta_chunk.cu: small matrix products a chunk of 64 tokens, within a stated bound of the token-by-token
+ * rule); 0: token by token always. The backend starts with QWENC_CUDA_DR_CHUNK from the environment (default 0). */
+void qw_backend_cuda_set_dr_chunk(qw_backend *be, int min_tok);
 /* on: the n-gram table (PLE) is not copied to the device but to pinned host memory mapped for it, and the gather
  * kernel reads the rows a step needs (a few KiB a token) over the bus. For a table that does not fit beside the
  * rest of the weights. */

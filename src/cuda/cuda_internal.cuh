@@ -51,6 +51,14 @@ int qwc_capture_spoil(qwc *c);
 /* 1 when quantized weights meet 8-bit activations (qw_backend_cuda_set_q8_activations; the CPU's default), 0: f32
  * activations (the exact product). */
 int qwc_q8_on(const qwc *c);
+/* 1 while a graph is being recorded on this backend (or, for a rank, on its root) */
+int qwc_recording(const qwc *c);
+/* The delta rule takes its chunked form (delta_chunk.cu) for calls of at least this many tokens; 0: never. The
+ * backend's start: QWENC_CUDA_DR_CHUNK in the environment, else QWC_DR_CHUNK_MIN; qw_backend_cuda_set_dr_chunk. */
+#ifndef QWC_DR_CHUNK_MIN
+#define QWC_DR_CHUNK_MIN 0
+#endif
+int qwc_dr_chunk_min(const qwc *c);
 /* 1 when the n-gram table stays in host memory (qw_backend_cuda_set_ple_host) */
 int qwc_ple_host(const qwc *c);
 /* The device address of a pinned, mapped host copy of [host, host + bytes), made once (read over the bus; freed

@@ -117,8 +117,10 @@ __device__ __forceinline__ void mmq_load(mmq_regs<MT> &q, const mmq_args &a, con
     }
 }
 
-/* MT m tiles (16 rows) and NT n tiles (8 tokens) a warp; 2 x 2 warps: BM = 32 MT rows by BN = 16 NT tokens */
-template <int T, int MT, int NT, int MINB>
+/* MT m tiles (16 rows) and NT n tiles (8 tokens) a warp; 2 x 2 warps: BM = 32 MT rows by BN = 16 NT tokens.
+ * UNROLL: a step's KG groups unrolled (the next group's fragments and MMAs can be in flight while this one's terms
+ * are added); the same operations in the same order for every output. */
+template <int T, int MT, int NT, int MINB, bool UNROLL = false>
 __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
     QWC_PDL_ENTRY();
     constexpr int BM_ = 32 * MT, BN_ = 16 * NT;
@@ -183,7 +185,7 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
         }
         __syncthreads();
         if (more) mmq_load<T, MT>(q, a, w, row0, g0 + KG, ge); /* in flight while this step runs */
-        for (int gg = 0; gg < kg; gg++) {
+        const auto group = [&](const int gg) { /* this step's group gg: its MMAs and terms */
             uint32_t fa[MT][4], fb[NT][2];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
@@ -236,6 +238,12 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
                         }
                 }
             }
+        };
+        if (UNROLL && kg == KG) { /* every step but a product's last: the groups in one straight run */
+#pragma unroll
+            for (int gg = 0; gg < KG; gg++) group(gg);
+        } else {
+            for (int gg = 0; gg < kg; gg++) group(gg);
         }
         __syncthreads();
     }
@@ -259,12 +267,20 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
  * narrow matrices, whose few row tiles would leave most SMs idle). The outputs' bits do not depend on it. */
 constexpr int64_t MMQ_BIG_BLOCKS = 264;
 
+/* The big tiles' groups unrolled, at 3 blocks an SM for the registers that takes (QWENC_CUDA_MMQ_UNROLL=1 in the
+ * environment; off until measured against the loop: the same bits) */
+static int mmq_unroll() {
+    static int r = -1;
+    return qwc_env_switch("QWENC_CUDA_MMQ_UNROLL", 0, &r);
+}
+
 template <int T> void mmq_launch(qwc *c, mmq_args a, int64_t n_rows, int grouped, int slices) {
     const int64_t rows = a.rows;
     const int64_t big = ((rows + 63) / 64) * ((n_rows + 63) / 64);
     if (big >= MMQ_BIG_BLOCKS) {
         const dim3 grid((unsigned)((rows + 63) / 64), (unsigned)((n_rows + 63) / 64 + (grouped ? a.E : 0)), slices);
-        qwc_launch(k_mmq<T, 2, 4, 4>, grid, THREADS, 0, qwc_stream(c), a);
+        if (mmq_unroll()) qwc_launch(k_mmq<T, 2, 4, 3, true>, grid, THREADS, 0, qwc_stream(c), a);
+        else qwc_launch(k_mmq<T, 2, 4, 4>, grid, THREADS, 0, qwc_stream(c), a);
     } else {
         const dim3 grid((unsigned)((rows + 31) / 32), (unsigned)((n_rows + 31) / 32 + (grouped ? a.E : 0)), slices);
         if (grouped) a.tiles += a.E + 1; /* the 32-token tiles' prefix */

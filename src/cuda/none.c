@@ -36,6 +36,7 @@ void qw_backend_cuda_weights_random(qw_backend *be, const void *key, qw_type typ
 
 void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) { (void)be, (void)on; }
 void qw_backend_cuda_set_ple_host(qw_backend *be, int on) { (void)be, (void)on; }
+void qw_backend_cuda_set_dr_chunk(qw_backend *be, int min_tok) { (void)be, (void)min_tok; }
 
 qwenc_status qw_backend_cuda_split(qw_backend *be, const int *devices, int n, const double *share, char *err,
                                    size_t errlen) {

@@ -649,7 +649,8 @@ static void cu_gdn_prep(const qw_backend *be, float *c, const float *x, float *h
 }
 
 /*
- * The delta rule, token by token as the CPU kernels do it (kernels/cpu.c dr_heads), for one value head j and
+ * The delta rule, token by token as the CPU kernels do it (kernels/cpu.c dr_heads; a prompt's call may take the
+ * chunked form of delta_chunk.cu instead, qw_backend_cuda_set_dr_chunk), for one value head j and
  * column c of its state S [dk][dv]: per token S[:, c] *= exp(g) while kv = sum_r S[r][c] k[r] accumulates; u =
  * beta (v[c] - kv); S[r][c] += k[r] u while o = sum_r q[r] S[r][c] accumulates. Columns are independent.
  *
@@ -825,8 +826,10 @@ static bool delta_rule4(cudaStream_t st, float *o, float *state, const float *q,
 
 static void cu_delta_rule(const qw_backend *be, float *o, float *state, const float *q, const float *k, const float *v,
                           const float *g, const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled) {
-    cudaStream_t st = qwc_stream(qwc_of(be));
+    qwc *c = qwc_of(be);
+    cudaStream_t st = qwc_stream(c);
     if (n_tok <= 0) return;
+    if (qwc_delta_chunk(c, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled)) return; /* a prompt's */
     const dr_gate none = {};
     if (!delta_rule4<false>(st, o, state, q, k, v, g, beta, n_tok, hk, hv, dk, dv, tiled, none)) {
         const int th = (dv + 31) / 32 * 32;

@@ -101,6 +101,12 @@ __device__ __forceinline__ float qwc_combine_start(float s, const float *sg, int
     return has_shared ? (sg ? s * gt : s) : 0.0f;
 }
 
+/* delta_chunk.cu: ops.h's delta_rule over a call's tokens in the chunked form, launched on c's stream: 1; 0 (nothing
+ * launched) when the call is not one it takes (fewer tokens than qwc_dr_chunk_min or than a step recorded as a graph
+ * may have, dk other than 32, 64 or 128, q or k not 16-byte aligned) */
+int qwc_delta_chunk(qwc *c, float *o, float *state, const float *q, const float *k, const float *v, const float *g,
+                    const float *beta, int n_tok, int hk, int hv, int dk, int dv, int tiled);
+
 /* ---- entry points of the op files (ops.cu, attn.cu, moe.cu, model_ops.cu) */
 void qwc_ops_fill(qw_backend *t);
 void qwc_attn_fill(qw_backend *t);

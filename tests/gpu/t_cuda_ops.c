@@ -309,6 +309,7 @@ static void test_qsa(void) {
 
 static void test_gdn(void) {
     printf("conv1d_dw, gdn_gate, delta_rule\n");
+    qw_backend_cuda_set_dr_chunk(G, 0); /* token by token (test_delta_chunk: the chunked form) */
     int T = 7, ch = 300, k = 4, dil = 1;
     float *x = rvec((size_t)(k - 1 + T) * ch, 1), *w = rvec((size_t)ch * k, 1), *y = malloc((size_t)T * ch * 4);
     float *dy = dev(NULL, (size_t)T * ch * 4), *dx = dev(x, (size_t)(k - 1 + T) * ch * 4), *g;
@@ -1055,6 +1056,80 @@ static void test_rows(void) {
     }
 }
 
+/* The delta rule's chunked form (src/cuda/delta_chunk.cu: calls of qw_backend_cuda_set_dr_chunk's tokens or more)
+ * against the reference's token-by-token rule on t_kernels.c's random and adversarial decays and betas, with its
+ * bound: |chunked - reference| <= 1e-5 ceil(T / 64) B, B the largest entry of the states, values and outputs (the
+ * derivation: kernels/delta_chunk.c). dk 32, 64 and 128; partial chunks and partial slabs of 32 columns; a zero and
+ * a carried state; Flash-Next's 16 / 48 heads; a prompt over two of its 1,024-token windows. A second run of the
+ * same call gives the same bits. (Calls of fewer than 18 tokens stay token by token whatever the setting.) */
+static void test_delta_chunk(void) {
+    printf("delta_rule, chunked\n");
+    fflush(stdout);
+    /* g: 0 uniform in (-0.5, 0], 1 within 1e-6 of 0, 2 about -30, 3 a mix of those, 4 -30 for the first half of the
+     * tokens then within 1e-7 of 0; beta: 0 uniform in [0, 1], 1 all 0, 2 all 1, 3 a mix */
+    static const struct {
+        int T, hk, hv, dk, dv, gm, bm, zero_state;
+    } cases[] = {
+        {20, 1, 1, 32, 32, 0, 0, 0},     {33, 1, 2, 64, 24, 3, 0, 0},  {63, 2, 4, 32, 17, 1, 2, 0},
+        {64, 2, 2, 128, 32, 0, 0, 0},    {65, 1, 3, 64, 40, 3, 3, 0},  {77, 1, 1, 128, 48, 0, 0, 1},
+        {130, 2, 6, 64, 128, 2, 0, 0},   {200, 2, 4, 128, 72, 4, 3, 0}, {300, 16, 48, 128, 128, 0, 0, 0},
+        {1100, 1, 2, 32, 48, 1, 2, 0},
+    };
+    qw_backend_cuda_set_dr_chunk(G, 1);
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int T = cases[ci].T, hk = cases[ci].hk, hv = cases[ci].hv, dk = cases[ci].dk, dv = cases[ci].dv;
+        const int tiled = (int)(ci % 2);
+        const size_t nq = (size_t)T * hk * dk, no = (size_t)T * hv * dv, ns = (size_t)hv * dk * dv;
+        float *q = rvec(nq, 1), *kk = rvec(nq, 1), *v = rvec(no, 1), *g = malloc((size_t)T * hv * 4);
+        float *beta = malloc((size_t)T * hv * 4);
+        for (size_t r = 0; r < (size_t)T * hk; r++) { /* unit keys, queries of norm 1 / sqrt(dk) (the model's) */
+            double a = 0, b = 0;
+            for (int d = 0; d < dk; d++) {
+                a += (double)q[r * dk + d] * q[r * dk + d];
+                b += (double)kk[r * dk + d] * kk[r * dk + d];
+            }
+            for (int d = 0; d < dk; d++) {
+                q[r * dk + d] = (float)(q[r * dk + d] / sqrt(a * dk));
+                kk[r * dk + d] = (float)(kk[r * dk + d] / sqrt(b));
+            }
+        }
+        for (int i = 0; i < T * hv; i++) {
+            const float u = fabsf(frand());
+            int gm = cases[ci].gm, bm = cases[ci].bm;
+            if (gm == 3) gm = (int)(fabsf(frand()) * 3) % 3;
+            if (bm == 3) bm = (int)(fabsf(frand()) * 3) % 3;
+            g[i] = gm == 0   ? -0.5f * u
+                   : gm == 1 ? -1e-6f * u
+                   : gm == 2 ? -30.0f + frand()
+                             : (i / hv < T / 2 ? -30.0f : -1e-7f * u);
+            beta[i] = bm == 0 ? u : bm == 1 ? 0.0f : 1.0f;
+        }
+        float *S0 = rvec(ns, cases[ci].zero_state ? 0.0f : 0.5f), *S = malloc(ns * 4), *o = malloc(no * 4);
+        memcpy(S, S0, ns * 4);
+        float *dq = dev(q, nq * 4), *dk_ = dev(kk, nq * 4), *dv_ = dev(v, no * 4), *dg = dev(g, (size_t)T * hv * 4);
+        float *db = dev(beta, (size_t)T * hv * 4), *dS = dev(S0, ns * 4), *dO = dev(NULL, no * 4);
+        float *dS2 = dev(S0, ns * 4), *dO2 = dev(NULL, no * 4);
+        G->delta_rule(G, dO, dS, dq, dk_, dv_, dg, db, T, hk, hv, dk, dv, tiled);
+        G->delta_rule(G, dO2, dS2, dq, dk_, dv_, dg, db, T, hk, hv, dk, dv, tiled);
+        R->delta_rule(R, o, S, q, kk, v, g, beta, T, hk, hv, dk, dv, tiled);
+        float *go = back(dO, no * 4), *gS = back(dS, ns * 4), *go2 = back(dO2, no * 4), *gS2 = back(dS2, ns * 4);
+        double B = 0, worst = 0;
+        for (size_t i = 0; i < ns; i++) B = fmax(B, fmax(fabs(S0[i]), fabs(S[i])));
+        for (size_t i = 0; i < no; i++) B = fmax(B, fmax(fabs(v[i]), fabs(o[i])));
+        for (size_t i = 0; i < no; i++) worst = fmax(worst, go[i] == go[i] ? fabs((double)go[i] - o[i]) : INFINITY);
+        for (size_t i = 0; i < ns; i++) worst = fmax(worst, gS[i] == gS[i] ? fabs((double)gS[i] - S[i]) : INFINITY);
+        const double tol = 1e-5 * ((T + 63) / 64) * B;
+        printf("  T %4d hk %2d hv %2d dk %3d dv %3d g %d beta %d: max error %.2e of %.2e (%.1f%% of the bound)\n", T,
+               hk, hv, dk, dv, cases[ci].gm, cases[ci].bm, worst, B, 100 * worst / tol);
+        CHECK(worst <= tol, "chunked delta rule case %zu (T %d, dk %d, dv %d): max error %.3g > bound %.3g", ci, T, dk,
+              dv, worst, tol);
+        CHECK(same(go, go2, no * 4) && same(gS, gS2, ns * 4), "chunked delta rule case %zu: two runs, other bits", ci);
+        free(q), free(kk), free(v), free(g), free(beta), free(S0), free(S), free(o);
+        free(go), free(gS), free(go2), free(gS2);
+    }
+    qw_backend_cuda_set_dr_chunk(G, 0);
+}
+
 int main(void) {
     char desc[320];
     if (!qw_cuda_available(desc, sizeof(desc))) {
@@ -1086,6 +1161,7 @@ int main(void) {
     test_dr_gate();
     test_norm_rope_kv();
     test_rows();
+    test_delta_chunk();
     G->release(G); /* the test's device buffers go with the process */
     return test_summary();
 }
