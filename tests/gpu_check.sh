@@ -4,7 +4,8 @@
 # group loop unrolled, QWENC_CUDA_MMQ_UNROLL=1) and every op (tests/gpu/t_cuda_ops) against the
 # CPU reference, every fixture's logits on the GPU against transformers (t_model --backend cuda: the CPU's
 # tolerance; t_model_chunked: again with every delta rule of a call in its chunked form, QWENC_CUDA_DR_CHUNK=1),
-# snapshots, batched steps and draft steps on the GPU (t_session --backend cuda: their bits), the MTP
+# snapshots, batched steps and draft steps on the GPU (t_session --backend cuda: their bits; t_session_att_rows: again
+# with a batched step's attention rows in one launch each, QWENC_CUDA_ATT_ROWS=1), the MTP
 # draft head against its reference and speculative greedy decoding with it (t_mtp --backend cuda), and
 # the text commands end to end (cli_text.sh: greedy text equal to transformers' on the bundled model), qwenc
 # choosing the GPU by itself (--backend auto), the n-gram table read from host memory against the table on the
@@ -40,7 +41,7 @@ if ! make -j"$J" cuda "${flags[@]}" >build-cuda.log 2>&1; then
     exit 1
 fi
 progs=("$@")
-[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_quant_unroll t_cuda_ops t_model t_model_chunked t_session t_mtp cli_text determinism ple_host synth_check fusions split)
+[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_quant_unroll t_cuda_ops t_model t_model_chunked t_session t_session_att_rows t_mtp cli_text determinism ple_host synth_check fusions split)
 total_pass=0; total_fail=0
 for p in "${progs[@]}"; do
     echo "== $p"
@@ -49,6 +50,7 @@ for p in "${progs[@]}"; do
         t_cuda_quant_unroll) out=$(QWENC_CUDA_MMQ_UNROLL=1 build-cuda/tests/gpu/t_cuda_quant 2>&1) ;;
         t_model_chunked) out=$(QWENC_CUDA_DR_CHUNK=1 build-cuda/tests/t_model --backend cuda 2>&1) ;;
         t_session) out=$(build-cuda/tests/t_session --backend cuda 2>&1) ;;
+        t_session_att_rows) out=$(QWENC_CUDA_ATT_ROWS=1 build-cuda/tests/t_session --backend cuda 2>&1) ;;
         t_mtp) out=$(build-cuda/tests/t_mtp --backend cuda 2>&1) ;;
         cli_*) out=$(QWENC=build-cuda/qwenc BUILD=build-cuda bash "tests/$p.sh" 2>&1) ;;
         determinism) out=$(QWENC=build-cuda/qwenc bash tests/gpu/determinism.sh 2>&1) ;;

@@ -5,7 +5,8 @@
  *
  * The KV cache holds K after norm and RoPE, and V, for every past position of the session: a step's new
  * rows are computed in scratch and stored at the step's position (store_rows). In a batched step each session's
- * row is stored in its own cache and attends over it.
+ * row is stored in its own cache and attends over it, QW_ROWS_MAX sessions' rows a call of the rows ops (ops.h
+ * kv_store_rows, qsa_rows, attention_rows; a call a row where the backend lacks them).
  */
 #include <math.h>
 
@@ -19,6 +20,32 @@ static void deinterleave_heads(const qw_fwd *f, float *x, int64_t n_rows, int hd
     qw_copy_layout back = {{n_rows * hd, 1, 1, 1}, {1, 0, 0, 0}, {1, 0, 0, 0}};
     f->be->copy_strided(f->be, tmp, x, &to_tmp);
     f->be->copy_strided(f->be, x, tmp, &back);
+}
+
+/* A batched step's rows (one token of each session): stored, selected (QSA) and attended QW_ROWS_MAX at a time. */
+static void attn_rows(const qw_fwd *f, int il, const qw_attn_w *w, const float *q, const float *k, const float *v,
+                      const float *iqk, float *o, void *work) {
+    const qw_hparams *hp = f->hp;
+    const qw_backend *be = f->be;
+    int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
+    int64_t nq = (int64_t)nh * hd, nk = (int64_t)nkv * hd;
+    for (int r0 = 0; r0 < f->n_tok; r0 += QW_ROWS_MAX) {
+        const int n = QW_MIN(QW_ROWS_MAX, f->n_tok - r0);
+        qw_attn_rows r = {0};
+        for (int i = 0; i < n; i++) {
+            qwenc_session *s = f->seqs[r0 + i];
+            r.k[i] = s->ls[il].k, r.v[i] = s->ls[il].v, r.step[i] = s->step;
+            r.idx_raw[i] = s->ls[il].idx_raw, r.idx_blk[i] = s->ls[il].idx_blk;
+        }
+        qw_be_kv_store_rows(be, &r, k + r0 * nk, v + r0 * nk, n, nk);
+        qw_arena_mark ms = qw_arena_get_mark(f->ar);
+        int32_t *sel = NULL, *sel_off = NULL;
+        int sel_stride = 0;
+        if (iqk) qw_qsa_select_rows(f, w, iqk, r0, n, &r, &sel, &sel_off, &sel_stride);
+        qw_be_attention_rows(be, &r, o + r0 * nq, q + r0 * nq, (int)nq, n, nh, nkv, hd, 1.0f / sqrtf((float)hd), sel,
+                             sel_off, sel_stride, work);
+        qw_arena_restore(f->ar, ms);
+    }
 }
 
 void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const float *x, float *y) {
@@ -66,21 +93,24 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
     /* each session's rows against its own cache, at its own position */
     float *o = qw_arena_f32(f->ar, (size_t)T * nq);
     void *work = qw_arena_alloc(f->ar, be->attention_work(be, f->n_ctx, hd));
-    for (int i = 0; i < qw_fwd_n_seg(f); i++) {
-        qw_seg g = qw_fwd_seg(f, i);
-        qw_layer_state *ls = &g.s->ls[il];
-        int64_t r0 = g.row0;
-        if (!kv_stored) {
-            be->store_rows(be, ls->k, k + r0 * nk, g.rows, nk, g.s->step);
-            be->store_rows(be, ls->v, v + r0 * nk, g.rows, nk, g.s->step);
+    if (f->seqs && !kv_stored) /* a batched step: the rows ops */
+        attn_rows(f, il, w, q, k, v, iqk, o, work);
+    else
+        for (int i = 0; i < qw_fwd_n_seg(f); i++) {
+            qw_seg g = qw_fwd_seg(f, i);
+            qw_layer_state *ls = &g.s->ls[il];
+            int64_t r0 = g.row0;
+            if (!kv_stored) {
+                be->store_rows(be, ls->k, k + r0 * nk, g.rows, nk, g.s->step);
+                be->store_rows(be, ls->v, v + r0 * nk, g.rows, nk, g.s->step);
+            }
+            qw_arena_mark ms = qw_arena_get_mark(f->ar);
+            int32_t *sel = NULL, *sel_off = NULL;
+            if (iqk) qw_qsa_select(f, il, w, iqk, g, &sel, &sel_off);
+            be->attention(be, o + r0 * nq, q + r0 * nq, (int)nq, ls->k, ls->v, g.rows, nh, nkv, hd,
+                          1.0f / sqrtf((float)hd), sel, sel_off, work, g.s->step);
+            qw_arena_restore(f->ar, ms);
         }
-        qw_arena_mark ms = qw_arena_get_mark(f->ar);
-        int32_t *sel = NULL, *sel_off = NULL;
-        if (iqk) qw_qsa_select(f, il, w, iqk, g, &sel, &sel_off);
-        be->attention(be, o + r0 * nq, q + r0 * nq, (int)nq, ls->k, ls->v, g.rows, nh, nkv, hd, 1.0f / sqrtf((float)hd),
-                      sel, sel_off, work, g.s->step);
-        qw_arena_restore(f->ar, ms);
-    }
     if (gate) be->act_mul(be, o, gate, o, (int64_t)T * nq, QW_ACT_SIGMOID);
     be->matmul(be, y, w->wo, o, T);
     qw_arena_restore(f->ar, mk);

@@ -27,6 +27,10 @@ void qw_qsa_queries(const qw_fwd *f, const qw_attn_w *w, float *iqk);
  * ascending key positions it attends (sel[sel_off[t] .. sel_off[t+1])), allocated in the arena. */
 void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *iqk, qw_seg g, int32_t **sel,
                    int32_t **sel_off);
+/* The same for rows row0 .. row0 + n - 1 of a batched step, one token of each of the sessions in r (qsa_rows): row
+ * i's positions at sel[i * (topk + 1) R + sel_off[2 i] .. + sel_off[2 i + 1]); *sel_stride = (topk + 1) R. */
+void qw_qsa_select_rows(const qw_fwd *f, const qw_attn_w *w, const float *iqk, int row0, int n, const qw_attn_rows *r,
+                        int32_t **sel, int32_t **sel_off, int *sel_stride);
 
 /* linear_attn: Gated DeltaNet. x [n_tok][H] -> y [n_tok][H]. gate_sigmoid: sigma output gate, else silu. */
 void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid, const float *x, float *y);

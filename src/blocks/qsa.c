@@ -59,3 +59,20 @@ void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *iqk
     *sel_out = sel;
     *sel_off_out = off;
 }
+
+void qw_qsa_select_rows(const qw_fwd *f, const qw_attn_w *w, const float *iqk, int row0, int n, const qw_attn_rows *r,
+                        int32_t **sel_out, int32_t **sel_off_out, int *sel_stride) {
+    const qw_hparams *hp = f->hp;
+    const qw_backend *be = f->be;
+    int ni = hp->idx_n_head, ihd = hp->idx_head_dim, R = hp->idx_ratio, topk = hp->idx_budget / R;
+    int64_t width = (int64_t)(ni + 1) * ihd;
+    const float *rows = iqk + (int64_t)row0 * width;
+    int32_t *sel = qw_arena_alloc(f->ar, (size_t)n * (size_t)(topk + 1) * (size_t)R * sizeof(int32_t));
+    int32_t *off = qw_arena_alloc(f->ar, (size_t)2 * n * sizeof(int32_t));
+    void *work = qw_arena_alloc(f->ar, be->qsa_select_work(be, f->n_ctx, R, topk));
+    qw_be_qsa_rows(be, r, sel, off, rows, rows + (int64_t)ni * ihd, width, n, ni, ihd, R, topk, w->idx_k_norm,
+                   hp->norm_eps, f->m->rope_inv_freq, hp->n_rot, work);
+    *sel_out = sel;
+    *sel_off_out = off;
+    *sel_stride = (topk + 1) * R;
+}

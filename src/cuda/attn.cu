@@ -20,18 +20,14 @@
 #define ATT_WARPS 4
 #define ATT_MAX_HD 512
 
-__global__ void __launch_bounds__(ATT_WARPS * 32)
-    k_attention(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_head, int n_head_kv,
-                int hd, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step) {
-    QWC_PDL_ENTRY();
+/* One query head against its keys (the block: k_attention's): keys[0 .. nk) (NULL: positions 0 .. nk - 1) of kv head
+ * kvh; qh its query, oh where its output goes */
+__device__ __forceinline__ void attention_head(float *oh, const float *qh, const float *kc, const float *vc, int kvh,
+                                               int n_head_kv, int hd, float scale, const int32_t *keys, int nk) {
     __shared__ float qs[ATT_MAX_HD];
     __shared__ float acc_sh[ATT_WARPS][ATT_MAX_HD];
     __shared__ float m_sh[ATT_WARPS], l_sh[ATT_WARPS];
-    int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = n_head / n_head_kv, kvh = h / group;
-    int nk = sel ? sel_off[t + 1] - sel_off[t] : step->pos0 + t + 1;
-    const int32_t *keys = sel ? sel + sel_off[t] : NULL;
-    const float *qh = q + (int64_t)t * q_stride + (int64_t)h * hd;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qh[d];
     __syncthreads();
     int64_t kv_stride = (int64_t)n_head_kv * hd;
@@ -69,13 +65,34 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     double L = 0;
     for (int w = 0; w < ATT_WARPS; w++)
         if (l_sh[w] > 0) L += (double)l_sh[w] * exp((double)m_sh[w] - M);
-    float *oh = out + ((int64_t)t * n_head + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         double a = 0;
         for (int w = 0; w < ATT_WARPS; w++)
             if (l_sh[w] > 0) a += (double)acc_sh[w][d] * exp((double)m_sh[w] - M);
         oh[d] = L > 0 ? (float)(a / L) : 0.0f; /* no visible key: zeros, as the reference gives */
     }
+}
+
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attention(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_head, int n_head_kv,
+                int hd, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step) {
+    QWC_PDL_ENTRY();
+    const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
+    const int nk = sel ? sel_off[t + 1] - sel_off[t] : step->pos0 + t + 1;
+    attention_head(out + ((int64_t)t * n_head + h) * hd, q + (int64_t)t * q_stride + (int64_t)h * hd, kc, vc,
+                   h / (n_head / n_head_kv), n_head_kv, hd, scale, sel ? sel + sel_off[t] : NULL, nk);
+}
+
+/* A batched step's rows (attention_rows): block (row t, head h) as k_attention's for row t's one-token call */
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attention_rows(qw_attn_rows r, float *out, const float *q, int q_stride, int n_head, int n_head_kv, int hd,
+                     float scale, const int32_t *sel, const int32_t *sel_off, int sel_stride) {
+    QWC_PDL_ENTRY();
+    const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
+    const int nk = sel ? sel_off[2 * t + 1] - sel_off[2 * t] : r.step[t]->pos0 + 1;
+    attention_head(out + ((int64_t)t * n_head + h) * hd, q + (int64_t)t * q_stride + (int64_t)h * hd, r.k[t], r.v[t],
+                   h / (n_head / n_head_kv), n_head_kv, hd, scale,
+                   sel ? sel + (int64_t)t * sel_stride + sel_off[2 * t] : NULL, nk);
 }
 
 /*
@@ -264,14 +281,10 @@ __global__ void k_qsa_raw(float *raw, const float *key_rows, int64_t key_stride,
     raw[(int64_t)(step->pos0 + t) * ihd + d] = key_rows[t * key_stride + d];
 }
 
-/* block blockIdx.x of those the step may complete: pooled, normed, rotated */
-__global__ void k_qsa_pool(float *raw, float *blk, int n_tok, int ihd, int R, const float *k_norm, float eps,
-                           const float *inv_freq, int n_rot, const qw_step *step) {
-    QWC_PDL_ENTRY();
+/* block b of raw pooled, normed and rotated into blk (the whole block calls it; kb: ihd floats of shared memory) */
+__device__ __forceinline__ void qsa_pool_block(const float *raw, float *blk, int b, int ihd, int R, const float *k_norm,
+                                               float eps, const float *inv_freq, int n_rot, float *kb) {
     __shared__ double sh[32];
-    extern __shared__ float kb[]; /* [ihd] */
-    int pos0 = step->pos0, b = pos0 / R + blockIdx.x;
-    if (b >= (pos0 + n_tok) / R) return;
     for (int d = threadIdx.x; d < ihd; d += blockDim.x) {
         float sum = 0;
         for (int r = 0; r < R; r++) sum += raw[(int64_t)(b * R + r) * ihd + d];
@@ -297,6 +310,30 @@ __global__ void k_qsa_pool(float *raw, float *blk, int n_tok, int ihd, int R, co
         }
         dst[d] = v;
     }
+}
+
+/* block blockIdx.x of those the step may complete: pooled, normed, rotated */
+__global__ void k_qsa_pool(float *raw, float *blk, int n_tok, int ihd, int R, const float *k_norm, float eps,
+                           const float *inv_freq, int n_rot, const qw_step *step) {
+    QWC_PDL_ENTRY();
+    extern __shared__ float kb[]; /* [ihd] */
+    int pos0 = step->pos0, b = pos0 / R + blockIdx.x;
+    if (b >= (pos0 + n_tok) / R) return;
+    qsa_pool_block(raw, blk, b, ihd, R, k_norm, eps, inv_freq, n_rot, kb);
+}
+
+/* A batched step's rows (qsa_rows): row blockIdx.x's raw key stored, then the block it completes (if it does)
+ * pooled, as k_qsa_raw and k_qsa_pool do for its one-token call */
+__global__ void k_qsa_keys_rows(qw_attn_rows r, const float *key_rows, int64_t key_stride, int ihd, int R,
+                                const float *k_norm, float eps, const float *inv_freq, int n_rot) {
+    QWC_PDL_ENTRY();
+    extern __shared__ float kb[]; /* [ihd] */
+    const int t = blockIdx.x, pos = r.step[t]->pos0;
+    float *raw = r.idx_raw[t];
+    for (int d = threadIdx.x; d < ihd; d += blockDim.x) raw[(int64_t)pos * ihd + d] = key_rows[t * key_stride + d];
+    if ((pos + 1) % R) return;
+    __syncthreads(); /* the row just stored, seen by the block's threads */
+    qsa_pool_block(raw, r.idx_blk[t], pos / R, ihd, R, k_norm, eps, inv_freq, n_rot, kb);
 }
 
 static void cu_qsa_keys(const qw_backend *be, float *raw, float *blk, const float *key_rows, int64_t key_stride,
@@ -346,15 +383,13 @@ __device__ __forceinline__ int block_prefix(bool f, int *cnt, int lane, int wp, 
     return before;
 }
 
-/* one block per query: scores of its blocks, the top topk marked, positions written in block order */
-__global__ void k_qsa_select(int32_t *sel, const int32_t *sel_off, const float *q, int64_t q_stride, const float *blk,
-                             int n_head, int ihd, int R, int topk, const qw_step *step) {
-    QWC_PDL_ENTRY();
-    extern __shared__ float score[]; /* [n_b] scores, then [n_b] chosen flags */
+/* The block's query at position i (its rows qt): scores of its blocks, the top topk marked, positions written in block
+ * order into dst; score: shared memory for n_b floats and n_b flags */
+__device__ __forceinline__ void qsa_select_query(int32_t *dst, const float *qt, const float *blk, int i, int n_head,
+                                                 int ihd, int R, int topk, float *score) {
     __shared__ int cnt[33];
-    int t = blockIdx.x, i = step->pos0 + t, n_b = (i + 1) / R;
+    int n_b = (i + 1) / R;
     unsigned char *chosen = (unsigned char *)(score + n_b);
-    const float *qt = q + t * q_stride;
     float inv_sqrt = 1.0f / sqrtf((float)ihd);
     int keep_all = n_b <= topk;
     for (int b = threadIdx.x; b < n_b; b += blockDim.x) {
@@ -398,7 +433,6 @@ __global__ void k_qsa_select(int32_t *sel, const int32_t *sel_off, const float *
         __syncthreads();
     }
     /* the chosen blocks' positions in block order, then the tail */
-    int32_t *dst = sel + sel_off[t];
     int n = 0;
     for (int base = 0; base < n_b; base += blockDim.x) {
         const int b = base + threadIdx.x;
@@ -409,6 +443,29 @@ __global__ void k_qsa_select(int32_t *sel, const int32_t *sel_off, const float *
         n += total;
     }
     for (int p = n_b * R + threadIdx.x; p <= i; p += blockDim.x) dst[n * R + p - n_b * R] = p;
+}
+
+/* one block per query: scores of its blocks, the top topk marked, positions written in block order */
+__global__ void k_qsa_select(int32_t *sel, const int32_t *sel_off, const float *q, int64_t q_stride, const float *blk,
+                             int n_head, int ihd, int R, int topk, const qw_step *step) {
+    QWC_PDL_ENTRY();
+    extern __shared__ float score[]; /* [n_b] scores, then [n_b] chosen flags */
+    const int t = blockIdx.x;
+    qsa_select_query(sel + sel_off[t], q + t * q_stride, blk, step->pos0 + t, n_head, ihd, R, topk, score);
+}
+
+/* A batched step's rows (qsa_rows): row blockIdx.x's query as its one-token call selects, its positions at sel + t
+ * (topk + 1) R and its offsets (0, their count: k_qsa_offsets' for one query) at sel_off + 2 t */
+__global__ void k_qsa_select_rows(qw_attn_rows r, int32_t *sel, int32_t *sel_off, const float *q, int64_t q_stride,
+                                  int n_head, int ihd, int R, int topk) {
+    QWC_PDL_ENTRY();
+    extern __shared__ float score[];
+    const int t = blockIdx.x, i = r.step[t]->pos0, n_b = (i + 1) / R;
+    if (threadIdx.x == 0) {
+        sel_off[2 * t] = 0;
+        sel_off[2 * t + 1] = (n_b < topk ? n_b : topk) * R + (i - n_b * R + 1);
+    }
+    qsa_select_query(sel + (int64_t)t * (topk + 1) * R, q + t * q_stride, r.idx_blk[t], i, n_head, ihd, R, topk, score);
 }
 
 static void cu_qsa_select(const qw_backend *be, int32_t *sel, int32_t *sel_off, const float *q, int64_t q_stride,
@@ -431,9 +488,69 @@ static size_t cu_qsa_select_work(const qw_backend *be, int n_ctx, int R, int top
     int blocks = n_ctx / R + 1;
     size_t sh = (size_t)blocks * (sizeof(float) + 1) + 16;
     if (sh > 200 * 1024) qwc_die(__FILE__, __LINE__, "qsa_select", "more QSA blocks than shared memory holds");
-    if (qwc_qsa_reserve(qwc_of(be), blocks))
+    if (qwc_qsa_reserve(qwc_of(be), blocks)) {
         QWC_CHECK(cudaFuncSetAttribute(k_qsa_select, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+        QWC_CHECK(cudaFuncSetAttribute(k_qsa_select_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+    }
     return 0;
+}
+
+/* ---------------------------------------------------------------- a batched step's rows */
+
+/* A batched step's cache stores, QSA keys and selection, and attention over all its sessions' rows in one launch
+ * each (kv_store_rows, qsa_rows, attention_rows: each row's operations those of its one-token call, so its bits):
+ * with the other rows ops (QWC_ROWS, QWENC_CUDA_ROWS in ops.cu), and, off until timed against a launch a session,
+ * only with QWENC_CUDA_ATT_ROWS=1 in the environment. QWC_ATT_ROWS 0: never. */
+#ifndef QWC_ATT_ROWS
+#define QWC_ATT_ROWS 1
+#endif
+
+/* grid columns x rows: row r's keys and values at its position */
+__global__ void k_kv_store_rows(qw_attn_rows r, const float *k, const float *v, int64_t width) {
+    QWC_PDL_ENTRY();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int t = blockIdx.y;
+    if (i >= width) return;
+    const int64_t at = (int64_t)r.step[t]->pos0 * width + i;
+    r.k[t][at] = k[t * width + i];
+    r.v[t][at] = v[t * width + i];
+}
+
+static void cu_kv_store_rows(const qw_backend *be, const qw_attn_rows *r, const float *k, const float *v, int n,
+                             int64_t width) {
+    if (n <= 0 || width <= 0) return;
+    if (n > QW_ROWS_MAX) qwc_die(__FILE__, __LINE__, "kv_store_rows", "more rows than QW_ROWS_MAX");
+    qwc_launch(k_kv_store_rows, dim3(qwc_blocks(width, 256), (unsigned)n), 256, 0, qwc_stream(qwc_of(be)), *r, k, v,
+               width);
+    QWC_LAUNCHED();
+}
+
+static void cu_qsa_rows(const qw_backend *be, const qw_attn_rows *r, int32_t *sel, int32_t *sel_off, const float *q,
+                        const float *key_rows, int64_t row_stride, int n, int n_head, int ihd, int R, int topk,
+                        const float *k_norm, float eps, const float *inv_freq, int n_rot, void *work) {
+    (void)work;
+    if (n <= 0) return;
+    if (n > QW_ROWS_MAX) qwc_die(__FILE__, __LINE__, "qsa_rows", "more rows than QW_ROWS_MAX");
+    qwc *c = qwc_of(be);
+    cudaStream_t st = qwc_stream(c);
+    qwc_launch(k_qsa_keys_rows, n, 128, (size_t)ihd * sizeof(float), st, *r, key_rows, row_stride, ihd, R,
+               qwc_wf(c, k_norm, ihd), eps, qwc_wf(c, inv_freq, n_rot / 2), n_rot);
+    QWC_LAUNCHED();
+    const size_t sh = (size_t)qwc_qsa_max_blocks(c) * (sizeof(float) + 1) + 16; /* as qsa_select's */
+    qwc_launch(k_qsa_select_rows, n, 256, sh, st, *r, sel, sel_off, q, row_stride, n_head, ihd, R, topk);
+    QWC_LAUNCHED();
+}
+
+static void cu_attention_rows(const qw_backend *be, const qw_attn_rows *r, float *out, const float *q, int q_stride,
+                              int n, int n_head, int n_head_kv, int hd, float scale, const int32_t *sel,
+                              const int32_t *sel_off, int sel_stride, void *work) {
+    (void)work;
+    if (hd > ATT_MAX_HD) qwc_die(__FILE__, __LINE__, "attention_rows", "head dimension above 512");
+    if (n <= 0) return;
+    if (n > QW_ROWS_MAX) qwc_die(__FILE__, __LINE__, "attention_rows", "more rows than QW_ROWS_MAX");
+    qwc_launch(k_attention_rows, n * n_head, ATT_WARPS * 32, 0, qwc_stream(qwc_of(be)), *r, out, q, q_stride, n_head,
+               n_head_kv, hd, scale, sel, sel_off, sel_stride);
+    QWC_LAUNCHED();
 }
 
 void qwc_attn_fill(qw_backend *t) {
@@ -442,4 +559,11 @@ void qwc_attn_fill(qw_backend *t) {
     t->qsa_keys = cu_qsa_keys;
     t->qsa_select = cu_qsa_select;
     t->qsa_select_work = cu_qsa_select_work;
+    int rows_env = -1, att_env = -1; /* read at each backend's making (t_session compares one with, one without) */
+    if (QWC_ATT_ROWS && qwc_env_switch("QWENC_CUDA_ROWS", 1, &rows_env) &&
+        qwc_env_switch("QWENC_CUDA_ATT_ROWS", 0, &att_env)) {
+        t->kv_store_rows = cu_kv_store_rows;
+        t->qsa_rows = cu_qsa_rows;
+        t->attention_rows = cu_attention_rows;
+    }
 }

@@ -56,6 +56,16 @@ typedef struct {
 
 enum { QW_ACT_SILU = 0, QW_ACT_SIGMOID = 1 };
 
+#define QW_ROWS_MAX 32 /* the sessions' rows of one call of the *_rows ops */
+
+/* A batched step's attention rows (kv_store_rows, qsa_rows, attention_rows): row r is one token of its own session,
+ * whose layer caches and step these are (backend addresses; the struct itself in host memory). */
+typedef struct {
+    float *k[QW_ROWS_MAX], *v[QW_ROWS_MAX];             /* key and value caches [n_ctx][n_head_kv][hd] */
+    float *idx_raw[QW_ROWS_MAX], *idx_blk[QW_ROWS_MAX]; /* the QSA indexer's raw and block keys (QSA layers) */
+    const qw_step *step[QW_ROWS_MAX];                   /* the session's step: the row's position is its pos0 */
+} qw_attn_rows;
+
 /* Memory kinds: the guard mode of the CPU backend (tests) makes ACT and STATE memory inaccessible outside
  * the backend's own calls; WEIGHTS are read-only after upload. */
 typedef enum { QW_MEM_WEIGHTS = 0, QW_MEM_STATE, QW_MEM_ACT } qw_mem_kind;
@@ -218,6 +228,24 @@ struct qw_backend {
     void (*delta_rule_rows)(const qw_backend *be, float *o, float *const *state, const float *q, const float *k,
                             const float *v, const float *g, const float *beta, int n, int hk, int hv, int dk, int dv,
                             int tiled);
+    /* The same for a batched step's attention (optional, all three or none: NULL where the blocks call the ops above
+     * once a session), n <= QW_ROWS_MAX rows of the sessions in r, the bits of those calls for each row i:
+     * kv_store_rows: store_rows(r->k[i], k + i width, 1, width, r->step[i]), then the same of v into r->v[i];
+     * qsa_rows: qsa_keys(r->idx_raw[i], r->idx_blk[i], key_rows + i row_stride, row_stride, 1, ihd, R, k_norm, eps,
+     *   inv_freq, n_rot, r->step[i]), then qsa_select(sel + i (topk + 1) R, sel_off + 2 i, q + i row_stride,
+     *   row_stride, r->idx_blk[i], 1, n_head, ihd, R, topk, work, r->step[i]): sel [n][(topk + 1) R], sel_off
+     *   [n][2] (each row's positions where its own call would put them); work: qsa_select_work bytes;
+     * attention_rows: attention(out + i n_head hd, q + i q_stride, q_stride, r->k[i], r->v[i], 1, n_head,
+     *   n_head_kv, hd, scale, sel ? sel + i (topk + 1) R : NULL, sel ? sel_off + 2 i : NULL, work, r->step[i]),
+     *   sel_stride = (topk + 1) R; work: attention_work bytes. */
+    void (*kv_store_rows)(const qw_backend *be, const qw_attn_rows *r, const float *k, const float *v, int n,
+                          int64_t width);
+    void (*qsa_rows)(const qw_backend *be, const qw_attn_rows *r, int32_t *sel, int32_t *sel_off, const float *q,
+                     const float *key_rows, int64_t row_stride, int n, int n_head, int ihd, int R, int topk,
+                     const float *k_norm, float eps, const float *inv_freq, int n_rot, void *work);
+    void (*attention_rows)(const qw_backend *be, const qw_attn_rows *r, float *out, const float *q, int q_stride,
+                           int n, int n_head, int n_head_kv, int hd, float scale, const int32_t *sel,
+                           const int32_t *sel_off, int sel_stride, void *work);
 
     /* ---- mixture of experts (spec qwen4_exp.md 3.6) */
     /* Routing: p = softmax(logits) over the n_expert (in place: logits [n_tok][n_expert] becomes p); the top k
@@ -342,8 +370,65 @@ static inline void qw_be_rms_norm_rope(const qw_backend *be, float *x, const flo
         qw_rms_norm_rope_ops(be, x, w, n_tok, row_stride, n_head, hd, eps, zc, n_rot, cs);
 }
 
+/* kv_store_rows, qsa_rows and attention_rows as the calls they stand for, a row at a time (a backend without them; the
+ * blocks use qw_be_attn_rows, which picks) */
+static inline void qw_kv_store_rows_ops(const qw_backend *be, const qw_attn_rows *r, const float *k, const float *v,
+                                        int n, int64_t width) {
+    for (int i = 0; i < n; i++) {
+        be->store_rows(be, r->k[i], k + i * width, 1, width, r->step[i]);
+        be->store_rows(be, r->v[i], v + i * width, 1, width, r->step[i]);
+    }
+}
+static inline void qw_qsa_rows_ops(const qw_backend *be, const qw_attn_rows *r, int32_t *sel, int32_t *sel_off,
+                                   const float *q, const float *key_rows, int64_t row_stride, int n, int n_head,
+                                   int ihd, int R, int topk, const float *k_norm, float eps, const float *inv_freq,
+                                   int n_rot, void *work) {
+    for (int i = 0; i < n; i++) {
+        be->qsa_keys(be, r->idx_raw[i], r->idx_blk[i], key_rows + i * row_stride, row_stride, 1, ihd, R, k_norm, eps,
+                     inv_freq, n_rot, r->step[i]);
+        be->qsa_select(be, sel + (int64_t)i * (topk + 1) * R, sel_off + 2 * i, q + i * row_stride, row_stride,
+                       r->idx_blk[i], 1, n_head, ihd, R, topk, work, r->step[i]);
+    }
+}
+static inline void qw_attention_rows_ops(const qw_backend *be, const qw_attn_rows *r, float *out, const float *q,
+                                         int q_stride, int n, int n_head, int n_head_kv, int hd, float scale,
+                                         const int32_t *sel, const int32_t *sel_off, int sel_stride, void *work) {
+    for (int i = 0; i < n; i++)
+        be->attention(be, out + (int64_t)i * n_head * hd, q + (int64_t)i * q_stride, q_stride, r->k[i], r->v[i], 1,
+                      n_head, n_head_kv, hd, scale, sel ? sel + (int64_t)i * sel_stride : NULL,
+                      sel ? sel_off + 2 * i : NULL, work, r->step[i]);
+}
+
+/* the rows ops where the backend has them, else their calls a row at a time */
+static inline void qw_be_kv_store_rows(const qw_backend *be, const qw_attn_rows *r, const float *k, const float *v,
+                                       int n, int64_t width) {
+    if (be->kv_store_rows)
+        be->kv_store_rows(be, r, k, v, n, width);
+    else
+        qw_kv_store_rows_ops(be, r, k, v, n, width);
+}
+static inline void qw_be_qsa_rows(const qw_backend *be, const qw_attn_rows *r, int32_t *sel, int32_t *sel_off,
+                                  const float *q, const float *key_rows, int64_t row_stride, int n, int n_head, int ihd,
+                                  int R, int topk, const float *k_norm, float eps, const float *inv_freq, int n_rot,
+                                  void *work) {
+    if (be->qsa_rows)
+        be->qsa_rows(be, r, sel, sel_off, q, key_rows, row_stride, n, n_head, ihd, R, topk, k_norm, eps, inv_freq,
+                     n_rot, work);
+    else
+        qw_qsa_rows_ops(be, r, sel, sel_off, q, key_rows, row_stride, n, n_head, ihd, R, topk, k_norm, eps, inv_freq,
+                        n_rot, work);
+}
+static inline void qw_be_attention_rows(const qw_backend *be, const qw_attn_rows *r, float *out, const float *q,
+                                        int q_stride, int n, int n_head, int n_head_kv, int hd, float scale,
+                                        const int32_t *sel, const int32_t *sel_off, int sel_stride, void *work) {
+    if (be->attention_rows)
+        be->attention_rows(be, r, out, q, q_stride, n, n_head, n_head_kv, hd, scale, sel, sel_off, sel_stride, work);
+    else
+        qw_attention_rows_ops(be, r, out, q, q_stride, n, n_head, n_head_kv, hd, scale, sel, sel_off, sel_stride,
+                              work);
+}
+
 #define QW_TOPK_MAX 64
-#define QW_ROWS_MAX 32 /* the sessions' rows of one call of conv1d_state_rows or delta_rule_rows */
 /* The order of topk: a before b (values a, b at indices ia, ib); the CUDA kernel's too. */
 static inline QW_HOST_DEVICE int qw_topk_better(float a, int64_t ia, float b, int64_t ib) {
     if (a != a) return b != b && ia < ib;

@@ -1130,6 +1130,85 @@ static void test_delta_chunk(void) {
     qw_backend_cuda_set_dr_chunk(G, 0);
 }
 
+/* A batched step's attention rows (kv_store_rows, qsa_rows, attention_rows) against each row's own calls
+ * (store_rows, qsa_keys, qsa_select, attention of one token): the same caches, pooled keys, positions and outputs,
+ * bit for bit. Six sessions at positions 0 to 79 with random history in their caches: rows that complete a QSA
+ * block and rows that do not, a session with more blocks than the selection keeps; with QSA's positions and dense. */
+static void test_attn_rows(void) {
+    printf("kv_store_rows, qsa_rows, attention_rows\n");
+    fflush(stdout);
+    CHECK(G->kv_store_rows && G->qsa_rows && G->attention_rows, "the CUDA backend lacks the attention rows ops");
+    if (!G->kv_store_rows || !G->qsa_rows || !G->attention_rows) return;
+    enum { N = 6, NCTX = 80, NH = 4, NKV = 2, HD = 64, NI = 2, IHD = 32, RR = 4, TOPK = 3, NROT = 16 };
+    static const int pos[N] = {0, 3, 11, 27, 40, 79};
+    static float knorm[IHD], inv[NROT / 2]; /* weights: static, so no host address is reused for other ones */
+    for (int d = 0; d < IHD; d++) knorm[d] = 0.3f * frand();
+    for (int d = 0; d < NROT / 2; d++) inv[d] = 1.0f / powf(10000.0f, (float)(2 * d) / NROT);
+    const int64_t width = NKV * HD, qwd = NH * HD, iw = (NI + 1) * IHD, cap = (TOPK + 1) * RR;
+    const size_t cb = (size_t)NCTX * width * 4, rb_ = (size_t)NCTX * IHD * 4, bb = (size_t)(NCTX / RR + 1) * IHD * 4;
+    qw_attn_rows ra, rb;
+    memset(&ra, 0, sizeof(ra)), memset(&rb, 0, sizeof(rb));
+    for (int i = 0; i < N; i++) { /* both sides the same history */
+        float *kc = rvec((size_t)NCTX * width, 1), *vc = rvec((size_t)NCTX * width, 1);
+        float *raw = rvec((size_t)NCTX * IHD, 1), *blk = rvec((size_t)(NCTX / RR + 1) * IHD, 1);
+        ra.k[i] = dev(kc, cb), rb.k[i] = dev(kc, cb), ra.v[i] = dev(vc, cb), rb.v[i] = dev(vc, cb);
+        ra.idx_raw[i] = dev(raw, rb_), rb.idx_raw[i] = dev(raw, rb_);
+        ra.idx_blk[i] = dev(blk, bb), rb.idx_blk[i] = dev(blk, bb);
+        ra.step[i] = rb.step[i] = dev_step(pos[i]);
+        free(kc), free(vc), free(raw), free(blk);
+    }
+    float *hk = rvec((size_t)N * width, 1), *hv = rvec((size_t)N * width, 1), *hq = rvec((size_t)N * qwd, 1);
+    float *hi = rvec((size_t)N * iw, 1);
+    float *dk_ = dev(hk, (size_t)N * width * 4), *dv_ = dev(hv, (size_t)N * width * 4);
+    float *dq = dev(hq, (size_t)N * qwd * 4), *di = dev(hi, (size_t)N * iw * 4);
+    int32_t *sa = dev(NULL, (size_t)N * cap * 4), *oa = dev(NULL, 2 * N * 4);
+    int32_t *sb = dev(NULL, (size_t)N * cap * 4), *ob = dev(NULL, 2 * N * 4);
+    float *out_a = dev(NULL, (size_t)N * qwd * 4), *out_b = dev(NULL, (size_t)N * qwd * 4);
+    float *den_a = dev(NULL, (size_t)N * qwd * 4), *den_b = dev(NULL, (size_t)N * qwd * 4);
+    const float scale = 1.0f / sqrtf((float)HD);
+    G->qsa_select_work(G, NCTX, RR, TOPK);
+    for (int i = 0; i < N; i++) { /* a call a row */
+        G->store_rows(G, ra.k[i], dk_ + i * width, 1, width, ra.step[i]);
+        G->store_rows(G, ra.v[i], dv_ + i * width, 1, width, ra.step[i]);
+        G->qsa_keys(G, ra.idx_raw[i], ra.idx_blk[i], di + i * iw + NI * IHD, iw, 1, IHD, RR, knorm, 1e-6f, inv, NROT,
+                    ra.step[i]);
+        G->qsa_select(G, sa + i * cap, oa + 2 * i, di + i * iw, iw, ra.idx_blk[i], 1, NI, IHD, RR, TOPK, NULL,
+                      ra.step[i]);
+        G->attention(G, out_a + i * qwd, dq + i * qwd, (int)qwd, ra.k[i], ra.v[i], 1, NH, NKV, HD, scale, sa + i * cap,
+                     oa + 2 * i, NULL, ra.step[i]);
+        G->attention(G, den_a + i * qwd, dq + i * qwd, (int)qwd, ra.k[i], ra.v[i], 1, NH, NKV, HD, scale, NULL, NULL,
+                     NULL, ra.step[i]);
+    }
+    G->kv_store_rows(G, &rb, dk_, dv_, N, width);
+    G->qsa_rows(G, &rb, sb, ob, di, di + NI * IHD, iw, N, NI, IHD, RR, TOPK, knorm, 1e-6f, inv, NROT, NULL);
+    G->attention_rows(G, &rb, out_b, dq, (int)qwd, N, NH, NKV, HD, scale, sb, ob, (int)cap, NULL);
+    G->attention_rows(G, &rb, den_b, dq, (int)qwd, N, NH, NKV, HD, scale, NULL, NULL, 0, NULL);
+    int32_t *goa = back(oa, 2 * N * 4), *gob = back(ob, 2 * N * 4);
+    int32_t *gsa = back(sa, (size_t)N * cap * 4), *gsb = back(sb, (size_t)N * cap * 4);
+    CHECK(same(goa, gob, 2 * N * 4), "qsa_rows: the offsets differ from the rows' own calls");
+    const int nb5 = (pos[5] + 1) / RR; /* the last session keeps TOPK of its blocks, then its tail */
+    CHECK(gob[11] == TOPK * RR + pos[5] - nb5 * RR + 1 && nb5 > TOPK, "qsa_rows: the last row keeps %d positions",
+          gob[11]);
+    for (int i = 0; i < N; i++) {
+        const size_t n = (size_t)(goa[2 * i + 1] > 0 && goa[2 * i + 1] <= cap ? goa[2 * i + 1] : 0);
+        CHECK(n > 0 && same(gsa + i * cap, gsb + i * cap, n * 4), "qsa_rows row %d: other positions", i);
+        float *c1 = back(ra.k[i], cb), *c2 = back(rb.k[i], cb), *c3 = back(ra.v[i], cb), *c4 = back(rb.v[i], cb);
+        CHECK(same(c1, c2, cb) && same(c3, c4, cb), "kv_store_rows row %d: the caches differ", i);
+        free(c1), free(c2), free(c3), free(c4);
+        c1 = back(ra.idx_raw[i], rb_), c2 = back(rb.idx_raw[i], rb_), c3 = back(ra.idx_blk[i], bb);
+        c4 = back(rb.idx_blk[i], bb);
+        CHECK(same(c1, c2, rb_) && same(c3, c4, bb), "qsa_rows row %d: the indexer's keys differ", i);
+        free(c1), free(c2), free(c3), free(c4);
+    }
+    float *g1 = back(out_a, (size_t)N * qwd * 4), *g2 = back(out_b, (size_t)N * qwd * 4);
+    float *g3 = back(den_a, (size_t)N * qwd * 4), *g4 = back(den_b, (size_t)N * qwd * 4);
+    CHECK(same_f(g2, g1, (size_t)N * qwd), "attention_rows (QSA positions): not the bits of a call a row");
+    CHECK(same_f(g4, g3, (size_t)N * qwd), "attention_rows (dense): not the bits of a call a row");
+    CHECK(!same(g1, g3, (size_t)N * qwd * 4), "attention_rows: the selection changed nothing (the test is void)");
+    free(g1), free(g2), free(g3), free(g4), free(goa), free(gob), free(gsa), free(gsb), free(hk), free(hv), free(hq);
+    free(hi);
+}
+
 int main(void) {
     char desc[320];
     if (!qw_cuda_available(desc, sizeof(desc))) {
@@ -1138,6 +1217,7 @@ int main(void) {
     }
     printf("device: %s\n", desc);
     char err[512];
+    setenv("QWENC_CUDA_ATT_ROWS", "1", 0); /* the attention rows ops (off by default until timed): test_attn_rows */
     if (qw_backend_cuda_new(0, &G, err, sizeof(err))) {
         printf("FAIL cuda backend: %s\n0 passed, 1 failed\n", err);
         return 1;
@@ -1162,6 +1242,7 @@ int main(void) {
     test_norm_rope_kv();
     test_rows();
     test_delta_chunk();
+    test_attn_rows();
     G->release(G); /* the test's device buffers go with the process */
     return test_summary();
 }
