@@ -776,9 +776,7 @@ static void test_delta_rule(const qw_backend *o1, const qw_backend *o3) {
  * and adversarial decays and betas; through the op table it must give the same bits for 1 and 3 threads. */
 static void test_delta_chunk(const qw_backend *o1, const qw_backend *o3, const qw_cpu_kernels *ks) {
     const qw_backend *R = qw_backend_ref();
-    /* g: 0 uniform in (-0.5, 0], 1 within 1e-6 of 0, 2 about -30, 3 a mix of those per token, 4 -30 for the
-     * first half of the tokens then within 1e-7 of 0 (long decay products, then none); beta: 0 uniform in
-     * [0, 1], 1 all 0, 2 all 1, 3 a mix of 0, 1 and uniform */
+    /* g and beta: test_dr_gates' modes (test_check.h) */
     static const struct {
         int T, hk, hv, dk, dv, gm, bm, zero_state;
     } cases[] = {
@@ -796,19 +794,7 @@ static void test_delta_chunk(const qw_backend *o1, const qw_backend *o3, const q
             l2n(k + (int64_t)i * dk, dk, 1.0f);
         }
         float *v = rand_vec(no, 1.0f), *g = malloc((size_t)T * hv * 4), *beta = malloc((size_t)T * hv * 4);
-        for (int i = 0; i < T * hv; i++) {
-            float u = fabsf(frand());
-            int gm = cases[ci].gm == 3 ? irand(3) : cases[ci].gm, bm = cases[ci].bm == 3 ? irand(3) : cases[ci].bm;
-            if (gm == 0)
-                g[i] = -0.5f * u;
-            else if (gm == 1)
-                g[i] = -1e-6f * u;
-            else if (gm == 2)
-                g[i] = -30.0f + frand();
-            else
-                g[i] = i / hv < T / 2 ? -30.0f : -1e-7f * u;
-            beta[i] = bm == 0 ? fabsf(frand()) : bm == 1 ? 0.0f : 1.0f;
-        }
+        test_dr_gates(g, beta, T, hv, cases[ci].gm, cases[ci].bm, frand);
         float *s0 = rand_vec(ns, cases[ci].zero_state ? 0.0f : 0.5f);
         float *sa = malloc((size_t)ns * 4), *sb = malloc((size_t)ns * 4);
         float *oa = malloc((size_t)no * 4), *ob = malloc((size_t)no * 4);

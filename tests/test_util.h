@@ -1,6 +1,6 @@
 /*
  * test_util.h - what every test program shares: the CHECK macro with its pass/fail counters and the
- * closing "N passed, M failed" line, and the helpers of the model tests (listing the fixtures, a scratch
+ * closing "N passed, M failed" line (test_check.h), and the helpers of the model tests (listing the fixtures, a scratch
  * directory, reading reference files, comparing logits, running a model in steps). Header-only: each tests/t_*.c is its own program.
  */
 #ifndef QW_TEST_UTIL_H
@@ -15,22 +15,8 @@
 
 #include "core/mapfile.h"
 #include "qwenc.h"
+#include "test_check.h"
 
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (cond) {                                     \
-            n_pass++;                                   \
-        } else {                                        \
-            n_fail++;                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
-
-/* Print the closing line tests/run.sh reads and return the exit status. */
 static inline int test_cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* The fixture directories under root (those holding config.json, or also model.txt, a pointer to a model
@@ -60,11 +46,6 @@ static inline int test_make_tmpdir(char *buf, size_t len, const char *tag) {
     if (mkdtemp(buf)) return 1;
     printf("FAIL cannot create a directory under %s\n", t && *t ? t : "/tmp");
     return 0;
-}
-
-static inline int test_summary(void) {
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
 }
 
 /* A whole file (NUL-terminated for convenience); NULL if it cannot be read. */

@@ -24,12 +24,7 @@ static const qw_backend *R;
 static qw_backend *G;
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) * (2.0 / (1ull << 24)) - 1.0);
-}
+static float frand(void) { return test_frand(&rng); } /* uniform in [-1, 1) */
 static float *rvec(size_t n, float scale) {
     float *v = malloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
@@ -1065,8 +1060,7 @@ static void test_rows(void) {
 static void test_delta_chunk(void) {
     printf("delta_rule, chunked\n");
     fflush(stdout);
-    /* g: 0 uniform in (-0.5, 0], 1 within 1e-6 of 0, 2 about -30, 3 a mix of those, 4 -30 for the first half of the
-     * tokens then within 1e-7 of 0; beta: 0 uniform in [0, 1], 1 all 0, 2 all 1, 3 a mix */
+    /* g and beta: test_dr_gates' modes (test_check.h) */
     static const struct {
         int T, hk, hv, dk, dv, gm, bm, zero_state;
     } cases[] = {
@@ -1093,17 +1087,7 @@ static void test_delta_chunk(void) {
                 kk[r * dk + d] = (float)(kk[r * dk + d] / sqrt(b));
             }
         }
-        for (int i = 0; i < T * hv; i++) {
-            const float u = fabsf(frand());
-            int gm = cases[ci].gm, bm = cases[ci].bm;
-            if (gm == 3) gm = (int)(fabsf(frand()) * 3) % 3;
-            if (bm == 3) bm = (int)(fabsf(frand()) * 3) % 3;
-            g[i] = gm == 0   ? -0.5f * u
-                   : gm == 1 ? -1e-6f * u
-                   : gm == 2 ? -30.0f + frand()
-                             : (i / hv < T / 2 ? -30.0f : -1e-7f * u);
-            beta[i] = bm == 0 ? u : bm == 1 ? 0.0f : 1.0f;
-        }
+        test_dr_gates(g, beta, T, hv, cases[ci].gm, cases[ci].bm, frand);
         float *S0 = rvec(ns, cases[ci].zero_state ? 0.0f : 0.5f), *S = malloc(ns * 4), *o = malloc(no * 4);
         memcpy(S, S0, ns * 4);
         float *dq = dev(q, nq * 4), *dk_ = dev(kk, nq * 4), *dv_ = dev(v, no * 4), *dg = dev(g, (size_t)T * hv * 4);

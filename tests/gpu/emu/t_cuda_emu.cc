@@ -18,27 +18,10 @@ int emu_launches;
 
 #include "../../../src/cuda/delta_chunk.cu"
 
-/* tests/test_util.h's CHECK (that header is C) */
-static int n_pass, n_fail;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (cond) {                                     \
-            n_pass++;                                   \
-        } else {                                        \
-            n_fail++;                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
+#include "../../test_check.h"
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) * (2.0 / (1ull << 24)) - 1.0);
-}
+static float frand(void) { return test_frand(&rng); } /* uniform in [-1, 1) */
 
 /* the rule token by token in double (kernels/ref.c's definition), state S [hv][dk][dv] */
 static void rule_ref(std::vector<double> &o, std::vector<double> &S, const float *q, const float *k, const float *v,
@@ -90,25 +73,14 @@ static inputs make_inputs(int T, int hk, int hv, int dk, int dv, int gm, int bm,
     in.v.resize((size_t)T * hv * dv);
     for (auto &x : in.v) x = frand();
     in.g.resize((size_t)T * hv), in.beta.resize((size_t)T * hv);
-    for (size_t i = 0; i < in.g.size(); i++) {
-        const float u = fabsf(frand());
-        int gi = gm, bi = bm;
-        if (gi == 3) gi = (int)(fabsf(frand()) * 3) % 3;
-        if (bi == 3) bi = (int)(fabsf(frand()) * 3) % 3;
-        in.g[i] = gi == 0   ? -0.5f * u
-                  : gi == 1 ? -1e-6f * u
-                  : gi == 2 ? -30.0f + frand()
-                            : ((int)(i / hv) < T / 2 ? -30.0f : -1e-7f * u);
-        in.beta[i] = bi == 0 ? u : bi == 1 ? 0.0f : 1.0f;
-    }
+    test_dr_gates(in.g.data(), in.beta.data(), T, hv, gm, bm, frand);
     in.S0.resize((size_t)hv * dk * dv);
     for (auto &x : in.S0) x = zero_state ? 0.0f : 0.5f * frand();
     return in;
 }
 
 int main(void) {
-    /* g: 0 uniform in (-0.5, 0], 1 within 1e-6 of 0, 2 about -30, 3 a mix of those, 4 -30 for the first half of
-     * the tokens then within 1e-7 of 0; beta: 0 uniform in [0, 1], 1 all 0, 2 all 1, 3 a mix */
+    /* g and beta: test_dr_gates' modes (tests/test_check.h) */
     static const struct {
         int T, hk, hv, dk, dv, gm, bm, zero_state;
     } cases[] = {
@@ -173,6 +145,5 @@ int main(void) {
         free(d.scratch);
     }
     free(c.scratch);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail != 0;
+    return test_summary();
 }
