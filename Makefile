@@ -56,8 +56,8 @@ TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*.c))
 # every tests/t_*.c is a test program printing "N passed, M failed"
 TEST_SRC := $(wildcard tests/t_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-# and tests/gpu/emu/t_cuda_emu (C++, as the CUDA sources it includes): the CUDA backend's chunked delta rule run on
-# CPU threads (tests/gpu/emu/cuda/ops_internal.cuh), so every machine checks those kernels' logic
+# and tests/gpu/emu/t_cuda_emu (C++, as the CUDA sources it includes): kernels of the CUDA backend (delta_chunk.cu,
+# attn.cu) run on the CPU (tests/gpu/emu: a block's threads as coroutines), so every machine checks their logic
 EMU_BIN := $(BUILD)/tests/t_cuda_emu
 TEST_BIN += $(EMU_BIN)
 # the library examples (examples/*.c): built and run by make test
@@ -109,10 +109,15 @@ $(BUILD)/tests/t_serve%: $(BUILD)/tests/t_serve%.o $(SERVER_OBJ) $(LIB)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(EMU_BIN): tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/cuda/ops_internal.cuh src/cuda/delta_chunk.cu include/qwenc.h
+# the kernel files it runs, their dynamic shared memory (`extern __shared__`) made plain externs
+EMU_CU := delta_chunk attn
+$(BUILD)/tests/emu/%.cu: src/cuda/%.cu
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -ffp-contract=off -Itests/gpu/emu -Iinclude -Isrc $(CFLAGS) \
-	  $(LDFLAGS) -o $@ $< -lpthread
+	sed 's/extern __shared__/extern/' $< >$@
+$(EMU_BIN): tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/emu.cc tests/gpu/emu/cuda/ops_internal.cuh \
+            $(EMU_CU:%=$(BUILD)/tests/emu/%.cu) src/cuda/reduce.cuh src/kernels/ops.h tests/test_check.h $(LIB)
+	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -ffp-contract=off -Itests/gpu/emu -I$(BUILD)/tests/emu \
+	  -Iinclude -Isrc $(CFLAGS) $(LDFLAGS) -o $@ tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/emu.cc $(LIB) $(LDLIBS)
 
 # an example sees only the public header, as a program using the installed library would
 $(BUILD)/examples/%: examples/%.c $(LIB) include/qwenc.h

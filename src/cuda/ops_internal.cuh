@@ -7,6 +7,7 @@
 #define QW_CUDA_OPS_INTERNAL_CUH
 
 #include "cuda/cuda_internal.cuh"
+#include "cuda/reduce.cuh"
 
 extern "C" {
 #include "kernels/expd.h"
@@ -49,25 +50,6 @@ __device__ __forceinline__ float qwc_silu(float x) { return x / (1.0f + qwc_expd
 /* act_mul's activation (QW_ACT_SILU or QW_ACT_SIGMOID) */
 __device__ __forceinline__ float qwc_act(float x, int act) {
     return act == QW_ACT_SILU ? x / (1.0f + qwc_expd(-x)) : 1.0f / (1.0f + qwc_expd(-x));
-}
-
-/* sum of v over the warp, every lane gets it */
-template <typename T> __device__ __forceinline__ T qwc_warp_sum(T v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it. sh: 32 slots. */
-template <typename T> __device__ __forceinline__ T qwc_block_sum(T v, T *sh) {
-    v = qwc_warp_sum(v);
-    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (l == 0) sh[w] = v;
-    __syncthreads();
-    v = l < nw ? sh[l] : (T)0;
-    v = qwc_warp_sum(v);
-    return v;
 }
 
 /* The combine of token t's routed outputs (k_moe_combine's and the fused down product's, qwc_pairs_combine): its k

@@ -1,23 +1,28 @@
 /*
- * t_cuda_emu.cc - the CUDA backend's chunked delta rule (src/cuda/delta_chunk.cu) run on CPU threads through
- * tests/gpu/emu/cuda/ops_internal.cuh, against the token-by-token rule in double, so that `make test` checks the
- * kernels' indexing and math on every machine (tests/gpu/t_cuda_ops.c runs the same cases on a GPU). The bound is
- * t_kernels.c's for the chunked form: |chunked - reference| <= 1e-5 ceil(T / 64) B, B the largest entry of the
- * states, values and outputs (kernels/delta_chunk.c derives it). Cases: dk 32, 64 and 128, partial chunks and
- * partial slabs of 32 state columns, grouped and tiled value heads, decays near 0 and near -30 and mixed, betas 0,
- * 1 and mixed, a zero state, a prompt over two windows; and the calls it must leave to the token kernel (too few
- * tokens, the setting off, another dk, unaligned rows, a graph being recorded), which launch nothing.
+ * t_cuda_emu.cc - kernels of the CUDA backend run on CPU threads through tests/gpu/emu/cuda/ops_internal.cuh, so that
+ * `make test` checks their indexing and math on every machine (tests/gpu/t_cuda_ops.c runs the same checks on a GPU):
+ *
+ * - the chunked delta rule (src/cuda/delta_chunk.cu) against the token-by-token rule in double, within t_kernels.c's
+ *   bound for the chunked form, |chunked - reference| <= 1e-5 ceil(T / 64) B, B the largest entry of the states,
+ *   values and outputs (kernels/delta_chunk.c derives it): dk 32, 64 and 128, partial chunks and partial slabs of 32
+ *   state columns, grouped and tiled value heads, decays near 0 and near -30 and mixed, betas 0, 1 and mixed, a zero
+ *   state, a prompt over two windows; and the calls it must leave to the token kernel (too few tokens, the setting
+ *   off, another dk, unaligned rows, a graph being recorded), which launch nothing;
+ * - attention (src/cuda/attn.cu: the per-head kernel and the tiled one of prompt steps) against the reference
+ *   backend (kernels/ref.c) within t_cuda_ops' bound, 2e-5 on values in [-2, 2], full, causal from a position and
+ *   over a selection; QSA's pooled keys within 1e-5 and its positions exactly as the reference's;
+ * - a batched step's attention rows (kv_store_rows, qsa_rows, attention_rows) against each row's own calls, bit for
+ *   bit.
  */
 #include "cuda/ops_internal.cuh"
 
-alignas(16) float sm[EMU_SMEM_FLOATS];
-thread_local dim3 threadIdx;
-dim3 blockIdx, blockDim, gridDim;
-std::barrier<> *emu_barrier;
-int emu_launches;
+/* the kernel files, copied by the Makefile with their dynamic shared memory made plain externs */
+#include "delta_chunk.cu"
+#include "attn.cu"
 
-#include "../../../src/cuda/delta_chunk.cu"
-
+extern "C" {
+#include "kernels/composite.h"
+}
 #include "../../test_check.h"
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
@@ -79,7 +84,7 @@ static inputs make_inputs(int T, int hk, int hv, int dk, int dv, int gm, int bm,
     return in;
 }
 
-int main(void) {
+static void test_delta_chunk(void) {
     /* g and beta: test_dr_gates' modes (tests/test_check.h) */
     static const struct {
         int T, hk, hv, dk, dv, gm, bm, zero_state;
@@ -88,7 +93,8 @@ int main(void) {
         {64, 2, 2, 128, 32, 0, 0, 0}, {65, 1, 3, 64, 40, 3, 3, 0},   {77, 1, 1, 128, 48, 0, 0, 1},
         {130, 2, 4, 64, 72, 2, 0, 0}, {200, 1, 2, 128, 128, 4, 3, 0}, {1100, 1, 1, 32, 40, 1, 2, 0},
     };
-    qwc c = {1, 0, 0, NULL};
+    qwc c = {};
+    c.dr_chunk = 1;
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const int T = cases[ci].T, hk = cases[ci].hk, hv = cases[ci].hv, dk = cases[ci].dk, dv = cases[ci].dv;
         const int tiled = (int)(ci % 2);
@@ -128,7 +134,8 @@ int main(void) {
             {"a graph being recorded", 1, 1, 80, 64, 0},
         };
         for (auto &x : no) {
-            qwc d = {x.setting, x.recording, 0, NULL};
+            qwc d = {};
+            d.dr_chunk = x.setting, d.recording = x.recording;
             emu_launches = 0;
             const int took = qwc_delta_chunk(&d, o.data(), S.data(), q + x.shift, k + x.shift, v, g, b, x.T, 1, 2,
                                              x.dk, 32, 0);
@@ -139,11 +146,182 @@ int main(void) {
             free(d.scratch);
         }
         /* and the shortest call it takes */
-        qwc d = {1, 0, 0, NULL};
+        qwc d = {};
+        d.dr_chunk = 1;
         CHECK(qwc_delta_chunk(&d, o.data(), S.data(), q, k, v, g, b, QWENC_MAX_DRAFT + 3, 1, 2, 64, 32, 0),
               "%d tokens: not taken", QWENC_MAX_DRAFT + 3);
         free(d.scratch);
     }
     free(c.scratch);
+}
+
+/* the CUDA op table as the emulation runs it (attn.cu's ops, store_rows as the host's composite), rows ops on */
+static emu_backend *emu_new(void) {
+    emu_backend *e = (emu_backend *)calloc(1, sizeof(emu_backend));
+    setenv("QWENC_CUDA_ATT_ROWS", "1", 1);
+    qwc_attn_fill(&e->be);
+    e->be.store_rows = qw_op_store_rows;
+    e->be.name = "cuda (emulated)";
+    return e;
+}
+
+static std::vector<float> rvec(size_t n, float scale) {
+    std::vector<float> v(n);
+    for (auto &x : v) x = frand() * scale;
+    return v;
+}
+
+/* attention's kernels against the reference: t_cuda_ops' shapes and cases, fewer and shorter (a barrier of the
+ * emulation costs a switch a thread) */
+static void test_attention(const qw_backend *G) {
+    const qw_backend *R = qw_backend_ref();
+    static const int shapes[][3] = {{24, 2, 256}, {8, 2, 128}, {4, 1, 64}};
+    static const int cases[][3] = {{1, 90, 0}, {5, 60, 1}, {24, 0, 0}, {20, 40, 1}}; /* 17 queries on: tiled */
+    const int n_ctx = 100;
+    for (auto &sh : shapes) {
+        const int nh = sh[0], nkv = sh[1], hd = sh[2];
+        std::vector<float> kc = rvec((size_t)n_ctx * nkv * hd, 1), vc = rvec((size_t)n_ctx * nkv * hd, 2);
+        for (auto &cs : cases) {
+            const int T = cs[0], p0 = cs[1], sparse = cs[2];
+            std::vector<float> q = rvec((size_t)T * nh * hd, 2), o((size_t)T * nh * hd), g((size_t)T * nh * hd, NAN);
+            std::vector<int32_t> sel, off;
+            if (sparse) {
+                for (int t = 0; t < T; t++) {
+                    off.push_back((int32_t)sel.size());
+                    for (int i = 0; i <= p0 + t; i++)
+                        if (i % 3 == 0 || i == p0 + t) sel.push_back(i);
+                }
+                off.push_back((int32_t)sel.size());
+            }
+            std::vector<char> work(R->attention_work(R, n_ctx, hd) + 1);
+            qw_step st = {p0};
+            const float scale = 1.0f / sqrtf((float)hd);
+            const int32_t *s_ = sparse ? sel.data() : NULL, *o_ = sparse ? off.data() : NULL;
+            R->attention(R, o.data(), q.data(), nh * hd, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_,
+                         work.data(), &st);
+            G->attention(G, g.data(), q.data(), nh * hd, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_, NULL,
+                         &st);
+            double worst = 0;
+            for (size_t i = 0; i < o.size(); i++) worst = fmax(worst, g[i] == g[i] ? fabs((double)g[i] - o[i]) : 1e9);
+            CHECK(worst < 2e-5, "attention %d heads / %d kv heads x %d, %d queries from %d%s: largest difference "
+                  "%.2e (bound 2e-5)", nh, nkv, hd, T, p0, sparse ? " over a selection" : "", worst);
+        }
+    }
+}
+
+/* QSA's keys and selection against the reference: pooled keys within 1e-5, the same positions */
+static void test_qsa(const qw_backend *G) {
+    const qw_backend *R = qw_backend_ref();
+    const int ihd = 64, RR = 4, n_ctx = 64, ni = 4, n_rot = 32, topk = 3; /* up to 7 blocks: some left out */
+    static const int steps[] = {9, 1, 20};
+    std::vector<float> knorm = rvec(ihd, 0.3f), inv(n_rot / 2);
+    for (int k = 0; k < n_rot / 2; k++) inv[k] = 1.0f / powf(10000.0f, (float)(2 * k) / n_rot);
+    std::vector<float> raw((size_t)n_ctx * ihd), blk((size_t)(n_ctx / RR + 1) * ihd), graw = raw, gblk = blk;
+    const int64_t width = (int64_t)(ni + 1) * ihd;
+    int pos = 0;
+    for (int T : steps) {
+        std::vector<float> rows = rvec((size_t)T * width, 1);
+        qw_step st = {pos};
+        R->qsa_keys(R, raw.data(), blk.data(), rows.data() + ni * ihd, width, T, ihd, RR, knorm.data(), 1e-6f,
+                    inv.data(), n_rot, &st);
+        G->qsa_keys(G, graw.data(), gblk.data(), rows.data() + ni * ihd, width, T, ihd, RR, knorm.data(), 1e-6f,
+                    inv.data(), n_rot, &st);
+        CHECK(!memcmp(graw.data(), raw.data(), raw.size() * 4), "qsa_keys step at %d: the raw keys differ", pos);
+        double e = 0;
+        for (size_t k = 0; k < (size_t)(pos + T) / RR * ihd; k++)
+            e = fmax(e, fabs((double)gblk[k] - blk[k]) / (fabs((double)blk[k]) + 1e-3));
+        CHECK(e < 1e-5, "qsa_keys step at %d: pooled keys, relative error %.2e (bound 1e-5)", pos, e);
+        gblk = blk; /* the selection from the same pooled keys on both sides */
+        const size_t cap = (size_t)T * (topk + 1) * RR;
+        std::vector<int32_t> sel(cap), off(T + 1), gsel(cap, -1), goff(T + 1, -1);
+        std::vector<char> work(R->qsa_select_work(R, n_ctx, RR, topk) + 1);
+        G->qsa_select_work(G, n_ctx, RR, topk);
+        R->qsa_select(R, sel.data(), off.data(), rows.data(), width, blk.data(), T, ni, ihd, RR, topk, work.data(), &st);
+        G->qsa_select(G, gsel.data(), goff.data(), rows.data(), width, gblk.data(), T, ni, ihd, RR, topk, NULL, &st);
+        CHECK(goff == off && !memcmp(gsel.data(), sel.data(), (size_t)off[T] * 4),
+              "qsa_select step at %d: other positions", pos);
+        pos += T;
+    }
+}
+
+/* a batched step's attention rows against each row's own calls: t_cuda_ops' test_attn_rows */
+static void test_attn_rows(const qw_backend *G) {
+    enum { N = 6, NCTX = 80, NH = 4, NKV = 2, HD = 64, NI = 2, IHD = 32, RR = 4, TOPK = 3, NROT = 16 };
+    static const int pos[N] = {0, 3, 11, 27, 40, 79};
+    std::vector<float> knorm = rvec(IHD, 0.3f), inv(NROT / 2);
+    for (int d = 0; d < NROT / 2; d++) inv[d] = 1.0f / powf(10000.0f, (float)(2 * d) / (float)NROT);
+    const int64_t width = NKV * HD, qwd = NH * HD, iw = (NI + 1) * IHD, cap = (TOPK + 1) * RR;
+    std::vector<std::vector<float>> mem; /* both sides' caches, the same history */
+    qw_attn_rows ra, rb;
+    memset(&ra, 0, sizeof(ra)), memset(&rb, 0, sizeof(rb));
+    qw_step steps[N];
+    for (int i = 0; i < N; i++) {
+        for (int side = 0; side < 2; side++) {
+            qw_attn_rows &r = side ? rb : ra;
+            rng = 0x1234567ull + (uint64_t)i; /* the same history on both sides */
+            mem.push_back(rvec((size_t)NCTX * width, 1)), r.k[i] = mem.back().data();
+            mem.push_back(rvec((size_t)NCTX * width, 1)), r.v[i] = mem.back().data();
+            mem.push_back(rvec((size_t)NCTX * IHD, 1)), r.idx_raw[i] = mem.back().data();
+            mem.push_back(rvec((size_t)(NCTX / RR + 1) * IHD, 1)), r.idx_blk[i] = mem.back().data();
+        }
+        steps[i].pos0 = pos[i];
+        ra.step[i] = rb.step[i] = &steps[i];
+    }
+    std::vector<float> k = rvec((size_t)N * width, 1), v = rvec((size_t)N * width, 1), q = rvec((size_t)N * qwd, 1);
+    std::vector<float> iq = rvec((size_t)N * iw, 1);
+    std::vector<int32_t> sa((size_t)N * cap, -1), oa(2 * N, -1), sb((size_t)N * cap, -1), ob(2 * N, -1);
+    std::vector<float> out_a((size_t)N * qwd), out_b(out_a.size()), den_a(out_a.size()), den_b(out_a.size());
+    const float scale = 1.0f / sqrtf((float)HD);
+    G->qsa_select_work(G, NCTX, RR, TOPK);
+    for (int i = 0; i < N; i++) { /* a call a row */
+        G->store_rows(G, ra.k[i], k.data() + i * width, 1, width, ra.step[i]);
+        G->store_rows(G, ra.v[i], v.data() + i * width, 1, width, ra.step[i]);
+        G->qsa_keys(G, ra.idx_raw[i], ra.idx_blk[i], iq.data() + i * iw + NI * IHD, iw, 1, IHD, RR, knorm.data(),
+                    1e-6f, inv.data(), NROT, ra.step[i]);
+        G->qsa_select(G, sa.data() + i * cap, oa.data() + 2 * i, iq.data() + i * iw, iw, ra.idx_blk[i], 1, NI, IHD,
+                      RR, TOPK, NULL, ra.step[i]);
+        G->attention(G, out_a.data() + i * qwd, q.data() + i * qwd, (int)qwd, ra.k[i], ra.v[i], 1, NH, NKV, HD, scale,
+                     sa.data() + i * cap, oa.data() + 2 * i, NULL, ra.step[i]);
+        G->attention(G, den_a.data() + i * qwd, q.data() + i * qwd, (int)qwd, ra.k[i], ra.v[i], 1, NH, NKV, HD, scale,
+                     NULL, NULL, NULL, ra.step[i]);
+    }
+    emu_launches = 0;
+    G->kv_store_rows(G, &rb, k.data(), v.data(), N, width);
+    G->qsa_rows(G, &rb, sb.data(), ob.data(), iq.data(), iq.data() + NI * IHD, iw, N, NI, IHD, RR, TOPK, knorm.data(),
+                1e-6f, inv.data(), NROT, NULL);
+    G->attention_rows(G, &rb, out_b.data(), q.data(), (int)qwd, N, NH, NKV, HD, scale, sb.data(), ob.data(),
+                      (int)cap, NULL);
+    G->attention_rows(G, &rb, den_b.data(), q.data(), (int)qwd, N, NH, NKV, HD, scale, NULL, NULL, 0, NULL);
+    CHECK(emu_launches == 5, "the rows ops: %d launches for 6 rows (5: one store, two QSA, two attention)",
+          emu_launches);
+    CHECK(oa == ob, "qsa_rows: the offsets differ from the rows' own calls");
+    const int nb5 = (pos[5] + 1) / RR;
+    CHECK(ob[11] == TOPK * RR + pos[5] - nb5 * RR + 1 && nb5 > TOPK, "qsa_rows: the last row keeps %d positions", ob[11]);
+    for (int i = 0; i < N; i++) {
+        const size_t n = (size_t)(oa[2 * i + 1] > 0 && oa[2 * i + 1] <= cap ? oa[2 * i + 1] : 0);
+        CHECK(n > 0 && !memcmp(sa.data() + i * cap, sb.data() + i * cap, n * 4), "qsa_rows row %d: other positions", i);
+        CHECK(!memcmp(ra.k[i], rb.k[i], NCTX * width * 4) && !memcmp(ra.v[i], rb.v[i], NCTX * width * 4),
+              "kv_store_rows row %d: the caches differ", i);
+        CHECK(!memcmp(ra.idx_raw[i], rb.idx_raw[i], NCTX * IHD * 4) &&
+                  !memcmp(ra.idx_blk[i], rb.idx_blk[i], (NCTX / RR + 1) * IHD * 4),
+              "qsa_rows row %d: the indexer's keys differ", i);
+    }
+    CHECK(!memcmp(out_a.data(), out_b.data(), out_a.size() * 4), "attention_rows (QSA): not the bits of a call a row");
+    CHECK(!memcmp(den_a.data(), den_b.data(), den_a.size() * 4), "attention_rows (dense): not the bits of a call a row");
+    CHECK(memcmp(out_a.data(), den_a.data(), out_a.size() * 4), "attention_rows: the selection changed nothing");
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each part's line as it starts */
+    printf("delta_rule, chunked\n");
+    test_delta_chunk();
+    emu_backend *e = emu_new();
+    printf("attention\n");
+    test_attention(&e->be);
+    printf("qsa_keys, qsa_select\n");
+    test_qsa(&e->be);
+    printf("kv_store_rows, qsa_rows, attention_rows\n");
+    test_attn_rows(&e->be);
+    free(e);
     return test_summary();
 }

@@ -1,28 +1,38 @@
 /*
- * ops_internal.cuh (tests/gpu/emu) - the part of CUDA that src/cuda/delta_chunk.cu's kernels use, on CPU threads,
- * so that their indexing and math are checked by `make test` where no GPU is lent. t_cuda_emu.cc includes the .cu
- * file with this directory first on the include path, so its `#include "cuda/ops_internal.cuh"` finds this file
- * instead of the backend's.
+ * ops_internal.cuh (tests/gpu/emu) - the part of CUDA and of the CUDA backend's internal header that the kernel files
+ * src/cuda/delta_chunk.cu and src/cuda/attn.cu use, on CPU threads, so that `make test` checks those kernels' indexing
+ * and math where no GPU is lent. The Makefile copies each file with `extern __shared__` made plain `extern` (the
+ * dynamic shared memory: a buffer of the test's under the same name) and t_cuda_emu.cc includes the copies with this
+ * directory first on the include path, so their `#include "cuda/ops_internal.cuh"` finds this file.
  *
- * A launch runs the grid's blocks one after another; a block's threads are std::threads, __syncthreads a barrier
- * over them, shared memory one buffer (`extern __shared__` arrays: the kernels here keep theirs there), f32
- * arithmetic the host's with no contraction (-ffp-contract=off; __fmaf_rn is fmaf), __ldg a plain load. Warp
- * shuffles, atomics and the other intrinsics are not here: a kernel that uses them does not build against it.
+ * A launch runs the grid's blocks one after another; a block's threads are coroutines (ucontext) of one host
+ * thread, each running until it reaches a barrier or returns: __syncthreads waits for every thread of the block that
+ * has not returned, __syncwarp for those of its warp (an exited GPU thread waits for no one either), and a block
+ * whose threads all wait at barriers that cannot open (some at the block's, some at a warp's) is reported as a
+ * deadlock. __shared__ arrays are static (one per kernel, shared by the block's threads); warp shuffles and votes go
+ * through a slot a lane between two warp barriers, so every lane of the warp must take part (as the 0xffffffff
+ * masks say); f32 arithmetic is the host's with no contraction (-ffp-contract=off; __fmaf_rn is fma), the libm
+ * functions the host's; __ldg a plain load. The backend's memory is host memory and its weights the host arrays.
  * Not a GPU test (tests/gpu_check.sh runs the kernels themselves): a check of the kernels' logic.
  */
 #ifndef QW_CUDA_EMU_CUH
 #define QW_CUDA_EMU_CUH
 
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
+#include <cstring>
+#include <functional>
 #include <vector>
 
+#include <ucontext.h>
+
+extern "C" {
+#include "kernels/ops.h"
 #include "qwenc.h"
+}
 
 struct dim3 {
     unsigned x, y, z;
@@ -41,34 +51,93 @@ static inline float4 make_float4(float a, float b, float c, float d) { return {a
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-#define __shared__ /* only `extern __shared__` arrays: the one buffer below */
+#define __shared__ static
 #define QWC_PDL_ENTRY() ((void)0)
 #define QWC_CHECK(x) ((void)(x))
 #define QWC_LAUNCHED() ((void)0)
 
+/* the dynamic shared memory of the kernels (each names its own), large enough for any of them */
 #define EMU_SMEM_FLOATS (1 << 16)
-extern float sm[EMU_SMEM_FLOATS]; /* a block's shared memory (the kernels name theirs sm) */
-extern thread_local dim3 threadIdx;
-extern dim3 blockIdx, blockDim, gridDim;
-extern std::barrier<> *emu_barrier;
+extern float sm[EMU_SMEM_FLOATS], kb[EMU_SMEM_FLOATS], score[EMU_SMEM_FLOATS];
+
+extern dim3 threadIdx, blockIdx, blockDim, gridDim;
+extern uint64_t emu_slot[32][32];
 extern int emu_launches;
 
-inline void __syncthreads() { emu_barrier->arrive_and_wait(); }
+/* the coroutines of a block (emu_run), and where a thread waits */
+enum { EMU_READY, EMU_AT_BLOCK, EMU_AT_WARP, EMU_DONE };
+void emu_wait(int where); /* the calling thread waits at the block's (EMU_AT_BLOCK) or its warp's barrier */
+void emu_run(unsigned n_threads, const std::function<void()> &body);
+
+inline void __syncthreads() { emu_wait(EMU_AT_BLOCK); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_wait(EMU_AT_WARP); }
+template <class T> inline T __shfl_xor_sync(unsigned, T v, int m) {
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof(T));
+    emu_slot[w][l] = b;
+    __syncwarp();
+    T r;
+    memcpy(&r, &emu_slot[w][l ^ m], sizeof(T));
+    __syncwarp();
+    return r;
+}
+inline unsigned __ballot_sync(unsigned, int p) {
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    emu_slot[w][l] = p != 0;
+    __syncwarp();
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++) r |= (unsigned)emu_slot[w][i] << i;
+    __syncwarp();
+    return r;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 template <class T> inline T __ldg(const T *p) { return *p; }
 using std::max;
 using std::min;
 
-/* the backend as the kernels' launchers see it: a stream, the chunked rule's setting, a scratch that grows */
+#include "cuda/reduce.cuh"
+
+/* the backend as the op files see it: a stream, the settings they read, a scratch that grows */
 typedef int cudaStream_t;
 struct qwc {
-    int dr_chunk, recording;
+    int dr_chunk, recording, qsa_blocks;
     size_t scratch_bytes;
     float *scratch;
 };
+struct emu_backend { /* what t_cuda_emu hands the op files: the table first, as the backend's own */
+    qw_backend be;
+    qwc c;
+};
+static inline qwc *qwc_of(const qw_backend *be) { return &((emu_backend *)(void *)be)->c; }
 static inline int qwc_dr_chunk_min(const qwc *c) { return c->dr_chunk; }
 static inline int qwc_recording(const qwc *c) { return c->recording; }
 static inline cudaStream_t qwc_stream(const qwc *) { return 0; }
+static inline const float *qwc_wf(qwc *, const float *host, int64_t) { return host; }
+static inline int qwc_qsa_reserve(qwc *c, int blocks) {
+    if (blocks <= c->qsa_blocks) return 0;
+    c->qsa_blocks = blocks;
+    return 1;
+}
+static inline int qwc_qsa_max_blocks(const qwc *c) { return c->qsa_blocks; }
+static inline unsigned qwc_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+[[noreturn]] static inline void qwc_die(const char *file, int line, const char *what, const char *msg) {
+    fprintf(stderr, "%s:%d: %s: %s\n", file, line, what, msg);
+    abort();
+}
+static inline int qwc_env_switch(const char *name, int def, int *cache) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && e[0] ? e[0] != '0' : def;
+    }
+    return *cache;
+}
 /* grows as the backend's does; new bytes are NaN, as a reused device buffer holds what it held */
 static inline void *qwc_scratch(qwc *c, size_t bytes) {
     if (bytes > c->scratch_bytes) {
@@ -85,8 +154,8 @@ template <class F> inline int cudaFuncSetAttribute(F, int, int) { return 0; }
 
 template <class... P, class... A>
 void qwc_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t, A &&...args) {
-    if (smem > sizeof(float) * EMU_SMEM_FLOATS) {
-        fprintf(stderr, "emu: %zu bytes of shared memory asked\n", smem);
+    if (smem > sizeof(float) * EMU_SMEM_FLOATS || block.x < 1 || block.x > 1024) {
+        fprintf(stderr, "emu: a launch of %u threads and %zu bytes of shared memory\n", block.x, smem);
         abort();
     }
     emu_launches++;
@@ -94,17 +163,9 @@ void qwc_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaSt
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
-                std::fill(sm, sm + smem / sizeof(float), NAN); /* what the block before left */
+                for (float *b : {sm, kb, score}) std::fill(b, b + smem / sizeof(float), NAN); /* a block before's */
                 blockIdx = dim3(bx, by, bz);
-                std::barrier<> bar((std::ptrdiff_t)block.x);
-                emu_barrier = &bar;
-                std::vector<std::thread> th;
-                for (unsigned t = 0; t < block.x; t++)
-                    th.emplace_back([&, t] {
-                        threadIdx = dim3(t, 0, 0);
-                        kernel(args...);
-                    });
-                for (auto &x : th) x.join();
+                emu_run(block.x, [&] { kernel(args...); });
             }
 }
 
