@@ -246,6 +246,159 @@ static int attention_tiles_g(cudaStream_t st, float *out, const float *q, int q_
     }
 }
 
+/*
+ * Dense prompt steps (no selection), QWENC_CUDA_ATT_QTILES=1 in the environment (off until timed against
+ * k_attention_tiles): one block of 256 threads per (QB consecutive queries, kv head), its ROWS = QB G rows (query,
+ * head) sharing each key and value tile, so a tile is read once for QB queries. QB = 32 / G rounded down to a power
+ * of 2 (1 to 8). A tile of 32 keys: warp w scores its rows w RPW .. against key `lane` (full dots, f32 fused
+ * multiply-adds, times the scale; keys past the row's position -inf); a warp a row takes the tile's max, rescales the
+ * row's running max and sum and writes its probabilities (the online softmax in f32); then thread (dimension group,
+ * row group) adds the tile's values weighted by them for 4 dimensions and RPG rows. out = value sums / sum. The sums
+ * run in another order than the other kernels': t_cuda_ops holds it to the same bound against the reference.
+ */
+template <int HD, int G> struct att_qtile {
+    static constexpr int QB = G >= 32 ? 1 : G > 16 ? 1 : G > 8 ? 2 : G > 4 ? 4 : 8;
+    static constexpr int ROWS = QB * G, TK = 32, KP = HD + 4, RPW = (ROWS + 7) / 8;
+    static constexpr int NDG = HD / 4, NRG = ATT_TILE_THREADS / NDG, RPG = (ROWS + NRG - 1) / NRG;
+    /* floats of shared memory: queries, K tile, V tile, scores, probabilities, rescales, maxes, sums */
+    static constexpr int SMEM = ROWS * HD + TK * KP + TK * HD + ROWS * (TK + 1) + TK * ROWS + 3 * ROWS;
+};
+
+template <int HD, int G>
+__global__ void __launch_bounds__(ATT_TILE_THREADS)
+    k_attention_qtiles(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_tok,
+                       int n_head, int n_head_kv, float scale, const qw_step *step) {
+    QWC_PDL_ENTRY();
+    using L = att_qtile<HD, G>;
+    constexpr int QB = L::QB, ROWS = L::ROWS, TK = L::TK, KP = L::KP, RPW = L::RPW, NDG = L::NDG, RPG = L::RPG;
+    extern __shared__ __align__(16) float sm[];
+    float *qs = sm, *ks = qs + ROWS * HD, *vs = ks + TK * KP, *ps = vs + TK * HD, *pr = ps + ROWS * (TK + 1);
+    float *al = pr + TK * ROWS, *mx = al + ROWS, *sum = mx + ROWS;
+    const int t0 = blockIdx.x * QB, kvh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int pos0 = step->pos0, nq = min(QB, n_tok - t0), nk = pos0 + t0 + nq; /* the last query's keys */
+    const int64_t kv_stride = (int64_t)n_head_kv * HD;
+    for (int i = tid; i < ROWS * HD; i += ATT_TILE_THREADS) { /* row r: query t0 + r / G, head kvh G + r % G */
+        const int r = i / HD, d = i % HD, qi = r / G;
+        qs[i] = qi < nq ? q[(int64_t)(t0 + qi) * q_stride + (int64_t)(kvh * G + r % G) * HD + d] : 0.0f;
+    }
+    if (tid < ROWS) mx[tid] = -INFINITY, sum[tid] = 0.0f;
+    const int dg = tid % NDG, rg = tid / NDG;
+    float acc[RPG][4];
+#pragma unroll
+    for (int j = 0; j < RPG; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    for (int i0 = 0; i0 < nk; i0 += TK) {
+        const int n = min(TK, nk - i0);
+        __syncthreads(); /* the tile before is done with */
+        for (int e = tid; e < TK * (HD / 4); e += ATT_TILE_THREADS) {
+            const int k = e / (HD / 4), d4 = 4 * (e % (HD / 4));
+            float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
+            if (k < n) {
+                const int64_t at = (int64_t)(i0 + k) * kv_stride + (int64_t)kvh * HD + d4;
+                kv = *(const float4 *)(kc + at);
+                vv = *(const float4 *)(vc + at);
+            }
+            *(float4 *)(ks + k * KP + d4) = kv;
+            *(float4 *)(vs + k * HD + d4) = vv;
+        }
+        __syncthreads();
+        { /* scores: rows w RPW .. of key `lane` */
+            float s[RPW];
+#pragma unroll
+            for (int j = 0; j < RPW; j++) s[j] = 0.0f;
+            for (int d = 0; d < HD; d += 4) {
+                const float4 kv = *(const float4 *)(ks + lane * KP + d);
+#pragma unroll
+                for (int j = 0; j < RPW; j++) {
+                    const int r = w * RPW + j;
+                    if (r >= ROWS) break;
+                    const float4 qv = *(const float4 *)(qs + r * HD + d);
+                    s[j] = __fmaf_rn(qv.x, kv.x, s[j]);
+                    s[j] = __fmaf_rn(qv.y, kv.y, s[j]);
+                    s[j] = __fmaf_rn(qv.z, kv.z, s[j]);
+                    s[j] = __fmaf_rn(qv.w, kv.w, s[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < RPW; j++) {
+                const int r = w * RPW + j;
+                if (r >= ROWS) break;
+                const bool seen = lane < n && i0 + lane <= pos0 + t0 + r / G;
+                ps[r * (TK + 1) + lane] = seen ? s[j] * scale : -INFINITY;
+            }
+        }
+        __syncthreads();
+        for (int r = w; r < ROWS; r += ATT_TILE_THREADS / 32) { /* the online softmax of row r over the tile */
+            const float v = ps[r * (TK + 1) + lane];
+            float tmax = v;
+            for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+            /* every row sees key 0 in the first tile, so m1 is finite from there on */
+            const float m0 = mx[r], m1 = fmaxf(m0, tmax), ra = expf(m0 - m1);
+            const float p = v == -INFINITY ? 0.0f : expf(v - m1);
+            pr[lane * ROWS + r] = p;
+            const float ts = qwc_warp_sum(p);
+            __syncwarp();
+            if (lane == 0) mx[r] = m1, sum[r] = sum[r] * ra + ts, al[r] = ra;
+        }
+        __syncthreads();
+        /* value sums: dimensions 4 dg .. 4 dg + 3 of rows rg RPG .. */
+#pragma unroll
+        for (int j = 0; j < RPG; j++) {
+            const int r = rg * RPG + j;
+            const float a = r < ROWS ? al[r] : 0.0f;
+            acc[j][0] *= a, acc[j][1] *= a, acc[j][2] *= a, acc[j][3] *= a;
+        }
+        for (int k = 0; k < n; k++) {
+            const float4 v = *(const float4 *)(vs + k * HD + 4 * dg);
+#pragma unroll
+            for (int j = 0; j < RPG; j++) {
+                const int r = rg * RPG + j;
+                if (r >= ROWS) break;
+                const float p = pr[k * ROWS + r];
+                acc[j][0] = __fmaf_rn(p, v.x, acc[j][0]);
+                acc[j][1] = __fmaf_rn(p, v.y, acc[j][1]);
+                acc[j][2] = __fmaf_rn(p, v.z, acc[j][2]);
+                acc[j][3] = __fmaf_rn(p, v.w, acc[j][3]);
+            }
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < RPG; j++) {
+        const int r = rg * RPG + j;
+        if (r >= ROWS || r / G >= nq) continue;
+        const float l = sum[r];
+        float *o = out + ((int64_t)(t0 + r / G) * n_head + (int64_t)kvh * G + r % G) * HD + 4 * dg;
+        o[0] = l > 0 ? acc[j][0] / l : 0.0f;
+        o[1] = l > 0 ? acc[j][1] / l : 0.0f;
+        o[2] = l > 0 ? acc[j][2] / l : 0.0f;
+        o[3] = l > 0 ? acc[j][3] / l : 0.0f;
+    }
+}
+
+/* k_attention_qtiles for these heads (dense prompt steps, when switched on): 1 when it ran */
+template <int HD>
+static int attention_qtiles_g(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc,
+                              const float *vc, int n_tok, int n_head, int n_head_kv, float scale, const qw_step *step) {
+    const char *e = getenv("QWENC_CUDA_ATT_QTILES"); /* read at each call: tests compare the two kernels */
+    if (!e || e[0] != '1') return 0;
+    switch (n_head / n_head_kv) {
+#define ATT_QG(g)                                                                                                 \
+    case g: {                                                                                                     \
+        using L = att_qtile<HD, g>;                                                                               \
+        const size_t sh = (size_t)L::SMEM * sizeof(float);                                                        \
+        QWC_CHECK(cudaFuncSetAttribute(k_attention_qtiles<HD, g>, cudaFuncAttributeMaxDynamicSharedMemorySize,     \
+                                       (int)sh));                                                                 \
+        qwc_launch(k_attention_qtiles<HD, g>, dim3((unsigned)((n_tok + L::QB - 1) / L::QB), (unsigned)n_head_kv), \
+                   ATT_TILE_THREADS, sh, st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step);    \
+        QWC_LAUNCHED();                                                                                           \
+        return 1;                                                                                                 \
+    }
+        ATT_QG(1) ATT_QG(2) ATT_QG(4) ATT_QG(6) ATT_QG(8) ATT_QG(12) ATT_QG(16)
+#undef ATT_QG
+    default: return 0;
+    }
+}
+
 static void cu_attention(const qw_backend *be, float *out, const float *q, int q_stride, const float *kc,
                          const float *vc, int n_tok, int n_head, int n_head_kv, int hd, float scale, const int32_t *sel,
                          const int32_t *sel_off, void *work, const qw_step *step) {
@@ -254,6 +407,12 @@ static void cu_attention(const qw_backend *be, float *out, const float *q, int q
     if (n_tok <= 0) return;
     cudaStream_t st = qwc_stream(qwc_of(be));
     if (n_tok > ATT_TILE_MIN_TOK && n_head_kv > 0 && n_head % n_head_kv == 0 && q_stride % 4 == 0) {
+        if (!sel && hd == 256 &&
+            attention_qtiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step))
+            return;
+        if (!sel && hd == 128 &&
+            attention_qtiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step))
+            return;
         if (hd == 256 && attention_tiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
                                                 sel_off, step))
             return;

@@ -176,7 +176,7 @@ static std::vector<float> rvec(size_t n, float scale) {
 static void test_attention(const qw_backend *G) {
     const qw_backend *R = qw_backend_ref();
     static const int shapes[][3] = {{24, 2, 256}, {8, 2, 128}, {4, 1, 64}};
-    static const int cases[][3] = {{1, 90, 0}, {5, 60, 1}, {24, 0, 0}, {20, 40, 1}}; /* 17 queries on: tiled */
+    static const int cases[][3] = {{1, 90, 0}, {5, 60, 1}, {24, 0, 0}, {20, 40, 1}, {37, 30, 0}}; /* 17 on: tiled */
     const int n_ctx = 100;
     for (auto &sh : shapes) {
         const int nh = sh[0], nkv = sh[1], hd = sh[2];
@@ -199,12 +199,20 @@ static void test_attention(const qw_backend *G) {
             const int32_t *s_ = sparse ? sel.data() : NULL, *o_ = sparse ? off.data() : NULL;
             R->attention(R, o.data(), q.data(), nh * hd, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_,
                          work.data(), &st);
-            G->attention(G, g.data(), q.data(), nh * hd, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_, NULL,
-                         &st);
-            double worst = 0;
-            for (size_t i = 0; i < o.size(); i++) worst = fmax(worst, g[i] == g[i] ? fabs((double)g[i] - o[i]) : 1e9);
-            CHECK(worst < 2e-5, "attention %d heads / %d kv heads x %d, %d queries from %d%s: largest difference "
-                  "%.2e (bound 2e-5)", nh, nkv, hd, T, p0, sparse ? " over a selection" : "", worst);
+            for (int qt = 0; qt < 2; qt++) { /* dense prompts: k_attention_tiles, then k_attention_qtiles */
+                if (qt && (sparse || T <= 16)) break;
+                if (qt) setenv("QWENC_CUDA_ATT_QTILES", "1", 1);
+                std::fill(g.begin(), g.end(), NAN);
+                G->attention(G, g.data(), q.data(), nh * hd, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_,
+                             NULL, &st);
+                unsetenv("QWENC_CUDA_ATT_QTILES");
+                double worst = 0;
+                for (size_t i = 0; i < o.size(); i++)
+                    worst = fmax(worst, g[i] == g[i] ? fabs((double)g[i] - o[i]) : 1e9);
+                CHECK(worst < 2e-5, "attention%s %d heads / %d kv heads x %d, %d queries from %d%s: largest difference "
+                      "%.2e (bound 2e-5)", qt ? " (queries tiled)" : "", nh, nkv, hd, T, p0,
+                      sparse ? " over a selection" : "", worst);
+            }
         }
     }
 }
@@ -236,7 +244,8 @@ static void test_qsa(const qw_backend *G) {
         std::vector<int32_t> sel(cap), off(T + 1), gsel(cap, -1), goff(T + 1, -1);
         std::vector<char> work(R->qsa_select_work(R, n_ctx, RR, topk) + 1);
         G->qsa_select_work(G, n_ctx, RR, topk);
-        R->qsa_select(R, sel.data(), off.data(), rows.data(), width, blk.data(), T, ni, ihd, RR, topk, work.data(), &st);
+        R->qsa_select(R, sel.data(), off.data(), rows.data(), width, blk.data(), T, ni, ihd, RR, topk, work.data(),
+                      &st);
         G->qsa_select(G, gsel.data(), goff.data(), rows.data(), width, gblk.data(), T, ni, ihd, RR, topk, NULL, &st);
         CHECK(goff == off && !memcmp(gsel.data(), sel.data(), (size_t)off[T] * 4),
               "qsa_select step at %d: other positions", pos);
@@ -296,7 +305,8 @@ static void test_attn_rows(const qw_backend *G) {
           emu_launches);
     CHECK(oa == ob, "qsa_rows: the offsets differ from the rows' own calls");
     const int nb5 = (pos[5] + 1) / RR;
-    CHECK(ob[11] == TOPK * RR + pos[5] - nb5 * RR + 1 && nb5 > TOPK, "qsa_rows: the last row keeps %d positions", ob[11]);
+    CHECK(ob[11] == TOPK * RR + pos[5] - nb5 * RR + 1 && nb5 > TOPK, "qsa_rows: the last row keeps %d positions",
+          ob[11]);
     for (int i = 0; i < N; i++) {
         const size_t n = (size_t)(oa[2 * i + 1] > 0 && oa[2 * i + 1] <= cap ? oa[2 * i + 1] : 0);
         CHECK(n > 0 && !memcmp(sa.data() + i * cap, sb.data() + i * cap, n * 4), "qsa_rows row %d: other positions", i);
@@ -307,7 +317,8 @@ static void test_attn_rows(const qw_backend *G) {
               "qsa_rows row %d: the indexer's keys differ", i);
     }
     CHECK(!memcmp(out_a.data(), out_b.data(), out_a.size() * 4), "attention_rows (QSA): not the bits of a call a row");
-    CHECK(!memcmp(den_a.data(), den_b.data(), den_a.size() * 4), "attention_rows (dense): not the bits of a call a row");
+    CHECK(!memcmp(den_a.data(), den_b.data(), den_a.size() * 4),
+          "attention_rows (dense): not the bits of a call a row");
     CHECK(memcmp(out_a.data(), den_a.data(), out_a.size() * 4), "attention_rows: the selection changed nothing");
 }
 
