@@ -683,12 +683,6 @@ static void test_attention(const qw_backend *o1, const qw_backend *o3, const qw_
     }
 }
 
-static void l2n(float *v, int n, float scale) {
-    double s = 0;
-    for (int i = 0; i < n; i++) s += (double)v[i] * v[i];
-    for (int i = 0; i < n; i++) v[i] = (float)(v[i] / sqrt(s) * scale);
-}
-
 static void test_delta_rule(const qw_backend *o1, const qw_backend *o3) {
     const qw_backend *R = qw_backend_ref();
     static const int cases[][5] = {{1, 1, 1, 16, 16}, {4, 2, 4, 32, 40}, {9, 2, 2, 64, 64}, {3, 1, 3, 24, 17},
@@ -700,8 +694,8 @@ static void test_delta_rule(const qw_backend *o1, const qw_backend *o3) {
         int64_t ns = (int64_t)hv * dk * dv, no = (int64_t)T * hv * dv;
         float *q = rand_vec((int64_t)T * hk * dk, 1.0f), *k = rand_vec((int64_t)T * hk * dk, 1.0f);
         for (int i = 0; i < T * hk; i++) {
-            l2n(q + (int64_t)i * dk, dk, 1.0f / sqrtf((float)dk));
-            l2n(k + (int64_t)i * dk, dk, 1.0f);
+            test_l2n(q + (int64_t)i * dk, dk, 1.0f / sqrtf((float)dk));
+            test_l2n(k + (int64_t)i * dk, dk, 1.0f);
         }
         float *v = rand_vec(no, 1.0f), *g = rand_vec((int64_t)T * hv, 1.0f), *beta = rand_vec((int64_t)T * hv, 1.0f);
         for (int i = 0; i < T * hv; i++) {
@@ -790,8 +784,8 @@ static void test_delta_chunk(const qw_backend *o1, const qw_backend *o3, const q
         int64_t ns = (int64_t)hv * dk * dv, no = (int64_t)T * hv * dv;
         float *q = rand_vec((int64_t)T * hk * dk, 1.0f), *k = rand_vec((int64_t)T * hk * dk, 1.0f);
         for (int i = 0; i < T * hk; i++) {
-            l2n(q + (int64_t)i * dk, dk, 1.0f / sqrtf((float)dk));
-            l2n(k + (int64_t)i * dk, dk, 1.0f);
+            test_l2n(q + (int64_t)i * dk, dk, 1.0f / sqrtf((float)dk));
+            test_l2n(k + (int64_t)i * dk, dk, 1.0f);
         }
         float *v = rand_vec(no, 1.0f), *g = malloc((size_t)T * hv * 4), *beta = malloc((size_t)T * hv * 4);
         test_dr_gates(g, beta, T, hv, cases[ci].gm, cases[ci].bm, frand);

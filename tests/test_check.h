@@ -5,6 +5,7 @@
 #ifndef QW_TEST_CHECK_H
 #define QW_TEST_CHECK_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -36,6 +37,13 @@ static inline float test_frand(uint64_t *state) {
     x ^= x << 17;
     *state = x;
     return (float)((x >> 40) * (2.0 / (1ull << 24)) - 1.0);
+}
+
+/* v [n] scaled to norm `scale` (the delta rule's inputs: unit keys, queries of norm 1 / sqrt(dk)) */
+static inline void test_l2n(float *v, int n, float scale) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)v[i] * v[i];
+    for (int i = 0; i < n; i++) v[i] = (float)(v[i] / sqrt(s) * scale);
 }
 
 /* The delta-rule tests' decays g and betas [T][hv] (t_kernels, t_cuda_ops, gpu/emu/t_cuda_emu), rnd uniform in

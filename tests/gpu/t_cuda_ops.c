@@ -1084,15 +1084,8 @@ static void test_delta_chunk(void) {
         float *q = rvec(nq, 1), *kk = rvec(nq, 1), *v = rvec(no, 1), *g = malloc((size_t)T * hv * 4);
         float *beta = malloc((size_t)T * hv * 4);
         for (size_t r = 0; r < (size_t)T * hk; r++) { /* unit keys, queries of norm 1 / sqrt(dk) (the model's) */
-            double a = 0, b = 0;
-            for (int d = 0; d < dk; d++) {
-                a += (double)q[r * dk + d] * q[r * dk + d];
-                b += (double)kk[r * dk + d] * kk[r * dk + d];
-            }
-            for (int d = 0; d < dk; d++) {
-                q[r * dk + d] = (float)(q[r * dk + d] / sqrt(a * dk));
-                kk[r * dk + d] = (float)(kk[r * dk + d] / sqrt(b));
-            }
+            test_l2n(q + r * dk, dk, 1.0f / sqrtf((float)dk));
+            test_l2n(kk + r * dk, dk, 1.0f);
         }
         test_dr_gates(g, beta, T, hv, cases[ci].gm, cases[ci].bm, frand);
         float *S0 = rvec(ns, cases[ci].zero_state ? 0.0f : 0.5f), *S = malloc(ns * 4), *o = malloc(no * 4);

@@ -2,10 +2,10 @@
  * t_cuda_emu.cc - kernels of the CUDA backend run on CPU threads through tests/gpu/emu/cuda/ops_internal.cuh, so that
  * `make test` checks their indexing and math on every machine (tests/gpu/t_cuda_ops.c runs the same checks on a GPU):
  *
- * - the chunked delta rule (src/cuda/delta_chunk.cu) against the token-by-token rule in double, within t_kernels.c's
- *   bound for the chunked form, |chunked - reference| <= 1e-5 ceil(T / 64) B, B the largest entry of the states,
- *   values and outputs (kernels/delta_chunk.c derives it): dk 32, 64 and 128, partial chunks and partial slabs of 32
- *   state columns, grouped and tiled value heads, decays near 0 and near -30 and mixed, betas 0, 1 and mixed, a zero
+ * - the chunked delta rule (src/cuda/delta_chunk.cu) against the reference backend's token-by-token rule, within
+ *   t_kernels.c's bound for the chunked form, |chunked - reference| <= 1e-5 ceil(T / 64) B, B the largest entry of
+ *   the states, values and outputs (kernels/delta_chunk.c derives it): dk 32, 64 and 128, partial chunks and
+ *   partial slabs of 32 state columns, grouped and tiled value heads, decays near 0 and near -30 and mixed, betas 0, 1 and mixed, a zero
  *   state, a prompt over two windows; and the calls it must leave to the token kernel (too few tokens, the setting
  *   off, another dk, unaligned rows, a graph being recorded), which launch nothing;
  * - attention (src/cuda/attn.cu: the per-head kernel and the tiled one of prompt steps) against the reference
@@ -28,31 +28,6 @@ extern "C" {
 static uint64_t rng = 0x243F6A8885A308D3ull;
 static float frand(void) { return test_frand(&rng); } /* uniform in [-1, 1) */
 
-/* the rule token by token in double (kernels/ref.c's definition), state S [hv][dk][dv] */
-static void rule_ref(std::vector<double> &o, std::vector<double> &S, const float *q, const float *k, const float *v,
-                     const float *g, const float *beta, int T, int hk, int hv, int dk, int dv, int tiled) {
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < hv; j++) {
-            const int hq = tiled ? j % hk : j / (hv / hk);
-            const float *qt = q + ((size_t)t * hk + hq) * dk, *kt = k + ((size_t)t * hk + hq) * dk;
-            double *Sj = S.data() + (size_t)j * dk * dv;
-            const double e = exp((double)g[(size_t)t * hv + j]), b = beta[(size_t)t * hv + j];
-            for (int c = 0; c < dv; c++) {
-                double kv = 0, acc = 0;
-                for (int r = 0; r < dk; r++) {
-                    Sj[(size_t)r * dv + c] *= e;
-                    kv += Sj[(size_t)r * dv + c] * kt[r];
-                }
-                const double u = b * (v[((size_t)t * hv + j) * dv + c] - kv);
-                for (int r = 0; r < dk; r++) {
-                    Sj[(size_t)r * dv + c] += kt[r] * u;
-                    acc += Sj[(size_t)r * dv + c] * qt[r];
-                }
-                o[((size_t)t * hv + j) * dv + c] = acc;
-            }
-        }
-}
-
 /* one call: 1 when the chunked form took it; err: its largest error over B (the bound's unit) */
 struct inputs {
     int T, hk, hv, dk, dv, tiled;
@@ -65,15 +40,8 @@ static inputs make_inputs(int T, int hk, int hv, int dk, int dv, int gm, int bm,
     in.q.resize(nq + 4), in.k.resize(nq + 4); /* + 4: room for the unaligned case's shifted rows */
     for (size_t i = 0; i < nq; i++) in.q[i] = frand(), in.k[i] = frand();
     for (size_t r = 0; r < (size_t)T * hk; r++) { /* unit keys, queries of norm 1 / sqrt(dk), as the model makes */
-        double a = 0, b = 0;
-        for (int d = 0; d < dk; d++) {
-            a += (double)in.q[r * dk + d] * in.q[r * dk + d];
-            b += (double)in.k[r * dk + d] * in.k[r * dk + d];
-        }
-        for (int d = 0; d < dk; d++) {
-            in.q[r * dk + d] = (float)(in.q[r * dk + d] / sqrt(a * dk));
-            in.k[r * dk + d] = (float)(in.k[r * dk + d] / sqrt(b));
-        }
+        test_l2n(in.q.data() + r * dk, dk, 1.0f / sqrtf((float)dk));
+        test_l2n(in.k.data() + r * dk, dk, 1.0f);
     }
     in.v.resize((size_t)T * hv * dv);
     for (auto &x : in.v) x = frand();
@@ -101,16 +69,17 @@ static void test_delta_chunk(void) {
         inputs in = make_inputs(T, hk, hv, dk, dv, cases[ci].gm, cases[ci].bm, cases[ci].zero_state, tiled);
         const size_t no = (size_t)T * hv * dv, ns = in.S0.size();
         std::vector<float> o(no, NAN), S = in.S0;
-        std::vector<double> ro(no), rS(in.S0.begin(), in.S0.end());
-        rule_ref(ro, rS, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), T, hk, hv, dk, dv, tiled);
+        std::vector<float> ro(no), rS = in.S0; /* the reference backend's token-by-token rule (double sums) */
+        qw_backend_ref()->delta_rule(qw_backend_ref(), ro.data(), rS.data(), in.q.data(), in.k.data(), in.v.data(),
+                                     in.g.data(), in.beta.data(), T, hk, hv, dk, dv, tiled);
         emu_launches = 0;
         const int took = qwc_delta_chunk(&c, o.data(), S.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
                                          in.beta.data(), T, hk, hv, dk, dv, tiled);
         double B = 0, worst = 0;
         for (size_t i = 0; i < ns; i++) B = fmax(B, fmax(fabs(in.S0[i]), fabs(rS[i])));
         for (size_t i = 0; i < no; i++) B = fmax(B, fmax(fabs(in.v[i]), fabs(ro[i])));
-        for (size_t i = 0; i < no; i++) worst = fmax(worst, o[i] == o[i] ? fabs(o[i] - ro[i]) : INFINITY);
-        for (size_t i = 0; i < ns; i++) worst = fmax(worst, S[i] == S[i] ? fabs(S[i] - rS[i]) : INFINITY);
+        for (size_t i = 0; i < no; i++) worst = fmax(worst, o[i] == o[i] ? fabs((double)o[i] - ro[i]) : INFINITY);
+        for (size_t i = 0; i < ns; i++) worst = fmax(worst, S[i] == S[i] ? fabs((double)S[i] - rS[i]) : INFINITY);
         const double tol = 1e-5 * ((T + 63) / 64) * B;
         const int windows = (T + DC_WIN - 1) / DC_WIN;
         printf("  T %4d hk %d hv %d dk %3d dv %3d g %d beta %d: max error %.2e of %.2e (%.1f%% of the bound)\n", T,
