@@ -5,9 +5,9 @@
  * - the chunked delta rule (src/cuda/delta_chunk.cu) against the reference backend's token-by-token rule, within
  *   t_kernels.c's bound for the chunked form, |chunked - reference| <= 1e-5 ceil(T / 64) B, B the largest entry of
  *   the states, values and outputs (kernels/delta_chunk.c derives it): dk 32, 64 and 128, partial chunks and
- *   partial slabs of 32 state columns, grouped and tiled value heads, decays near 0 and near -30 and mixed, betas 0, 1 and mixed, a zero
- *   state, a prompt over two windows; and the calls it must leave to the token kernel (too few tokens, the setting
- *   off, another dk, unaligned rows, a graph being recorded), which launch nothing;
+ *   partial slabs of 32 state columns, grouped and tiled value heads, decays near 0 and near -30 and mixed, betas 0,
+ *   1 and mixed, a zero state, a prompt over two windows; and the calls it must leave to the token kernel (too few
+ *   tokens, the setting off, another dk, unaligned rows, a graph being recorded), which launch nothing;
  * - attention (src/cuda/attn.cu: the per-head kernel and the tiled one of prompt steps) against the reference
  *   backend (kernels/ref.c) within t_cuda_ops' bound, 2e-5 on values in [-2, 2], full, causal from a position and
  *   over a selection; QSA's pooled keys within 1e-5 and its positions exactly as the reference's;
