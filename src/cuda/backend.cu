@@ -77,6 +77,7 @@ struct qwc {
     int n_pinned;
     int q8;        /* quantized weights meet 8-bit activations */
     int dr_chunk;  /* the delta rule's chunked form for calls of at least this many tokens (0: never) */
+    int pairs_max; /* the MoE's rows up to which each pair is its own product */
     void *q8_buf;  /* their buffer, Q8_BYTES */
     unsigned *counts; /* QWC_COUNTS zeroed counters in device memory (qwc_counts) */
     int q8_keep;   /* the next product reads the x of the one before (qwc_q8_keep) */
@@ -146,6 +147,7 @@ cublasHandle_t qwc_cublas(const qwc *c) { return c->cublas; }
 
 int qwc_q8_on(const qwc *c) { return c->q8 && c->q8_buf; }
 int qwc_dr_chunk_min(const qwc *c) { return c->dr_chunk; }
+int qwc_pairs_max(const qwc *c) { return c->pairs_max; }
 unsigned *qwc_counts(qwc *c, int n) { return n <= QWC_COUNTS ? c->counts : NULL; }
 void *qwc_q8_buf(qwc *c, size_t *bytes) {
     *bytes = c->q8_buf ? Q8_BYTES : 0;
@@ -705,6 +707,10 @@ extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *
     const char *dr = getenv("QWENC_CUDA_DR_CHUNK");
     c->dr_chunk = dr && dr[0] ? atoi(dr) : QWC_DR_CHUNK_MIN;
     if (c->dr_chunk < 0) c->dr_chunk = 0;
+    const char *pm = getenv("QWENC_CUDA_PAIRS_MAX");
+    c->pairs_max = pm && pm[0] ? atoi(pm) : QWC_PAIRS_MAX;
+    if (c->pairs_max < 1) c->pairs_max = 1;
+    if (c->pairs_max > QWC_PAIRS_LIMIT) c->pairs_max = QWC_PAIRS_LIMIT;
     c->be = qwc_op_table();
     c->be.alloc = cu_alloc;
     c->be.free = cu_free;
@@ -863,6 +869,7 @@ static qwenc_status make_ranks(qwc *c, const int *devices, int n, char *err, siz
         p->root = c;
         p->q8 = c->q8;
         p->dr_chunk = c->dr_chunk;
+        p->pairs_max = c->pairs_max;
         QWC_CHECK(cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming));
         c->rank[r] = p;
     }

@@ -59,6 +59,14 @@ int qwc_recording(const qwc *c);
 #define QWC_DR_CHUNK_MIN 0
 #endif
 int qwc_dr_chunk_min(const qwc *c);
+/* The MoE's rows (token, slot pairs) up to which each pair is its own matrix-vector product (moe.cu); more rows are
+ * grouped by expert into the tensor-core GEMMs. The backend's start: QWENC_CUDA_PAIRS_MAX in the environment (1 ..
+ * QWC_PAIRS_LIMIT), else QWC_PAIRS_MAX. */
+#ifndef QWC_PAIRS_MAX
+#define QWC_PAIRS_MAX 64
+#endif
+#define QWC_PAIRS_LIMIT 1024
+int qwc_pairs_max(const qwc *c);
 /* 1 when the n-gram table stays in host memory (qw_backend_cuda_set_ple_host) */
 int qwc_ple_host(const qwc *c);
 /* The device address of a pinned, mapped host copy of [host, host + bytes), made once (read over the bus; freed

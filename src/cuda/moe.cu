@@ -23,7 +23,6 @@ extern "C" {
 #include "kernels/q8a.h"
 }
 
-#define PAIRS_MAX 64 /* rows up to which every pair is its own product */
 
 /* ---------------------------------------------------------------- routing */
 
@@ -230,11 +229,23 @@ typedef struct {
 
 static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 
-/* Few rows (R <= PAIRS_MAX) have room for P = R + T pairs (the shared expert as one more pair per token, when it
- * can go with the routed ones) and two copies of the input rows (gate and up as one product of 2P pairs); u follows
- * g directly. */
-static moe_layout layout_of(int T, int k, int E, int H, int I, int Is) {
-    size_t R = (size_t)T * k, o = 0, P = R <= PAIRS_MAX && Is == I ? R + T : R, X = R <= PAIRS_MAX ? 2 * P : R;
+/* Whether the R = T k rows of a step run as pairs, each its own matrix-vector product: up to qwc_pairs_max rows
+ * (QWENC_CUDA_PAIRS_MAX), and past 64 only while the pairs' rows (the shared expert's T more, twice when gate and up
+ * are one product) rounded to 8 bits fit the activations' buffer; more rows are grouped by expert. */
+static int as_pairs(qwc *c, int T, int k, int64_t H, int64_t I) {
+    const int64_t R = (int64_t)T * k;
+    if (R > qwc_pairs_max(c)) return 0;
+    if (R <= 64 || !qwc_q8_on(c)) return 1;
+    size_t cap = 0;
+    qwc_q8_buf(c, &cap);
+    return 2 * (R + T) * (int64_t)sizeof(qw_q8a) * ((H > I ? H : I) / 32) <= (int64_t)cap;
+}
+
+/* Pairs (as_pairs) have room for P = R + T pairs (the shared expert as one more pair per token, when it can go with
+ * the routed ones) and two copies of the input rows (gate and up as one product of 2P pairs); u follows g
+ * directly. */
+static moe_layout layout_of(int T, int k, int E, int H, int I, int Is, int pairs) {
+    size_t R = (size_t)T * k, o = 0, P = pairs && Is == I ? R + T : R, X = pairs ? 2 * P : R;
     moe_layout l;
 #define PART(f, bytes) (l.f = o, o += up256(bytes))
     PART(xin, X * H * sizeof(float));
@@ -246,7 +257,7 @@ static moe_layout layout_of(int T, int k, int E, int H, int I, int Is) {
     PART(order, R * sizeof(int32_t));
     PART(offs, ((size_t)E + 1) * sizeof(int32_t));
     PART(tiles, 2 * ((size_t)E + 1) * sizeof(int32_t));
-    PART(xq, R > PAIRS_MAX ? R * (size_t)(H > I ? H : I) / 32 * sizeof(qw_q8a) : 0); /* many rows, 8-bit */
+    PART(xq, pairs ? 0 : R * (size_t)(H > I ? H : I) / 32 * sizeof(qw_q8a)); /* many rows, 8-bit */
     PART(sgt, (size_t)T * Is * sizeof(float));
     PART(sup, (size_t)T * Is * sizeof(float));
     PART(sg, (size_t)T * sizeof(float));
@@ -258,8 +269,10 @@ static moe_layout layout_of(int T, int k, int E, int H, int I, int Is) {
 /* Split over GPUs (qw_backend_cuda_split): the layout (its shared expert's parts), then rank 0's own experts' layout,
  * then the rows by pair that the ranks' rows are added into. */
 static size_t cu_moe_work(const qw_backend *be, int n_tok, int k, int E, int H, int I, int Is) {
-    size_t n = layout_of(n_tok, k, E, H, I, Is).total;
-    if (qwc_split(qwc_of(be))) n += layout_of(n_tok, k, E, H, I, 0).total + up256((size_t)n_tok * k * H * sizeof(float));
+    qwc *c = qwc_of(be);
+    const int pairs = as_pairs(c, n_tok, k, H, I);
+    size_t n = layout_of(n_tok, k, E, H, I, Is, pairs).total;
+    if (qwc_split(c)) n += layout_of(n_tok, k, E, H, I, 0, pairs).total + up256((size_t)n_tok * k * H * sizeof(float));
     return n;
 }
 
@@ -514,7 +527,7 @@ static void shared_products(const qw_backend *be, float *y, float *sg, float *sg
 
 /* One rank's experts lo .. lo + n - 1 (c: that rank, its device current; c0: rank 0) for the pairs of sel (x
  * [T][H], sel [T k], in c's memory): outp [T k][H] by pair, zeros for the pairs of other experts. work:
- * layout_of(T, k, n, H, I, 0) bytes. The same products as one GPU's (pairs up to PAIRS_MAX rows, else grouped):
+ * layout_of(T, k, n, H, I, 0, pairs) bytes. The same products as one GPU's (pairs as as_pairs says, else grouped):
  * each row the bits it has there. */
 static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int32_t *sel, int T, int k,
                          const qw_ffn_w *experts, int lo, int n, int64_t H, int64_t I, char *w) {
@@ -526,11 +539,12 @@ static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int
         QWC_CHECK(cudaMemsetAsync(outp, 0, (size_t)R * H * sizeof(float), st));
         return;
     }
-    const moe_layout l = layout_of(T, k, n, (int)H, (int)I, 0);
+    const int pairs = as_pairs(c0, T, k, H, I);
+    const moe_layout l = layout_of(T, k, n, (int)H, (int)I, 0, pairs);
     float *xin = (float *)(w + l.xin), *g = (float *)(w + l.g), *u = (float *)(w + l.u), *out = (float *)(w + l.out);
     const qw_ffn_w *ex = experts + lo, *e0 = &ex[0];
     const void *const *tab = expert_table(c, ex, n);
-    if (R <= PAIRS_MAX) {
+    if (pairs) {
         const qw_type tg = e0->gate.type, tu = e0->up.type, td = e0->down.type;
         size_t cap = 0;
         qwc_q8_buf(c, &cap);
@@ -600,7 +614,9 @@ static void split_moe_ffn(qwc *c, float *y, const float *x, int32_t *sel, float 
     const qw_backend *be = qwc_backend(c);
     const int N = qwc_n_rank(c), R = T * k;
     const int64_t H = experts[0].down.shape[0], I = experts[0].gate.shape[0], Is = shared ? shared->gate.shape[0] : 0;
-    const moe_layout full = layout_of(T, k, E, (int)H, (int)I, (int)Is), own = layout_of(T, k, E, (int)H, (int)I, 0);
+    const int pairs = as_pairs(c, T, k, H, I);
+    const moe_layout full = layout_of(T, k, E, (int)H, (int)I, (int)Is, pairs),
+                     own = layout_of(T, k, E, (int)H, (int)I, 0, pairs);
     char *w = (char *)work;
     float *sgt = (float *)(w + full.sgt), *sup = (float *)(w + full.sup), *sg = (float *)(w + full.sg);
     if (logits) cu_moe_route(be, sel, wt, logits, T, E, k, norm);
@@ -646,16 +662,17 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
     cudaStream_t st = qwc_stream(c);
     int64_t H = experts[0].down.shape[0], I = experts[0].gate.shape[0], Is = shared ? shared->gate.shape[0] : 0;
     int R = T * k;
-    moe_layout l = layout_of(T, k, E, (int)H, (int)I, (int)Is);
+    const int pairs = as_pairs(c, T, k, H, I);
+    moe_layout l = layout_of(T, k, E, (int)H, (int)I, (int)Is, pairs);
     char *w = (char *)work;
     float *xin = (float *)(w + l.xin), *g = (float *)(w + l.g), *u = (float *)(w + l.u), *out = (float *)(w + l.out);
     float *sgt = (float *)(w + l.sgt), *sup = (float *)(w + l.sup), *sg = (float *)(w + l.sg);
     int32_t *rowpos = NULL;
     const float *shared_out = NULL; /* the shared expert's output when it ran as pairs R .. P-1 */
     const size_t route_smem = (size_t)E * (sizeof(float) + 1);
-    const int route_in_pairs = logits && QWC_MOE_ROUTE_IN_PAIRS && R <= PAIRS_MAX && k <= 64 && route_smem <= 48 * 1024;
+    const int route_in_pairs = logits && QWC_MOE_ROUTE_IN_PAIRS && pairs && k <= 64 && route_smem <= 48 * 1024;
     if (logits && !route_in_pairs) cu_moe_route(be, sel, wt, logits, T, E, k, norm);
-    if (R <= PAIRS_MAX) { /* one type per projection: every expert of a layer has its projections' types */
+    if (pairs) { /* one type per projection: every expert of a layer has its projections' types */
         const qw_ffn_w *e0 = &experts[0];
         const qw_type tg = e0->gate.type, tu = e0->up.type, td = e0->down.type;
         /* the shared expert as T more pairs when its shapes and types are the experts' and its own products would

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The CUDA paths built in but off by default until a GPU run shows them faster, in one go: `check` builds the
+# backend and runs the gpu_check programs that take those paths (t_cuda_quant_unroll, t_cuda_ops,
+# t_model_switches, t_session_switches); `time` measures each path against the default in one binary
+# (tests/ab.sh, the sets interleaved) on the benchmarks it is for. A path that passes and is faster becomes the
+# default (its switch's default in src/cuda/, docs/BENCH.md's paragraph on it) and leaves this list.
+#
+#   bash tests/gpu/pending.sh [check] [time]      both when none is named
+#
+# ROUNDS (2) rounds of each set; J (16) jobs for the build. Each step prints its own lines; the last line of each
+# step says what it ran and whether it failed.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(check time)
+export QWENC=${QWENC:-build-cuda/qwenc} ROUNDS=${ROUNDS:-2}
+fails=0
+
+ab() { # a line naming the comparison, then ab.sh's table
+    echo "== ab.sh $*"
+    if ! bash tests/ab.sh "$@"; then
+        echo "== failed: ab.sh $*"
+        fails=$((fails + 1))
+    fi
+}
+
+for step in "${steps[@]}"; do
+    case $step in
+        check)
+            bash tests/gpu_check.sh t_cuda_quant_unroll t_cuda_ops t_model_switches t_session_switches ||
+                fails=$((fails + 1))
+            ;;
+        time)
+            [ -x "$QWENC" ] || { echo "pending.sh: $QWENC is not there: run the check step (or make cuda) first" >&2; exit 1; }
+            fn='--backend cuda --synth flash-next --type q4_k'
+            cut='--backend cuda --synth flash-next --layers 8 --experts 64 --ngram-base 200003 --type q4_k'
+            # prompts: the chunked delta rule, the integer GEMM's unrolled group loop (the whole model's pp4096)
+            # shellcheck disable=SC2086
+            ab - 'QWENC_CUDA_DR_CHUNK=64' 'QWENC_CUDA_MMQ_UNROLL=1' 'QWENC_CUDA_DR_CHUNK=64 QWENC_CUDA_MMQ_UNROLL=1' \
+                -- $fn -p 4096 -n 0
+            # dense prompt attention a tile of queries a block (every layer of Qwen3.5-35B-A3B's prefill)
+            # shellcheck disable=SC2086
+            ab - 'QWENC_CUDA_ATT_QTILES=1' 'QWENC_CUDA_MMQ_UNROLL=1' \
+                -- --backend cuda --synth qwen3.5-35b-a3b --type q4_k -p 4096 -n 0
+            # the cut's pp512 (the target's test)
+            # shellcheck disable=SC2086
+            ab - 'QWENC_CUDA_MMQ_UNROLL=1' 'QWENC_CUDA_DR_CHUNK=64' -- $cut -p 512 -n 0
+            # batched decode: the attention rows in one launch each, the MoE's rows as pairs past 64
+            # shellcheck disable=SC2086
+            ab - 'QWENC_CUDA_ATT_ROWS=1' 'QWENC_CUDA_PAIRS_MAX=256' 'QWENC_CUDA_ATT_ROWS=1 QWENC_CUDA_PAIRS_MAX=256' \
+                -- $fn -p 0 -n 16 -np 8,16
+            ;;
+        *) echo "pending.sh: no step '$step' (check, time)" >&2; exit 1 ;;
+    esac
+    echo "== step $step done, $fails failed so far"
+done
+[ "$fails" -eq 0 ]
