@@ -269,6 +269,22 @@ __device__ __forceinline__ void qwc_early_row(float (&wv)[QWC_EARLY_N], const fl
     }
 }
 
+/* The bytes [p, p + n) asked for into L2 by the calling warp, 64 KiB a lane at a time, by sm_90's bulk prefetch
+ * (the 16-byte aligned interior: the edges come with the reads that need them; nothing on older GPUs). A prefetch
+ * changes no result. */
+__device__ __forceinline__ void qwc_warp_prefetch_l2(const void *p, int64_t n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr uint64_t CH = 65536;
+    const uint64_t b = ((uint64_t)p + 15) & ~(uint64_t)15, e = ((uint64_t)p + (uint64_t)n) & ~(uint64_t)15;
+    for (uint64_t o = b + (uint64_t)(threadIdx.x & 31) * CH; o < e; o += 32 * CH) {
+        const uint32_t sz = (uint32_t)(e - o < CH ? e - o : CH);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(o), "r"(sz) : "memory");
+    }
+#else
+    (void)p, (void)n;
+#endif
+}
+
 static inline int qwc_pdl_on(void) {
     static int on = -1; /* the environment read once (per file: the same answer) */
     return qwc_env_switch("QWENC_CUDA_PDL", 1, &on);

@@ -45,6 +45,13 @@ for step in "${steps[@]}"; do
             # the cut's pp512 (the target's test)
             # shellcheck disable=SC2086
             ab - 'QWENC_CUDA_MMQ_UNROLL=1' 'QWENC_CUDA_DR_CHUNK=64' -- $cut -p 512 -n 0
+            # decode: each matrix asked for into L2 whole by its first block (the whole model, the cut at Q4_K and Q8_0)
+            # shellcheck disable=SC2086
+            ab - 'QWENC_CUDA_MV_BULK=1' -- $fn -p 0 -n 32
+            # shellcheck disable=SC2086
+            ab - 'QWENC_CUDA_MV_BULK=1' -- $cut -p 0 -n 128
+            # shellcheck disable=SC2086
+            ab - 'QWENC_CUDA_MV_BULK=1' -- ${cut%q4_k}q8_0 -p 0 -n 128
             # batched decode: the attention rows in one launch each, the MoE's rows as pairs past 64
             # shellcheck disable=SC2086
             ab - 'QWENC_CUDA_ATT_ROWS=1' 'QWENC_CUDA_PAIRS_MAX=256' 'QWENC_CUDA_ATT_ROWS=1 QWENC_CUDA_PAIRS_MAX=256' \
