@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# The CUDA paths built in but off by default until a GPU run shows them faster, in one go: `check` builds the
-# backend and runs the gpu_check programs that take those paths (t_cuda_quant_unroll, t_cuda_ops,
-# t_model_switches, t_session_switches); `time` measures each path against the default in one binary
-# (tests/ab.sh, the sets interleaved) on the benchmarks it is for. A path that passes and is faster becomes the
-# default (its switch's default in src/cuda/, docs/BENCH.md's paragraph on it) and leaves this list.
+# The CUDA paths built in but off by default until a GPU run shows them faster: `check` builds the backend and
+# runs the gpu_check programs that take those paths (t_cuda_quant_unroll, t_cuda_ops, t_model_switches,
+# t_session_switches); `prompt` and `decode` measure each path against the default in one binary (tests/ab.sh, the
+# sets interleaved) on the benchmarks it is for. A path that passes and is faster becomes the default (its switch's
+# default in src/cuda/, docs/BENCH.md's paragraph on it) and leaves this list. Each step takes some 3-6 minutes
+# on an H200, so each fits a call of its own where calls are limited to 10 minutes.
 #
-#   bash tests/gpu/pending.sh [check] [time]      both when none is named
+#   bash tests/gpu/pending.sh [check] [prompt] [decode]      all three when none is named
 #
-# ROUNDS (2) rounds of each set; J (16) jobs for the build. Each step prints its own lines; the last line of each
-# step says what it ran and whether it failed.
+# ROUNDS (2) rounds of each set. Each step ends with a line saying how many comparisons or programs failed.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
+fn='--backend cuda --synth flash-next --type q4_k'
+cut='--backend cuda --synth flash-next --layers 8 --experts 64 --ngram-base 200003 --type q4_k'
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(check time)
+[ ${#steps[@]} -eq 0 ] && steps=(check prompt decode)
 export QWENC=${QWENC:-build-cuda/qwenc} ROUNDS=${ROUNDS:-2}
 fails=0
 
@@ -30,10 +32,10 @@ for step in "${steps[@]}"; do
             bash tests/gpu_check.sh t_cuda_quant_unroll t_cuda_ops t_model_switches t_session_switches ||
                 fails=$((fails + 1))
             ;;
-        time)
+        prompt | decode)
             [ -x "$QWENC" ] || { echo "pending.sh: $QWENC is not there: run the check step (or make cuda) first" >&2; exit 1; }
-            fn='--backend cuda --synth flash-next --type q4_k'
-            cut='--backend cuda --synth flash-next --layers 8 --experts 64 --ngram-base 200003 --type q4_k'
+            ;;&
+        prompt)
             # prompts: the chunked delta rule, the integer GEMM's unrolled group loop (the whole model's pp4096)
             # shellcheck disable=SC2086
             ab - 'QWENC_CUDA_DR_CHUNK=64' 'QWENC_CUDA_MMQ_UNROLL=1' 'QWENC_CUDA_DR_CHUNK=64 QWENC_CUDA_MMQ_UNROLL=1' \
@@ -45,6 +47,8 @@ for step in "${steps[@]}"; do
             # the cut's pp512 (the target's test)
             # shellcheck disable=SC2086
             ab - 'QWENC_CUDA_MMQ_UNROLL=1' 'QWENC_CUDA_DR_CHUNK=64' -- $cut -p 512 -n 0
+            ;;
+        decode)
             # decode: each matrix asked for into L2 whole by its first block (the whole model, the cut at Q4_K and Q8_0)
             # shellcheck disable=SC2086
             ab - 'QWENC_CUDA_MV_BULK=1' -- $fn -p 0 -n 32
@@ -57,7 +61,7 @@ for step in "${steps[@]}"; do
             ab - 'QWENC_CUDA_ATT_ROWS=1' 'QWENC_CUDA_PAIRS_MAX=256' 'QWENC_CUDA_ATT_ROWS=1 QWENC_CUDA_PAIRS_MAX=256' \
                 -- $fn -p 0 -n 16 -np 8,16
             ;;
-        *) echo "pending.sh: no step '$step' (check, time)" >&2; exit 1 ;;
+        *) echo "pending.sh: no step '$step' (check, prompt, decode)" >&2; exit 1 ;;
     esac
     echo "== step $step done, $fails failed so far"
 done
