@@ -6,7 +6,9 @@
  * warps, each warp keeps a running max, sum and weighted value sum (an online softmax, in f32, the value sum
  * spread over its lanes), and the warps' partial results are merged in double at the end. The scores are
  * f32 dot products (a warp sum), as the CPU kernels compute them. Work grows with the keys a query sees, so a
- * decode step's launch is the same at every position (the position comes from the step in device memory).
+ * decode step's launch is the same at every position (the position comes from the step in device memory). With
+ * QWENC_CUDA_ATT_SPLIT=S the tiled kernel of prompt steps takes few queries too, split S ways along the keys
+ * (att_split below: flash-decoding).
  *
  * QSA: qsa_keys stores a step's raw keys and pools the blocks it completes (the f32 mean of R keys in order,
  * zero-centred RMS norm with a double sum, RoPE at the block's first position); qsa_select gives each query its
@@ -117,10 +119,74 @@ template <int HD, int G> struct att_tile {
     static constexpr int SMEM = TK * KP + TK * HD + G * HD + DSL * G * TK + TK * G + 3 * G;
 };
 
+/*
+ * Few queries over many keys (decode steps and drafts, QWENC_CUDA_ATT_SPLIT=S in the environment; off until timed
+ * against k_attention): the tiled kernel's blocks for each (query, kv head) split S ways along the keys, so that a
+ * decode step has S n_head_kv blocks at work instead of n_head blocks each walking every key alone (flash-decoding).
+ * Block s takes the keys [s cs, (s + 1) cs) of the query's nk, cs = ceil(nk / S) rounded up to whole tiles (the
+ * chunks past nk are empty), and leaves its heads' running max m, sum l and value sums (the online softmax of its
+ * keys, the tiled kernel's f32 operations) in part; the last of the S blocks to end (a counter per (query, kv head),
+ * left at zero) merges them in split order, in double: M = max m_s over the splits with l_s > 0, L = sum l_s
+ * exp(m_s - M), out = sum acc_s exp(m_s - M) / L (zeros where no key is seen). A query's result depends on its
+ * keys and S only, not on the other queries of the call: a draft step's rows are one-token steps' bits.
+ */
+struct att_split {
+    int S;           /* splits (1: none; the tiled kernel as it was) */
+    float *part;     /* [n_tok n_head_kv][S][G (2 + HD)]: m [G], l [G], acc [G][HD] */
+    unsigned *count; /* [n_tok n_head_kv] */
+};
+
 template <int HD, int G>
+__device__ __forceinline__ void att_split_merge(const att_split &sp, const float *acc, const float *mx,
+                                                const float *sum, float *out, int64_t tk) {
+    constexpr int HP = att_tile<HD, G>::HP, GH = att_tile<HD, G>::GH, PW = G * (2 + HD);
+    const int tid = threadIdx.x, d = tid % HD, hp = tid / HD;
+    float *mine = sp.part + (tk * sp.S + blockIdx.z) * PW;
+    if (tid < G) mine[tid] = mx[tid], mine[G + tid] = sum[tid];
+#pragma unroll
+    for (int j = 0; j < GH; j++) {
+        const int h = hp + HP * j;
+        if (h < G) mine[2 * G + h * HD + d] = acc[j];
+    }
+    __shared__ unsigned last;
+    __shared__ double Ms[G], Ls[G];
+    __threadfence(); /* every block's partials visible before it counts */
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(sp.count + tk, 1u) == (unsigned)sp.S - 1;
+    __syncthreads();
+    if (!last) return;
+    if (tid == 0) sp.count[tk] = 0; /* for the next launch (which reads it after this grid ends) */
+    __threadfence();
+    const float *all = sp.part + tk * sp.S * PW;
+    if (tid < G) {
+        double M = -INFINITY, L = 0;
+        for (int s = 0; s < sp.S; s++)
+            if (__ldcg(all + s * PW + G + tid) > 0) M = fmax(M, (double)__ldcg(all + s * PW + tid));
+        for (int s = 0; s < sp.S; s++) {
+            const float l = __ldcg(all + s * PW + G + tid);
+            if (l > 0) L += (double)l * exp((double)__ldcg(all + s * PW + tid) - M);
+        }
+        Ms[tid] = M, Ls[tid] = L;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < GH; j++) {
+        const int h = hp + HP * j;
+        if (h >= G) continue;
+        double a = 0;
+        for (int s = 0; s < sp.S; s++) {
+            const float *p = all + s * PW;
+            if (__ldcg(p + G + h) > 0) a += (double)__ldcg(p + 2 * G + h * HD + d) * exp((double)__ldcg(p + h) - Ms[h]);
+        }
+        out[h * HD + d] = Ls[h] > 0 ? (float)(a / Ls[h]) : 0.0f;
+    }
+}
+
+template <int HD, int G, bool SPLIT>
 __global__ void __launch_bounds__(ATT_TILE_THREADS)
     k_attention_tiles(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_head,
-                      int n_head_kv, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step) {
+                      int n_head_kv, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step,
+                      att_split sp) {
     QWC_PDL_ENTRY();
     using L = att_tile<HD, G>;
     constexpr int DSL = L::DSL, TK = L::TK, KP = L::KP, HP = L::HP, GH = L::GH;
@@ -138,8 +204,13 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS)
 #pragma unroll
     for (int j = 0; j < GH; j++) acc[j] = 0.0f;
     const int dsl = w % DSL, kk = (w / DSL) * 32 + lane, d = tid % HD, hp = tid / HD;
-    for (int i0 = 0; i0 < nk; i0 += TK) {
-        const int n = min(TK, nk - i0);
+    int kb = 0, ke = nk; /* this block's keys: all, or split blockIdx.z's chunk */
+    if constexpr (SPLIT) {
+        const int cs = ((nk + sp.S - 1) / sp.S + TK - 1) / TK * TK;
+        kb = min(nk, (int)blockIdx.z * cs), ke = min(nk, kb + cs);
+    }
+    for (int i0 = kb; i0 < ke; i0 += TK) {
+        const int n = min(TK, ke - i0);
         __syncthreads(); /* the tile before is done with */
         for (int e = tid; e < TK * (HD / 4); e += ATT_TILE_THREADS) {
             const int k = e / (HD / 4), d4 = e % (HD / 4);
@@ -211,34 +282,41 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS)
         }
     }
     __syncthreads();
+    if constexpr (SPLIT) {
+        att_split_merge<HD, G>(sp, acc, mx, sum, out + ((int64_t)t * n_head + (int64_t)kvh * G) * HD,
+                               (int64_t)t * n_head_kv + kvh);
+    } else {
 #pragma unroll
-    for (int j = 0; j < GH; j++) {
-        const int h = hp + HP * j;
-        if (h >= G) continue;
-        const float l = sum[h];
-        out[((int64_t)t * n_head + (int64_t)kvh * G + h) * HD + d] = l > 0 ? acc[j] / l : 0.0f;
+        for (int j = 0; j < GH; j++) {
+            const int h = hp + HP * j;
+            if (h >= G) continue;
+            const float l = sum[h];
+            out[((int64_t)t * n_head + (int64_t)kvh * G + h) * HD + d] = l > 0 ? acc[j] / l : 0.0f;
+        }
     }
 }
 
 template <int HD, int G>
 static void attention_tiles(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc, const float *vc,
                             int n_tok, int n_head, int n_head_kv, float scale, const int32_t *sel,
-                            const int32_t *sel_off, const qw_step *step) {
+                            const int32_t *sel_off, const qw_step *step, att_split sp) {
     const size_t sh = (size_t)att_tile<HD, G>::SMEM * sizeof(float);
-    QWC_CHECK(cudaFuncSetAttribute(k_attention_tiles<HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
-    qwc_launch(k_attention_tiles<HD, G>, dim3((unsigned)n_tok, (unsigned)n_head_kv), ATT_TILE_THREADS, sh, st, out, q,
-               q_stride, kc, vc, n_head, n_head_kv, scale, sel, sel_off, step);
+    auto *k = sp.S > 1 ? k_attention_tiles<HD, G, true> : k_attention_tiles<HD, G, false>;
+    QWC_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+    qwc_launch(k, dim3((unsigned)n_tok, (unsigned)n_head_kv, (unsigned)sp.S), ATT_TILE_THREADS, sh, st, out, q,
+               q_stride, kc, vc, n_head, n_head_kv, scale, sel, sel_off, step, sp);
     QWC_LAUNCHED();
 }
 
-/* the tiled kernel for these heads: 1 when it ran */
+/* the tiled kernel for these heads (sp.S > 1: split along the keys): 1 when it ran */
 template <int HD>
 static int attention_tiles_g(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc,
                              const float *vc, int n_tok, int n_head, int n_head_kv, float scale, const int32_t *sel,
-                             const int32_t *sel_off, const qw_step *step) {
+                             const int32_t *sel_off, const qw_step *step, att_split sp) {
     switch (n_head / n_head_kv) {
-#define ATT_G(g)                                                                                                  \
-    case g: attention_tiles<HD, g>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel, sel_off, step); \
+#define ATT_G(g)                                                                                                   \
+    case g:                                                                                                        \
+        attention_tiles<HD, g>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel, sel_off, step, sp); \
         return 1;
     ATT_G(1) ATT_G(2) ATT_G(4) ATT_G(6) ATT_G(8) ATT_G(12) ATT_G(16)
 #undef ATT_G
@@ -399,6 +477,14 @@ static int attention_qtiles_g(cudaStream_t st, float *out, const float *q, int q
     }
 }
 
+/* Splits of a decode step's attention along the keys: QWENC_CUDA_ATT_SPLIT=S in the environment (read at each call,
+ * at most 256; 0 or 1: the per-head kernel k_attention) */
+static int att_splits(void) {
+    const char *e = getenv("QWENC_CUDA_ATT_SPLIT");
+    const int s = e && e[0] ? atoi(e) : 0;
+    return s < 1 ? 1 : s > 256 ? 256 : s;
+}
+
 static void cu_attention(const qw_backend *be, float *out, const float *q, int q_stride, const float *kc,
                          const float *vc, int n_tok, int n_head, int n_head_kv, int hd, float scale, const int32_t *sel,
                          const int32_t *sel_off, void *work, const qw_step *step) {
@@ -413,12 +499,27 @@ static void cu_attention(const qw_backend *be, float *out, const float *q, int q
         if (!sel && hd == 128 &&
             attention_qtiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step))
             return;
+        const att_split one = {1, NULL, NULL};
         if (hd == 256 && attention_tiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
-                                                sel_off, step))
+                                                sel_off, step, one))
             return;
         if (hd == 128 && attention_tiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
-                                                sel_off, step))
+                                                sel_off, step, one))
             return;
+    } else if (n_head_kv > 0 && n_head % n_head_kv == 0 && q_stride % 4 == 0 && (hd == 128 || hd == 256)) {
+        const int S = att_splits();
+        qwc *c = qwc_of(be);
+        const int G = n_head / n_head_kv;
+        att_split sp = {S, NULL, qwc_counts(c, n_tok * n_head_kv)};
+        if (S > 1 && sp.count) {
+            sp.part = (float *)qwc_scratch(c, (size_t)n_tok * n_head_kv * S * G * (2 + hd) * sizeof(float));
+            if (hd == 256 && attention_tiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
+                                                    sel_off, step, sp))
+                return;
+            if (hd == 128 && attention_tiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
+                                                    sel_off, step, sp))
+                return;
+        }
     }
     qwc_launch(k_attention, n_tok * n_head, ATT_WARPS * 32, 0, st, out, q, q_stride, kc, vc, n_head, n_head_kv, hd,
                scale, sel, sel_off, step);

@@ -227,18 +227,23 @@ static void test_attention(void) {
             R->attention(R, o, q, nh * hd, kc, vc, T, nh, nkv, hd, scale, sel, off, work, &st);
             float *dout = dev(NULL, (size_t)T * nh * hd * 4), *dq = dev(q, (size_t)T * nh * hd * 4);
             qw_step *dst = dev_step(p0);
-            for (int qt = 0; qt < 2; qt++) { /* dense prompts: k_attention_tiles, then k_attention_qtiles */
-                if (qt && (sparse || T <= 16)) break;
-                if (qt) setenv("QWENC_CUDA_ATT_QTILES", "1", 1);
+            /* the default kernels; dense prompts' k_attention_qtiles; few queries split along the keys 7 and 40
+             * ways (QWENC_CUDA_ATT_SPLIT) */
+            static const char *const var[] = {"", " (queries tiled)", " (split 7 ways)", " (split 40 ways)"};
+            for (int qt = 0; qt < 4; qt++) {
+                if ((qt == 1 && (sparse || T <= 16)) || (qt >= 2 && T > 16)) continue;
+                if (qt == 1) setenv("QWENC_CUDA_ATT_QTILES", "1", 1);
+                if (qt >= 2) setenv("QWENC_CUDA_ATT_SPLIT", qt == 2 ? "7" : "40", 1);
                 G->attention(G, dout, dq, nh * hd, dk, dv, T, nh, nkv, hd, scale, dsel, doff, NULL, dst);
                 unsetenv("QWENC_CUDA_ATT_QTILES");
+                unsetenv("QWENC_CUDA_ATT_SPLIT");
                 float *g = back(dout, (size_t)T * nh * hd * 4);
                 double worst = 0;
                 for (int i = 0; i < T * nh * hd; i++) worst = fmax(worst, fabs((double)g[i] - o[i]));
                 /* values within [-2, 2]: the f32 online softmax against the double reference */
                 CHECK(worst < 2e-5, "attention%s %d heads / %d kv heads x %d, %d queries from %d%s: largest "
-                      "difference %.2e (bound 2e-5)", qt ? " (queries tiled)" : "", nh, nkv, hd, T, p0,
-                      sparse ? " over a selection" : "", worst);
+                      "difference %.2e (bound 2e-5)", var[qt], nh, nkv, hd, T, p0, sparse ? " over a selection" : "",
+                      worst);
                 free(g);
             }
             free(q), free(o), free(sel), free(off), free(work);

@@ -186,6 +186,71 @@ static void test_attention(const qw_backend *G) {
     }
 }
 
+/* A decode step's attention split along the keys (QWENC_CUDA_ATT_SPLIT): within t_cuda_ops' bound of the reference,
+ * one launch, each query the bits of its own one-query call, the counters left at zero; head shapes the tiled
+ * kernel lacks go to the per-head kernel. */
+static void test_attention_split(const qw_backend *G) {
+    const qw_backend *R = qw_backend_ref();
+    static const int shapes[][3] = {{24, 2, 256}, {8, 2, 128}, {3, 1, 128}};
+    static const int cases[][3] = {{1, 0, 0}, {1, 250, 0}, {3, 140, 1}, {5, 290, 0}, {2, 200, 1}};
+    const int n_ctx = 300;
+    qwc *c = qwc_of(G);
+    for (auto &sh : shapes) {
+        const int nh = sh[0], nkv = sh[1], hd = sh[2];
+        std::vector<float> kc = rvec((size_t)n_ctx * nkv * hd, 1), vc = rvec((size_t)n_ctx * nkv * hd, 2);
+        for (int S : {2, 7, 40}) {
+            char sv[16];
+            snprintf(sv, sizeof(sv), "%d", S);
+            for (auto &cs : cases) {
+                const int T = cs[0], p0 = cs[1], sparse = cs[2];
+                const size_t qw = (size_t)nh * hd;
+                std::vector<float> q = rvec((size_t)T * qw, 2), o((size_t)T * qw), g((size_t)T * qw, NAN);
+                std::vector<int32_t> sel, off;
+                if (sparse) {
+                    for (int t = 0; t < T; t++) {
+                        off.push_back((int32_t)sel.size());
+                        for (int i = 0; i <= p0 + t; i++)
+                            if (i % 3 == t % 2 || i == p0 + t) sel.push_back(i);
+                    }
+                    off.push_back((int32_t)sel.size());
+                }
+                std::vector<char> work(R->attention_work(R, n_ctx, hd) + 1);
+                qw_step st = {p0};
+                const float scale = 1.0f / sqrtf((float)hd);
+                const int32_t *s_ = sparse ? sel.data() : NULL, *o_ = sparse ? off.data() : NULL;
+                R->attention(R, o.data(), q.data(), (int)qw, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_,
+                             work.data(), &st);
+                setenv("QWENC_CUDA_ATT_SPLIT", sv, 1);
+                emu_launches = 0;
+                G->attention(G, g.data(), q.data(), (int)qw, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_, NULL,
+                             &st);
+                const int launches = emu_launches;
+                double worst = 0;
+                for (size_t i = 0; i < o.size(); i++) worst = fmax(worst, g[i] == g[i] ? fabs((double)g[i] - o[i]) : 1e9);
+                bool own = true, zero = true;
+                for (int t = 0; t < T; t++) { /* query t alone, at its own position */
+                    std::vector<float> g1(qw, NAN);
+                    std::vector<int32_t> s1, o1;
+                    if (sparse) s1.assign(sel.begin() + off[t], sel.begin() + off[t + 1]), o1 = {0, off[t + 1] - off[t]};
+                    qw_step st1 = {p0 + t};
+                    G->attention(G, g1.data(), q.data() + t * qw, (int)qw, kc.data(), vc.data(), 1, nh, nkv, hd, scale,
+                                 sparse ? s1.data() : NULL, sparse ? o1.data() : NULL, NULL, &st1);
+                    own = own && !memcmp(g1.data(), g.data() + t * qw, qw * sizeof(float));
+                }
+                unsetenv("QWENC_CUDA_ATT_SPLIT");
+                for (unsigned u : c->counts) zero = zero && !u;
+                CHECK(worst < 2e-5, "attention split %d ways, %d heads / %d kv heads x %d, %d queries from %d%s: "
+                      "largest difference %.2e (bound 2e-5)", S, nh, nkv, hd, T, p0, sparse ? " over a selection" : "",
+                      worst);
+                CHECK(own, "attention split %d ways (%d heads x %d, %d queries from %d): a query not the bits of its "
+                      "own call", S, nh, hd, T, p0);
+                CHECK(zero, "attention split %d ways: counters not left at zero", S);
+                CHECK(launches == 1, "attention split %d ways: %d launches", S, launches);
+            }
+        }
+    }
+}
+
 /* QSA's keys and selection against the reference: pooled keys within 1e-5, the same positions */
 static void test_qsa(const qw_backend *G) {
     const qw_backend *R = qw_backend_ref();
@@ -298,6 +363,8 @@ int main(void) {
     emu_backend *e = emu_new();
     printf("attention\n");
     test_attention(&e->be);
+    printf("attention of decode steps split along the keys\n");
+    test_attention_split(&e->be);
     printf("qsa_keys, qsa_select\n");
     test_qsa(&e->be);
     printf("kv_store_rows, qsa_rows, attention_rows\n");

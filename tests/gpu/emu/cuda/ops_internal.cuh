@@ -99,6 +99,14 @@ inline unsigned __float_as_uint(float f) {
 }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 template <class T> inline T __ldg(const T *p) { return *p; }
+template <class T> inline T __ldcg(const T *p) { return *p; }
+/* blocks run one after another: a device-wide fence orders nothing more, an atomic is a plain update */
+inline void __threadfence() {}
+inline unsigned atomicAdd(unsigned *p, unsigned v) {
+    const unsigned o = *p;
+    *p = o + v;
+    return o;
+}
 using std::max;
 using std::min;
 
@@ -110,6 +118,7 @@ struct qwc {
     int dr_chunk, recording, qsa_blocks;
     size_t scratch_bytes;
     float *scratch;
+    unsigned counts[4096]; /* zeros between kernels, as the backend's */
 };
 struct emu_backend { /* what t_cuda_emu hands the op files: the table first, as the backend's own */
     qw_backend be;
@@ -126,6 +135,7 @@ static inline int qwc_qsa_reserve(qwc *c, int blocks) {
     return 1;
 }
 static inline int qwc_qsa_max_blocks(const qwc *c) { return c->qsa_blocks; }
+static inline unsigned *qwc_counts(qwc *c, int n) { return n <= 4096 ? c->counts : NULL; }
 static inline unsigned qwc_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 [[noreturn]] static inline void qwc_die(const char *file, int line, const char *what, const char *msg) {
     fprintf(stderr, "%s:%d: %s: %s\n", file, line, what, msg);
