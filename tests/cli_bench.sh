@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of `qwenc bench` as a user runs it: on a tiny fixture, --json gives one object with the
 # speeds, peak memory and the decode bound, all positive, and the settings echoed back; the table form
-# names both tests; --profile accounts for every step, token and lm_head read; bad options fail with a
-# message. No timing is asserted.
+# names both tests; --profile accounts for every step, token and lm_head read (and with -d, the timed tokens
+# alone); bad options fail with a message. No timing is asserted.
 source "$(dirname "$0")/lib_cli.sh"
 
 M=tests/fixtures/qwen4_exp
@@ -113,6 +113,31 @@ else
     bad "bench --draft 2 failed: $out"
 fi
 expect_error "bench --draft 16" "--draft must be at most 15" $QWENC bench -m $M -p 0 -n 4 --draft 16
+
+# -d: every test after that much context, fed untimed before each run: the rows named with it (llama-bench's
+# @dN), the JSON's n_depth, and a profile of the timed tokens alone (the last run's: the context is not counted)
+if out=$($QWENC bench -m $M -p 8 -n 4 -d 20 -r 2 -t 1 --profile 2>&1); then
+    for want in "pp8@d20 " "tg4@d20 " "profile of pp8@d20: 8 tokens in 1 step," \
+        "profile of tg4@d20: 4 tokens in 4 steps"; do
+        case "$out" in *"$want"*) ok ;; *) bad "bench -d 20 --profile lacks '$want'";; esac
+    done
+else
+    bad "bench -d 20 failed: $out"
+fi
+if out=$($QWENC bench -m $M -p 0 -n 3 -np 2 -d 10 -r 2 -t 1 --profile 2>&1); then
+    case "$out" in
+        *"profile of tg3x2@d10: 6 tokens in 3 steps"*) ok ;;
+        *) bad "bench -np 2 -d 10 --profile: $out" ;;
+    esac
+else
+    bad "bench -np 2 -d 10 failed: $out"
+fi
+if out=$($QWENC bench -m $M -p 0 -n 4 -d 12 -r 1 -t 1 --json 2>&1); then
+    case "$out" in *'"n_depth":12'*) ok ;; *) bad "bench -d 12 --json: no n_depth 12: $out";; esac
+else
+    bad "bench -d 12 --json failed: $out"
+fi
+expect_error "bad -d" "-d expects an integer >= 0" $QWENC bench -m $M -d -5
 
 # tests/ab.sh: switches against each other in one binary, a row per set and test, the first set the baseline
 if out=$(QWENC=$QWENC ROUNDS=1 bash tests/ab.sh - 'QWENC_AB_UNUSED=1' -- -m $M -p 8 -n 4 -t 1 2>&1); then

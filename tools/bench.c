@@ -42,6 +42,7 @@
 #define BW_PASSES 5
 
 #define PROF_ROWS 256
+#define DEPTH_CHUNK 2048 /* tokens a call when bench -d feeds its context */
 
 typedef struct {
     qwenc_profile_entry e[PROF_ROWS]; /* names copied (owned) */
@@ -190,10 +191,35 @@ static uint64_t rng_next(uint64_t *s) {
     return *s = x;
 }
 
-/* Seconds for one run: p tokens in one call (gen = 0) or one at a time (gen = 1), on a reset session. */
-static double run_once(qwenc_session *s, const int32_t *ids, int n, int gen, float *logits, char *err, size_t errlen,
-                       int *failed) {
+/* The context a test starts after (bench -d): n tokens fed to a reset session before each run, untimed, chunk
+ * tokens a call; with prof, the session's profile restarted after them (it then holds the last run alone). */
+typedef struct {
+    const int32_t *ids;
+    int n, chunk, prof;
+} bench_depth;
+
+static void feed_depth(qwenc_session *s, const bench_depth *d, char *err, size_t errlen, int *failed) {
+    if (*failed || d->n <= 0) return;
+    if (d->prof) qwenc_session_profile(s, 0, NULL, 0);
+    for (int i = 0; i < d->n && !*failed; i += d->chunk)
+        if (qwenc_session_forward(s, d->ids + i, d->n - i < d->chunk ? d->n - i : d->chunk, NULL, 0, err, errlen))
+            *failed = 1;
+    if (d->prof && !*failed && qwenc_session_profile(s, 1, err, errlen)) *failed = 1;
+}
+
+/* d with its profile flag set to prof */
+static bench_depth depth_prof(const bench_depth *d, int prof) {
+    bench_depth r = *d;
+    r.prof = prof;
+    return r;
+}
+
+/* Seconds for one run: p tokens in one call (gen = 0) or one at a time (gen = 1), on a reset session (after d's
+ * context). */
+static double run_once(qwenc_session *s, const int32_t *ids, int n, int gen, const bench_depth *d, float *logits,
+                       char *err, size_t errlen, int *failed) {
     qwenc_session_reset(s);
+    feed_depth(s, d, err, errlen, failed);
     double t0 = cli_now_s();
     if (gen) {
         for (int i = 0; i < n && !*failed; i++)
@@ -227,15 +253,17 @@ static bench_prof *prof_take(const qwenc_session *s) {
     return p;
 }
 
-static int bench_test(qwenc_session *s, const int32_t *ids, int n, int gen, int reps, int profile, float *logits,
-                      bench_stat *st) {
+static int bench_test(qwenc_session *s, const int32_t *ids, int n, int gen, const bench_depth *d, int reps,
+                      int profile, float *logits, bench_stat *st) {
     char err[1024];
     int failed = 0;
     double *tps = calloc((size_t)reps, sizeof(double));
     if (!tps) return 0;
-    run_once(s, ids, gen && n > 4 ? 4 : n, gen, logits, err, sizeof(err), &failed); /* warm-up */
+    const bench_depth dw = depth_prof(d, 0), dr = depth_prof(d, profile);
+    run_once(s, ids, gen && n > 4 ? 4 : n, gen, &dw, logits, err, sizeof(err), &failed); /* warm-up */
     if (profile && !failed && qwenc_session_profile(s, 1, err, sizeof(err))) failed = 1;
-    for (int r = 0; r < reps && !failed; r++) tps[r] = n / run_once(s, ids, n, gen, logits, err, sizeof(err), &failed);
+    for (int r = 0; r < reps && !failed; r++)
+        tps[r] = n / run_once(s, ids, n, gen, &dr, logits, err, sizeof(err), &failed);
     if (profile && !failed && !(st->prof = prof_take(s))) {
         snprintf(err, sizeof(err), "out of memory for the profile");
         failed = 1;
@@ -251,9 +279,13 @@ static int bench_test(qwenc_session *s, const int32_t *ids, int n, int gen, int 
 
 /* Seconds for np sessions decoding n tokens each together: a step is one batched forward of one token per
  * session (session k is fed ids[(i + 17 k) mod len] at step i: the sessions differ). */
-static double run_batch(qwenc_session *const *ss, int np, const int32_t *ids, int len, int n, int32_t *toks,
-                        float *logits, char *err, size_t errlen, int *failed) {
-    for (int k = 0; k < np; k++) qwenc_session_reset(ss[k]);
+static double run_batch(qwenc_session *const *ss, int np, const int32_t *ids, int len, int n, const bench_depth *d,
+                        int32_t *toks, float *logits, char *err, size_t errlen, int *failed) {
+    const bench_depth plain = depth_prof(d, 0);
+    for (int k = np - 1; k >= 0; k--) { /* the first session last: its profile restarts after the others' context */
+        qwenc_session_reset(ss[k]);
+        feed_depth(ss[k], k ? &plain : d, err, errlen, failed);
+    }
     double t0 = cli_now_s();
     for (int i = 0; i < n && !*failed; i++) {
         for (int k = 0; k < np; k++) toks[k] = ids[(i + 17 * k) % len];
@@ -264,9 +296,10 @@ static double run_batch(qwenc_session *const *ss, int np, const int32_t *ids, in
 
 /* Seconds for n draft steps of k+1 tokens each keeping one (the session's position advances a token a step); with
  * head, each step's k drafts come from the session's MTP draft head first (its greedy chain), as --draft does. */
-static double run_draft(qwenc_session *s, const int32_t *ids, int len, int n, int k, int head, float *logits,
-                        char *err, size_t errlen, int *failed) {
+static double run_draft(qwenc_session *s, const int32_t *ids, int len, int n, int k, int head, const bench_depth *d,
+                        float *logits, char *err, size_t errlen, int *failed) {
     qwenc_session_reset(s);
+    feed_depth(s, d, err, errlen, failed);
     int32_t toks[QWENC_MAX_DRAFT + 1];
     double t0 = cli_now_s();
     for (int i = 0; i < n && !*failed; i++) {
@@ -279,16 +312,16 @@ static double run_draft(qwenc_session *s, const int32_t *ids, int len, int n, in
     return cli_now_s() - t0;
 }
 
-static int bench_draft(qwenc_session *s, int V, const int32_t *ids, int len, int n, int k, int head, int reps,
-                       bench_stat *st) {
+static int bench_draft(qwenc_session *s, int V, const int32_t *ids, int len, int n, int k, int head,
+                       const bench_depth *d, int reps, bench_stat *st) {
     char err[1024] = "out of memory";
     int failed = 0;
     float *logits = malloc((size_t)(k + 1) * (size_t)V * sizeof(float));
     double *tps = calloc((size_t)reps, sizeof(double));
     if (!logits || !tps) failed = 1;
-    if (!failed) run_draft(s, ids, len, n > 4 ? 4 : n, k, head, logits, err, sizeof(err), &failed); /* warm-up */
+    if (!failed) run_draft(s, ids, len, n > 4 ? 4 : n, k, head, d, logits, err, sizeof(err), &failed); /* warm-up */
     for (int r = 0; r < reps && !failed; r++)
-        tps[r] = n / run_draft(s, ids, len, n, k, head, logits, err, sizeof(err), &failed);
+        tps[r] = n / run_draft(s, ids, len, n, k, head, d, logits, err, sizeof(err), &failed);
     if (failed)
         fprintf(stderr, "qwenc: bench: tg%d with drafts of %d%s: %s\n", n, k, head ? " from the head" : "", err);
     else
@@ -300,7 +333,7 @@ static int bench_draft(qwenc_session *s, int V, const int32_t *ids, int len, int
 
 /* The tg test of np sessions together (bench_test's warm-up and repetitions); 0 (message printed) on failure. */
 static int bench_batch(qwenc_model *m, const qwenc_session_params *sp, const int32_t *ids, int len, int n, int np,
-                       int reps, int profile, bench_stat *st) {
+                       const bench_depth *d, int reps, int profile, bench_stat *st) {
     char err[1024] = "out of memory";
     int failed = 0, made = 0, V = qwenc_model_n_vocab(m);
     qwenc_session **ss = calloc((size_t)np, sizeof(*ss));
@@ -310,11 +343,12 @@ static int bench_batch(qwenc_model *m, const qwenc_session_params *sp, const int
     if (!ss || !toks || !logits || !tps) failed = 1;
     for (; made < np && !failed; made++)
         if (qwenc_session_init(m, sp, &ss[made], err, sizeof(err))) failed = 1;
-    if (!failed) run_batch(ss, np, ids, len, n > 4 ? 4 : n, toks, logits, err, sizeof(err), &failed); /* warm-up */
+    const bench_depth dw = depth_prof(d, 0), dr = depth_prof(d, profile);
+    if (!failed) run_batch(ss, np, ids, len, n > 4 ? 4 : n, &dw, toks, logits, err, sizeof(err), &failed); /* warm-up */
     /* a batched step runs through its first session's backend: that session's profile has every op */
     if (profile && !failed && qwenc_session_profile(ss[0], 1, err, sizeof(err))) failed = 1;
     for (int r = 0; r < reps && !failed; r++)
-        tps[r] = (double)n * np / run_batch(ss, np, ids, len, n, toks, logits, err, sizeof(err), &failed);
+        tps[r] = (double)n * np / run_batch(ss, np, ids, len, n, &dr, toks, logits, err, sizeof(err), &failed);
     if (profile && !failed && !(st->prof = prof_take(ss[0]))) {
         snprintf(err, sizeof(err), "out of memory for the profile");
         failed = 1;
@@ -398,13 +432,15 @@ typedef struct {
     int64_t total, per_tok, rss;
 } bench_run;
 
-static void test_name(const bench_row *r, char *buf, size_t n) {
+static void test_name(const bench_row *r, int depth, char *buf, size_t n) {
+    int k;
     if (r->gen && r->np > 1)
-        snprintf(buf, n, "tg%dx%d", r->n, r->np);
+        k = snprintf(buf, n, "tg%dx%d", r->n, r->np);
     else if (r->gen && r->draft)
-        snprintf(buf, n, "tg%d%c%d", r->n, r->head ? 'h' : 'd', r->draft);
+        k = snprintf(buf, n, "tg%d%c%d", r->n, r->head ? 'h' : 'd', r->draft);
     else
-        snprintf(buf, n, "%s%d", r->gen ? "tg" : "pp", r->n);
+        k = snprintf(buf, n, "%s%d", r->gen ? "tg" : "pp", r->n);
+    if (depth > 0 && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "@d%d", depth); /* llama-bench's */
 }
 
 static void print_table(const bench_run *b) {
@@ -415,19 +451,25 @@ static void print_table(const bench_run *b) {
         snprintf(path, sizeof(path), "%s", b->o->model);
     for (size_t n = strlen(path); n > 1 && path[n - 1] == '/'; n--) path[n - 1] = 0;
     if (strrchr(path, '/')) name = strrchr(path, '/') + 1;
-    printf("| %-20s | %-12s | %11s | %-7s | %7s | %8s | %20s |\n", "model", "arch", "size", "kernels", "threads", "test",
-           "t/s");
-    printf("| %.20s | %.12s | %.11s | %.7s | %.7s | %.8s | %.20s |\n", "--------------------------------",
-           "----------------", "----------------", "--------", "--------", "--------", "-----------------------");
     char size[32], test[32], tps[64];
+    int tw = 8; /* the test column: its longest name */
+    for (int i = 0; i < b->n_rows; i++) {
+        test_name(&b->rows[i], b->o->bench_depth, test, sizeof(test));
+        tw = (int)strlen(test) > tw ? (int)strlen(test) : tw;
+    }
+    printf("| %-20s | %-12s | %11s | %-7s | %7s | %*s | %20s |\n", "model", "arch", "size", "kernels", "threads", tw,
+           "test", "t/s");
+    printf("| %.20s | %.12s | %.11s | %.7s | %.7s | %.*s | %.20s |\n", "--------------------------------",
+           "----------------", "----------------", "--------", "--------", tw, "--------------------------------",
+           "-----------------------");
     snprintf(size, sizeof(size), "%.2f MiB", b->total / 1048576.0);
     for (int i = 0; i < b->n_rows; i++) {
         const bench_row *r = &b->rows[i];
         const bench_cfg *c = &b->cfg[r->cfg];
-        test_name(r, test, sizeof(test));
+        test_name(r, b->o->bench_depth, test, sizeof(test));
         snprintf(tps, sizeof(tps), "%.2f ± %.2f", r->st.mean, r->st.sd);
-        printf("| %-20.20s | %-12s | %11s | %-7s | %7d | %8s | %21s |\n", name, b->arch, size, c->kernels, c->threads,
-               test, tps);
+        printf("| %-20.20s | %-12s | %11s | %-7s | %7d | %*s | %21s |\n", name, b->arch, size, c->kernels, c->threads,
+               tw, test, tps);
     }
     printf("\nactivations     %s\n", b->o->f32_act ? "f32 (--f32-act)" : "8-bit per block of 32 for quantized weights");
     printf("peak RSS        %.1f MiB\n", b->rss / 1048576.0);
@@ -493,7 +535,7 @@ static void print_table(const bench_run *b) {
     for (int i = 0; i < b->n_rows; i++) {
         const bench_row *r = &b->rows[i];
         if (!r->st.prof) continue;
-        test_name(r, test, sizeof(test));
+        test_name(r, b->o->bench_depth, test, sizeof(test));
         size_t k = strlen(test);
         if (b->n_cfg > 1) snprintf(test + k, sizeof(test) - k, " at %d threads", b->cfg[r->cfg].threads);
         print_prof(test, r->st.prof);
@@ -513,6 +555,7 @@ static cJSON *json_head(const bench_run *b, const bench_cfg *c, int p, int n, in
     cJSON_AddNumberToObject(j, "n_prompt", p);
     cJSON_AddNumberToObject(j, "n_gen", n);
     cJSON_AddNumberToObject(j, "n_parallel", np);
+    cJSON_AddNumberToObject(j, "n_depth", b->o->bench_depth);
     cJSON_AddNumberToObject(j, "reps", b->reps);
     return j;
 }
@@ -576,7 +619,7 @@ static void print_json(const bench_run *b) {
     for (int i = 0; i < b->n_rows; i++) {
         const bench_row *r = &b->rows[i];
         char test[32];
-        test_name(r, test, sizeof(test));
+        test_name(r, b->o->bench_depth, test, sizeof(test));
         cJSON *j = json_head(b, &b->cfg[r->cfg], r->gen ? 0 : r->n, r->gen ? r->n : 0, r->gen ? r->np : 1);
         cJSON_AddStringToObject(j, "test", test);
         json_stat(j, "pp_tps", r->gen ? NULL : &r->st);
@@ -596,15 +639,17 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
     for (int i = 0; i < nP; i++) len = P[i] > len ? P[i] : len, max_p = P[i] > max_p ? P[i] : max_p;
     for (int i = 0; i < nN; i++) len = N[i] > len ? N[i] : len;
     char err[1024];
+    const int depth = b->o->bench_depth;
     qwenc_session_params sp = qwenc_session_default_params();
-    sp.n_ctx = len;
-    sp.n_batch = max_p;
+    sp.n_ctx = len + depth;
+    const int chunk = depth < DEPTH_CHUNK ? depth : DEPTH_CHUNK;
+    sp.n_batch = max_p > chunk ? max_p : chunk;
     for (int d = 0; d < nDR; d++) { /* a draft step needs its k + 1 tokens in the batch and the context */
         sp.n_batch = DR[d] + 1 > sp.n_batch ? DR[d] + 1 : sp.n_batch;
-        sp.n_ctx = len + DR[d] > sp.n_ctx ? len + DR[d] : sp.n_ctx;
+        sp.n_ctx = len + depth + DR[d] > sp.n_ctx ? len + depth + DR[d] : sp.n_ctx;
     }
     qwenc_session *s = NULL, *sh = NULL; /* sh: with the draft head's caches, for the head's draft rows */
-    int32_t *ids = malloc((size_t)len * sizeof(int32_t));
+    int32_t *ids = malloc(((size_t)len + (size_t)depth) * sizeof(int32_t)); /* the tests' ids, then the context's */
     float *logits = malloc((size_t)V * sizeof(float));
     bench_cfg *c = &b->cfg[b->n_cfg];
     if (!ids || !logits) {
@@ -612,20 +657,21 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
         goto done;
     }
     if (qwenc_session_init(m, &sp, &s, err, sizeof(err))) {
-        fprintf(stderr, "qwenc: bench: %s (lower -p or -n)\n", err);
+        fprintf(stderr, "qwenc: bench: %s (lower -p, -n or -d)\n", err);
         goto done;
     }
     qwenc_session_params sph = sp;
     sph.draft_head = 1;
     if (nDR && qwenc_model_has_draft_head(m) && qwenc_session_init(m, &sph, &sh, err, sizeof(err))) {
-        fprintf(stderr, "qwenc: bench: %s (lower -p or -n)\n", err);
+        fprintf(stderr, "qwenc: bench: %s (lower -p, -n or -d)\n", err);
         goto done;
     }
     snprintf(b->arch, sizeof(b->arch), "%s", qwenc_model_arch(m));
     c->threads = qwenc_model_n_threads(m);
     snprintf(c->kernels, sizeof(c->kernels), "%s", qwenc_model_kernels(m));
     uint64_t seed = 0x9E3779B97F4A7C15ull;
-    for (int i = 0; i < len; i++) ids[i] = (int32_t)(rng_next(&seed) % (uint64_t)V);
+    for (int i = 0; i < len + depth; i++) ids[i] = (int32_t)(rng_next(&seed) % (uint64_t)V);
+    const bench_depth dp = {ids + len, depth, sp.n_batch, 0};
     for (int gen = 0; gen < 2; gen++)
         for (int i = 0; i < (gen ? nN : nP); i++)
             for (int q = 0; q < (gen ? nNP : 1); q++) {
@@ -637,8 +683,8 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
                 r->gen = gen;
                 r->n = n;
                 r->np = np;
-                if (np > 1 ? !bench_batch(m, &sp, ids, len, n, np, b->reps, b->o->profile, &r->st)
-                           : !bench_test(s, ids, n, gen, b->reps, b->o->profile, logits, &r->st))
+                if (np > 1 ? !bench_batch(m, &sp, ids, len, n, np, &dp, b->reps, b->o->profile, &r->st)
+                           : !bench_test(s, ids, n, gen, &dp, b->reps, b->o->profile, logits, &r->st))
                     goto done;
                 b->n_rows++;
                 for (int d = 0; gen && np == 1 && d < nDR; d++) { /* the same test in draft steps */
@@ -649,13 +695,13 @@ static int bench_threads(bench_run *b, int threads, const int *P, int nP, const 
                     rd->n = n;
                     rd->np = 1;
                     rd->draft = DR[d];
-                    if (!bench_draft(s, V, ids, len, n, DR[d], 0, b->reps, &rd->st)) goto done;
+                    if (!bench_draft(s, V, ids, len, n, DR[d], 0, &dp, b->reps, &rd->st)) goto done;
                     b->n_rows++;
                     if (!sh) continue;
                     bench_row *rh = &b->rows[b->n_rows]; /* and with the head's drafts */
                     *rh = *rd;
                     rh->head = 1;
-                    if (!bench_draft(sh, V, ids, len, n, DR[d], 1, b->reps, &rh->st)) goto done;
+                    if (!bench_draft(sh, V, ids, len, n, DR[d], 1, &dp, b->reps, &rh->st)) goto done;
                     b->n_rows++;
                 }
             }

@@ -47,6 +47,7 @@ struct cli_opts {
     int bench_p[CLI_MAX_LIST], n_bench_p, bench_n[CLI_MAX_LIST], n_bench_n, bench_t[CLI_MAX_LIST], n_bench_t;
     int bench_np[CLI_MAX_LIST], n_bench_np; /* bench -np: sessions decoding together */
     int bench_draft[CLI_MAX_LIST], n_bench_draft; /* bench --draft: tokens drafted per step */
+    int bench_depth;          /* bench -d: tokens of context fed before each test (untimed) */
     int profile;              /* --profile (bench): time every op of the timed runs */
     const char *backend;      /* --backend (NULL: auto) */
     const char *gpus;         /* --gpus N|LIST (NULL: one GPU) */

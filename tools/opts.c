@@ -85,7 +85,8 @@ typedef enum {
     O_HELP, O_VERSION, O_MODEL, O_TOKENIZER, O_THREADS, O_THREADS_LIST, O_BACKEND, O_GPUS, O_SPLIT, O_KERNELS, O_QUANT, O_F32ACT, O_CTX, O_BATCH,
     O_PROMPT, O_FILE, O_NPREDICT, O_CHAT, O_SYSTEM, O_NOTHINK, O_STOP, O_ESCAPE, O_NOESCAPE, O_NODISPLAY,
     O_SPECIAL, O_CTXSHIFT, O_DRAFT, O_DRAFT_SRC, O_DRAFT_SAMPLE, O_NO_MTP, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLASTN, O_PRESPEN, O_FREQPEN, O_SEED,
-    O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_BENCH_DRAFT, O_REPS, O_JSON, O_PROFILE,
+    O_TOKENS, O_OUT, O_NOPARSESPECIAL, O_REQUEST, O_ADDGEN, O_BENCH_P, O_BENCH_N, O_BENCH_NP, O_BENCH_DRAFT,
+    O_BENCH_DEPTH, O_REPS, O_JSON, O_PROFILE,
     O_TYPE, O_PRESET, O_SYNTH_SRC, O_ARCH, O_LAYERS, O_EXPERTS, O_HIDDEN, O_VOCAB, O_NGRAM, O_SYNTH_MTP,
     O_HOST, O_PORT, O_APIKEY, O_APIKEYFILE, O_PARALLEL, O_ALIAS, O_CACHERAM, O_MAXQUEUE, O_TIMEOUT, O_MAXBODY, O_QUIET,
 } opt_id;
@@ -219,6 +220,9 @@ static const opt_def options[] = {
     {O_BENCH_DRAFT, "--draft", C_BENCH, "K[,K...]",
      "also each tg test in draft steps: K+1 tokens fed as a draft and one\n"
      "kept (the cost of verifying K drafted tokens); t/s is steps per second"},
+    {O_BENCH_DEPTH, "-d|--n-depth|--depth", C_BENCH, "N",
+     "tokens of context each test starts after, fed untimed before every\n"
+     "run (decode and prompts at that depth of a conversation; default 0)"},
     {O_REPS, "-r|--repetitions|--reps", C_BENCH, "N", "timed runs of each test (default 5)"},
     {O_JSON, "--json", C_BENCH, NULL,
      "JSON instead of the table: one object; with lists, one object\nper line and test"},
@@ -589,6 +593,7 @@ static int set_option(cli_opts *o, const opt_def *d, const char *opt, char *v) {
             if (o->bench_draft[i] > QWENC_MAX_DRAFT)
                 return fprintf(stderr, "qwenc: --draft must be at most %d, got %d\n", QWENC_MAX_DRAFT, o->bench_draft[i]), 0;
         return 1;
+    case O_BENCH_DEPTH: return parse_int(v, opt, 0, &o->bench_depth);
     case O_REPS: return parse_int(v, opt, 1, &o->reps);
     case O_JSON: o->json = 1; return 1;
     case O_PROFILE: o->profile = 1; return 1;

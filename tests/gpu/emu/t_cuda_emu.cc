@@ -226,12 +226,14 @@ static void test_attention_split(const qw_backend *G) {
                              &st);
                 const int launches = emu_launches;
                 double worst = 0;
-                for (size_t i = 0; i < o.size(); i++) worst = fmax(worst, g[i] == g[i] ? fabs((double)g[i] - o[i]) : 1e9);
+                for (size_t i = 0; i < o.size(); i++)
+                    worst = fmax(worst, g[i] == g[i] ? fabs((double)g[i] - o[i]) : 1e9);
                 bool own = true, zero = true;
                 for (int t = 0; t < T; t++) { /* query t alone, at its own position */
                     std::vector<float> g1(qw, NAN);
                     std::vector<int32_t> s1, o1;
-                    if (sparse) s1.assign(sel.begin() + off[t], sel.begin() + off[t + 1]), o1 = {0, off[t + 1] - off[t]};
+                    if (sparse)
+                        s1.assign(sel.begin() + off[t], sel.begin() + off[t + 1]), o1 = {0, off[t + 1] - off[t]};
                     qw_step st1 = {p0 + t};
                     G->attention(G, g1.data(), q.data() + t * qw, (int)qw, kc.data(), vc.data(), 1, nh, nkv, hd, scale,
                                  sparse ? s1.data() : NULL, sparse ? o1.data() : NULL, NULL, &st1);
