@@ -20,6 +20,7 @@
 #include "cuda/ops_internal.cuh"
 
 #define ATT_WARPS 4
+#define QWC_QSA_SPLIT_MAX_TOK 16 /* more queries: one block each (a prompt step has blocks enough) */
 #define ATT_MAX_HD 512
 
 /* One query head against its keys (the block: k_attention's): keys[0 .. nk) (NULL: positions 0 .. nk - 1) of kv head
@@ -643,18 +644,12 @@ __device__ __forceinline__ int block_prefix(bool f, int *cnt, int lane, int wp, 
     return before;
 }
 
-/* The block's query at position i (its rows qt): scores of its blocks, the top topk marked, positions written in block
- * order into dst; score: shared memory for n_b floats and n_b flags */
-__device__ __forceinline__ void qsa_select_query(int32_t *dst, const float *qt, const float *blk, int i, int n_head,
-                                                 int ihd, int R, int topk, float *score) {
-    __shared__ int cnt[33];
-    int n_b = (i + 1) / R;
-    unsigned char *chosen = (unsigned char *)(score + n_b);
-    float inv_sqrt = 1.0f / sqrtf((float)ihd);
-    int keep_all = n_b <= topk;
-    for (int b = threadIdx.x; b < n_b; b += blockDim.x) {
-        chosen[b] = (unsigned char)keep_all;
-        if (keep_all) continue;
+/* Scores of the query's rows qt against blocks [b0, b1) of blk into score[b] (the block's threads a block each): sum
+ * over heads of relu(q_h . K_b) / sqrt(ihd), each dot in double in dimension order */
+__device__ __forceinline__ void qsa_score(float *score, const float *qt, const float *blk, int b0, int b1, int n_head,
+                                          int ihd) {
+    const float inv_sqrt = 1.0f / sqrtf((float)ihd);
+    for (int b = b0 + threadIdx.x; b < b1; b += blockDim.x) {
         const float *kb = blk + (int64_t)b * ihd;
         float s = 0;
         for (int h = 0; h < n_head; h++) {
@@ -665,9 +660,20 @@ __device__ __forceinline__ void qsa_select_query(int32_t *dst, const float *qt, 
         }
         score[b] = s * inv_sqrt;
     }
-    __syncthreads();
+}
+
+/* The query at position i with the n_b = (i + 1) / R scores of its blocks in shared memory (score; when n_b > topk):
+ * the top topk marked (in score + n_b, n_b flags), positions written in block order into dst, then the tail */
+__device__ __forceinline__ void qsa_pick(int32_t *dst, float *score, int i, int R, int topk) {
+    __shared__ int cnt[33];
+    const int n_b = (i + 1) / R;
+    unsigned char *chosen = (unsigned char *)(score + n_b);
+    const int keep_all = n_b <= topk;
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (!keep_all) {
+    if (keep_all) {
+        for (int b = threadIdx.x; b < n_b; b += blockDim.x) chosen[b] = 1;
+        __syncthreads();
+    } else {
         /* the topk best (higher score, or the same and lower index): the scores are sums of positive terms, so
          * their bits order as they do; the topk-th largest found bit by bit (the largest c with at least topk
          * scores' bits >= c), then every score above it and, of those equal to it, the lowest blocks */
@@ -705,6 +711,16 @@ __device__ __forceinline__ void qsa_select_query(int32_t *dst, const float *qt, 
     for (int p = n_b * R + threadIdx.x; p <= i; p += blockDim.x) dst[n * R + p - n_b * R] = p;
 }
 
+/* The block's query at position i (its rows qt): scores of its blocks, the top topk marked, positions written in block
+ * order into dst; score: shared memory for n_b floats and n_b flags */
+__device__ __forceinline__ void qsa_select_query(int32_t *dst, const float *qt, const float *blk, int i, int n_head,
+                                                 int ihd, int R, int topk, float *score) {
+    const int n_b = (i + 1) / R;
+    if (n_b > topk) qsa_score(score, qt, blk, 0, n_b, n_head, ihd);
+    __syncthreads();
+    qsa_pick(dst, score, i, R, topk);
+}
+
 /* one block per query: scores of its blocks, the top topk marked, positions written in block order */
 __global__ void k_qsa_select(int32_t *sel, const int32_t *sel_off, const float *q, int64_t q_stride, const float *blk,
                              int n_head, int ihd, int R, int topk, const qw_step *step) {
@@ -728,16 +744,67 @@ __global__ void k_qsa_select_rows(qw_attn_rows r, int32_t *sel, int32_t *sel_off
     qsa_select_query(sel + (int64_t)t * (topk + 1) * R, q + t * q_stride, r.idx_blk[t], i, n_head, ihd, R, topk, score);
 }
 
+/*
+ * Few queries over many blocks (decode steps and drafts, QWENC_CUDA_QSA_SPLIT=S in the environment; off until timed
+ * against k_qsa_select): a query's block scores split S ways over blocks (y), each block scoring its chunk of the
+ * query's n_b blocks into scratch (gscore, gs_stride floats a query), the last of them to end (a counter per query,
+ * left at zero) copying them to its shared memory and picking as k_qsa_select does: the same scores, the same
+ * positions, with S blocks at work instead of one (at 32k positions a query has 8,192 blocks of four heads' 128-wide
+ * dots in double).
+ */
+__global__ void k_qsa_select_split(int32_t *sel, const int32_t *sel_off, const float *q, int64_t q_stride,
+                                   const float *blk, int n_head, int ihd, int R, int topk, const qw_step *step,
+                                   float *gscore, int64_t gs_stride, unsigned *count) {
+    QWC_PDL_ENTRY();
+    extern __shared__ float score[];
+    __shared__ unsigned last;
+    const int t = blockIdx.x, S = gridDim.y, i = step->pos0 + t, n_b = (i + 1) / R;
+    float *gs = gscore + t * gs_stride;
+    if (n_b > topk) {
+        const int cb = (n_b + S - 1) / S, b0 = min(n_b, (int)blockIdx.y * cb);
+        qsa_score(gs, q + t * q_stride, blk, b0, min(n_b, b0 + cb), n_head, ihd);
+    }
+    __threadfence(); /* every block's scores visible before it counts */
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(count + t, 1u) == (unsigned)S - 1;
+    __syncthreads();
+    if (!last) return;
+    if (threadIdx.x == 0) count[t] = 0; /* for the next launch (which reads it after this grid ends) */
+    __threadfence();
+    if (n_b > topk)
+        for (int b = threadIdx.x; b < n_b; b += blockDim.x) score[b] = __ldcg(gs + b);
+    __syncthreads();
+    qsa_pick(sel + sel_off[t], score, i, R, topk);
+}
+
+/* Splits of a decode step's QSA selection: QWENC_CUDA_QSA_SPLIT=S in the environment (read at each call, at most
+ * 256; 0 or 1: one block a query) */
+static int qsa_splits(void) {
+    const char *e = getenv("QWENC_CUDA_QSA_SPLIT");
+    const int s = e && e[0] ? atoi(e) : 0;
+    return s < 1 ? 1 : s > 256 ? 256 : s;
+}
+
 static void cu_qsa_select(const qw_backend *be, int32_t *sel, int32_t *sel_off, const float *q, int64_t q_stride,
                           const float *blk, int n_tok, int n_head, int ihd, int R, int topk, void *work,
                           const qw_step *step) {
     (void)work;
-    cudaStream_t st = qwc_stream(qwc_of(be));
+    qwc *c = qwc_of(be);
+    cudaStream_t st = qwc_stream(c);
     qwc_launch(k_qsa_offsets, 1, 1, 0, st, sel_off, n_tok, R, topk, step);
     QWC_LAUNCHED();
     /* shared memory for the most blocks a query of this session may see: set by qsa_select_work */
-    int max_blocks = qwc_qsa_max_blocks(qwc_of(be));
+    int max_blocks = qwc_qsa_max_blocks(c);
     size_t sh = (size_t)max_blocks * (sizeof(float) + 1) + 16;
+    const int S = n_tok <= QWC_QSA_SPLIT_MAX_TOK ? qsa_splits() : 1;
+    unsigned *count = S > 1 ? qwc_counts(c, n_tok) : NULL;
+    if (count) {
+        float *gscore = (float *)qwc_scratch(c, (size_t)n_tok * max_blocks * sizeof(float));
+        qwc_launch(k_qsa_select_split, dim3((unsigned)n_tok, (unsigned)S), 256, sh, st, sel, (const int32_t *)sel_off,
+                   q, q_stride, blk, n_head, ihd, R, topk, step, gscore, (int64_t)max_blocks, count);
+        QWC_LAUNCHED();
+        return;
+    }
     qwc_launch(k_qsa_select, n_tok, 256, sh, st, sel, sel_off, q, q_stride, blk, n_head, ihd, R, topk, step);
     QWC_LAUNCHED();
 }
@@ -750,6 +817,7 @@ static size_t cu_qsa_select_work(const qw_backend *be, int n_ctx, int R, int top
     if (sh > 200 * 1024) qwc_die(__FILE__, __LINE__, "qsa_select", "more QSA blocks than shared memory holds");
     if (qwc_qsa_reserve(qwc_of(be), blocks)) {
         QWC_CHECK(cudaFuncSetAttribute(k_qsa_select, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+        QWC_CHECK(cudaFuncSetAttribute(k_qsa_select_split, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
         QWC_CHECK(cudaFuncSetAttribute(k_qsa_select_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
     }
     return 0;

@@ -63,10 +63,12 @@ for step in "${steps[@]}"; do
                 -- $fn -p 0 -n 16 -np 8,16
             ;;
         deep)
-            # decode deep in a conversation: attention split along the keys (Flash-Next's QSA layers past 2,048
-            # positions attend to 2,048 selected keys; Qwen3.5's full-attention layers to every key)
+            # decode deep in a conversation: attention and the QSA selection split along the keys (Flash-Next's QSA
+            # layers past 2,048 positions score every block of 4 keys and attend to 2,048 selected keys; Qwen3.5's
+            # full-attention layers attend to every key)
             # shellcheck disable=SC2086
-            ab - 'QWENC_CUDA_ATT_SPLIT=16' 'QWENC_CUDA_ATT_SPLIT=64' -- $fn -p 0 -n 32 -d 4096
+            ab - 'QWENC_CUDA_ATT_SPLIT=16' 'QWENC_CUDA_ATT_SPLIT=64' 'QWENC_CUDA_QSA_SPLIT=16' \
+                'QWENC_CUDA_ATT_SPLIT=64 QWENC_CUDA_QSA_SPLIT=16' -- $fn -p 0 -n 32 -d 4096
             ab - 'QWENC_CUDA_ATT_SPLIT=16' 'QWENC_CUDA_ATT_SPLIT=64' \
                 -- --backend cuda --synth qwen3.5-35b-a3b --type q4_k -p 0 -n 32 -d 16384
             # shellcheck disable=SC2086

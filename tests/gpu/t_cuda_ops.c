@@ -307,6 +307,15 @@ static void test_qsa(void) {
             CHECK(same(goff, off, (size_t)(T + 1) * 4), "qsa_select config %zu step %zu: offsets differ", gi, si);
             int32_t *gsel = back(dsel, (size_t)off[T] * 4);
             CHECK(same(gsel, sel, (size_t)off[T] * 4), "qsa_select config %zu step %zu: positions differ", gi, si);
+            for (int sv = 0; sv < 2; sv++) { /* few queries split over blocks (QWENC_CUDA_QSA_SPLIT): the same */
+                free(gsel), free(goff);
+                setenv("QWENC_CUDA_QSA_SPLIT", sv ? "37" : "3", 1);
+                G->qsa_select(G, dsel, doff, drows, width, dblk, T, ni, ihd, R_, topk, NULL, dst);
+                unsetenv("QWENC_CUDA_QSA_SPLIT");
+                goff = back(doff, (size_t)(T + 1) * 4), gsel = back(dsel, (size_t)off[T] * 4);
+                CHECK(same(goff, off, (size_t)(T + 1) * 4) && same(gsel, sel, (size_t)off[T] * 4),
+                      "qsa_select split %d ways, config %zu step %zu: other positions", sv ? 37 : 3, gi, si);
+            }
             free(goff), free(gsel), free(sel), free(off), free(work), free(graw), free(gblk), free(rows);
             pos += T;
         }

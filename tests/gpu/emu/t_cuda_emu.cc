@@ -257,7 +257,7 @@ static void test_attention_split(const qw_backend *G) {
 static void test_qsa(const qw_backend *G) {
     const qw_backend *R = qw_backend_ref();
     const int ihd = 64, RR = 4, n_ctx = 64, ni = 4, n_rot = 32, topk = 3; /* up to 7 blocks: some left out */
-    static const int steps[] = {9, 1, 20};
+    static const int steps[] = {9, 1, 20, 3, 1, 12};
     std::vector<float> knorm = rvec(ihd, 0.3f), inv(n_rot / 2);
     for (int k = 0; k < n_rot / 2; k++) inv[k] = 1.0f / powf(10000.0f, (float)(2 * k) / n_rot);
     std::vector<float> raw((size_t)n_ctx * ihd), blk((size_t)(n_ctx / RR + 1) * ihd), graw = raw, gblk = blk;
@@ -285,6 +285,20 @@ static void test_qsa(const qw_backend *G) {
         G->qsa_select(G, gsel.data(), goff.data(), rows.data(), width, gblk.data(), T, ni, ihd, RR, topk, NULL, &st);
         CHECK(goff == off && !memcmp(gsel.data(), sel.data(), (size_t)off[T] * 4),
               "qsa_select step at %d: other positions", pos);
+        for (const char *S : {"2", "5", "40"}) { /* few queries split over blocks: the same positions, one launch */
+            setenv("QWENC_CUDA_QSA_SPLIT", S, 1);
+            std::fill(gsel.begin(), gsel.end(), -1), std::fill(goff.begin(), goff.end(), -1);
+            emu_launches = 0;
+            G->qsa_select(G, gsel.data(), goff.data(), rows.data(), width, gblk.data(), T, ni, ihd, RR, topk, NULL,
+                          &st);
+            unsetenv("QWENC_CUDA_QSA_SPLIT");
+            bool zero = true;
+            for (unsigned u : qwc_of(G)->counts) zero = zero && !u;
+            CHECK(goff == off && !memcmp(gsel.data(), sel.data(), (size_t)off[T] * 4),
+                  "qsa_select split %s ways, step at %d: other positions", S, pos);
+            CHECK(emu_launches == 2 && zero, "qsa_select split %s ways, step at %d: %d launches, "
+                  "counters %s", S, pos, emu_launches, zero ? "at zero" : "not left at zero");
+        }
         pos += T;
     }
 }
