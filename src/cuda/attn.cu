@@ -876,6 +876,10 @@ static void cu_attention_rows(const qw_backend *be, const qw_attn_rows *r, float
     if (hd > ATT_MAX_HD) qwc_die(__FILE__, __LINE__, "attention_rows", "head dimension above 512");
     if (n <= 0) return;
     if (n > QW_ROWS_MAX) qwc_die(__FILE__, __LINE__, "attention_rows", "more rows than QW_ROWS_MAX");
+    if (att_splits() > 1) { /* decode attention split along the keys (QWENC_CUDA_ATT_SPLIT): a call a row, its bits */
+        qw_attention_rows_ops(be, r, out, q, q_stride, n, n_head, n_head_kv, hd, scale, sel, sel_off, sel_stride, work);
+        return;
+    }
     qwc_launch(k_attention_rows, n * n_head, ATT_WARPS * 32, 0, qwc_stream(qwc_of(be)), *r, out, q, q_stride, n_head,
                n_head_kv, hd, scale, sel, sel_off, sel_stride);
     QWC_LAUNCHED();

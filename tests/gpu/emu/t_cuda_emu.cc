@@ -372,6 +372,35 @@ static void test_attn_rows(const qw_backend *G) {
     CHECK(memcmp(out_a.data(), den_a.data(), out_a.size() * 4), "attention_rows: the selection changed nothing");
 }
 
+/* attention_rows with decode attention split along the keys: a call a row through the split kernel, their bits */
+static void test_attn_rows_split(const qw_backend *G) {
+    enum { N = 3, NCTX = 80, NH = 8, NKV = 2, HD = 128 };
+    static const int pos[N] = {5, 40, 79};
+    const int64_t width = NKV * HD, qwd = NH * HD;
+    std::vector<std::vector<float>> mem;
+    qw_attn_rows r;
+    memset(&r, 0, sizeof(r));
+    qw_step steps[N];
+    for (int i = 0; i < N; i++) {
+        mem.push_back(rvec((size_t)NCTX * width, 1)), r.k[i] = mem.back().data();
+        mem.push_back(rvec((size_t)NCTX * width, 1)), r.v[i] = mem.back().data();
+        steps[i].pos0 = pos[i];
+        r.step[i] = &steps[i];
+    }
+    std::vector<float> q = rvec((size_t)N * qwd, 1), out_a((size_t)N * qwd, NAN), out_b(out_a.size(), NAN);
+    const float scale = 1.0f / sqrtf((float)HD);
+    setenv("QWENC_CUDA_ATT_SPLIT", "6", 1);
+    for (int i = 0; i < N; i++)
+        G->attention(G, out_a.data() + i * qwd, q.data() + i * qwd, (int)qwd, r.k[i], r.v[i], 1, NH, NKV, HD, scale,
+                     NULL, NULL, NULL, r.step[i]);
+    emu_launches = 0;
+    G->attention_rows(G, &r, out_b.data(), q.data(), (int)qwd, N, NH, NKV, HD, scale, NULL, NULL, 0, NULL);
+    unsetenv("QWENC_CUDA_ATT_SPLIT");
+    CHECK(emu_launches == N, "attention_rows split along the keys: %d launches for %d rows", emu_launches, N);
+    CHECK(!memcmp(out_a.data(), out_b.data(), out_a.size() * 4),
+          "attention_rows split along the keys: not the bits of a call a row");
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* each part's line as it starts */
     printf("delta_rule, chunked\n");
@@ -385,6 +414,7 @@ int main(void) {
     test_qsa(&e->be);
     printf("kv_store_rows, qsa_rows, attention_rows\n");
     test_attn_rows(&e->be);
+    test_attn_rows_split(&e->be);
     free(e);
     return test_summary();
 }
