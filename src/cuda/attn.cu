@@ -513,7 +513,7 @@ static void cu_attention(const qw_backend *be, float *out, const float *q, int q
         const int G = n_head / n_head_kv;
         att_split sp = {S, NULL, qwc_counts(c, n_tok * n_head_kv)};
         if (S > 1 && sp.count) {
-            sp.part = (float *)qwc_scratch(c, (size_t)n_tok * n_head_kv * S * G * (2 + hd) * sizeof(float));
+            sp.part = (float *)qwc_keep_buf(c, (size_t)n_tok * n_head_kv * S * G * (2 + hd) * sizeof(float));
             if (hd == 256 && attention_tiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
                                                     sel_off, step, sp))
                 return;
@@ -799,7 +799,7 @@ static void cu_qsa_select(const qw_backend *be, int32_t *sel, int32_t *sel_off, 
     const int S = n_tok <= QWC_QSA_SPLIT_MAX_TOK ? qsa_splits() : 1;
     unsigned *count = S > 1 ? qwc_counts(c, n_tok) : NULL;
     if (count) {
-        float *gscore = (float *)qwc_scratch(c, (size_t)n_tok * max_blocks * sizeof(float));
+        float *gscore = (float *)qwc_keep_buf(c, (size_t)n_tok * max_blocks * sizeof(float));
         qwc_launch(k_qsa_select_split, dim3((unsigned)n_tok, (unsigned)S), 256, sh, st, sel, (const int32_t *)sel_off,
                    q, q_stride, blk, n_head, ihd, R, topk, step, gscore, (int64_t)max_blocks, count);
         QWC_LAUNCHED();

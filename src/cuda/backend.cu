@@ -104,7 +104,9 @@ struct qwc {
     cudaEvent_t ev;   /* this rank's fork and join point (rank 0: the fork, a peer: its join) */
     void *ep_buf;     /* this rank's exchange buffers (qwc_ep_buf), grow-only: */
     size_t ep_bytes;
-    void **ep_old;    /* the ones it outgrew, kept for the graphs recorded with them */
+    void *kb_buf;     /* a recorded step's own scratch (qwc_keep_buf), grow-only: */
+    size_t kb_bytes;
+    void **ep_old;    /* the buffers both outgrew, kept for the graphs recorded with them */
     int n_ep_old;
 };
 
@@ -522,6 +524,7 @@ static void cu_release(qw_backend *be) {
     cudaStreamSynchronize(c->stream);
     if (c->ev) cudaEventDestroy(c->ev);
     if (c->ep_buf) cudaFree(c->ep_buf);
+    if (c->kb_buf) cudaFree(c->kb_buf);
     for (int i = 0; i < c->n_ep_old; i++) cudaFree(c->ep_old[i]);
     free(c->ep_old);
     for (size_t i = 0; i < c->map_cap; i++)
@@ -742,22 +745,27 @@ int qwc_rank_lo(const qwc *c, int r, int E) {
 qwc *qwc_rank(qwc *c, int r) { return c->n_rank > 0 ? c->rank[r] : c; }
 void qwc_set_device(const qwc *c) { QWC_CHECK(cudaSetDevice(c->device)); }
 
-void *qwc_ep_buf(qwc *c, size_t bytes) {
-    if (bytes <= c->ep_bytes) return c->ep_buf;
-    if (recording(c))
-        qwc_die(__FILE__, __LINE__, "qwc_ep_buf", "an exchange buffer must grow while a graph is recorded");
-    if (c->ep_buf) { /* graphs recorded with it may still run: kept until the backend goes */
+/* *buf (of *have bytes) grown to hold bytes: the buffer it outgrows kept until the backend goes, since graphs
+ * recorded with it may still run (what: the buffer's name in messages) */
+static void *keep_grow(qwc *c, void **buf, size_t *have, size_t bytes, const char *what) {
+    if (bytes <= *have) return *buf;
+    if (recording(c)) qwc_die(__FILE__, __LINE__, what, "the buffer must grow while a graph is recorded");
+    if (*buf) {
         void **o = (void **)realloc(c->ep_old, (size_t)(c->n_ep_old + 1) * sizeof(void *));
-        if (!o) qwc_die(__FILE__, __LINE__, "qwc_ep_buf", "out of host memory");
+        if (!o) qwc_die(__FILE__, __LINE__, what, "out of host memory");
         c->ep_old = o;
-        c->ep_old[c->n_ep_old++] = c->ep_buf;
-        c->ep_buf = NULL;
+        c->ep_old[c->n_ep_old++] = *buf;
+        *buf = NULL;
     }
     size_t n = bytes + bytes / 2;
-    c->ep_buf = grow_alloc(n, "exchange buffers");
-    c->ep_bytes = n;
-    return c->ep_buf;
+    *buf = grow_alloc(n, what);
+    *have = n;
+    return *buf;
 }
+
+void *qwc_ep_buf(qwc *c, size_t bytes) { return keep_grow(c, &c->ep_buf, &c->ep_bytes, bytes, "exchange buffers"); }
+
+void *qwc_keep_buf(qwc *c, size_t bytes) { return keep_grow(c, &c->kb_buf, &c->kb_bytes, bytes, "step scratch"); }
 
 void qwc_fork(qwc *c) {
     QWC_CHECK(cudaEventRecord(c->ev, c->stream));

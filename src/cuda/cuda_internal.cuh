@@ -43,8 +43,13 @@ void qwc_die(const char *file, int line, const char *what, const char *msg);
 cudaStream_t qwc_stream(const qwc *c);
 cublasHandle_t qwc_cublas(const qwc *c);
 /* At least `bytes` of device scratch, valid until the next call (grows by reallocating: never inside a
- * captured graph, so the backend reserves the decode step's needs before capturing). */
+ * captured graph, so the backend reserves the decode step's needs before capturing). Not for the ops of steps that
+ * are recorded as graphs (decode steps, drafts): a later growth frees the memory a recorded graph would use. */
 void *qwc_scratch(qwc *c, size_t bytes);
+/* At least `bytes` of device scratch for an op of a step that may be recorded as a graph (a decode step's split
+ * attention), valid until the next call: it grows into a new buffer (not while a graph is recorded: the step's
+ * first, unrecorded run grows it) and keeps the ones it outgrew until the backend goes. */
+void *qwc_keep_buf(qwc *c, size_t bytes);
 /* An op that needs the host mid-way (a download) cannot be recorded: while a graph is being recorded this spoils
  * the recording (graph_end then gives none, and the caller runs the step op by op) and returns 1; else 0. */
 int qwc_capture_spoil(qwc *c);

@@ -159,6 +159,8 @@ static inline void *qwc_scratch(qwc *c, size_t bytes) {
     }
     return c->scratch;
 }
+/* the buffer recorded steps use: here the same growing scratch (nothing is recorded) */
+static inline void *qwc_keep_buf(qwc *c, size_t bytes) { return qwc_scratch(c, bytes); }
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize };
 template <class F> inline int cudaFuncSetAttribute(F, int, int) { return 0; }
 
