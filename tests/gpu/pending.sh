@@ -34,7 +34,10 @@ for step in "${steps[@]}"; do
                 fails=$((fails + 1))
             ;;
         prompt | decode | deep)
-            [ -x "$QWENC" ] || { echo "pending.sh: $QWENC is not there: run the check step (or make cuda) first" >&2; exit 1; }
+            if [ ! -x "$QWENC" ]; then
+                echo "pending.sh: $QWENC is not there: run the check step (or make cuda) first" >&2
+                exit 1
+            fi
             ;;&
         prompt)
             # prompts: the chunked delta rule, the integer GEMM's unrolled group loop (the whole model's pp4096)
