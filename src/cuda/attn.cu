@@ -478,6 +478,19 @@ static int attention_qtiles_g(cudaStream_t st, float *out, const float *q, int q
     }
 }
 
+/* the tiled kernel at head dimension 256 or 128 for these heads: 1 when it ran */
+static int attention_tiles_hd(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc,
+                              const float *vc, int n_tok, int n_head, int n_head_kv, int hd, float scale,
+                              const int32_t *sel, const int32_t *sel_off, const qw_step *step, att_split sp) {
+    if (hd == 256)
+        return attention_tiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel, sel_off, step,
+                                      sp);
+    if (hd == 128)
+        return attention_tiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel, sel_off, step,
+                                      sp);
+    return 0;
+}
+
 /* Splits of a decode step's attention along the keys: QWENC_CUDA_ATT_SPLIT=S in the environment (read at each call,
  * at most 256; 0 or 1: the per-head kernel k_attention) */
 static int att_splits(void) {
@@ -501,11 +514,8 @@ static void cu_attention(const qw_backend *be, float *out, const float *q, int q
             attention_qtiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step))
             return;
         const att_split one = {1, NULL, NULL};
-        if (hd == 256 && attention_tiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
-                                                sel_off, step, one))
-            return;
-        if (hd == 128 && attention_tiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
-                                                sel_off, step, one))
+        if (attention_tiles_hd(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, hd, scale, sel, sel_off, step,
+                               one))
             return;
     } else if (n_head_kv > 0 && n_head % n_head_kv == 0 && q_stride % 4 == 0 && (hd == 128 || hd == 256)) {
         const int S = att_splits();
@@ -514,11 +524,8 @@ static void cu_attention(const qw_backend *be, float *out, const float *q, int q
         att_split sp = {S, NULL, qwc_counts(c, n_tok * n_head_kv)};
         if (S > 1 && sp.count) {
             sp.part = (float *)qwc_keep_buf(c, (size_t)n_tok * n_head_kv * S * G * (2 + hd) * sizeof(float));
-            if (hd == 256 && attention_tiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
-                                                    sel_off, step, sp))
-                return;
-            if (hd == 128 && attention_tiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel,
-                                                    sel_off, step, sp))
+            if (attention_tiles_hd(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, hd, scale, sel, sel_off,
+                                   step, sp))
                 return;
         }
     }
