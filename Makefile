@@ -57,7 +57,7 @@ TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*.c))
 TEST_SRC := $(wildcard tests/t_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # and tests/gpu/emu/t_cuda_emu (C++, as the CUDA sources it includes): kernels of the CUDA backend (delta_chunk.cu,
-# attn.cu) run on the CPU (tests/gpu/emu: a block's threads as coroutines), so every machine checks their logic
+# attn.cu, mmq.cu) run on the CPU (tests/gpu/emu: a block's threads as coroutines), so every machine checks their logic
 EMU_BIN := $(BUILD)/tests/t_cuda_emu
 TEST_BIN += $(EMU_BIN)
 # the library examples (examples/*.c): built and run by make test
@@ -110,11 +110,11 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # the kernel files it runs, their dynamic shared memory (`extern __shared__`) made plain externs
-EMU_CU := delta_chunk attn
+EMU_CU := delta_chunk attn mmq
 $(BUILD)/tests/emu/%.cu: src/cuda/%.cu
 	@mkdir -p $(dir $@)
 	sed 's/extern __shared__/extern/' $< >$@
-$(EMU_BIN): tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/emu.cc tests/gpu/emu/cuda/ops_internal.cuh \
+$(EMU_BIN): tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/emu.cc $(wildcard tests/gpu/emu/cuda/*.cuh) \
             $(EMU_CU:%=$(BUILD)/tests/emu/%.cu) src/cuda/reduce.cuh src/kernels/ops.h tests/test_check.h $(LIB)
 	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -ffp-contract=off -Itests/gpu/emu -I$(BUILD)/tests/emu \
 	  -Iinclude -Isrc $(CFLAGS) $(LDFLAGS) -o $@ tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/emu.cc $(LIB) $(LDLIBS)

@@ -27,6 +27,7 @@
 #include <algorithm>
 
 #include "cuda/cuda_internal.cuh"
+#include "cuda/mma.cuh"
 
 extern "C" {
 #include "kernels/q8a.h"
@@ -53,18 +54,6 @@ struct mmq_args {
                                   slice), and how far apart the slices' outputs are (grid z: the slice) */
 };
 
-__device__ __forceinline__ void mma32(int32_t *d, const uint32_t *a, const uint32_t *b) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%10,%10,%10};"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
-}
-__device__ __forceinline__ void mma16(int32_t *d, uint32_t a0, uint32_t a1, uint32_t b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a0), "r"(a1), "r"(b), "r"(0));
-}
-
 template <int T> constexpr bool has_min() {
     return T == QW_TYPE_Q4_1 || T == QW_TYPE_Q5_1 || T == QW_TYPE_Q4_K || T == QW_TYPE_Q5_K;
 }
@@ -82,11 +71,6 @@ template <int MT> struct mmq_regs {
  * coalesced; past the tokens or groups: zeros), two steps' buffers */
 constexpr int XW = KG * 10 + 4;
 
-__device__ __forceinline__ void cp_async4(uint32_t *dst, const void *src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(ok ? 4 : 0));
-}
-
 template <int BN_>
 __device__ __forceinline__ void mmq_xcopy(uint32_t *sx, const mmq_args &a, int64_t t0, int nt, int64_t g0, int64_t ge) {
     const int kw = (int)min((int64_t)KG, ge - g0) * 10;
@@ -97,7 +81,7 @@ __device__ __forceinline__ void mmq_xcopy(uint32_t *sx, const mmq_args &a, int64
         const uint32_t *src = (const uint32_t *)(a.xq + (t0 + (ok ? n : 0)) * a.xq_tok + g0) + (ok ? wi : 0);
         cp_async4(sx + n * XW + wi, src, ok);
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    cp_commit();
 }
 
 template <int T, int MT>
@@ -179,9 +163,9 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
         }
         if (more) { /* the next step's activations (the buffer the step before read) */
             mmq_xcopy<BN_>(sxb[(step + 1) & 1], a, t0, nt, g0 + KG, ge);
-            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+            cp_wait<1>();
         } else {
-            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+            cp_wait<0>();
         }
         __syncthreads();
         if (more) mmq_load<T, MT>(q, a, w, row0, g0 + KG, ge); /* in flight while this step runs */

@@ -11,17 +11,24 @@
  * - attention (src/cuda/attn.cu: the per-head kernel and the tiled one of prompt steps) against the reference
  *   backend (kernels/ref.c) within t_cuda_ops' bound, 2e-5 on values in [-2, 2], full, causal from a position and
  *   over a selection; QSA's pooled keys within 1e-5 and its positions exactly as the reference's;
+ * - decode attention and QSA selection split along the keys (QWENC_CUDA_ATT_SPLIT, QWENC_CUDA_QSA_SPLIT): the same
+ *   bound, each query the bits of its own one-query call, the same positions, the counters left at zero;
  * - a batched step's attention rows (kv_store_rows, qsa_rows, attention_rows) against each row's own calls, bit for
- *   bit.
+ *   bit;
+ * - the integer GEMM (src/cuda/mmq.cu: 64 x 64 tiles, the same unrolled, 32 x 32, a grouped product) against the
+ *   CPU's integer reference qw_q8a_dot_ref, bit for bit, for every weight type it takes; the 8-bit MMA's fragments
+ *   through tests/gpu/emu/cuda/mma.cuh.
  */
 #include "cuda/ops_internal.cuh"
 
 /* the kernel files, copied by the Makefile with their dynamic shared memory made plain externs */
 #include "delta_chunk.cu"
 #include "attn.cu"
+#include "mmq.cu"
 
 extern "C" {
 #include "kernels/composite.h"
+#include "tensor/quant.h"
 }
 #include "../../test_check.h"
 
@@ -401,6 +408,79 @@ static void test_attn_rows_split(const qw_backend *G) {
           "attention_rows split along the keys: not the bits of a call a row");
 }
 
+/* The integer GEMM (mmq.cu) against the CPU's integer reference: every output qw_q8a_dot_ref's bits, for each kernel
+ * variant (64 x 64 tiles, the same with the group loop unrolled (QWENC_CUDA_MMQ_UNROLL), 32 x 32 tiles) launched as
+ * mmq_launch launches them, over rows and tokens that end inside a tile; the MMA's fragments emulated
+ * (tests/gpu/emu/cuda/mma.cuh) in the PTX ISA's layout, which the kernel's own loads assume. */
+template <int T> static void test_mmq_type(void) {
+    const qw_type t = (qw_type)T;
+    const int64_t rows = 70, cols = qw_type_traits_of(t)->block_elems == 256 ? 512 : 480; /* 480: a short step */
+    const int64_t ng = cols / 32, rb = (int64_t)qw_type_row_size(t, cols);
+    const int n_tok = 67;
+    std::vector<float> wf = rvec((size_t)(rows * cols), 1), x = rvec((size_t)n_tok * cols, 2);
+    std::vector<uint8_t> w((size_t)(rows * rb));
+    for (int64_t r = 0; r < rows; r++) qw_quantize(t, wf.data() + r * cols, w.data() + r * rb, cols);
+    std::vector<qw_q8a> xq((size_t)(n_tok * ng));
+    for (int k = 0; k < n_tok; k++) qw_q8a_quantize(x.data() + k * cols, xq.data() + k * ng, cols);
+    std::vector<float> want((size_t)n_tok * rows);
+    for (int k = 0; k < n_tok; k++)
+        for (int64_t r = 0; r < rows; r++)
+            want[(size_t)(k * rows + r)] = qw_q8a_dot_ref(t, w.data() + r * rb, xq.data() + k * ng, cols);
+    mmq_args a = {};
+    a.w = w.data(), a.rows = rows, a.row_bytes = rb, a.ng = ng, a.xq = xq.data(), a.xq_tok = ng, a.ldy = rows;
+    a.n_tok = n_tok;
+    static const char *const name[] = {"64 x 64", "64 x 64 unrolled", "32 x 32"};
+    for (int v = 0; v < 3; v++) {
+        std::vector<float> y(want.size(), NAN);
+        a.y = y.data();
+        const int tile = v < 2 ? 64 : 32;
+        const dim3 grid((unsigned)((rows + tile - 1) / tile), (unsigned)((n_tok + tile - 1) / tile), 1);
+        if (v == 0) qwc_launch(k_mmq<T, 2, 4, 4>, grid, THREADS, 0, 0, a);
+        if (v == 1) qwc_launch(k_mmq<T, 2, 4, 3, true>, grid, THREADS, 0, 0, a);
+        if (v == 2) qwc_launch(k_mmq<T, 1, 2, 6>, grid, THREADS, 0, 0, a);
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < y.size(); i++)
+            if (memcmp(&y[i], &want[i], 4) && !bad++) first = i;
+        CHECK(!bad, "mmq %s, %s tiles: %zu of %zu outputs not qw_q8a_dot_ref's bits (token %zu row %zu: %.9g, not "
+              "%.9g)", qw_type_name(t), name[v], bad, y.size(), first / rows, first % rows, y[first], want[first]);
+    }
+}
+
+/* A grouped product (the MoE's prompt path) through qwc_mmq_grouped: three experts of 0, 5 and 40 rows, each row the
+ * bits of its own expert's product */
+static void test_mmq_grouped(void) {
+    const qw_type t = QW_TYPE_Q4_K;
+    const int E = 3, rows_e[E] = {0, 5, 40};
+    const int64_t rows = 48, cols = 256, ng = cols / 32, rb = (int64_t)qw_type_row_size(t, cols);
+    std::vector<std::vector<uint8_t>> w(E, std::vector<uint8_t>((size_t)(rows * rb)));
+    const void *tab[E];
+    for (int e = 0; e < E; e++) {
+        std::vector<float> wf = rvec((size_t)(rows * cols), 1);
+        for (int64_t r = 0; r < rows; r++) qw_quantize(t, wf.data() + r * cols, w[e].data() + r * rb, cols);
+        tab[e] = w[e].data();
+    }
+    int32_t offs[E + 1] = {0};
+    for (int e = 0; e < E; e++) offs[e + 1] = offs[e] + rows_e[e];
+    const int R = offs[E];
+    std::vector<float> x = rvec((size_t)R * cols, 2), y((size_t)R * rows, NAN);
+    std::vector<qw_q8a> xq((size_t)(R * ng));
+    for (int k = 0; k < R; k++) qw_q8a_quantize(x.data() + k * cols, xq.data() + k * ng, cols);
+    std::vector<int32_t> tiles(2 * (E + 1), -1);
+    qwc c = {};
+    qwc_mmq_tiles(&c, tiles.data(), offs, E);
+    qwc_mmq_grouped(&c, y.data(), rows, tab, t, rows, cols, xq.data(), offs, tiles.data(), E, R);
+    size_t bad = 0;
+    for (int e = 0; e < E; e++)
+        for (int k = offs[e]; k < offs[e + 1]; k++)
+            for (int64_t r = 0; r < rows; r++) {
+                const float want = qw_q8a_dot_ref(t, w[e].data() + r * rb, xq.data() + k * ng, cols);
+                bad += memcmp(&y[(size_t)(k * rows + r)], &want, 4) != 0;
+            }
+    CHECK(!bad, "mmq grouped (experts of 0, 5 and 40 rows): %zu outputs not qw_q8a_dot_ref's bits", bad);
+    CHECK(tiles[1] == 0 && tiles[2] == 1 && tiles[3] == 2, "mmq tiles: the 64-token prefix %d %d %d", tiles[1],
+          tiles[2], tiles[3]);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* each part's line as it starts */
     printf("delta_rule, chunked\n");
@@ -415,6 +495,18 @@ int main(void) {
     printf("kv_store_rows, qsa_rows, attention_rows\n");
     test_attn_rows(&e->be);
     test_attn_rows_split(&e->be);
+    printf("the integer GEMM (mmq.cu) against qw_q8a_dot_ref\n");
+    test_mmq_type<QW_TYPE_Q8_0>();
+    test_mmq_type<QW_TYPE_Q4_0>();
+    test_mmq_type<QW_TYPE_Q4_1>();
+    test_mmq_type<QW_TYPE_Q5_0>();
+    test_mmq_type<QW_TYPE_Q5_1>();
+    test_mmq_type<QW_TYPE_Q4_K>();
+    test_mmq_type<QW_TYPE_Q5_K>();
+    test_mmq_type<QW_TYPE_Q6_K>();
+    test_mmq_type<QW_TYPE_IQ4_NL>();
+    test_mmq_type<QW_TYPE_IQ4_XS>();
+    test_mmq_grouped();
     free(e);
     return test_summary();
 }

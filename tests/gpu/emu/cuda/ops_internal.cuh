@@ -1,9 +1,10 @@
 /*
  * ops_internal.cuh (tests/gpu/emu) - the part of CUDA and of the CUDA backend's internal header that the kernel files
- * src/cuda/delta_chunk.cu and src/cuda/attn.cu use, on CPU threads, so that `make test` checks those kernels' indexing
- * and math where no GPU is lent. The Makefile copies each file with `extern __shared__` made plain `extern` (the
- * dynamic shared memory: a buffer of the test's under the same name) and t_cuda_emu.cc includes the copies with this
- * directory first on the include path, so their `#include "cuda/ops_internal.cuh"` finds this file.
+ * src/cuda/delta_chunk.cu, src/cuda/attn.cu and src/cuda/mmq.cu use (with cuda_internal.cuh and mma.cuh beside it),
+ * on CPU threads, so that `make test` checks those kernels' indexing and math where no GPU is lent. The Makefile
+ * copies each file with `extern __shared__` made plain `extern` (the dynamic shared memory: a buffer of the test's
+ * under the same name) and t_cuda_emu.cc includes the copies with this directory first on the include path, so
+ * their `#include "cuda/ops_internal.cuh"` finds this file.
  *
  * A launch runs the grid's blocks one after another; a block's threads are coroutines (ucontext) of one host
  * thread, each running until it reaches a barrier or returns: __syncthreads waits for every thread of the block that
@@ -98,6 +99,19 @@ inline unsigned __float_as_uint(float f) {
     return u;
 }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* one rounding each, as the host's f32 arithmetic without contraction */
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __int2float_rn(int i) { return (float)i; }
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 template <class T> inline T __ldg(const T *p) { return *p; }
 template <class T> inline T __ldcg(const T *p) { return *p; }
 /* blocks run one after another: a device-wide fence orders nothing more, an atomic is a plain update */
