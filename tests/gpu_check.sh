@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The GPU tests, on a machine with an NVIDIA GPU and the CUDA toolkit: builds the CUDA backend (make cuda) and
-# runs its tests: every weight kernel (tests/gpu/t_cuda_quant; t_cuda_quant_unroll: again with the integer GEMM's
-# group loop unrolled, QWENC_CUDA_MMQ_UNROLL=1) and every op (tests/gpu/t_cuda_ops) against the
+# runs its tests: every weight kernel (tests/gpu/t_cuda_quant; t_cuda_quant_loop: again with the integer GEMM's
+# group loop not unrolled, QWENC_CUDA_MMQ_UNROLL=0) and every op (tests/gpu/t_cuda_ops) against the
 # CPU reference, every fixture's logits on the GPU against transformers (t_model --backend cuda: the CPU's
-# tolerance; t_model_switches: again with the paths still off by default, every delta rule of a call in its chunked
-# form, dense prompt attention a tile of queries a block, the MoE's rows as pairs up to 1,024 of them, and decode
-# attention and QSA selection split along the keys, QWENC_CUDA_DR_CHUNK=1 QWENC_CUDA_ATT_QTILES=1
-# QWENC_CUDA_PAIRS_MAX=1024 QWENC_CUDA_ATT_SPLIT=16 QWENC_CUDA_QSA_SPLIT=8), snapshots, batched steps and draft steps
-# on the GPU (t_session --backend cuda: their bits; t_session_switches: again with a batched step's attention rows in
-# one launch each, its MoE rows as pairs and decode attention and selection split, QWENC_CUDA_ATT_ROWS=1
-# QWENC_CUDA_PAIRS_MAX=1024 QWENC_CUDA_ATT_SPLIT=16 QWENC_CUDA_QSA_SPLIT=8), the MTP
+# tolerance; t_model_switches: again with the other paths, every delta rule of a call in its chunked form, dense
+# prompt attention a query a block, the MoE's rows as pairs up to 1,024 of them, decode attention split along the
+# keys from the first key and QSA selection a block a query, QWENC_CUDA_DR_CHUNK=1 QWENC_CUDA_ATT_QTILES=0
+# QWENC_CUDA_PAIRS_MAX=1024 QWENC_CUDA_ATT_SPLIT_MIN=0 QWENC_CUDA_QSA_SPLIT=1 QWENC_CUDA_MMQ_UNROLL=0), snapshots,
+# batched steps and draft steps on the GPU (t_session --backend cuda: their bits; t_session_switches: again with the
+# MoE rows as pairs and decode attention split from the first key, QWENC_CUDA_PAIRS_MAX=1024
+# QWENC_CUDA_ATT_SPLIT_MIN=0 QWENC_CUDA_QSA_SPLIT=8), the MTP
 # draft head against its reference and speculative greedy decoding with it (t_mtp --backend cuda), and
 # the text commands end to end (cli_text.sh: greedy text equal to transformers' on the bundled model), qwenc
 # choosing the GPU by itself (--backend auto), the n-gram table read from host memory against the table on the
@@ -45,19 +45,19 @@ if ! make -j"$J" cuda "${flags[@]}" >build-cuda.log 2>&1; then
     exit 1
 fi
 progs=("$@")
-[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_quant_unroll t_cuda_ops t_model t_model_switches t_session t_session_switches t_mtp cli_text determinism ple_host synth_check fusions split)
+[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_quant_loop t_cuda_ops t_model t_model_switches t_session t_session_switches t_mtp cli_text determinism ple_host synth_check fusions split)
 total_pass=0; total_fail=0
 for p in "${progs[@]}"; do
     echo "== $p"
     case $p in
         t_model) out=$(build-cuda/tests/t_model --backend cuda 2>&1) ;;
-        t_cuda_quant_unroll) out=$(QWENC_CUDA_MMQ_UNROLL=1 build-cuda/tests/gpu/t_cuda_quant 2>&1) ;;
+        t_cuda_quant_loop) out=$(QWENC_CUDA_MMQ_UNROLL=0 build-cuda/tests/gpu/t_cuda_quant 2>&1) ;;
         t_model_switches)
-            out=$(QWENC_CUDA_DR_CHUNK=1 QWENC_CUDA_ATT_QTILES=1 QWENC_CUDA_PAIRS_MAX=1024 QWENC_CUDA_ATT_SPLIT=16 \
-                QWENC_CUDA_QSA_SPLIT=8 build-cuda/tests/t_model --backend cuda 2>&1) ;;
+            out=$(QWENC_CUDA_DR_CHUNK=1 QWENC_CUDA_ATT_QTILES=0 QWENC_CUDA_PAIRS_MAX=1024 QWENC_CUDA_ATT_SPLIT_MIN=0 \
+                QWENC_CUDA_QSA_SPLIT=1 QWENC_CUDA_MMQ_UNROLL=0 build-cuda/tests/t_model --backend cuda 2>&1) ;;
         t_session) out=$(build-cuda/tests/t_session --backend cuda 2>&1) ;;
         t_session_switches)
-            out=$(QWENC_CUDA_ATT_ROWS=1 QWENC_CUDA_PAIRS_MAX=1024 QWENC_CUDA_ATT_SPLIT=16 QWENC_CUDA_QSA_SPLIT=8 \
+            out=$(QWENC_CUDA_PAIRS_MAX=1024 QWENC_CUDA_ATT_SPLIT_MIN=0 QWENC_CUDA_QSA_SPLIT=8 \
                 build-cuda/tests/t_session --backend cuda 2>&1) ;;
         t_mtp) out=$(build-cuda/tests/t_mtp --backend cuda 2>&1) ;;
         cli_*) out=$(QWENC=build-cuda/qwenc BUILD=build-cuda bash "tests/$p.sh" 2>&1) ;;

@@ -6,15 +6,16 @@
  * warps, each warp keeps a running max, sum and weighted value sum (an online softmax, in f32, the value sum
  * spread over its lanes), and the warps' partial results are merged in double at the end. The scores are
  * f32 dot products (a warp sum), as the CPU kernels compute them. Work grows with the keys a query sees, so a
- * decode step's launch is the same at every position (the position comes from the step in device memory). With
- * QWENC_CUDA_ATT_SPLIT=S the tiled kernel of prompt steps takes few queries too, split S ways along the keys
- * (att_split below: flash-decoding).
+ * decode step's launch is the same at every position (the position comes from the step in device memory). A query
+ * that sees more than ATT_SPLIT_MIN keys goes to the tiled kernel of prompt steps instead, split ATT_SPLIT ways
+ * along the keys (att_split below: flash-decoding).
  *
  * QSA: qsa_keys stores a step's raw keys and pools the blocks it completes (the f32 mean of R keys in order,
  * zero-centred RMS norm with a double sum, RoPE at the block's first position); qsa_select gives each query its
  * positions: the top budget/R of its complete blocks by sum_h relu(q_h . K_b) / sqrt(ihd) (dots in double, as
  * the reference), ties to the lower block, in ascending order, then the tail.
  */
+#include <limits.h>
 #include <math.h>
 
 #include "cuda/ops_internal.cuh"
@@ -76,12 +77,14 @@ __device__ __forceinline__ void attention_head(float *oh, const float *qh, const
     }
 }
 
+/* nk_max: queries that see more keys are the split kernel's (their blocks return at once) */
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_head, int n_head_kv,
-                int hd, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step) {
+                int hd, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step, int nk_max) {
     QWC_PDL_ENTRY();
     const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int nk = sel ? sel_off[t + 1] - sel_off[t] : step->pos0 + t + 1;
+    if (nk > nk_max) return;
     attention_head(out + ((int64_t)t * n_head + h) * hd, q + (int64_t)t * q_stride + (int64_t)h * hd, kc, vc,
                    h / (n_head / n_head_kv), n_head_kv, hd, scale, sel ? sel + sel_off[t] : NULL, nk);
 }
@@ -89,10 +92,11 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 /* A batched step's rows (attention_rows): block (row t, head h) as k_attention's for row t's one-token call */
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention_rows(qw_attn_rows r, float *out, const float *q, int q_stride, int n_head, int n_head_kv, int hd,
-                     float scale, const int32_t *sel, const int32_t *sel_off, int sel_stride) {
+                     float scale, const int32_t *sel, const int32_t *sel_off, int sel_stride, int nk_max) {
     QWC_PDL_ENTRY();
     const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int nk = sel ? sel_off[2 * t + 1] - sel_off[2 * t] : r.step[t]->pos0 + 1;
+    if (nk > nk_max) return;
     attention_head(out + ((int64_t)t * n_head + h) * hd, q + (int64_t)t * q_stride + (int64_t)h * hd, r.k[t], r.v[t],
                    h / (n_head / n_head_kv), n_head_kv, hd, scale,
                    sel ? sel + (int64_t)t * sel_stride + sel_off[2 * t] : NULL, nk);
@@ -121,18 +125,22 @@ template <int HD, int G> struct att_tile {
 };
 
 /*
- * Few queries over many keys (decode steps and drafts, QWENC_CUDA_ATT_SPLIT=S in the environment; off until timed
- * against k_attention): the tiled kernel's blocks for each (query, kv head) split S ways along the keys, so that a
- * decode step has S n_head_kv blocks at work instead of n_head blocks each walking every key alone (flash-decoding).
- * Block s takes the keys [s cs, (s + 1) cs) of the query's nk, cs = ceil(nk / S) rounded up to whole tiles (the
- * chunks past nk are empty), and leaves its heads' running max m, sum l and value sums (the online softmax of its
- * keys, the tiled kernel's f32 operations) in part; the last of the S blocks to end (a counter per (query, kv head),
- * left at zero) merges them in split order, in double: M = max m_s over the splits with l_s > 0, L = sum l_s
- * exp(m_s - M), out = sum acc_s exp(m_s - M) / L (zeros where no key is seen). A query's result depends on its
- * keys and S only, not on the other queries of the call: a draft step's rows are one-token steps' bits.
+ * Few queries over many keys (decode steps, drafts and a batched step's rows; QWENC_CUDA_ATT_SPLIT=S, default 16):
+ * for a query that sees more than min_keys keys (QWENC_CUDA_ATT_SPLIT_MIN, default ATT_SPLIT_MIN) the tiled
+ * kernel's blocks for each (query, kv head) split S ways along the keys, so that a decode step has S n_head_kv
+ * blocks at work instead of n_head blocks each walking every key alone (flash-decoding); the per-head kernel,
+ * launched beside it, takes the queries with fewer keys (each kernel's blocks return at once for the other's
+ * queries: the choice is made on the device, where a recorded step's position is). Block s takes the keys
+ * [s cs, (s + 1) cs) of the query's nk, cs = ceil(nk / S) rounded up to whole tiles (the chunks past nk are empty),
+ * and leaves its heads' running max m, sum l and value sums (the online softmax of its keys, the tiled kernel's f32
+ * operations) in part; the last of the S blocks to end (a counter per (query, kv head), left at zero) merges them in
+ * split order, in double: M = max m_s over the splits with l_s > 0, L = sum l_s exp(m_s - M), out = sum acc_s
+ * exp(m_s - M) / L (zeros where no key is seen). A query's result depends on its keys, S and min_keys only, not on
+ * the other queries of the call: a draft step's rows and a batched step's rows are one-token steps' bits.
  */
 struct att_split {
     int S;           /* splits (1: none; the tiled kernel as it was) */
+    int min_keys;    /* split: queries that see at most this many keys are the per-head kernel's */
     float *part;     /* [n_tok n_head_kv][S][G (2 + HD)]: m [G], l [G], acc [G][HD] */
     unsigned *count; /* [n_tok n_head_kv] */
 };
@@ -183,20 +191,18 @@ __device__ __forceinline__ void att_split_merge(const att_split &sp, const float
     }
 }
 
+/* block (query t, kv head blockIdx.y, split blockIdx.z) of the tiled kernel: t's nk keys (keys[i], or positions 0 ..
+ * nk - 1 where keys is NULL) in caches kc, vc */
 template <int HD, int G, bool SPLIT>
-__global__ void __launch_bounds__(ATT_TILE_THREADS)
-    k_attention_tiles(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_head,
-                      int n_head_kv, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step,
-                      att_split sp) {
-    QWC_PDL_ENTRY();
+__device__ __forceinline__ void attention_tiles_block(float *out, const float *q, int q_stride, const float *kc,
+                                                      const float *vc, int n_head, int n_head_kv, float scale,
+                                                      const int32_t *keys, int nk, int t, const att_split &sp) {
     using L = att_tile<HD, G>;
     constexpr int DSL = L::DSL, TK = L::TK, KP = L::KP, HP = L::HP, GH = L::GH;
     extern __shared__ __align__(16) float sm[];
     float *ks = sm, *vs = ks + TK * KP, *qs = vs + TK * HD, *ps = qs + G * HD, *pr = ps + DSL * G * TK;
     float *al = pr + TK * G, *mx = al + G, *sum = mx + G;
-    const int t = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const int nk = sel ? sel_off[t + 1] - sel_off[t] : step->pos0 + t + 1;
-    const int32_t *keys = sel ? sel + sel_off[t] : NULL;
+    const int kvh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int64_t kv_stride = (int64_t)n_head_kv * HD;
     const float *qt = q + (int64_t)t * q_stride + (int64_t)kvh * G * HD; /* heads kvh G .. kvh G + G - 1 */
     for (int i = tid; i < G * HD; i += ATT_TILE_THREADS) qs[i] = qt[i];
@@ -297,37 +303,77 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS)
     }
 }
 
+template <int HD, int G, bool SPLIT>
+__global__ void __launch_bounds__(ATT_TILE_THREADS)
+    k_attention_tiles(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_head,
+                      int n_head_kv, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step,
+                      att_split sp) {
+    QWC_PDL_ENTRY();
+    const int t = blockIdx.x, nk = sel ? sel_off[t + 1] - sel_off[t] : step->pos0 + t + 1;
+    if (SPLIT && nk <= sp.min_keys) return; /* the per-head kernel's */
+    attention_tiles_block<HD, G, SPLIT>(out, q, q_stride, kc, vc, n_head, n_head_kv, scale,
+                                        sel ? sel + sel_off[t] : NULL, nk, t, sp);
+}
+
+/* A batched step's rows split along the keys: block (row t, kv head, split) as k_attention_tiles' for row t's
+ * one-token call (attention_rows) */
 template <int HD, int G>
-static void attention_tiles(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc, const float *vc,
-                            int n_tok, int n_head, int n_head_kv, float scale, const int32_t *sel,
-                            const int32_t *sel_off, const qw_step *step, att_split sp) {
+__global__ void __launch_bounds__(ATT_TILE_THREADS)
+    k_attention_split_rows(qw_attn_rows r, float *out, const float *q, int q_stride, int n_head, int n_head_kv,
+                           float scale, const int32_t *sel, const int32_t *sel_off, int sel_stride, att_split sp) {
+    QWC_PDL_ENTRY();
+    const int t = blockIdx.x, nk = sel ? sel_off[2 * t + 1] - sel_off[2 * t] : r.step[t]->pos0 + 1;
+    if (nk <= sp.min_keys) return; /* k_attention_rows' */
+    attention_tiles_block<HD, G, true>(out, q, q_stride, r.k[t], r.v[t], n_head, n_head_kv, scale,
+                                       sel ? sel + (int64_t)t * sel_stride + sel_off[2 * t] : NULL, nk, t, sp);
+}
+
+/* One call of the tiled kernel: a step's n_tok queries (rows NULL: caches kc, vc, the step's selection sel,
+ * sel_off), or a batched step's n_tok rows (rows: each row's caches and step, its selection at sel + t sel_stride +
+ * sel_off[2 t], split only) */
+struct att_call {
+    float *out;
+    const float *q;
+    int q_stride;
+    const float *kc, *vc;
+    int n_tok, n_head, n_head_kv;
+    float scale;
+    const int32_t *sel, *sel_off;
+    int sel_stride;
+    const qw_step *step;
+    const qw_attn_rows *rows;
+};
+
+template <int HD, int G> static void attention_tiles(cudaStream_t st, const att_call &a, att_split sp) {
     const size_t sh = (size_t)att_tile<HD, G>::SMEM * sizeof(float);
-    auto *k = sp.S > 1 ? k_attention_tiles<HD, G, true> : k_attention_tiles<HD, G, false>;
-    QWC_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
-    qwc_launch(k, dim3((unsigned)n_tok, (unsigned)n_head_kv, (unsigned)sp.S), ATT_TILE_THREADS, sh, st, out, q,
-               q_stride, kc, vc, n_head, n_head_kv, scale, sel, sel_off, step, sp);
+    const dim3 grid((unsigned)a.n_tok, (unsigned)a.n_head_kv, (unsigned)sp.S);
+    if (a.rows) {
+        QWC_CHECK(cudaFuncSetAttribute(k_attention_split_rows<HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)sh));
+        qwc_launch(k_attention_split_rows<HD, G>, grid, ATT_TILE_THREADS, sh, st, *a.rows, a.out, a.q, a.q_stride,
+                   a.n_head, a.n_head_kv, a.scale, a.sel, a.sel_off, a.sel_stride, sp);
+    } else {
+        auto *k = sp.S > 1 ? k_attention_tiles<HD, G, true> : k_attention_tiles<HD, G, false>;
+        QWC_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+        qwc_launch(k, grid, ATT_TILE_THREADS, sh, st, a.out, a.q, a.q_stride, a.kc, a.vc, a.n_head, a.n_head_kv,
+                   a.scale, a.sel, a.sel_off, a.step, sp);
+    }
     QWC_LAUNCHED();
 }
 
 /* the tiled kernel for these heads (sp.S > 1: split along the keys): 1 when it ran */
-template <int HD>
-static int attention_tiles_g(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc,
-                             const float *vc, int n_tok, int n_head, int n_head_kv, float scale, const int32_t *sel,
-                             const int32_t *sel_off, const qw_step *step, att_split sp) {
-    switch (n_head / n_head_kv) {
+template <int HD> static int attention_tiles_g(cudaStream_t st, const att_call &a, att_split sp) {
+    switch (a.n_head / a.n_head_kv) {
 #define ATT_G(g)                                                                                                   \
-    case g:                                                                                                        \
-        attention_tiles<HD, g>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel, sel_off, step, sp); \
-        return 1;
-    ATT_G(1) ATT_G(2) ATT_G(4) ATT_G(6) ATT_G(8) ATT_G(12) ATT_G(16)
+    case g: attention_tiles<HD, g>(st, a, sp); return 1;
+        ATT_G(1) ATT_G(2) ATT_G(4) ATT_G(6) ATT_G(8) ATT_G(12) ATT_G(16)
 #undef ATT_G
     default: return 0;
     }
 }
 
 /*
- * Dense prompt steps (no selection), QWENC_CUDA_ATT_QTILES=1 in the environment (off until timed against
- * k_attention_tiles): one block of 256 threads per (QB consecutive queries, kv head), its ROWS = QB G rows (query,
+ * Dense prompt steps (no selection; QWENC_CUDA_ATT_QTILES=0 in the environment: k_attention_tiles instead): one block of 256 threads per (QB consecutive queries, kv head), its ROWS = QB G rows (query,
  * head) sharing each key and value tile, so a tile is read once for QB queries. QB = 32 / G rounded down to a power
  * of 2 (1 to 8). A tile of 32 keys: warp w scores its rows w RPW .. against key `lane` (full dots, f32 fused
  * multiply-adds, times the scale; keys past the row's position -inf); a warp a row takes the tile's max, rescales the
@@ -459,7 +505,7 @@ template <int HD>
 static int attention_qtiles_g(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc,
                               const float *vc, int n_tok, int n_head, int n_head_kv, float scale, const qw_step *step) {
     const char *e = getenv("QWENC_CUDA_ATT_QTILES"); /* read at each call: tests compare the two kernels */
-    if (!e || e[0] != '1') return 0;
+    if (e && e[0] == '0') return 0;
     switch (n_head / n_head_kv) {
 #define ATT_QG(g)                                                                                                 \
     case g: {                                                                                                     \
@@ -479,24 +525,43 @@ static int attention_qtiles_g(cudaStream_t st, float *out, const float *q, int q
 }
 
 /* the tiled kernel at head dimension 256 or 128 for these heads: 1 when it ran */
-static int attention_tiles_hd(cudaStream_t st, float *out, const float *q, int q_stride, const float *kc,
-                              const float *vc, int n_tok, int n_head, int n_head_kv, int hd, float scale,
-                              const int32_t *sel, const int32_t *sel_off, const qw_step *step, att_split sp) {
-    if (hd == 256)
-        return attention_tiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel, sel_off, step,
-                                      sp);
-    if (hd == 128)
-        return attention_tiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel, sel_off, step,
-                                      sp);
+static int attention_tiles_hd(cudaStream_t st, int hd, const att_call &a, att_split sp) {
+    if (hd == 256) return attention_tiles_g<256>(st, a, sp);
+    if (hd == 128) return attention_tiles_g<128>(st, a, sp);
     return 0;
 }
 
-/* Splits of a decode step's attention along the keys: QWENC_CUDA_ATT_SPLIT=S in the environment (read at each call,
- * at most 256; 0 or 1: the per-head kernel k_attention) */
+#define ATT_SPLIT 16      /* splits along the keys of a query past ATT_SPLIT_MIN keys */
+#define ATT_SPLIT_MIN 512 /* fewer keys: the per-head kernel */
+
+/* Splits of decode attention along the keys: QWENC_CUDA_ATT_SPLIT=S in the environment (read at each call: tests
+ * compare settings; at most 256; 0 or 1: never split), default ATT_SPLIT */
 static int att_splits(void) {
     const char *e = getenv("QWENC_CUDA_ATT_SPLIT");
-    const int s = e && e[0] ? atoi(e) : 0;
+    const int s = e && e[0] ? atoi(e) : ATT_SPLIT;
     return s < 1 ? 1 : s > 256 ? 256 : s;
+}
+
+/* The most keys a query has for the per-head kernel rather than the split one: QWENC_CUDA_ATT_SPLIT_MIN=N in the
+ * environment (read at each call), default ATT_SPLIT_MIN */
+static int att_split_min(void) {
+    const char *e = getenv("QWENC_CUDA_ATT_SPLIT_MIN");
+    const int m = e && e[0] ? atoi(e) : ATT_SPLIT_MIN;
+    return m < 0 ? 0 : m;
+}
+
+/* Decode attention split along the keys for the queries of a that see more than att_split_min() keys: 1 when
+ * launched, and *nk_max the most keys of the queries left to the per-head kernel */
+static int attention_split(qwc *c, cudaStream_t st, int hd, const att_call &a, int *nk_max) {
+    const int S = att_splits();
+    if (S < 2 || a.n_head_kv <= 0 || a.n_head % a.n_head_kv || a.q_stride % 4 || (hd != 128 && hd != 256)) return 0;
+    const int G = a.n_head / a.n_head_kv;
+    att_split sp = {S, att_split_min(), NULL, qwc_counts(c, a.n_tok * a.n_head_kv)};
+    if (!sp.count) return 0;
+    sp.part = (float *)qwc_keep_buf(c, (size_t)a.n_tok * a.n_head_kv * S * G * (2 + hd) * sizeof(float));
+    if (!attention_tiles_hd(st, hd, a, sp)) return 0;
+    *nk_max = sp.min_keys;
+    return 1;
 }
 
 static void cu_attention(const qw_backend *be, float *out, const float *q, int q_stride, const float *kc,
@@ -505,32 +570,26 @@ static void cu_attention(const qw_backend *be, float *out, const float *q, int q
     (void)work;
     if (hd > ATT_MAX_HD) qwc_die(__FILE__, __LINE__, "attention", "head dimension above 512");
     if (n_tok <= 0) return;
-    cudaStream_t st = qwc_stream(qwc_of(be));
-    if (n_tok > ATT_TILE_MIN_TOK && n_head_kv > 0 && n_head % n_head_kv == 0 && q_stride % 4 == 0) {
-        if (!sel && hd == 256 &&
-            attention_qtiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step))
-            return;
-        if (!sel && hd == 128 &&
-            attention_qtiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step))
-            return;
-        const att_split one = {1, NULL, NULL};
-        if (attention_tiles_hd(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, hd, scale, sel, sel_off, step,
-                               one))
-            return;
-    } else if (n_head_kv > 0 && n_head % n_head_kv == 0 && q_stride % 4 == 0 && (hd == 128 || hd == 256)) {
-        const int S = att_splits();
-        qwc *c = qwc_of(be);
-        const int G = n_head / n_head_kv;
-        att_split sp = {S, NULL, qwc_counts(c, n_tok * n_head_kv)};
-        if (S > 1 && sp.count) {
-            sp.part = (float *)qwc_keep_buf(c, (size_t)n_tok * n_head_kv * S * G * (2 + hd) * sizeof(float));
-            if (attention_tiles_hd(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, hd, scale, sel, sel_off,
-                                   step, sp))
+    qwc *c = qwc_of(be);
+    cudaStream_t st = qwc_stream(c);
+    const att_call a = {out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, sel, sel_off, 0, step, NULL};
+    int nk_max = INT_MAX;
+    if (n_tok > ATT_TILE_MIN_TOK) {
+        if (n_head_kv > 0 && n_head % n_head_kv == 0 && q_stride % 4 == 0) {
+            if (!sel && hd == 256 &&
+                attention_qtiles_g<256>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step))
                 return;
+            if (!sel && hd == 128 &&
+                attention_qtiles_g<128>(st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step))
+                return;
+            const att_split one = {1, 0, NULL, NULL};
+            if (attention_tiles_hd(st, hd, a, one)) return;
         }
+    } else {
+        attention_split(c, st, hd, a, &nk_max);
     }
     qwc_launch(k_attention, n_tok * n_head, ATT_WARPS * 32, 0, st, out, q, q_stride, kc, vc, n_head, n_head_kv, hd,
-               scale, sel, sel_off, step);
+               scale, sel, sel_off, step, nk_max);
     QWC_LAUNCHED();
 }
 
@@ -752,12 +811,12 @@ __global__ void k_qsa_select_rows(qw_attn_rows r, int32_t *sel, int32_t *sel_off
 }
 
 /*
- * Few queries over many blocks (decode steps and drafts, QWENC_CUDA_QSA_SPLIT=S in the environment; off until timed
- * against k_qsa_select): a query's block scores split S ways over blocks (y), each block scoring its chunk of the
- * query's n_b blocks into scratch (gscore, gs_stride floats a query), the last of them to end (a counter per query,
- * left at zero) copying them to its shared memory and picking as k_qsa_select does: the same scores, the same
- * positions, with S blocks at work instead of one (at 32k positions a query has 8,192 blocks of four heads' 128-wide
- * dots in double).
+ * Few queries over many blocks (decode steps and drafts; QWENC_CUDA_QSA_SPLIT=S in the environment, default
+ * QSA_SPLIT): a query's block scores split S ways over blocks (y), each block scoring its chunk of the query's n_b
+ * blocks into scratch (gscore, gs_stride floats a query), the last of them to end (a counter per query, left at zero)
+ * copying them to its shared memory and picking as k_qsa_select does: the same scores, the same positions, with S
+ * blocks at work instead of one (at 32k positions a query has 8,192 blocks of four heads' 128-wide dots in double).
+ * A query with no more blocks than it keeps (every block selected, nothing scored) is block 0's alone.
  */
 __global__ void k_qsa_select_split(int32_t *sel, const int32_t *sel_off, const float *q, int64_t q_stride,
                                    const float *blk, int n_head, int ihd, int R, int topk, const qw_step *step,
@@ -767,7 +826,11 @@ __global__ void k_qsa_select_split(int32_t *sel, const int32_t *sel_off, const f
     __shared__ unsigned last;
     const int t = blockIdx.x, S = gridDim.y, i = step->pos0 + t, n_b = (i + 1) / R;
     float *gs = gscore + t * gs_stride;
-    if (n_b > topk) {
+    if (n_b <= topk) { /* nothing to score */
+        if (blockIdx.y == 0) qsa_pick(sel + sel_off[t], score, i, R, topk);
+        return;
+    }
+    {
         const int cb = (n_b + S - 1) / S, b0 = min(n_b, (int)blockIdx.y * cb);
         qsa_score(gs, q + t * q_stride, blk, b0, min(n_b, b0 + cb), n_head, ihd);
     }
@@ -778,17 +841,18 @@ __global__ void k_qsa_select_split(int32_t *sel, const int32_t *sel_off, const f
     if (!last) return;
     if (threadIdx.x == 0) count[t] = 0; /* for the next launch (which reads it after this grid ends) */
     __threadfence();
-    if (n_b > topk)
-        for (int b = threadIdx.x; b < n_b; b += blockDim.x) score[b] = __ldcg(gs + b);
+    for (int b = threadIdx.x; b < n_b; b += blockDim.x) score[b] = __ldcg(gs + b);
     __syncthreads();
     qsa_pick(sel + sel_off[t], score, i, R, topk);
 }
 
+#define QSA_SPLIT 16
+
 /* Splits of a decode step's QSA selection: QWENC_CUDA_QSA_SPLIT=S in the environment (read at each call, at most
- * 256; 0 or 1: one block a query) */
+ * 256; 0 or 1: one block a query), default QSA_SPLIT */
 static int qsa_splits(void) {
     const char *e = getenv("QWENC_CUDA_QSA_SPLIT");
-    const int s = e && e[0] ? atoi(e) : 0;
+    const int s = e && e[0] ? atoi(e) : QSA_SPLIT;
     return s < 1 ? 1 : s > 256 ? 256 : s;
 }
 
@@ -834,8 +898,8 @@ static size_t cu_qsa_select_work(const qw_backend *be, int n_ctx, int R, int top
 
 /* A batched step's cache stores, QSA keys and selection, and attention over all its sessions' rows in one launch
  * each (kv_store_rows, qsa_rows, attention_rows: each row's operations those of its one-token call, so its bits):
- * with the other rows ops (QWC_ROWS, QWENC_CUDA_ROWS in ops.cu), and, off until timed against a launch a session,
- * only with QWENC_CUDA_ATT_ROWS=1 in the environment. QWC_ATT_ROWS 0: never. */
+ * with the other rows ops (QWC_ROWS, QWENC_CUDA_ROWS in ops.cu) unless QWENC_CUDA_ATT_ROWS=0 is in the environment
+ * (then a launch a session). QWC_ATT_ROWS 0: never. */
 #ifndef QWC_ATT_ROWS
 #define QWC_ATT_ROWS 1
 #endif
@@ -883,12 +947,13 @@ static void cu_attention_rows(const qw_backend *be, const qw_attn_rows *r, float
     if (hd > ATT_MAX_HD) qwc_die(__FILE__, __LINE__, "attention_rows", "head dimension above 512");
     if (n <= 0) return;
     if (n > QW_ROWS_MAX) qwc_die(__FILE__, __LINE__, "attention_rows", "more rows than QW_ROWS_MAX");
-    if (att_splits() > 1) { /* decode attention split along the keys (QWENC_CUDA_ATT_SPLIT): a call a row, its bits */
-        qw_attention_rows_ops(be, r, out, q, q_stride, n, n_head, n_head_kv, hd, scale, sel, sel_off, sel_stride, work);
-        return;
-    }
-    qwc_launch(k_attention_rows, n * n_head, ATT_WARPS * 32, 0, qwc_stream(qwc_of(be)), *r, out, q, q_stride, n_head,
-               n_head_kv, hd, scale, sel, sel_off, sel_stride);
+    qwc *c = qwc_of(be);
+    cudaStream_t st = qwc_stream(c);
+    const att_call a = {out, q, q_stride, NULL, NULL, n, n_head, n_head_kv, scale, sel, sel_off, sel_stride, NULL, r};
+    int nk_max = INT_MAX; /* the rows past att_split_min() keys split along them, the others a block a head */
+    attention_split(c, st, hd, a, &nk_max);
+    qwc_launch(k_attention_rows, n * n_head, ATT_WARPS * 32, 0, st, *r, out, q, q_stride, n_head, n_head_kv, hd, scale,
+               sel, sel_off, sel_stride, nk_max);
     QWC_LAUNCHED();
 }
 
@@ -900,7 +965,7 @@ void qwc_attn_fill(qw_backend *t) {
     t->qsa_select_work = cu_qsa_select_work;
     int rows_env = -1, att_env = -1; /* read at each backend's making (t_session compares one with, one without) */
     if (QWC_ATT_ROWS && qwc_env_switch("QWENC_CUDA_ROWS", 1, &rows_env) &&
-        qwc_env_switch("QWENC_CUDA_ATT_ROWS", 0, &att_env)) {
+        qwc_env_switch("QWENC_CUDA_ATT_ROWS", 1, &att_env)) {
         t->kv_store_rows = cu_kv_store_rows;
         t->qsa_rows = cu_qsa_rows;
         t->attention_rows = cu_attention_rows;

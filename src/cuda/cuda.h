@@ -29,7 +29,7 @@ void qw_backend_cuda_memory(const qw_backend *be, size_t *free_bytes, size_t *to
 void qw_backend_cuda_set_q8_activations(qw_backend *be, int on);
 /* The delta rule of a call of at least min_tok tokens (a prompt's; never fewer than 18) in the chunked form
  * (src/cuda/delta_chunk.cu: small matrix products a chunk of 64 tokens, within a stated bound of the token-by-token
- * rule); 0: token by token always. The backend starts with QWENC_CUDA_DR_CHUNK from the environment (default 0). */
+ * rule); 0: token by token always. The backend starts with QWENC_CUDA_DR_CHUNK from the environment (default 64). */
 void qw_backend_cuda_set_dr_chunk(qw_backend *be, int min_tok);
 /* on: the n-gram table (PLE) is not copied to the device but to pinned host memory mapped for it, and the gather
  * kernel reads the rows a step needs (a few KiB a token) over the bus. For a table that does not fit beside the

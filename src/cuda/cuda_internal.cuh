@@ -61,14 +61,14 @@ int qwc_recording(const qwc *c);
 /* The delta rule takes its chunked form (delta_chunk.cu) for calls of at least this many tokens; 0: never. The
  * backend's start: QWENC_CUDA_DR_CHUNK in the environment, else QWC_DR_CHUNK_MIN; qw_backend_cuda_set_dr_chunk. */
 #ifndef QWC_DR_CHUNK_MIN
-#define QWC_DR_CHUNK_MIN 0
+#define QWC_DR_CHUNK_MIN 64
 #endif
 int qwc_dr_chunk_min(const qwc *c);
 /* The MoE's rows (token, slot pairs) up to which each pair is its own matrix-vector product (moe.cu); more rows are
  * grouped by expert into the tensor-core GEMMs. The backend's start: QWENC_CUDA_PAIRS_MAX in the environment (1 ..
  * QWC_PAIRS_LIMIT), else QWC_PAIRS_MAX. */
 #ifndef QWC_PAIRS_MAX
-#define QWC_PAIRS_MAX 64
+#define QWC_PAIRS_MAX 256
 #endif
 #define QWC_PAIRS_LIMIT 1024
 int qwc_pairs_max(const qwc *c);
@@ -272,22 +272,6 @@ __device__ __forceinline__ void qwc_early_row(float (&wv)[QWC_EARLY_N], const fl
         const int i = threadIdx.x + e * blockDim.x;
         wv[e] = i < n ? w[i] : 0.0f;
     }
-}
-
-/* The bytes [p, p + n) asked for into L2 by the calling warp, 64 KiB a lane at a time, by sm_90's bulk prefetch
- * (the 16-byte aligned interior: the edges come with the reads that need them; nothing on older GPUs). A prefetch
- * changes no result. */
-__device__ __forceinline__ void qwc_warp_prefetch_l2(const void *p, int64_t n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr uint64_t CH = 65536;
-    const uint64_t b = ((uint64_t)p + 15) & ~(uint64_t)15, e = ((uint64_t)p + (uint64_t)n) & ~(uint64_t)15;
-    for (uint64_t o = b + (uint64_t)(threadIdx.x & 31) * CH; o < e; o += 32 * CH) {
-        const uint32_t sz = (uint32_t)(e - o < CH ? e - o : CH);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(o), "r"(sz) : "memory");
-    }
-#else
-    (void)p, (void)n;
-#endif
 }
 
 static inline int qwc_pdl_on(void) {

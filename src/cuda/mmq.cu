@@ -251,11 +251,11 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
  * narrow matrices, whose few row tiles would leave most SMs idle). The outputs' bits do not depend on it. */
 constexpr int64_t MMQ_BIG_BLOCKS = 264;
 
-/* The big tiles' groups unrolled, at 3 blocks an SM for the registers that takes (QWENC_CUDA_MMQ_UNROLL=1 in the
- * environment; off until measured against the loop: the same bits) */
+/* The big tiles' groups unrolled, at 3 blocks an SM for the registers that takes (QWENC_CUDA_MMQ_UNROLL=0 in the
+ * environment: the loop at 4 blocks an SM; the same bits) */
 static int mmq_unroll() {
     static int r = -1;
-    return qwc_env_switch("QWENC_CUDA_MMQ_UNROLL", 0, &r);
+    return qwc_env_switch("QWENC_CUDA_MMQ_UNROLL", 1, &r);
 }
 
 template <int T> void mmq_launch(qwc *c, mmq_args a, int64_t n_rows, int grouped, int slices) {

@@ -649,7 +649,7 @@ struct mv_args {
     int64_t y_tok, y_pair;
     int64_t pair0;
     int n_tok, kw;
-    int early; /* the rows asked for before the programmatic launch's wait (w: not a pair's; mv_early_mode) */
+    int early; /* the rows asked for before the programmatic launch's wait (w: not a pair's) */
 };
 
 /* Stage chunk k (blocks k*CBLK ..) of the rows rp[] into dst: 16-byte aligned copies covering the chunk's bytes,
@@ -810,9 +810,7 @@ template <int T, int NT, int R = MV_ROWS>
 __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? MV_MINB_DECODE : 1) mv_kernel(mv_args a) {
     using L = lay<T>;
     constexpr int V = R * NT;
-    if (a.early == 2 && !a.mats) { /* the matrix by block 0 */
-        if (blockIdx.x == 0 && threadIdx.x < 32) qwc_warp_prefetch_l2(a.w, a.rows * a.row_bytes);
-    } else if (a.early && !a.mats) { /* the weights depend on no kernel: their reads start while the one before runs */
+    if (a.early && !a.mats) { /* the weights depend on no kernel: their reads start while the one before runs */
         const int warp = threadIdx.x >> 5, kwi = warp % a.kw;
         const int64_t row0 = ((int64_t)blockIdx.x * (MV_WARPS / a.kw) + warp / a.kw) * R;
         for (int r = 0; r < R && row0 + r < a.rows; r++)
@@ -913,7 +911,7 @@ struct mvq_args {
     /* n_jobs > 0: one token through n_jobs matrices of the same type and row length at once, job blockIdx.y's
      * matrix, rows and output taking the place of w, rows and y (qwc_matmul_group) */
     int n_jobs;
-    int early; /* the rows asked for before the programmatic launch's wait (w or jw: not a pair's; mv_early_mode) */
+    int early; /* the rows asked for before the programmatic launch's wait (w or jw: not a pair's) */
     int ks;    /* warps a row (1, 2 or 4): each sums a part of the groups, the parts added in order */
     int walk;  /* Q8_0, Q4_K, Q6_K: mvq_walk */
     int stage; /* a block's rows (w or jw: not a pair's) copied into shared memory before the programmatic launch's
@@ -1183,9 +1181,7 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
         block_copy_async<MV_THREADS>(sm, src, n, stage);
         asm volatile("cp.async.commit_group;");
     }
-    if (early && a.early == 2) { /* the matrix (this job's) by the first block */
-        if (blockIdx.x == 0 && threadIdx.x < 32) qwc_warp_prefetch_l2(w, rows * row_bytes);
-    } else if (!stage && early && row < rows)
+    if (!stage && early && row < rows)
         for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < row_bytes; o += (int64_t)ks * 32 * 128)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(w + row * row_bytes + o));
     QWC_PDL_ENTRY();
@@ -1395,15 +1391,6 @@ static int mv_early() {
     return qwc_env_switch("QWENC_CUDA_MV_EARLY", 1, &r);
 }
 
-/* With the weights asked for early: the whole matrix (each job's) by the first block's first warp, in bulk
- * prefetches of 64 KiB, instead of each block its own rows (QWENC_CUDA_MV_BULK=1 in the environment; off until
- * measured: the blocks resident beside the kernel before are all that ask early without it; the same results).
- * mv_args' and mvq_args' early: 0 after the wait, 1 a block its rows, 2 the matrix by block 0. */
-static int mv_early_mode() {
-    static int b = -1;
-    return mv_early() ? (qwc_env_switch("QWENC_CUDA_MV_BULK", 0, &b) ? 2 : 1) : 0;
-}
-
 /* One token's product whose row groups would fill few blocks (fewer than MV_ONE_ROW_BLOCKS: the MoE's f32 router,
  * 512 rows in 128 blocks; most products of a BF16 model) takes a row a warp instead of a group of MV_ROWS: four
  * times the warps, each with the same chunks (kw is chosen for the groups of MV_ROWS as before) and the same sums
@@ -1434,7 +1421,7 @@ template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs
             continue;
         }
         a.nblk = cols / L::BE;
-        a.early = mv_early_mode();
+        a.early = mv_early();
         const int64_t nchunk = cdiv(a.nblk, L::CBLK), groups = cdiv(a.rows, MV_ROWS) * n_pairs;
         const int64_t target = a.n_tok <= 2 ? MV_TARGET_DECODE : MV_TARGET_WARPS;
         a.kw = 1;
@@ -1516,7 +1503,7 @@ static int mvq_stage_on() {
 
 /* one launch of mvq_kernel */
 template <int T> void mvq_go(cudaStream_t s, mvq_args a, unsigned ny) {
-    a.early = mv_early_mode();
+    a.early = mv_early();
     a.walk = mvq_walk_on();
     int64_t nb = 0; /* blocks a matrix */
     if (a.n_jobs)

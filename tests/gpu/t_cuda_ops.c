@@ -227,16 +227,22 @@ static void test_attention(void) {
             R->attention(R, o, q, nh * hd, kc, vc, T, nh, nkv, hd, scale, sel, off, work, &st);
             float *dout = dev(NULL, (size_t)T * nh * hd * 4), *dq = dev(q, (size_t)T * nh * hd * 4);
             qw_step *dst = dev_step(p0);
-            /* the default kernels; dense prompts' k_attention_qtiles; few queries split along the keys 7 and 40
-             * ways (QWENC_CUDA_ATT_SPLIT) */
-            static const char *const var[] = {"", " (queries tiled)", " (split 7 ways)", " (split 40 ways)"};
+            /* the default kernels (few queries: a block a head below ATT_SPLIT_MIN keys; dense prompts: queries
+             * tiled); dense prompts a query a block (QWENC_CUDA_ATT_QTILES=0); few queries split along the keys 7
+             * ways past 100 keys and 40 ways always (QWENC_CUDA_ATT_SPLIT, QWENC_CUDA_ATT_SPLIT_MIN) */
+            static const char *const var[] = {"", " (a query a block)", " (split 7 ways past 100 keys)",
+                                              " (split 40 ways)"};
             for (int qt = 0; qt < 4; qt++) {
                 if ((qt == 1 && (sparse || T <= 16)) || (qt >= 2 && T > 16)) continue;
-                if (qt == 1) setenv("QWENC_CUDA_ATT_QTILES", "1", 1);
-                if (qt >= 2) setenv("QWENC_CUDA_ATT_SPLIT", qt == 2 ? "7" : "40", 1);
+                if (qt == 1) setenv("QWENC_CUDA_ATT_QTILES", "0", 1);
+                if (qt >= 2) {
+                    setenv("QWENC_CUDA_ATT_SPLIT", qt == 2 ? "7" : "40", 1);
+                    setenv("QWENC_CUDA_ATT_SPLIT_MIN", qt == 2 ? "100" : "0", 1);
+                }
                 G->attention(G, dout, dq, nh * hd, dk, dv, T, nh, nkv, hd, scale, dsel, doff, NULL, dst);
                 unsetenv("QWENC_CUDA_ATT_QTILES");
                 unsetenv("QWENC_CUDA_ATT_SPLIT");
+                unsetenv("QWENC_CUDA_ATT_SPLIT_MIN");
                 float *g = back(dout, (size_t)T * nh * hd * 4);
                 double worst = 0;
                 for (int i = 0; i < T * nh * hd; i++) worst = fmax(worst, fabs((double)g[i] - o[i]));
@@ -307,14 +313,14 @@ static void test_qsa(void) {
             CHECK(same(goff, off, (size_t)(T + 1) * 4), "qsa_select config %zu step %zu: offsets differ", gi, si);
             int32_t *gsel = back(dsel, (size_t)off[T] * 4);
             CHECK(same(gsel, sel, (size_t)off[T] * 4), "qsa_select config %zu step %zu: positions differ", gi, si);
-            for (int sv = 0; sv < 2; sv++) { /* few queries split over blocks (QWENC_CUDA_QSA_SPLIT): the same */
+            for (int sv = 0; sv < 2; sv++) { /* few queries one block each, or split 37 ways: the same */
                 free(gsel), free(goff);
-                setenv("QWENC_CUDA_QSA_SPLIT", sv ? "37" : "3", 1);
+                setenv("QWENC_CUDA_QSA_SPLIT", sv ? "37" : "1", 1);
                 G->qsa_select(G, dsel, doff, drows, width, dblk, T, ni, ihd, R_, topk, NULL, dst);
                 unsetenv("QWENC_CUDA_QSA_SPLIT");
                 goff = back(doff, (size_t)(T + 1) * 4), gsel = back(dsel, (size_t)off[T] * 4);
                 CHECK(same(goff, off, (size_t)(T + 1) * 4) && same(gsel, sel, (size_t)off[T] * 4),
-                      "qsa_select split %d ways, config %zu step %zu: other positions", sv ? 37 : 3, gi, si);
+                      "qsa_select split %d ways, config %zu step %zu: other positions", sv ? 37 : 1, gi, si);
             }
             free(goff), free(gsel), free(sel), free(off), free(work), free(graw), free(gblk), free(rows);
             pos += T;
@@ -1207,6 +1213,60 @@ static void test_attn_rows(void) {
     free(hi);
 }
 
+/* attention_rows with decode attention split along the keys (QWENC_CUDA_ATT_SPLIT 6 ways past
+ * QWENC_CUDA_ATT_SPLIT_MIN=30 keys): each row the bits of its own one-token call, dense and over a selection; the rows
+ * past 30 keys not the bits of the unsplit kernel (the split ran), the others its bits */
+static void test_attn_rows_split(void) {
+    printf("attention_rows split along the keys\n");
+    fflush(stdout);
+    if (!G->attention_rows) return;
+    enum { N = 4, NCTX = 90, NH = 8, NKV = 2, HD = 128, CAP = NCTX };
+    static const int pos[N] = {5, 29, 41, 89}; /* dense: 6 and 30 keys a block a head, 42 and 90 split */
+    const int64_t width = NKV * HD, qwd = NH * HD;
+    const size_t cb = (size_t)NCTX * width * 4;
+    qw_attn_rows r;
+    memset(&r, 0, sizeof(r));
+    int32_t hsel[N * CAP], hoff[2 * N];
+    for (int i = 0; i < N; i++) {
+        float *kc = rvec((size_t)NCTX * width, 1), *vc = rvec((size_t)NCTX * width, 1);
+        r.k[i] = dev(kc, cb), r.v[i] = dev(vc, cb), r.step[i] = dev_step(pos[i]);
+        free(kc), free(vc);
+        int m = 0; /* every other position, and the row's own */
+        for (int p = 0; p <= pos[i]; p++)
+            if (p % 2 == i % 2 || p == pos[i]) hsel[i * CAP + m++] = p;
+        hoff[2 * i] = 0, hoff[2 * i + 1] = m;
+    }
+    float *hq = rvec((size_t)N * qwd, 1), *dq = dev(hq, (size_t)N * qwd * 4);
+    int32_t *dsel = dev(hsel, sizeof(hsel)), *doff = dev(hoff, sizeof(hoff));
+    float *da = dev(NULL, (size_t)N * qwd * 4), *db = dev(NULL, (size_t)N * qwd * 4), *du = dev(NULL, (size_t)N * qwd * 4);
+    const float scale = 1.0f / sqrtf((float)HD);
+    for (int sparse = 0; sparse < 2; sparse++) {
+        setenv("QWENC_CUDA_ATT_SPLIT", "1", 1); /* unsplit, a call a row */
+        for (int i = 0; i < N; i++)
+            G->attention(G, du + i * qwd, dq + i * qwd, (int)qwd, r.k[i], r.v[i], 1, NH, NKV, HD, scale,
+                         sparse ? dsel + i * CAP : NULL, sparse ? doff + 2 * i : NULL, NULL, r.step[i]);
+        setenv("QWENC_CUDA_ATT_SPLIT", "6", 1), setenv("QWENC_CUDA_ATT_SPLIT_MIN", "30", 1);
+        for (int i = 0; i < N; i++)
+            G->attention(G, da + i * qwd, dq + i * qwd, (int)qwd, r.k[i], r.v[i], 1, NH, NKV, HD, scale,
+                         sparse ? dsel + i * CAP : NULL, sparse ? doff + 2 * i : NULL, NULL, r.step[i]);
+        G->attention_rows(G, &r, db, dq, (int)qwd, N, NH, NKV, HD, scale, sparse ? dsel : NULL,
+                          sparse ? doff : NULL, sparse ? CAP : 0, NULL);
+        unsetenv("QWENC_CUDA_ATT_SPLIT"), unsetenv("QWENC_CUDA_ATT_SPLIT_MIN");
+        float *ga = back(da, (size_t)N * qwd * 4), *gb = back(db, (size_t)N * qwd * 4);
+        float *gu = back(du, (size_t)N * qwd * 4);
+        CHECK(same_f(gb, ga, (size_t)N * qwd), "attention_rows split (%s): not the bits of a call a row",
+              sparse ? "selection" : "dense");
+        for (int i = 0; i < N; i++) {
+            const int nk = sparse ? hoff[2 * i + 1] : pos[i] + 1, split = nk > 30;
+            const int eq = same(ga + i * qwd, gu + i * qwd, (size_t)qwd * 4);
+            CHECK(split ? !eq : eq, "attention split past 30 keys (%s), row of %d keys: %s the unsplit kernel's bits",
+                  sparse ? "selection" : "dense", nk, eq ? "" : "not");
+        }
+        free(ga), free(gb), free(gu);
+    }
+    free(hq);
+}
+
 int main(void) {
     char desc[320];
     if (!qw_cuda_available(desc, sizeof(desc))) {
@@ -1215,7 +1275,6 @@ int main(void) {
     }
     printf("device: %s\n", desc);
     char err[512];
-    setenv("QWENC_CUDA_ATT_ROWS", "1", 0); /* the attention rows ops (off by default until timed): test_attn_rows */
     if (qw_backend_cuda_new(0, &G, err, sizeof(err))) {
         printf("FAIL cuda backend: %s\n0 passed, 1 failed\n", err);
         return 1;
@@ -1241,6 +1300,7 @@ int main(void) {
     test_rows();
     test_delta_chunk();
     test_attn_rows();
+    test_attn_rows_split();
     G->release(G); /* the test's device buffers go with the process */
     return test_summary();
 }

@@ -193,13 +193,15 @@ static void test_attention(const qw_backend *G) {
     }
 }
 
-/* A decode step's attention split along the keys (QWENC_CUDA_ATT_SPLIT): within t_cuda_ops' bound of the reference,
- * one launch, each query the bits of its own one-query call, the counters left at zero; head shapes the tiled
- * kernel lacks go to the per-head kernel. */
+/* A decode step's attention split along the keys (QWENC_CUDA_ATT_SPLIT) for the queries past
+ * QWENC_CUDA_ATT_SPLIT_MIN keys (0, and 200: some queries each way): within t_cuda_ops' bound of the reference, two
+ * launches (the split kernel and the per-head kernel, each taking its queries), each query the bits of its own
+ * one-query call, those at or below the threshold the bits of the unsplit kernel and those past it not, the counters
+ * left at zero; head shapes the tiled kernel lacks go to the per-head kernel alone. */
 static void test_attention_split(const qw_backend *G) {
     const qw_backend *R = qw_backend_ref();
     static const int shapes[][3] = {{24, 2, 256}, {8, 2, 128}, {3, 1, 128}};
-    static const int cases[][3] = {{1, 0, 0}, {1, 250, 0}, {3, 140, 1}, {5, 290, 0}, {2, 200, 1}};
+    static const int cases[][3] = {{1, 0, 0}, {1, 250, 0}, {3, 140, 1}, {5, 290, 0}, {2, 200, 1}, {2, 199, 0}};
     const int n_ctx = 300;
     qwc *c = qwc_of(G);
     for (auto &sh : shapes) {
@@ -208,6 +210,7 @@ static void test_attention_split(const qw_backend *G) {
         for (int S : {2, 7, 40}) {
             char sv[16];
             snprintf(sv, sizeof(sv), "%d", S);
+            const int min_keys = S == 7 ? 200 : 0;
             for (auto &cs : cases) {
                 const int T = cs[0], p0 = cs[1], sparse = cs[2];
                 const size_t qw = (size_t)nh * hd;
@@ -227,7 +230,12 @@ static void test_attention_split(const qw_backend *G) {
                 const int32_t *s_ = sparse ? sel.data() : NULL, *o_ = sparse ? off.data() : NULL;
                 R->attention(R, o.data(), q.data(), (int)qw, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_,
                              work.data(), &st);
+                std::vector<float> u((size_t)T * qw, NAN); /* unsplit */
+                setenv("QWENC_CUDA_ATT_SPLIT", "1", 1);
+                G->attention(G, u.data(), q.data(), (int)qw, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_, NULL,
+                             &st);
                 setenv("QWENC_CUDA_ATT_SPLIT", sv, 1);
+                setenv("QWENC_CUDA_ATT_SPLIT_MIN", min_keys ? "200" : "0", 1);
                 emu_launches = 0;
                 G->attention(G, g.data(), q.data(), (int)qw, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_, NULL,
                              &st);
@@ -235,8 +243,15 @@ static void test_attention_split(const qw_backend *G) {
                 double worst = 0;
                 for (size_t i = 0; i < o.size(); i++)
                     worst = fmax(worst, g[i] == g[i] ? fabs((double)g[i] - o[i]) : 1e9);
-                bool own = true, zero = true;
+                bool own = true, zero = true, route = true;
+                const int gq = nh / nkv; /* the tiled kernel's heads a kv head */
+                const bool tiled = (hd == 256 || hd == 128) &&
+                                   (gq == 1 || gq == 2 || gq == 4 || gq == 6 || gq == 8 || gq == 12 || gq == 16);
                 for (int t = 0; t < T; t++) { /* query t alone, at its own position */
+                    const int nk = sparse ? off[t + 1] - off[t] : p0 + t + 1;
+                    const bool eq = !memcmp(u.data() + t * qw, g.data() + t * qw, qw * sizeof(float));
+                    if (!tiled || nk <= min_keys) route = route && eq;
+                    else if (nk > 8) route = route && !eq; /* (one key: its value, the same bits either way) */
                     std::vector<float> g1(qw, NAN);
                     std::vector<int32_t> s1, o1;
                     if (sparse)
@@ -246,15 +261,17 @@ static void test_attention_split(const qw_backend *G) {
                                  sparse ? s1.data() : NULL, sparse ? o1.data() : NULL, NULL, &st1);
                     own = own && !memcmp(g1.data(), g.data() + t * qw, qw * sizeof(float));
                 }
-                unsetenv("QWENC_CUDA_ATT_SPLIT");
-                for (unsigned u : c->counts) zero = zero && !u;
+                unsetenv("QWENC_CUDA_ATT_SPLIT"), unsetenv("QWENC_CUDA_ATT_SPLIT_MIN");
+                for (unsigned n : c->counts) zero = zero && !n;
                 CHECK(worst < 2e-5, "attention split %d ways, %d heads / %d kv heads x %d, %d queries from %d%s: "
                       "largest difference %.2e (bound 2e-5)", S, nh, nkv, hd, T, p0, sparse ? " over a selection" : "",
                       worst);
                 CHECK(own, "attention split %d ways (%d heads x %d, %d queries from %d): a query not the bits of its "
                       "own call", S, nh, hd, T, p0);
+                CHECK(route, "attention split %d ways past %d keys (%d heads x %d, %d queries from %d): a query "
+                      "on the wrong side of the threshold", S, min_keys, nh, hd, T, p0);
                 CHECK(zero, "attention split %d ways: counters not left at zero", S);
-                CHECK(launches == 1, "attention split %d ways: %d launches", S, launches);
+                CHECK(launches == (tiled ? 2 : 1), "attention split %d ways: %d launches", S, launches);
             }
         }
     }
@@ -292,7 +309,7 @@ static void test_qsa(const qw_backend *G) {
         G->qsa_select(G, gsel.data(), goff.data(), rows.data(), width, gblk.data(), T, ni, ihd, RR, topk, NULL, &st);
         CHECK(goff == off && !memcmp(gsel.data(), sel.data(), (size_t)off[T] * 4),
               "qsa_select step at %d: other positions", pos);
-        for (const char *S : {"2", "5", "40"}) { /* few queries split over blocks: the same positions, one launch */
+        for (const char *S : {"1", "2", "5", "40"}) { /* few queries one block each or split: the same positions */
             setenv("QWENC_CUDA_QSA_SPLIT", S, 1);
             std::fill(gsel.begin(), gsel.end(), -1), std::fill(goff.begin(), goff.end(), -1);
             emu_launches = 0;
@@ -379,33 +396,44 @@ static void test_attn_rows(const qw_backend *G) {
     CHECK(memcmp(out_a.data(), den_a.data(), out_a.size() * 4), "attention_rows: the selection changed nothing");
 }
 
-/* attention_rows with decode attention split along the keys: a call a row through the split kernel, their bits */
+/* attention_rows with decode attention split along the keys past 30 keys (QWENC_CUDA_ATT_SPLIT_MIN): two launches
+ * (the rows' split kernel and their per-head kernel), each row the bits of its own call, dense and over a selection */
 static void test_attn_rows_split(const qw_backend *G) {
-    enum { N = 3, NCTX = 80, NH = 8, NKV = 2, HD = 128 };
-    static const int pos[N] = {5, 40, 79};
+    enum { N = 4, NCTX = 90, NH = 8, NKV = 2, HD = 128, CAP = NCTX };
+    static const int pos[N] = {5, 29, 41, 89}; /* dense: 6 and 30 keys a block a head, 42 and 90 split */
     const int64_t width = NKV * HD, qwd = NH * HD;
     std::vector<std::vector<float>> mem;
     qw_attn_rows r;
     memset(&r, 0, sizeof(r));
     qw_step steps[N];
+    std::vector<int32_t> sel((size_t)N * CAP), off(2 * N);
     for (int i = 0; i < N; i++) {
         mem.push_back(rvec((size_t)NCTX * width, 1)), r.k[i] = mem.back().data();
         mem.push_back(rvec((size_t)NCTX * width, 1)), r.v[i] = mem.back().data();
         steps[i].pos0 = pos[i];
         r.step[i] = &steps[i];
+        int m = 0; /* every other position, and the row's own */
+        for (int p = 0; p <= pos[i]; p++)
+            if (p % 2 == i % 2 || p == pos[i]) sel[(size_t)i * CAP + m++] = p;
+        off[2 * i] = 0, off[2 * i + 1] = m;
     }
-    std::vector<float> q = rvec((size_t)N * qwd, 1), out_a((size_t)N * qwd, NAN), out_b(out_a.size(), NAN);
+    std::vector<float> q = rvec((size_t)N * qwd, 1);
     const float scale = 1.0f / sqrtf((float)HD);
     setenv("QWENC_CUDA_ATT_SPLIT", "6", 1);
-    for (int i = 0; i < N; i++)
-        G->attention(G, out_a.data() + i * qwd, q.data() + i * qwd, (int)qwd, r.k[i], r.v[i], 1, NH, NKV, HD, scale,
-                     NULL, NULL, NULL, r.step[i]);
-    emu_launches = 0;
-    G->attention_rows(G, &r, out_b.data(), q.data(), (int)qwd, N, NH, NKV, HD, scale, NULL, NULL, 0, NULL);
-    unsetenv("QWENC_CUDA_ATT_SPLIT");
-    CHECK(emu_launches == N, "attention_rows split along the keys: %d launches for %d rows", emu_launches, N);
-    CHECK(!memcmp(out_a.data(), out_b.data(), out_a.size() * 4),
-          "attention_rows split along the keys: not the bits of a call a row");
+    setenv("QWENC_CUDA_ATT_SPLIT_MIN", "30", 1);
+    for (int sparse = 0; sparse < 2; sparse++) {
+        std::vector<float> out_a((size_t)N * qwd, NAN), out_b(out_a.size(), NAN);
+        for (int i = 0; i < N; i++)
+            G->attention(G, out_a.data() + i * qwd, q.data() + i * qwd, (int)qwd, r.k[i], r.v[i], 1, NH, NKV, HD, scale,
+                         sparse ? sel.data() + i * CAP : NULL, sparse ? off.data() + 2 * i : NULL, NULL, r.step[i]);
+        emu_launches = 0;
+        G->attention_rows(G, &r, out_b.data(), q.data(), (int)qwd, N, NH, NKV, HD, scale, sparse ? sel.data() : NULL,
+                          sparse ? off.data() : NULL, sparse ? CAP : 0, NULL);
+        CHECK(emu_launches == 2, "attention_rows split along the keys: %d launches for %d rows", emu_launches, N);
+        CHECK(!memcmp(out_a.data(), out_b.data(), out_a.size() * 4),
+              "attention_rows split along the keys (%s): not the bits of a call a row", sparse ? "selection" : "dense");
+    }
+    unsetenv("QWENC_CUDA_ATT_SPLIT"), unsetenv("QWENC_CUDA_ATT_SPLIT_MIN");
 }
 
 /* The integer GEMM (mmq.cu) against the CPU's integer reference: every output qw_q8a_dot_ref's bits, for each kernel
