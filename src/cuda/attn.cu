@@ -532,7 +532,7 @@ static int attention_tiles_hd(cudaStream_t st, int hd, const att_call &a, att_sp
 }
 
 #define ATT_SPLIT 16      /* splits along the keys of a query past ATT_SPLIT_MIN keys */
-#define ATT_SPLIT_MIN 512 /* fewer keys: the per-head kernel */
+#define ATT_SPLIT_MIN 256 /* this many keys or fewer: the per-head kernel (the split gains past ~300 on an H100) */
 
 /* Splits of decode attention along the keys: QWENC_CUDA_ATT_SPLIT=S in the environment (read at each call: tests
  * compare settings; at most 256; 0 or 1: never split), default ATT_SPLIT */
