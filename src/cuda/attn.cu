@@ -145,12 +145,19 @@ struct att_split {
     unsigned *count; /* [n_tok n_head_kv] */
 };
 
+/* The S partials of (query, kv head) tk merged by the last of its blocks to end; W: shared memory for G S doubles
+ * (the tiles', free by then). Each split's weight exp(m_s - M) is taken once a head and split (W; -1 where the split
+ * saw no key), then L and the value sums add them in split order: the operations of a weight taken where it is used,
+ * with G S exponentials instead of G HD S. */
+#define ATT_SPLIT_MAX 256
+
 template <int HD, int G>
 __device__ __forceinline__ void att_split_merge(const att_split &sp, const float *acc, const float *mx,
-                                                const float *sum, float *out, int64_t tk) {
+                                                const float *sum, float *out, int64_t tk, double *W) {
     constexpr int HP = att_tile<HD, G>::HP, GH = att_tile<HD, G>::GH, PW = G * (2 + HD);
-    const int tid = threadIdx.x, d = tid % HD, hp = tid / HD;
-    float *mine = sp.part + (tk * sp.S + blockIdx.z) * PW;
+    static_assert(2 * G * ATT_SPLIT_MAX <= att_tile<HD, G>::SMEM, "the merge's weights fit the tiles' memory");
+    const int tid = threadIdx.x, d = tid % HD, hp = tid / HD, S = sp.S;
+    float *mine = sp.part + (tk * S + blockIdx.z) * PW;
     if (tid < G) mine[tid] = mx[tid], mine[G + tid] = sum[tid];
 #pragma unroll
     for (int j = 0; j < GH; j++) {
@@ -161,21 +168,32 @@ __device__ __forceinline__ void att_split_merge(const att_split &sp, const float
     __shared__ double Ms[G], Ls[G];
     __threadfence(); /* every block's partials visible before it counts */
     __syncthreads();
-    if (tid == 0) last = atomicAdd(sp.count + tk, 1u) == (unsigned)sp.S - 1;
+    if (tid == 0) last = atomicAdd(sp.count + tk, 1u) == (unsigned)S - 1;
     __syncthreads();
     if (!last) return;
     if (tid == 0) sp.count[tk] = 0; /* for the next launch (which reads it after this grid ends) */
     __threadfence();
-    const float *all = sp.part + tk * sp.S * PW;
+    const float *all = sp.part + tk * S * PW;
     if (tid < G) {
-        double M = -INFINITY, L = 0;
-        for (int s = 0; s < sp.S; s++)
+        double M = -INFINITY;
+        for (int s = 0; s < S; s++)
             if (__ldcg(all + s * PW + G + tid) > 0) M = fmax(M, (double)__ldcg(all + s * PW + tid));
-        for (int s = 0; s < sp.S; s++) {
-            const float l = __ldcg(all + s * PW + G + tid);
-            if (l > 0) L += (double)l * exp((double)__ldcg(all + s * PW + tid) - M);
+        Ms[tid] = M;
+    }
+    __syncthreads();
+    for (int i = tid; i < G * S; i += ATT_TILE_THREADS) {
+        const int h = i / S;
+        const float *p = all + (i % S) * PW;
+        W[i] = __ldcg(p + G + h) > 0 ? exp((double)__ldcg(p + h) - Ms[h]) : -1.0;
+    }
+    __syncthreads();
+    if (tid < G) {
+        double L = 0;
+        for (int s = 0; s < S; s++) {
+            const double w = W[tid * S + s];
+            if (w >= 0) L += (double)__ldcg(all + s * PW + G + tid) * w;
         }
-        Ms[tid] = M, Ls[tid] = L;
+        Ls[tid] = L;
     }
     __syncthreads();
 #pragma unroll
@@ -183,9 +201,9 @@ __device__ __forceinline__ void att_split_merge(const att_split &sp, const float
         const int h = hp + HP * j;
         if (h >= G) continue;
         double a = 0;
-        for (int s = 0; s < sp.S; s++) {
-            const float *p = all + s * PW;
-            if (__ldcg(p + G + h) > 0) a += (double)__ldcg(p + 2 * G + h * HD + d) * exp((double)__ldcg(p + h) - Ms[h]);
+        for (int s = 0; s < S; s++) {
+            const double w = W[h * S + s];
+            if (w >= 0) a += (double)__ldcg(all + s * PW + 2 * G + h * HD + d) * w;
         }
         out[h * HD + d] = Ls[h] > 0 ? (float)(a / Ls[h]) : 0.0f;
     }
@@ -291,7 +309,7 @@ __device__ __forceinline__ void attention_tiles_block(float *out, const float *q
     __syncthreads();
     if constexpr (SPLIT) {
         att_split_merge<HD, G>(sp, acc, mx, sum, out + ((int64_t)t * n_head + (int64_t)kvh * G) * HD,
-                               (int64_t)t * n_head_kv + kvh);
+                               (int64_t)t * n_head_kv + kvh, (double *)sm);
     } else {
 #pragma unroll
         for (int j = 0; j < GH; j++) {
@@ -539,7 +557,7 @@ static int attention_tiles_hd(cudaStream_t st, int hd, const att_call &a, att_sp
 static int att_splits(void) {
     const char *e = getenv("QWENC_CUDA_ATT_SPLIT");
     const int s = e && e[0] ? atoi(e) : ATT_SPLIT;
-    return s < 1 ? 1 : s > 256 ? 256 : s;
+    return s < 1 ? 1 : s > ATT_SPLIT_MAX ? ATT_SPLIT_MAX : s;
 }
 
 /* The most keys a query has for the per-head kernel rather than the split one: QWENC_CUDA_ATT_SPLIT_MIN=N in the
