@@ -71,23 +71,28 @@ static void test_fixture(const char *dir) {
     int32_t *ids = test_read_tokens(path, &n);
     free(path);
     CHECK(ids && n > 0, "%s: tokens.txt", dir);
+    /* the first 20 tokens in one call: the full forward's first rows (causal); on tiny-flash (QSA budget 64 in
+     * blocks of 4) a step whose queries all keep every position, so its QSA layer attends without the selection */
     static const struct {
         const char *ref;
         int batch; /* 0: all at once */
+        int prefix; /* 0: every token */
         const char *label;
     } modes[] = {
-        {"logits_full.f32", 0, "all tokens in one call vs full forward"},
-        {"logits_decode.f32", 1, "token by token vs cached decode"},
-        {"logits_full.f32", 7, "chunks of 7 vs full forward"},
+        {"logits_full.f32", 0, 0, "all tokens in one call vs full forward"},
+        {"logits_decode.f32", 1, 0, "token by token vs cached decode"},
+        {"logits_full.f32", 7, 0, "chunks of 7 vs full forward"},
+        {"logits_full.f32", 0, 20, "the first 20 in one call vs full forward"},
     };
     for (size_t k = 0; ids && k < sizeof(modes) / sizeof(modes[0]); k++) {
         path = qw_path_new(dir, modes[k].ref);
         size_t nref = 0;
         float *ref = test_read_f32(path, &nref);
         free(path);
-        float *out = test_run_model(m, ids, n, modes[k].batch ? modes[k].batch : n);
+        const int nt = modes[k].prefix && modes[k].prefix < n ? modes[k].prefix : n;
+        float *out = test_run_model(m, ids, nt, modes[k].batch ? modes[k].batch : nt);
         if (ref && out && nref == (size_t)n * V) {
-            test_cmp r = test_compare_logits(out, ref, (size_t)n, (size_t)V);
+            test_cmp r = test_compare_logits(out, ref, (size_t)nt, (size_t)V);
             printf("  %-16s %-40s rel L2 %.2e  argmax mismatches %d\n", qwenc_model_arch(m), modes[k].label,
                    r.rel_l2, r.argmax_mismatch);
             CHECK(r.rel_l2 < 1e-4, "%s: %s: relative L2 error %.3e >= 1e-4", dir, modes[k].label, r.rel_l2);
@@ -273,6 +278,62 @@ static void test_fixtures(const char *root) {
     }
 }
 
+/* The QSA layers of a prompt step skip the selection exactly when every query keeps all it sees. tiny-flash: budget
+ * 64 in blocks of 4, so the query at position i keeps everything while floor((i + 1) / 4) <= 16, up to i = 66.
+ * Profiled: steps of 20 and 47 tokens from position 0 (the last query at 66) select nothing (their QSA layer's keys
+ * are stored: qsa_keys) and a step of 20 after them selects (once a QSA layer); steps of 20 and 48 (the last query at
+ * 67, 17 blocks) select in the second. */
+static int profiled_calls(qwenc_session *s, const char *op) {
+    qwenc_profile_entry e[256];
+    qwenc_profile_totals tot;
+    const int ne = qwenc_session_profile_read(s, e, 256, &tot);
+    for (int i = 0; i < ne && i < 256; i++)
+        if (!strcmp(e[i].name, op)) return (int)e[i].calls;
+    return 0;
+}
+
+static void test_qsa_dense(const char *root) {
+    char dir[1100], err[1024];
+    snprintf(dir, sizeof(dir), "%s/tiny-flash", root);
+    qwenc_model *m = NULL;
+    char *mdir = fixture_model_dir(dir);
+    const qwenc_status st = load_on(mdir, backend, &m, err, sizeof(err));
+    free(mdir);
+    if (st) {
+        CHECK(0, "qsa dense steps: load %s: %s", dir, err);
+        return;
+    }
+    enum { N = 90 };
+    int32_t ids[N];
+    const int V = qwenc_model_n_vocab(m);
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919 + 11) % V);
+    static const int steps[2][3] = {{20, 47, 20}, {20, 48, 0}};
+    static const int dense[2][3] = {{1, 1, 0}, {1, 0, 0}};
+    for (int c = 0; c < 2; c++) {
+        qwenc_session *s = NULL;
+        qwenc_session_params sp = qwenc_session_default_params();
+        sp.n_ctx = N;
+        if (qwenc_session_init(m, &sp, &s, err, sizeof(err)) || qwenc_session_profile(s, 1, err, sizeof(err))) {
+            CHECK(0, "qsa dense steps: session: %s", err);
+            break;
+        }
+        int pos = 0, layers = 0;
+        for (int k = 0; k < 3 && steps[c][k]; k++) {
+            const int before = profiled_calls(s, "qsa_select");
+            CHECK(!qwenc_session_forward(s, ids + pos, steps[c][k], NULL, 0, err, sizeof(err)),
+                  "qsa dense steps: forward: %s", err);
+            if (k == 0) layers = profiled_calls(s, "qsa_keys");
+            const int sel = profiled_calls(s, "qsa_select") - before;
+            CHECK(layers > 0 && sel == (dense[c][k] ? 0 : layers),
+                  "qsa dense steps: %d tokens from %d: qsa_select %d calls (want %d; %d QSA layers)", steps[c][k], pos,
+                  sel, dense[c][k] ? 0 : layers, layers);
+            pos += steps[c][k];
+        }
+        qwenc_session_free(s);
+    }
+    qwenc_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--compare")) {
         size_t na = 0, nb = 0;
@@ -299,6 +360,7 @@ int main(int argc, char **argv) {
     printf("backend %s\n", backend);
     test_fixtures(root);
     test_profile(root);
+    test_qsa_dense(root);
     if (!strcmp(backend, "cpu")) test_guard_catches(root);
     return test_summary();
 }

@@ -95,6 +95,12 @@ static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_ba
     }
     qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .seqs = seqs, .n_ctx = n_ctx, .ar = &s->arena, .n_tok = T,
                 .tokens = tokens, .rope_cs = cs, .draft = draft};
+    /* A prompt step whose last query, at n_past + T - 1, sees no more complete QSA blocks than the budget keeps:
+     * every query's selection is every position up to its own (spec qwen4_exp.md 3.5, the dense regime). Only for
+     * steps run op by op on the session's backend (longer than any recorded step, whose graph serves every
+     * position; not the plan's dry run, which measures the selection's scratch). */
+    f.qsa_dense = !seqs && !draft && be == s->be && T > QWENC_MAX_DRAFT + 2 && hp->idx_ratio > 0 &&
+                  (s->n_past + T) / hp->idx_ratio <= hp->idx_budget / hp->idx_ratio;
     /* the draft head's input rows: into the session's buffer from row 1, or for a batched step into the arena,
      * each row then its session's row 1 (each session's head then catches up on its own) */
     int64_t W = qw_mtp_width(hp);

@@ -99,6 +99,9 @@ struct qw_fwd {
     const int32_t *tokens;   /* [n_tok] backend memory */
     const float *rope_cs;    /* [n_tok][n_rot] cos then sin at each row's position, backend memory */
     int draft;               /* a draft step of s: the blocks keep what taking tokens back needs (s->dl) */
+    int qsa_dense;           /* every query of the step keeps every position it sees in the QSA selection (no more
+                              * complete blocks than the budget's), and the step is never recorded as a graph: its
+                              * QSA layers attend densely, without the selection (the same keys) */
     float *mtp_hidden;       /* NULL, or [n_tok][qw_mtp_width]: the forward writes the draft head's input rows */
 };
 
