@@ -3,7 +3,7 @@
 # that take them (t_cuda_quant_loop, t_cuda_ops, t_model, t_model_switches, t_session, t_session_switches, t_mtp);
 # `split` measures decode attention split along the keys (QWENC_CUDA_ATT_SPLIT) against a block a head at several
 # depths, for the threshold below which a query keeps the per-head kernel (QWENC_CUDA_ATT_SPLIT_MIN: ATT_SPLIT_MIN
-# in src/cuda/attn.cu); `defaults` measures this round's defaults against the settings before them, in one binary
+# in src/cuda/attn.cu), and the split count deep in a conversation (ATT_SPLIT); `defaults` measures this round's defaults against the settings before them, in one binary
 # (tests/ab.sh, the sets interleaved). Each step fits a call where calls are limited to 10 minutes.
 #
 #   bash tests/gpu/pending.sh [check] [split] [defaults]      all three when none is named
@@ -55,6 +55,11 @@ for step in "${steps[@]}"; do
                 # shellcheck disable=SC2086
                 ab 'QWENC_CUDA_ATT_SPLIT=1' 'QWENC_CUDA_ATT_SPLIT_MIN=0' -- $q35 -p 0 -n 32 -d $d
             done
+            # the split count (16 by default) deep in a conversation, with the merge's weights taken once a head
+            # shellcheck disable=SC2086
+            ab - 'QWENC_CUDA_ATT_SPLIT=32' 'QWENC_CUDA_ATT_SPLIT=64' -- $fn -p 0 -n 32 -d 4096
+            # shellcheck disable=SC2086
+            ab - 'QWENC_CUDA_ATT_SPLIT=32' 'QWENC_CUDA_ATT_SPLIT=64' -- $q35 -p 0 -n 32 -d 16384
             ;;
         defaults)
             # shellcheck disable=SC2086
