@@ -748,6 +748,47 @@ __device__ __forceinline__ void qsa_score(float *score, const float *qt, const f
 
 /* The query at position i with the n_b = (i + 1) / R scores of its blocks in shared memory (score; when n_b > topk):
  * the top topk marked (in score + n_b, n_b flags), positions written in block order into dst, then the tail */
+/* The bits of the topk-th largest of the n_b scores (non-negative floats: their bits order as they do; 1 <= topk <=
+ * n_b), a byte at a time from the top: each pass counts, among the scores whose higher bytes are those found so far,
+ * how many have each value of the next byte, and takes the byte at which the count from the top reaches the number
+ * still wanted. Four passes of three barriers (the bit-by-bit search took 32 block sums): the same value. */
+__device__ __forceinline__ unsigned qsa_kth(const float *score, int n_b, int topk) {
+    __shared__ unsigned hist[256], lane_sum[32];
+    __shared__ unsigned found[2]; /* the bytes so far, the number still wanted among the scores that have them */
+    unsigned prefix = 0, mask = 0, need = (unsigned)topk;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+        __syncthreads();
+        for (int b = threadIdx.x; b < n_b; b += blockDim.x) {
+            const unsigned u = __float_as_uint(score[b]);
+            if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) { /* lane l: the bytes 255 - 8 l down to 248 - 8 l */
+            const int lane = threadIdx.x;
+            unsigned own = 0, before = 0;
+            for (int j = 0; j < 8; j++) own += hist[255 - 8 * lane - j];
+            lane_sum[lane] = own;
+            __syncwarp();
+            for (int k = 0; k < lane; k++) before += lane_sum[k];
+            if (before < need && need <= before + own)
+                for (int j = 0; j < 8; j++) {
+                    const unsigned c = hist[255 - 8 * lane - j];
+                    if (before + c >= need) {
+                        found[0] = prefix | (unsigned)(255 - 8 * lane - j) << shift;
+                        found[1] = need - before;
+                        break;
+                    }
+                    before += c;
+                }
+        }
+        __syncthreads();
+        prefix = found[0], need = found[1], mask |= 255u << shift;
+        __syncthreads(); /* found and hist read before the next pass writes them */
+    }
+    return prefix;
+}
+
 __device__ __forceinline__ void qsa_pick(int32_t *dst, float *score, int i, int R, int topk) {
     __shared__ int cnt[33];
     const int n_b = (i + 1) / R;
@@ -759,15 +800,9 @@ __device__ __forceinline__ void qsa_pick(int32_t *dst, float *score, int i, int 
         __syncthreads();
     } else {
         /* the topk best (higher score, or the same and lower index): the scores are sums of positive terms, so
-         * their bits order as they do; the topk-th largest found bit by bit (the largest c with at least topk
-         * scores' bits >= c), then every score above it and, of those equal to it, the lowest blocks */
-        unsigned cand = 0;
-        for (int bit = 31; bit >= 0; bit--) {
-            const unsigned tr = cand | 1u << bit;
-            int c = 0;
-            for (int b = threadIdx.x; b < n_b; b += blockDim.x) c += __float_as_uint(score[b]) >= tr;
-            if (qwc_block_sum(c, cnt) >= topk) cand = tr;
-        }
+         * their bits order as they do; the topk-th largest (qsa_kth), then every score above it and, of those equal
+         * to it, the lowest blocks */
+        const unsigned cand = qsa_kth(score, n_b, topk);
         int above = 0;
         for (int b = threadIdx.x; b < n_b; b += blockDim.x) above += __float_as_uint(score[b]) > cand;
         const int need = topk - qwc_block_sum(above, cnt);

@@ -327,6 +327,42 @@ static void test_qsa(const qw_backend *G) {
     }
 }
 
+/* The QSA selection's k-th largest score (qsa_kth, a byte a pass) against a sort, on sets that decide it in each
+ * pass: random scores; scores of one exponent that differ in their low bits only; a few values many times over; all
+ * zeros; values that differ in the last byte only; more scores than the block's threads */
+static void k_kth(const float *sc, int n, int k, unsigned *out) {
+    const unsigned v = qsa_kth(sc, n, k);
+    if (threadIdx.x == 0) *out = v;
+}
+
+static void test_qsa_kth(void) {
+    for (int set = 0; set < 5; set++)
+        for (int n : {5, 300, 1500}) {
+            std::vector<float> sc((size_t)n);
+            for (int i = 0; i < n; i++) {
+                const float u = 0.5f * (frand() + 1.0f); /* [0, 1) */
+                unsigned bits = 0x3F800000u | (unsigned)(u * 4096.0f); /* 1 + a few low bits */
+                switch (set) {
+                case 0: sc[i] = u * 100.0f; break;
+                case 1: memcpy(&sc[i], &bits, 4); break;
+                case 2: sc[i] = (float)((int)(u * 3.0f)); break;
+                case 3: sc[i] = 0.0f; break;
+                default: bits = 0x40000000u | (unsigned)(u * 256.0f), memcpy(&sc[i], &bits, 4); break;
+                }
+            }
+            std::vector<unsigned> want((size_t)n);
+            for (int i = 0; i < n; i++) memcpy(&want[i], &sc[i], 4);
+            std::sort(want.begin(), want.end(), std::greater<unsigned>());
+            for (int k : {1, 2, n / 2 + 1, n - 1, n}) {
+                if (k < 1 || k > n) continue;
+                unsigned got = 0;
+                qwc_launch(k_kth, dim3(1), dim3(256), 0, 0, (const float *)sc.data(), n, k, &got);
+                CHECK(got == want[(size_t)k - 1], "qsa_kth set %d, %d scores, k %d: %08x, want %08x", set, n, k, got,
+                      want[(size_t)k - 1]);
+            }
+        }
+}
+
 /* a batched step's attention rows against each row's own calls: t_cuda_ops' test_attn_rows */
 static void test_attn_rows(const qw_backend *G) {
     enum { N = 6, NCTX = 80, NH = 4, NKV = 2, HD = 64, NI = 2, IHD = 32, RR = 4, TOPK = 3, NROT = 16 };
@@ -520,6 +556,7 @@ int main(void) {
     test_attention_split(&e->be);
     printf("qsa_keys, qsa_select\n");
     test_qsa(&e->be);
+    test_qsa_kth();
     printf("kv_store_rows, qsa_rows, attention_rows\n");
     test_attn_rows(&e->be);
     test_attn_rows_split(&e->be);
