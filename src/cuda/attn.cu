@@ -698,14 +698,19 @@ static void cu_qsa_keys(const qw_backend *be, float *raw, float *blk, const floa
 /* ---------------------------------------------------------------- QSA selection */
 
 /* the offsets of every query's positions: min(n_b, topk) blocks of R, then the tail */
+/* the positions the query at position i keeps: its chosen blocks' and the tail */
+__device__ __forceinline__ int64_t qsa_count(int i, int R, int topk) {
+    const int n_b = (i + 1) / R;
+    return (int64_t)(n_b < topk ? n_b : topk) * R + (i - n_b * R + 1);
+}
+
 __global__ void k_qsa_offsets(int32_t *sel_off, int n_tok, int R, int topk, const qw_step *step) {
     QWC_PDL_ENTRY();
     if (threadIdx.x || blockIdx.x) return;
     int64_t n = 0;
     for (int t = 0; t < n_tok; t++) {
-        int i = step->pos0 + t, n_b = (i + 1) / R;
         sel_off[t] = (int32_t)n;
-        n += (int64_t)(n_b < topk ? n_b : topk) * R + (i - n_b * R + 1);
+        n += qsa_count(step->pos0 + t, R, topk);
     }
     sel_off[n_tok] = (int32_t)n;
 }
@@ -871,16 +876,22 @@ __global__ void k_qsa_select_rows(qw_attn_rows r, int32_t *sel, int32_t *sel_off
  * blocks at work instead of one (at 32k positions a query has 8,192 blocks of four heads' 128-wide dots in double).
  * A query with no more blocks than it keeps (every block selected, nothing scored) is block 0's alone.
  */
-__global__ void k_qsa_select_split(int32_t *sel, const int32_t *sel_off, const float *q, int64_t q_stride,
+__global__ void k_qsa_select_split(int32_t *sel, int32_t *sel_off, const float *q, int64_t q_stride,
                                    const float *blk, int n_head, int ihd, int R, int topk, const qw_step *step,
                                    float *gscore, int64_t gs_stride, unsigned *count) {
     QWC_PDL_ENTRY();
     extern __shared__ float score[];
     __shared__ unsigned last;
     const int t = blockIdx.x, S = gridDim.y, i = step->pos0 + t, n_b = (i + 1) / R;
+    int64_t off = 0; /* the query's offset (k_qsa_offsets' sums, here: few queries), written by its first block */
+    for (int u = 0; u < t; u++) off += qsa_count(step->pos0 + u, R, topk);
+    if (blockIdx.y == 0 && threadIdx.x == 0) {
+        sel_off[t] = (int32_t)off;
+        if (t == (int)gridDim.x - 1) sel_off[t + 1] = (int32_t)(off + qsa_count(i, R, topk));
+    }
     float *gs = gscore + t * gs_stride;
     if (n_b <= topk) { /* nothing to score */
-        if (blockIdx.y == 0) qsa_pick(sel + sel_off[t], score, i, R, topk);
+        if (blockIdx.y == 0) qsa_pick(sel + off, score, i, R, topk);
         return;
     }
     {
@@ -896,7 +907,7 @@ __global__ void k_qsa_select_split(int32_t *sel, const int32_t *sel_off, const f
     __threadfence();
     for (int b = threadIdx.x; b < n_b; b += blockDim.x) score[b] = __ldcg(gs + b);
     __syncthreads();
-    qsa_pick(sel + sel_off[t], score, i, R, topk);
+    qsa_pick(sel + off, score, i, R, topk);
 }
 
 #define QSA_SPLIT 16
@@ -915,20 +926,20 @@ static void cu_qsa_select(const qw_backend *be, int32_t *sel, int32_t *sel_off, 
     (void)work;
     qwc *c = qwc_of(be);
     cudaStream_t st = qwc_stream(c);
-    qwc_launch(k_qsa_offsets, 1, 1, 0, st, sel_off, n_tok, R, topk, step);
-    QWC_LAUNCHED();
     /* shared memory for the most blocks a query of this session may see: set by qsa_select_work */
     int max_blocks = qwc_qsa_max_blocks(c);
     size_t sh = (size_t)max_blocks * (sizeof(float) + 1) + 16;
     const int S = n_tok <= QWC_QSA_SPLIT_MAX_TOK ? qsa_splits() : 1;
     unsigned *count = S > 1 ? qwc_counts(c, n_tok) : NULL;
-    if (count) {
+    if (count) { /* the split kernel writes the offsets too */
         float *gscore = (float *)qwc_keep_buf(c, (size_t)n_tok * max_blocks * sizeof(float));
-        qwc_launch(k_qsa_select_split, dim3((unsigned)n_tok, (unsigned)S), 256, sh, st, sel, (const int32_t *)sel_off,
-                   q, q_stride, blk, n_head, ihd, R, topk, step, gscore, (int64_t)max_blocks, count);
+        qwc_launch(k_qsa_select_split, dim3((unsigned)n_tok, (unsigned)S), 256, sh, st, sel, sel_off, q, q_stride,
+                   blk, n_head, ihd, R, topk, step, gscore, (int64_t)max_blocks, count);
         QWC_LAUNCHED();
         return;
     }
+    qwc_launch(k_qsa_offsets, 1, 1, 0, st, sel_off, n_tok, R, topk, step);
+    QWC_LAUNCHED();
     qwc_launch(k_qsa_select, n_tok, 256, sh, st, sel, sel_off, q, q_stride, blk, n_head, ihd, R, topk, step);
     QWC_LAUNCHED();
 }
