@@ -17,6 +17,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <string.h>
 
 #include "cuda/ops_internal.cuh"
 
@@ -688,6 +689,15 @@ static void cu_qsa_keys(const qw_backend *be, float *raw, float *blk, const floa
     cudaStream_t st = qwc_stream(c);
     int64_t n = (int64_t)n_tok * ihd;
     if (n <= 0) return;
+    if (n_tok == 1) { /* a decode step: the raw key and the block it completes in one launch, as a batched step's row */
+        qw_attn_rows r;
+        memset(&r, 0, sizeof(r));
+        r.idx_raw[0] = raw, r.idx_blk[0] = blk, r.step[0] = step;
+        qwc_launch(k_qsa_keys_rows, 1, 128, (size_t)ihd * sizeof(float), st, r, key_rows, key_stride, ihd, R,
+                   qwc_wf(c, k_norm, ihd), eps, qwc_wf(c, inv_freq, n_rot / 2), n_rot);
+        QWC_LAUNCHED();
+        return;
+    }
     qwc_launch(k_qsa_raw, qwc_blocks(n, 256), 256, 0, st, raw, key_rows, key_stride, n_tok, ihd, step);
     QWC_LAUNCHED();
     qwc_launch(k_qsa_pool, n_tok / R + 1, 128, (size_t)ihd * sizeof(float), st, raw, blk, n_tok, ihd, R,
@@ -697,13 +707,13 @@ static void cu_qsa_keys(const qw_backend *be, float *raw, float *blk, const floa
 
 /* ---------------------------------------------------------------- QSA selection */
 
-/* the offsets of every query's positions: min(n_b, topk) blocks of R, then the tail */
-/* the positions the query at position i keeps: its chosen blocks' and the tail */
+/* the positions the query at position i keeps: min(n_b, topk) blocks of R, then the tail */
 __device__ __forceinline__ int64_t qsa_count(int i, int R, int topk) {
     const int n_b = (i + 1) / R;
     return (int64_t)(n_b < topk ? n_b : topk) * R + (i - n_b * R + 1);
 }
 
+/* the offsets of every query's positions */
 __global__ void k_qsa_offsets(int32_t *sel_off, int n_tok, int R, int topk, const qw_step *step) {
     QWC_PDL_ENTRY();
     if (threadIdx.x || blockIdx.x) return;

@@ -281,7 +281,7 @@ static void test_attention_split(const qw_backend *G) {
 static void test_qsa(const qw_backend *G) {
     const qw_backend *R = qw_backend_ref();
     const int ihd = 64, RR = 4, n_ctx = 64, ni = 4, n_rot = 32, topk = 3; /* up to 7 blocks: some left out */
-    static const int steps[] = {9, 1, 20, 3, 1, 12};
+    static const int steps[] = {9, 1, 21, 1, 1, 12}; /* one-token steps at 9, 31 (completing a block) and 32 */
     std::vector<float> knorm = rvec(ihd, 0.3f), inv(n_rot / 2);
     for (int k = 0; k < n_rot / 2; k++) inv[k] = 1.0f / powf(10000.0f, (float)(2 * k) / n_rot);
     std::vector<float> raw((size_t)n_ctx * ihd), blk((size_t)(n_ctx / RR + 1) * ihd), graw = raw, gblk = blk;
