@@ -6,6 +6,13 @@
 # in src/cuda/attn.cu), and the split count deep in a conversation (ATT_SPLIT); `defaults` measures this round's defaults against the settings before them, in one binary
 # (tests/ab.sh, the sets interleaved). Each step fits a call where calls are limited to 10 minutes.
 #
+# Built after the last GPU run and checked only in the emulation (t_cuda_emu), so not yet timed: the split
+# attention's merge (its weights once a head), the QSA selection's threshold a byte at a time, its offsets and a
+# one-token step's indexer keys in one launch each, and prompt steps in QSA's dense regime without the selection
+# (src/blocks/qsa.c). None has a switch: `defaults` measures them in this round's column against the numbers of
+# docs/BENCH.md's table of defaults (H100: cut Q4_K pp512 19,146, tg128 790; whole with 192 experts tg32 after
+# 4,096 tokens 128.5, 16 sessions 426.6).
+#
 #   bash tests/gpu/pending.sh [check] [split] [defaults]      all three when none is named
 #
 # ROUNDS (2) rounds of each set; FN: the bench options of the whole model (default: the whole Flash-Next at Q4_K,
