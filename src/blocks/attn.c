@@ -107,8 +107,14 @@ void qw_attn_forward(const qw_fwd *f, int il, const qw_attn_w *w, int zc, const 
             qw_arena_mark ms = qw_arena_get_mark(f->ar);
             int32_t *sel = NULL, *sel_off = NULL;
             if (iqk) qw_qsa_select(f, il, w, iqk, g, &sel, &sel_off);
-            be->attention(be, o + r0 * nq, q + r0 * nq, (int)nq, ls->k, ls->v, g.rows, nh, nkv, hd,
-                          1.0f / sqrtf((float)hd), sel, sel_off, work, g.s->step);
+            /* the leading queries that keep every position they see (QSA's dense regime) attend densely, the rest
+             * over their selection (its offsets are absolute in sel) */
+            const int dense = sel && f->qsa_dense > 0 && f->qsa_dense < g.rows ? f->qsa_dense : 0;
+            if (dense)
+                be->attention(be, o + r0 * nq, q + r0 * nq, (int)nq, ls->k, ls->v, dense, nh, nkv, hd,
+                              1.0f / sqrtf((float)hd), NULL, NULL, work, g.s->step);
+            be->attention(be, o + (r0 + dense) * nq, q + (r0 + dense) * nq, (int)nq, ls->k, ls->v, g.rows - dense, nh,
+                          nkv, hd, 1.0f / sqrtf((float)hd), sel, sel ? sel_off + dense : NULL, work, g.s->step);
             qw_arena_restore(f->ar, ms);
         }
     if (gate) be->act_mul(be, o, gate, o, (int64_t)T * nq, QW_ACT_SIGMOID);

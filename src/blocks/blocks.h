@@ -25,7 +25,7 @@ int64_t qw_qsa_width(const qw_hparams *hp);
 void qw_qsa_queries(const qw_fwd *f, const qw_attn_w *w, float *iqk);
 /* For a segment's rows: updates its session's raw/pooled key cache and returns, for each of its queries, the
  * ascending key positions it attends (sel[sel_off[t] .. sel_off[t+1])), allocated in the arena; both NULL for a
- * step whose queries all keep every position (f->qsa_dense: dense causal attention). */
+ * step whose queries all keep every position (f->qsa_dense == its rows: dense causal attention). */
 void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *iqk, qw_seg g, int32_t **sel,
                    int32_t **sel_off);
 /* The same for rows row0 .. row0 + n - 1 of a batched step, one token of each of the sessions in r (qsa_rows): row

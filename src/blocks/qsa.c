@@ -13,8 +13,8 @@
  * Cache: the raw key of every position, and the pooled key of every complete block, computed once when
  * the block completes (the same ops in the same order as recomputing it, so the result is identical). The
  * keys, the scores and the selection are ops of the backend (qsa_keys, qsa_select). A query with no more complete
- * blocks than topk keeps every position it sees; a prompt step whose queries all do (qw_fwd.qsa_dense) skips the
- * selection and its attention is the dense causal one over the same keys.
+ * blocks than topk keeps every position it sees: a prompt step's leading queries that do (qw_fwd.qsa_dense)
+ * attend densely over the same keys, and a step whose queries all do skips the selection.
  */
 #include "blocks/blocks.h"
 
@@ -53,7 +53,7 @@ void qw_qsa_select(const qw_fwd *f, int il, const qw_attn_w *w, const float *iqk
     /* the raw keys into the session's cache, the blocks they complete pooled */
     be->qsa_keys(be, ls->idx_raw, ls->idx_blk, rows + (int64_t)ni * ihd, width, T, ihd, R, w->idx_k_norm, hp->norm_eps,
                  f->m->rope_inv_freq, hp->n_rot, g.s->step);
-    if (f->qsa_dense) { /* every query keeps all it sees: no selection, dense attention */
+    if (f->qsa_dense >= T) { /* every query keeps all it sees: no selection, dense attention */
         *sel_out = NULL;
         *sel_off_out = NULL;
         return;

@@ -95,12 +95,15 @@ static float *step_ops(qwenc_session *s, qwenc_session *const *seqs, const qw_ba
     }
     qw_fwd f = {.m = m, .hp = hp, .be = be, .s = s, .seqs = seqs, .n_ctx = n_ctx, .ar = &s->arena, .n_tok = T,
                 .tokens = tokens, .rope_cs = cs, .draft = draft};
-    /* A prompt step whose last query, at n_past + T - 1, sees no more complete QSA blocks than the budget keeps:
-     * every query's selection is every position up to its own (spec qwen4_exp.md 3.5, the dense regime). Only for
-     * steps run op by op on the session's backend (longer than any recorded step, whose graph serves every
-     * position; not the plan's dry run, which measures the selection's scratch). */
-    f.qsa_dense = !seqs && !draft && be == s->be && T > QWENC_MAX_DRAFT + 2 && hp->idx_ratio > 0 &&
-                  (s->n_past + T) / hp->idx_ratio <= hp->idx_budget / hp->idx_ratio;
+    /* The queries of a prompt step that see no more complete QSA blocks than the budget keeps select every
+     * position up to their own (spec qwen4_exp.md 3.5, the dense regime): the query at position i while
+     * floor((i + 1) / R) <= budget / R, so the first (budget / R + 1) R - 1 - n_past of the step. Only for steps run
+     * op by op on the session's backend (longer than any recorded step, whose graph serves every position; not the
+     * plan's dry run, which measures the selection's scratch). */
+    if (!seqs && !draft && be == s->be && T > QWENC_MAX_DRAFT + 2 && hp->idx_ratio > 0) {
+        const int64_t last = (int64_t)(hp->idx_budget / hp->idx_ratio + 1) * hp->idx_ratio - 2; /* the last such i */
+        f.qsa_dense = (int)QW_MAX(0, QW_MIN((int64_t)T, last + 1 - s->n_past));
+    }
     /* the draft head's input rows: into the session's buffer from row 1, or for a batched step into the arena,
      * each row then its session's row 1 (each session's head then catches up on its own) */
     int64_t W = qw_mtp_width(hp);

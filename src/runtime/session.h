@@ -99,9 +99,10 @@ struct qw_fwd {
     const int32_t *tokens;   /* [n_tok] backend memory */
     const float *rope_cs;    /* [n_tok][n_rot] cos then sin at each row's position, backend memory */
     int draft;               /* a draft step of s: the blocks keep what taking tokens back needs (s->dl) */
-    int qsa_dense;           /* every query of the step keeps every position it sees in the QSA selection (no more
-                              * complete blocks than the budget's), and the step is never recorded as a graph: its
-                              * QSA layers attend densely, without the selection (the same keys) */
+    int qsa_dense;           /* the leading queries of the step that keep every position they see in the QSA
+                              * selection (no more complete blocks than the budget's), in a step never recorded as a
+                              * graph (0 in others): their attention is the dense causal one over the same keys, and
+                              * a step whose queries all do skips the selection */
     float *mtp_hidden;       /* NULL, or [n_tok][qw_mtp_width]: the forward writes the draft head's input rows */
 };
 
