@@ -392,8 +392,9 @@ template <int HD> static int attention_tiles_g(cudaStream_t st, const att_call &
 }
 
 /*
- * Dense prompt steps (no selection; QWENC_CUDA_ATT_QTILES=0 in the environment: k_attention_tiles instead): one block of 256 threads per (QB consecutive queries, kv head), its ROWS = QB G rows (query,
- * head) sharing each key and value tile, so a tile is read once for QB queries. QB = 32 / G rounded down to a power
+ * Dense prompt steps (no selection; QWENC_CUDA_ATT_QTILES=0 in the environment: k_attention_tiles instead): one
+ * block of 256 threads per (QB consecutive queries, kv head), its ROWS = QB G rows (query, head) sharing each key
+ * and value tile, so a tile is read once for QB queries. QB = 32 / G rounded down to a power
  * of 2 (1 to 8). A tile of 32 keys: warp w scores its rows w RPW .. against key `lane` (full dots, f32 fused
  * multiply-adds, times the scale; keys past the row's position -inf); a warp a row takes the tile's max, rescales the
  * row's running max and sum and writes its probabilities (the online softmax in f32); then thread (dimension group,
@@ -761,12 +762,10 @@ __device__ __forceinline__ void qsa_score(float *score, const float *qt, const f
     }
 }
 
-/* The query at position i with the n_b = (i + 1) / R scores of its blocks in shared memory (score; when n_b > topk):
- * the top topk marked (in score + n_b, n_b flags), positions written in block order into dst, then the tail */
 /* The bits of the topk-th largest of the n_b scores (non-negative floats: their bits order as they do; 1 <= topk <=
  * n_b), a byte at a time from the top: each pass counts, among the scores whose higher bytes are those found so far,
  * how many have each value of the next byte, and takes the byte at which the count from the top reaches the number
- * still wanted. Four passes of three barriers (the bit-by-bit search took 32 block sums): the same value. */
+ * still wanted. Four passes of four barriers (the bit-by-bit search took 32 block sums): the same value. */
 __device__ __forceinline__ unsigned qsa_kth(const float *score, int n_b, int topk) {
     __shared__ unsigned hist[256], lane_sum[32];
     __shared__ unsigned found[2]; /* the bytes so far, the number still wanted among the scores that have them */
@@ -804,6 +803,8 @@ __device__ __forceinline__ unsigned qsa_kth(const float *score, int n_b, int top
     return prefix;
 }
 
+/* The query at position i with the n_b = (i + 1) / R scores of its blocks in shared memory (score; when n_b > topk):
+ * the top topk marked (in score + n_b, n_b flags), positions written in block order into dst, then the tail */
 __device__ __forceinline__ void qsa_pick(int32_t *dst, float *score, int i, int R, int topk) {
     __shared__ int cnt[33];
     const int n_b = (i + 1) / R;

@@ -3,7 +3,8 @@
 # that take them (t_cuda_quant_loop, t_cuda_ops, t_model, t_model_switches, t_session, t_session_switches, t_mtp);
 # `split` measures decode attention split along the keys (QWENC_CUDA_ATT_SPLIT) against a block a head at several
 # depths, for the threshold below which a query keeps the per-head kernel (QWENC_CUDA_ATT_SPLIT_MIN: ATT_SPLIT_MIN
-# in src/cuda/attn.cu), and the split count deep in a conversation (ATT_SPLIT); `defaults` measures this round's defaults against the settings before them, in one binary
+# in src/cuda/attn.cu), and the split count deep in a conversation (ATT_SPLIT); `defaults` measures this round's
+# defaults against the settings before them, in one binary
 # (tests/ab.sh, the sets interleaved). Each step fits a call where calls are limited to 10 minutes.
 #
 # Built after the last GPU run and checked only in the emulation (t_cuda_emu), so not yet timed: the split

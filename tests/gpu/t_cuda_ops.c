@@ -1238,7 +1238,8 @@ static void test_attn_rows_split(void) {
     }
     float *hq = rvec((size_t)N * qwd, 1), *dq = dev(hq, (size_t)N * qwd * 4);
     int32_t *dsel = dev(hsel, sizeof(hsel)), *doff = dev(hoff, sizeof(hoff));
-    float *da = dev(NULL, (size_t)N * qwd * 4), *db = dev(NULL, (size_t)N * qwd * 4), *du = dev(NULL, (size_t)N * qwd * 4);
+    float *da = dev(NULL, (size_t)N * qwd * 4), *db = dev(NULL, (size_t)N * qwd * 4);
+    float *du = dev(NULL, (size_t)N * qwd * 4);
     const float scale = 1.0f / sqrtf((float)HD);
     for (int sparse = 0; sparse < 2; sparse++) {
         setenv("QWENC_CUDA_ATT_SPLIT", "1", 1); /* unsplit, a call a row */
