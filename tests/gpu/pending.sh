@@ -14,9 +14,7 @@
 # docs/BENCH.md's table of defaults (H100: cut Q4_K pp512 19,146, tg128 790; whole with 192 experts tg32 after
 # 4,096 tokens 128.5, 16 sessions 426.6).
 #
-# `mix` measures one token's products of two weight types in one launch (QWENC_CUDA_MVQ_MIX) against a launch a type.
-#
-#   bash tests/gpu/pending.sh [check] [split] [defaults] [mix]      check, split and defaults when none is named
+#   bash tests/gpu/pending.sh [check] [split] [defaults]      all three when none is named
 #
 # ROUNDS (2) rounds of each set; FN: the bench options of the whole model (default: the whole Flash-Next at Q4_K,
 # 111 GiB; on an 80 GiB GPU, '--backend cuda --synth flash-next --experts 192 --type q4_k'). Each step ends with a
@@ -49,7 +47,7 @@ for step in "${steps[@]}"; do
             bash tests/gpu_check.sh t_cuda_quant_loop t_cuda_ops t_model t_model_switches t_session \
                 t_session_switches t_mtp || fails=$((fails + 1))
             ;;
-        split | defaults | mix)
+        split | defaults)
             if [ ! -x "$QWENC" ]; then
                 echo "pending.sh: $QWENC is not there: run the check step (or make cuda) first" >&2
                 exit 1
@@ -83,18 +81,7 @@ for step in "${steps[@]}"; do
             # shellcheck disable=SC2086
             ab "$old" - -- $q35 -p 4096 -n 32
             ;;
-        mix)
-            # one token's products of two weight types on one x in one launch (mvq_mix) against a launch a type
-            # shellcheck disable=SC2086
-            ab 'QWENC_CUDA_MVQ_MIX=0' - -- $cut -p 0 -n 128
-            # shellcheck disable=SC2086
-            ab 'QWENC_CUDA_MVQ_MIX=0' - -- ${cut/q4_k/q8_0} -p 0 -n 128
-            # shellcheck disable=SC2086
-            ab 'QWENC_CUDA_MVQ_MIX=0' - -- $fn -p 0 -n 32
-            # shellcheck disable=SC2086
-            ab 'QWENC_CUDA_MVQ_MIX=0' - -- $q35 -p 0 -n 64
-            ;;
-        *) echo "pending.sh: no step '$step' (check, split, defaults, mix)" >&2; exit 1 ;;
+        *) echo "pending.sh: no step '$step' (check, split, defaults)" >&2; exit 1 ;;
     esac
     echo "== step $step done, $fails failed so far"
 done
