@@ -28,9 +28,9 @@ static void cu_matmul(const qw_backend *be, float *y, const qw_tensor *w, const 
 #define QWC_MVQ_BATCH 1
 #endif
 
-/* the jobs in turn, or up to 4 of one row length and x and one type (or two that qwc_matmul_mixes takes) in one
- * launch (the first not yet run and the next ones of its kind, wherever they stand among the jobs); a job reading
- * the x of the one run before it uses its 8-bit rounding again (the integer path) */
+/* the jobs in turn, or up to 4 of one type, row length and x in one launch (the first not yet run and the next ones
+ * of its kind, wherever they stand among the jobs); a job reading the x of the one run before it uses its 8-bit
+ * rounding again (the integer path) */
 static void cu_matmul_batch(const qw_backend *be, const qw_matmul_job *jobs, int n_jobs) {
     qwc *c = qwc_of(be);
     uint64_t ran = 0; /* bit j: job j ran (jobs past 64 run in turn) */
@@ -41,15 +41,10 @@ static void cu_matmul_batch(const qw_backend *be, const qw_matmul_job *jobs, int
         qwc_q8_keep(c, last && a->x == last->x && a->n_tok == last->n_tok);
         last = a;
         int at[4] = {j}, n = 1;
-        qw_type t2 = a->w->type; /* a second type in the launch, if any */
-        for (int i = j + 1; QWC_MVQ_BATCH && a->n_tok == 1 && n < 4 && i < n_jobs && i < 64; i++) {
-            const qw_type ti = jobs[i].w->type;
-            if (!(ran >> i & 1) && jobs[i].x == a->x && jobs[i].n_tok == 1 && jobs[i].w->shape[1] == a->w->shape[1] &&
-                qwc_matmul_mixes(a->w->type, ti) && (ti == a->w->type || t2 == a->w->type || ti == t2)) {
+        for (int i = j + 1; QWC_MVQ_BATCH && a->n_tok == 1 && n < 4 && i < n_jobs && i < 64; i++)
+            if (!(ran >> i & 1) && jobs[i].x == a->x && jobs[i].n_tok == 1 && jobs[i].w->type == a->w->type &&
+                jobs[i].w->shape[1] == a->w->shape[1])
                 at[n++] = i;
-                if (ti != a->w->type) t2 = ti;
-            }
-        }
         if (n > 1) {
             qw_tensor d[4];
             float *y[4];

@@ -908,17 +908,16 @@ struct mvq_args {
     float *y;
     int64_t y_tok, y_pair, pair0;
     int n_tok;
-    /* n_jobs > 0: one token through n_jobs matrices of the same row length at once, job blockIdx.y's matrix, rows,
-     * row bytes and output taking the place of w, rows, row_bytes and y (qwc_matmul_group); n1 > 0: the first n1
-     * jobs of one type, the others of another (mvq_mix) */
-    int n_jobs, n1;
+    /* n_jobs > 0: one token through n_jobs matrices of the same type and row length at once, job blockIdx.y's
+     * matrix, rows and output taking the place of w, rows and y (qwc_matmul_group) */
+    int n_jobs;
     int early; /* the rows asked for before the programmatic launch's wait (w or jw: not a pair's) */
     int ks;    /* warps a row (1, 2 or 4): each sums a part of the groups, the parts added in order */
     int walk;  /* Q8_0, Q4_K, Q6_K: mvq_walk */
     int stage; /* a block's rows (w or jw: not a pair's) copied into shared memory before the programmatic launch's
                 * wait, read from there (QWC_MVQ_STAGE) */
     const uint8_t *jw[MVQ_JOBS];
-    int64_t jrows[MVQ_JOBS], jrb[MVQ_JOBS];
+    int64_t jrows[MVQ_JOBS];
     int jks[MVQ_JOBS];
     float *jy[MVQ_JOBS];
 };
@@ -1118,12 +1117,6 @@ __device__ __forceinline__ void block_copy_async(uint8_t *dst, const uint8_t *sr
             asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d + (unsigned)o), "l"(src + o));
 }
 
-/* One token's products of two weight types on the same x as one launch (mvq_mix; QWC_MVQ_MIX 0, or
- * QWENC_CUDA_MVQ_MIX=0 in the environment: a launch a type, the same bits) */
-#ifndef QWC_MVQ_MIX
-#define QWC_MVQ_MIX 1
-#endif
-
 /* mvq_kernel stages a block's rows in shared memory for Q8_0 only (QWC_MVQ_STAGE, mvq_go) */
 template <int T> constexpr bool mvq_stages() { return T == QW_TYPE_Q8_0; }
 
@@ -1167,18 +1160,18 @@ template <int NT> __device__ __forceinline__ void mvq_warp_sum(float *acc) {
         for (int o = 16; o > 0; o >>= 1) acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], o));
 }
 
-/* mvq_kernel's work for weights of type T: the block's rows of its matrix (pair blockIdx.y, or job `job`) */
+/* mvq_kernel's work for weights of type T: the block's rows of its matrix (pair or job blockIdx.y) */
 template <int T, int NT>
-__device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], uint8_t *sm, int job) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = a.n_jobs ? a.jks[job] : a.ks;
+__device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], uint8_t *sm) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = a.n_jobs ? a.jks[blockIdx.y] : a.ks;
     const int kk = warp % ks;
     const int64_t row0 = (int64_t)blockIdx.x * (MV_WARPS / ks), row = row0 + warp / ks;
-    int64_t row_bytes = a.row_bytes;
+    const int64_t row_bytes = a.row_bytes;
     int64_t pair = a.pair0 + blockIdx.y, rows = a.rows;
     const uint8_t *w = a.w;
     float *yo = a.y;
-    if (a.n_jobs) w = a.jw[job], rows = a.jrows[job], row_bytes = a.jrb[job], yo = a.jy[job], pair = 0;
-    const bool early = MVQ_PREFETCH && a.early && !a.mats, staging = mvq_stages<T>() && a.stage && !a.mats;
+    if (a.n_jobs) w = a.jw[blockIdx.y], rows = a.jrows[blockIdx.y], yo = a.jy[blockIdx.y], pair = 0;
+    const bool early = MVQ_PREFETCH && a.early && !a.mats, staging = a.stage && !a.mats;
     int stage = 0; /* the block's rows copied into sm, 16 or 4 bytes a copy */
     if (staging) {
         const int64_t n = std::max<int64_t>(0, std::min<int64_t>(MV_WARPS / ks, rows - row0)) * row_bytes;
@@ -1232,19 +1225,7 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
 template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
     __shared__ float red[MV_WARPS][NT];
     extern __shared__ __align__(16) uint8_t sm[]; /* a.stage: the block's rows */
-    mvq_rows<T, NT>(a, red, sm, blockIdx.y);
-}
-
-/* One token through jobs of two weight types on the same x (qwc_matmul_group, QWC_MVQ_MIX): jobs below a.n1 of type
- * T1, the others of T2, each job's blocks doing what mvq_kernel's do for it alone (the same ks, walk and sums), so
- * its outputs are the bits of its own launch. The hyper-connections' down (Q4_K or Q6_K) and inject (Q8_0)
- * products, the DeltaNet's input projections and its beta and alpha, attention's q, k and v: one launch each. */
-template <int T1, int T2> __global__ void __launch_bounds__(MV_THREADS) mvq_mix(mvq_args a) {
-    __shared__ float red[MV_WARPS][1];
-    extern __shared__ __align__(16) uint8_t sm[]; /* a.stage: a Q8_0 job's block's rows */
-    const int job = blockIdx.y;
-    if (job < a.n1) mvq_rows<T1, 1>(a, red, sm, job);
-    else mvq_rows<T2, 1>(a, red, sm, job);
+    mvq_rows<T, NT>(a, red, sm);
 }
 
 /* One token's MoE down products and their combine (qwc_pairs_combine, QWC_MOE_DOWN_COMBINE): a block per output row
@@ -1545,22 +1526,6 @@ template <int T> void mvq_go(cudaStream_t s, mvq_args a, unsigned ny) {
     QWC_LAUNCHED();
 }
 
-/* one launch of mvq_mix<T1, T2> (one token; a.n_jobs jobs, the first a.n1 of type T1) */
-template <int T1, int T2> void mvq_go_mix(cudaStream_t s, mvq_args a) {
-    a.early = mv_early();
-    a.walk = mvq_walk_on();
-    int64_t nb = 0, smem = 0; /* blocks a matrix; a staged job's block's rows */
-    for (int j = 0; j < a.n_jobs; j++) {
-        a.jks[j] = mvq_ks(a.jrows[j], a.ng);
-        nb = std::max(nb, cdiv(a.jrows[j], MV_WARPS / a.jks[j]));
-        if (j < a.n1 ? mvq_stages<T1>() : mvq_stages<T2>())
-            smem = std::max<int64_t>(smem, MV_WARPS / a.jks[j] * a.jrb[j]);
-    }
-    a.stage = smem > 0 && smem <= MVQ_STAGE_MAX && mvq_stage_on();
-    qwc_launch(mvq_mix<T1, T2>, dim3((unsigned)nb, (unsigned)a.n_jobs), MV_THREADS, a.stage ? (size_t)smem : 0, s, a);
-    QWC_LAUNCHED();
-}
-
 /* mvq_kernel over n_pairs pairs, passes of up to 8 tokens */
 template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
     cudaStream_t s = qwc_stream(c);
@@ -1791,7 +1756,7 @@ template <int T> struct op_group {
             mvq_args a = {};
             a.row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
             a.ng = cols / 32, a.xq = xq, a.n_tok = 1, a.n_jobs = n;
-            for (int j = 0; j < n; j++) a.jw[j] = w[j], a.jrows[j] = rows[j], a.jrb[j] = a.row_bytes, a.jy[j] = y[j];
+            for (int j = 0; j < n; j++) a.jw[j] = w[j], a.jrows[j] = rows[j], a.jy[j] = y[j];
             mvq_go<T>(qwc_stream(c), a, (unsigned)n);
             *done = 1;
         }
@@ -1926,55 +1891,13 @@ int qwc_matmul_like_pairs(const qwc *c, qw_type type, int64_t cols, int n_tok) {
            qd_supported(type) && cols % 32 == 0;
 }
 
-/* the types a mixed launch (mvq_mix) takes: Q8_0, Q4_K and Q6_K, those mvq_walk takes */
-static bool mvq_mixes(qw_type t) { return t == QW_TYPE_Q8_0 || t == QW_TYPE_Q4_K || t == QW_TYPE_Q6_K; }
-
-int qwc_matmul_mixes(qw_type a, qw_type b) {
-    static int env = -1;
-    return a == b || (QWC_MVQ_MIX && mvq_mixes(a) && mvq_mixes(b) && qwc_env_switch("QWENC_CUDA_MVQ_MIX", 1, &env));
-}
-
-/* jobs of two types: one mvq_mix launch, the lower type's jobs first */
-static int matmul_mix(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x, qw_type t1, qw_type t2) {
-    const int64_t cols = w[0].shape[1];
-    const qw_q8a *xq = q8_rows<QW_TYPE_Q8_0>(c, x, cols, cols, 1); /* (the rounding does not depend on the type) */
-    if (!xq) return 0;
-    mvq_args a = {};
-    a.ng = cols / 32, a.xq = xq, a.n_tok = 1, a.n_jobs = n;
-    int k = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int j = 0; j < n; j++) {
-            if (w[j].type != (pass ? t2 : t1)) continue;
-            a.jw[k] = (const uint8_t *)w[j].data, a.jrows[k] = w[j].shape[0], a.jy[k] = y[j];
-            a.jrb[k] = (int64_t)qw_type_row_size(w[j].type, cols);
-            k++;
-        }
-        if (!pass) a.n1 = k;
-    }
-    const cudaStream_t s = qwc_stream(c);
-    if (t1 == QW_TYPE_Q8_0 && t2 == QW_TYPE_Q4_K) mvq_go_mix<QW_TYPE_Q8_0, QW_TYPE_Q4_K>(s, a);
-    else if (t1 == QW_TYPE_Q8_0 && t2 == QW_TYPE_Q6_K) mvq_go_mix<QW_TYPE_Q8_0, QW_TYPE_Q6_K>(s, a);
-    else mvq_go_mix<QW_TYPE_Q4_K, QW_TYPE_Q6_K>(s, a);
-    return 1;
-}
-
 int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x) {
     if (n < 1 || n > MVQ_JOBS) return 0;
     const uint8_t *d[MVQ_JOBS];
     int64_t rows[MVQ_JOBS];
-    qw_type t2 = w[0].type; /* a second type, if any */
     for (int j = 0; j < n; j++) {
-        if (w[j].shape[1] != w[0].shape[1] || w[j].shape[0] <= 0 || !qwc_matmul_mixes(w[j].type, w[0].type))
-            return 0;
-        if (w[j].type != w[0].type) {
-            if (t2 != w[0].type && w[j].type != t2) return 0; /* a third */
-            t2 = w[j].type;
-        }
+        if (w[j].type != w[0].type || w[j].shape[1] != w[0].shape[1] || w[j].shape[0] <= 0) return 0;
         d[j] = (const uint8_t *)w[j].data, rows[j] = w[j].shape[0];
-    }
-    if (t2 != w[0].type) {
-        if (w[0].shape[1] % 32 || w[0].shape[1] / 32 > INT32_MAX) return 0;
-        return matmul_mix(c, w, y, n, x, std::min(w[0].type, t2), std::max(w[0].type, t2));
     }
     int done = 0;
     by_type<op_group>(w[0].type, c, d, rows, y, n, w[0].shape[1], x, &done);

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# The CUDA paths that fuse launches promise the bits of the launches they replace: the MoE's shared expert as more pairs
-# of the routed experts' products (QWC_MOE_SHARED_PAIRS in src/cuda/moe.cu), the 8-bit rounding of activations by the
-# kernels that write them (QWC_Q8_PRODUCERS in src/cuda/backend.cu), the convolution with its silu (QWC_FUSE_CONV_SILU
-# in src/cuda/ops.cu), one token's products of one type on the same x in one launch (QWC_MVQ_BATCH in src/cuda/ops.cu)
-# and of two types (QWC_MVQ_MIX in src/cuda/quant.cu), a block's output put into the streams with the next
-# hyper-connection's norm (QWC_HC_INJECT_NORM in src/cuda/model_ops.cu), one token's hyper-connection up product inside
-# its read (QWC_HC_UP_READ there), one token's MoE pairs reading its x in place (QWC_MOE_X_IN_PLACE in src/cuda/moe.cu),
-# the routing's values in registers (QWC_MOE_ROUTE_REGS there), the shared gate's logits in the pairs' kernel
-# (QWC_MOE_SG_IN_PAIRS there), the DeltaNet's gated norm (QWC_NORM_GATE in src/cuda/ops.cu) and one token's convolution,
-# l2 norms and gate as one kernel (QWC_GDN_PREP there), and the integer matrix-vector kernel's walk along Q8_0 and Q4_K
-# rows (QWC_MVQ_WALK in src/cuda/quant.cu; not a fusion, the same promise), one token's MoE down products with their
-# combine (QWC_MOE_DOWN_COMBINE there), and one token's matrix-vector products of few row groups at a row a warp
-# (QWC_MV_ONE_ROW there; the same promise), each attention head's norm with its RoPE (QWC_NORM_ROPE in src/cuda/ops.cu),
-# the keys' norm and RoPE with both cache stores (QWC_NORM_ROPE_KV there) and the delta rule with its gated norm
-# (QWC_DR_GATE there), and small kernels' reads of weights before their programmatic wait and of state into L2
-# (QWC_EARLY_OPS in src/cuda/cuda_internal.cuh; the same promise). This builds build-unfused/ with them off
+# The CUDA paths that fuse launches promise the bits of the launches they replace: the MoE's shared expert as more
+# pairs of the routed experts' products (QWC_MOE_SHARED_PAIRS in src/cuda/moe.cu), the 8-bit rounding of
+# activations by the kernels that write them (QWC_Q8_PRODUCERS in src/cuda/backend.cu), the convolution with its
+# silu (QWC_FUSE_CONV_SILU in src/cuda/ops.cu), one token's products of one type on the same x in one launch
+# (QWC_MVQ_BATCH in src/cuda/ops.cu), a block's output put into the streams with the next hyper-connection's norm
+# (QWC_HC_INJECT_NORM in src/cuda/model_ops.cu), one token's hyper-connection up product inside its read
+# (QWC_HC_UP_READ there), one token's MoE pairs reading its x in place (QWC_MOE_X_IN_PLACE in src/cuda/moe.cu), the
+# routing's values in registers (QWC_MOE_ROUTE_REGS there), the shared gate's logits in the pairs' kernel
+# (QWC_MOE_SG_IN_PAIRS there), the DeltaNet's gated norm (QWC_NORM_GATE in src/cuda/ops.cu) and one token's
+# convolution, l2 norms and gate as one kernel (QWC_GDN_PREP there), and the integer matrix-vector kernel's walk
+# along Q8_0 and Q4_K rows (QWC_MVQ_WALK in src/cuda/quant.cu; not a fusion, the same promise), one token's MoE down
+# products with their combine (QWC_MOE_DOWN_COMBINE there), and one token's matrix-vector products of few row groups
+# at a row a warp (QWC_MV_ONE_ROW there; the same promise), each attention head's norm with its RoPE (QWC_NORM_ROPE
+# in src/cuda/ops.cu), the keys' norm and RoPE with both cache stores (QWC_NORM_ROPE_KV there) and the delta rule
+# with its gated norm (QWC_DR_GATE there), and small kernels' reads of weights before their programmatic wait and of
+# state into L2 (QWC_EARLY_OPS in src/cuda/cuda_internal.cuh; the same promise). This builds build-unfused/ with
+# them off
 # (FLAGS: other -D switches to set instead, for a path being tried) and compares the logits of build-cuda/
 # (gpu_check's build) with its logits bit for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry,
 # shrunk (their shared experts have the routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a
@@ -32,7 +33,6 @@ unfused+=" -DQWC_CONV_STATE=0 -DQWC_MOE_GATE_IN_COMBINE=0 -DQWC_MOE_ROUTE_IN_PAI
 unfused+=" -DQWC_HC_UP_READ=0 -DQWC_MOE_X_IN_PLACE=0 -DQWC_MOE_ROUTE_REGS=0 -DQWC_NORM_GATE=0"
 unfused+=" -DQWC_MOE_SG_IN_PAIRS=0 -DQWC_GDN_PREP=0 -DQWC_MVQ_WALK=0 -DQWC_MOE_DOWN_COMBINE=0"
 unfused+=" -DQWC_MV_ONE_ROW=0 -DQWC_NORM_ROPE=0 -DQWC_NORM_ROPE_KV=0 -DQWC_DR_GATE=0 -DQWC_EARLY_OPS=0"
-unfused+=" -DQWC_MVQ_MIX=0"
 off=${FLAGS:-$unfused}
 if [ ! -x build-cuda/qwenc ]; then echo "fusions: build-cuda/qwenc missing (make cuda first)"; echo "0 passed, 1 failed"; exit 1; fi
 echo "build-unfused/: $off"
