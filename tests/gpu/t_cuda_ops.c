@@ -738,7 +738,8 @@ static void test_hc_ple(void) {
  * of each job as a matmul of its own (which rounds it again). Set 0: jobs 0 and 1 of one type, one x, other row
  * counts (one launch where the backend groups them), job 2 another type on the same x (its rounding used again),
  * job 3 another x; set 1: two pairs of types on one x, rows of 8,192 columns cut into 1, 2 and 4 parts (mvq_ks:
- * 1,100, 300 and 4 rows), each pair one launch. 1 and 3 tokens (3: a launch a job). */
+ * 1,100, 300 and 4 rows), each pair one launch; sets 2 and 3: three types on one x, the jobs of one type apart
+ * among the others (10,240 columns: the hyper-connections' rows). 1 and 3 tokens (3: a launch a job). */
 static void q8_batch_set(int cols, const qw_type *types, const int *rows, const int *same_x) {
     enum { NJ = 4 };
     void *wq[NJ];
@@ -783,6 +784,12 @@ static void test_q8_batch(void) {
     qw_backend_cuda_set_q8_activations(G, 1);
     q8_batch_set(512, t0, r0, x0);
     q8_batch_set(8192, t1, r1, x1);
+    static const qw_type t2[4] = {QW_TYPE_Q6_K, QW_TYPE_Q8_0, QW_TYPE_Q4_K, QW_TYPE_Q6_K};
+    static const int r2[4] = {33, 7, 50, 130}, x2[4] = {1, 1, 1, 1};
+    q8_batch_set(512, t2, r2, x2);
+    static const qw_type t3[4] = {QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q6_K, QW_TYPE_Q4_K};
+    static const int r3[4] = {320, 4, 5, 64}, x3[4] = {1, 1, 1, 1};
+    q8_batch_set(10240, t3, r3, x3);
     qw_backend_cuda_set_q8_activations(G, 0);
 }
 
