@@ -5,16 +5,18 @@
 # depths, for the threshold below which a query keeps the per-head kernel (QWENC_CUDA_ATT_SPLIT_MIN: ATT_SPLIT_MIN
 # in src/cuda/attn.cu), and the split count deep in a conversation (ATT_SPLIT); `defaults` measures this round's
 # defaults against the settings before them, in one binary
-# (tests/ab.sh, the sets interleaved). Each step fits a call where calls are limited to 10 minutes.
+# (tests/ab.sh, the sets interleaved); `mmq` the integer GEMM's skipped n tiles (QWENC_CUDA_MMQ_SKIP) on prompts. Each
+# step fits a call where calls are limited to 10 minutes.
 #
 # Built after the last GPU run and checked only in the emulation (t_cuda_emu), so not yet timed: the split
 # attention's merge (its weights once a head), the QSA selection's threshold a byte at a time, its offsets and a
 # one-token step's indexer keys in one launch each, and prompt steps in QSA's dense regime without the selection
-# (src/blocks/qsa.c). None has a switch: `defaults` measures them in this round's column against the numbers of
+# (src/blocks/qsa.c), and the integer GEMM skipping a warp's empty n tiles (QWENC_CUDA_MMQ_SKIP=0: not; `mmq`
+# measures it). The others have no switch: `defaults` measures them in this round's column against the numbers of
 # docs/BENCH.md's table of defaults (H100: cut Q4_K pp512 19,146, tg128 790; whole with 192 experts tg32 after
 # 4,096 tokens 128.5, 16 sessions 426.6).
 #
-#   bash tests/gpu/pending.sh [check] [split] [defaults]      all three when none is named
+#   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq]      all four when none is named
 #
 # ROUNDS (2) rounds of each set; FN: the bench options of the whole model (default: the whole Flash-Next at Q4_K,
 # 111 GiB; on an 80 GiB GPU, '--backend cuda --synth flash-next --experts 192 --type q4_k'). Each step ends with a
@@ -25,7 +27,7 @@ fn=${FN:-'--backend cuda --synth flash-next --type q4_k'}
 cut='--backend cuda --synth flash-next --layers 8 --experts 64 --ngram-base 200003 --type q4_k'
 q35='--backend cuda --synth qwen3.5-35b-a3b --type q4_k'
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(check split defaults)
+[ ${#steps[@]} -eq 0 ] && steps=(check split defaults mmq)
 export QWENC=${QWENC:-build-cuda/qwenc} ROUNDS=${ROUNDS:-2}
 fails=0
 
@@ -47,7 +49,7 @@ for step in "${steps[@]}"; do
             bash tests/gpu_check.sh t_cuda_quant_loop t_cuda_ops t_model t_model_switches t_session \
                 t_session_switches t_mtp || fails=$((fails + 1))
             ;;
-        split | defaults)
+        split | defaults | mmq)
             if [ ! -x "$QWENC" ]; then
                 echo "pending.sh: $QWENC is not there: run the check step (or make cuda) first" >&2
                 exit 1
@@ -81,7 +83,14 @@ for step in "${steps[@]}"; do
             # shellcheck disable=SC2086
             ab "$old" - -- $q35 -p 4096 -n 32
             ;;
-        *) echo "pending.sh: no step '$step' (check, split, defaults)" >&2; exit 1 ;;
+        mmq)
+            # the integer GEMM skipping a warp's empty n tiles (an expert's part-filled last token tile) against not
+            for o in "$fn -p 4096" "$q35 -p 4096" "$cut -p 512"; do
+                # shellcheck disable=SC2086
+                ab 'QWENC_CUDA_MMQ_SKIP=0' - -- $o -n 0
+            done
+            ;;
+        *) echo "pending.sh: no step '$step' (check, split, defaults, mmq)" >&2; exit 1 ;;
     esac
     echo "== step $step done, $fails failed so far"
 done

@@ -476,7 +476,8 @@ static void test_attn_rows_split(const qw_backend *G) {
 
 /* The integer GEMM (mmq.cu) against the CPU's integer reference: every output qw_q8a_dot_ref's bits, for each kernel
  * variant (64 x 64 tiles, the same with the group loop unrolled (QWENC_CUDA_MMQ_UNROLL), 32 x 32 tiles) launched as
- * mmq_launch launches them, over rows and tokens that end inside a tile; the MMA's fragments emulated
+ * mmq_launch launches them, over rows and tokens that end inside a tile (a warp's empty n tiles computed, and
+ * skipped: QWENC_CUDA_MMQ_SKIP); the MMA's fragments emulated
  * (tests/gpu/emu/cuda/mma.cuh) in the PTX ISA's layout, which the kernel's own loads assume. */
 template <int T> static void test_mmq_type(void) {
     const qw_type t = (qw_type)T;
@@ -496,7 +497,9 @@ template <int T> static void test_mmq_type(void) {
     a.w = w.data(), a.rows = rows, a.row_bytes = rb, a.ng = ng, a.xq = xq.data(), a.xq_tok = ng, a.ldy = rows;
     a.n_tok = n_tok;
     static const char *const name[] = {"64 x 64", "64 x 64 unrolled", "32 x 32"};
-    for (int v = 0; v < 3; v++) {
+    for (int vs = 0; vs < 6; vs++) {
+        const int v = vs % 3;
+        a.skip = vs / 3; /* the empty n tiles computed, then skipped */
         std::vector<float> y(want.size(), NAN);
         a.y = y.data();
         const int tile = v < 2 ? 64 : 32;
@@ -507,8 +510,9 @@ template <int T> static void test_mmq_type(void) {
         size_t bad = 0, first = 0;
         for (size_t i = 0; i < y.size(); i++)
             if (memcmp(&y[i], &want[i], 4) && !bad++) first = i;
-        CHECK(!bad, "mmq %s, %s tiles: %zu of %zu outputs not qw_q8a_dot_ref's bits (token %zu row %zu: %.9g, not "
-              "%.9g)", qw_type_name(t), name[v], bad, y.size(), first / rows, first % rows, y[first], want[first]);
+        CHECK(!bad, "mmq %s, %s tiles%s: %zu of %zu outputs not qw_q8a_dot_ref's bits (token %zu row %zu: %.9g, not "
+              "%.9g)", qw_type_name(t), name[v], a.skip ? ", empty n tiles skipped" : "", bad, y.size(), first / rows,
+              first % rows, y[first], want[first]);
     }
 }
 
