@@ -409,6 +409,43 @@ __global__ void k_moe_gather(float *xin, const float *x, const int32_t *order, i
     for (int i = threadIdx.x; i < H; i += blockDim.x) xin[(int64_t)r * H + i] = src[i];
 }
 
+/* The grouped rows' activations rounded to 8 bits: xt holds x's T rows rounded once (nb blocks each), and row r
+ * (r < *end) gets its token's blocks, 8 bytes at a time (a block is 40). A row's rounding depends on its values
+ * alone, so these are the bits of rounding the f32 rows k_moe_gather copies, at a k-th of the rounding and no f32
+ * copies. */
+__global__ void k_moe_gather_q8(qw_q8a *xq, const qw_q8a *xt, const int32_t *order, int k, int nb, const int32_t *end) {
+    QWC_PDL_ENTRY();
+    const int r = blockIdx.x;
+    if (r >= *end) return;
+    static_assert(sizeof(qw_q8a) % sizeof(uint2) == 0, "a block is whole 8-byte words");
+    constexpr int WB = sizeof(qw_q8a) / sizeof(uint2);
+    const uint2 *src = (const uint2 *)(xt + (int64_t)(order[r] / k) * nb);
+    uint2 *dst = (uint2 *)(xq + (int64_t)r * nb);
+    for (int i = threadIdx.x; i < nb * WB; i += blockDim.x) dst[i] = src[i];
+}
+
+/* The grouped products' input rows for R = T k rows grouped by order (offs[E]: how many): x's rows rounded, then
+ * gathered as 8-bit blocks into xq (QWC_MOE_GATHER_Q8, QWENC_CUDA_MOE_GATHER_Q8=0: the f32 rows gathered into xin,
+ * then rounded: the same bits); xin has room for R f32 rows. */
+#ifndef QWC_MOE_GATHER_Q8
+#define QWC_MOE_GATHER_Q8 1
+#endif
+static void gather_rows_q8(qwc *c, qw_q8a *xq, float *xin, const float *x, const int32_t *order, const int32_t *end,
+                           int T, int k, int64_t H) {
+    static int env = -1;
+    const int R = T * k;
+    if (QWC_MOE_GATHER_Q8 && qwc_env_switch("QWENC_CUDA_MOE_GATHER_Q8", 1, &env)) {
+        qw_q8a *xt = (qw_q8a *)xin; /* T rows of H / 32 blocks: 1.25 T H bytes of xin's 4 R H */
+        qwc_q8a_rows(c, xt, x, H, H, T);
+        qwc_launch(k_moe_gather_q8, R, 128, 0, qwc_stream(c), xq, (const qw_q8a *)xt, order, k, (int)(H / 32), end);
+        QWC_LAUNCHED();
+    } else {
+        qwc_launch(k_moe_gather, R, 256, 0, qwc_stream(c), xin, x, order, k, (int)H, end);
+        QWC_LAUNCHED();
+        qwc_q8a_rows(c, xq, xin, H, H, R); /* rows past the grouped ones are rounded and never read */
+    }
+}
+
 /* outp [R][H] by pair: the grouped row of pair p (rowpos[p]), zeros for a pair no expert here took (rowpos -1) */
 __global__ void k_moe_scatter(float *outp, const float *out, const int32_t *rowpos, int H) {
     QWC_PDL_ENTRY();
@@ -569,19 +606,20 @@ static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int
     qwc_launch(k_moe_group, n, 256, 0, st, offs, sel, R, lo);
     qwc_launch(k_moe_scan, 1, 1, 0, st, offs, n);
     qwc_launch(k_moe_place, n, 256, 0, st, order, rowpos, offs, sel, R, lo);
-    qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H, (const int32_t *)offs + n);
     QWC_LAUNCHED();
     if (grouped_mmq(c, ex, n, H, I)) {
         int32_t *tiles = (int32_t *)(w + l.tiles);
         qw_q8a *xq = (qw_q8a *)(w + l.xq);
         qwc_mmq_tiles(c, tiles, offs, n);
-        qwc_q8a_rows(c, xq, xin, H, H, R); /* rows past the grouped ones are rounded and never read */
+        gather_rows_q8(c, xq, xin, x, order, (const int32_t *)offs + n, T, k, H);
         qwc_mmq_grouped(c, g, I, tab, e0->gate.type, I, H, xq, offs, tiles, n, R);
         qwc_mmq_grouped(c, u, I, tab + n, e0->up.type, I, H, xq, offs, tiles, n, R);
         be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
         qwc_q8a_rows(c, xq, g, I, I, R);
         qwc_mmq_grouped(c, out, H, tab + 2 * n, e0->down.type, H, I, xq, offs, tiles, n, R);
     } else {
+        qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H, (const int32_t *)offs + n);
+        QWC_LAUNCHED();
         if (qwc_capture_spoil(c0)) return; /* the group sizes cannot come to the host inside a graph */
         int32_t *ho = (int32_t *)qw_malloc((size_t)n + 1, sizeof(int32_t));
         if (!ho) qwc_die(__FILE__, __LINE__, "moe_ffn", "out of host memory");
@@ -721,14 +759,13 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         qwc_launch(k_moe_group, E, 256, 0, st, offs, sel, R, 0);
         qwc_launch(k_moe_scan, 1, 1, 0, st, offs, E);
         qwc_launch(k_moe_place, E, 256, 0, st, order, rowpos, offs, sel, R, 0);
-        qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H, (const int32_t *)offs + E);
         QWC_LAUNCHED();
         if (grouped_mmq(c, experts, E, H, I)) { /* every expert in one launch a projection: no host round trip */
             const void *const *tab = expert_table(c, experts, E);
             int32_t *tiles = (int32_t *)(w + l.tiles);
             qw_q8a *xq = (qw_q8a *)(w + l.xq);
             qwc_mmq_tiles(c, tiles, offs, E);
-            qwc_q8a_rows(c, xq, xin, H, H, R);
+            gather_rows_q8(c, xq, xin, x, order, (const int32_t *)offs + E, T, k, H);
             qwc_mmq_grouped(c, g, I, tab, experts[0].gate.type, I, H, xq, offs, tiles, E, R);
             qwc_mmq_grouped(c, u, I, tab + E, experts[0].up.type, I, H, xq, offs, tiles, E, R);
             be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
@@ -736,6 +773,8 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
             qwc_mmq_grouped(c, out, H, tab + 2 * E, experts[0].down.type, H, I, xq, offs, tiles, E, R);
             goto shared_expert;
         }
+        qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H, (const int32_t *)offs + E);
+        QWC_LAUNCHED();
         if (qwc_capture_spoil(c)) return; /* the group sizes cannot come to the host inside a graph */
         int32_t *ho = (int32_t *)qw_malloc((size_t)E + 1, sizeof(int32_t));
         if (!ho) qwc_die(__FILE__, __LINE__, "moe_ffn", "out of host memory");

@@ -14,12 +14,14 @@
 # at a row a warp (QWC_MV_ONE_ROW there; the same promise), each attention head's norm with its RoPE (QWC_NORM_ROPE
 # in src/cuda/ops.cu), the keys' norm and RoPE with both cache stores (QWC_NORM_ROPE_KV there) and the delta rule
 # with its gated norm (QWC_DR_GATE there), and small kernels' reads of weights before their programmatic wait and of
-# state into L2 (QWC_EARLY_OPS in src/cuda/cuda_internal.cuh; the same promise). This builds build-unfused/ with
+# state into L2 (QWC_EARLY_OPS in src/cuda/cuda_internal.cuh; the same promise), and a prompt's MoE rows rounded
+# before they are gathered (QWC_MOE_GATHER_Q8 in src/cuda/moe.cu). This builds build-unfused/ with
 # them off
 # (FLAGS: other -D switches to set instead, for a path being tried) and compares the logits of build-cuda/
 # (gpu_check's build) with its logits bit for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry,
 # shrunk (their shared experts have the routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a
-# step. BENCH=1 also measures decode with and without the fusions. Run by tests/gpu_check.sh after its build.
+# step, and 12 with the MoE's rows grouped by expert (QWENC_CUDA_PAIRS_MAX=1). BENCH=1 also measures decode with and
+# without the fusions. Run by tests/gpu_check.sh after its build.
 #
 #   DEPS=DIR J=16 bash tests/gpu/fusions.sh     (DEPS and J as for tests/gpu_check.sh)
 set -u
@@ -33,6 +35,7 @@ unfused+=" -DQWC_CONV_STATE=0 -DQWC_MOE_GATE_IN_COMBINE=0 -DQWC_MOE_ROUTE_IN_PAI
 unfused+=" -DQWC_HC_UP_READ=0 -DQWC_MOE_X_IN_PLACE=0 -DQWC_MOE_ROUTE_REGS=0 -DQWC_NORM_GATE=0"
 unfused+=" -DQWC_MOE_SG_IN_PAIRS=0 -DQWC_GDN_PREP=0 -DQWC_MVQ_WALK=0 -DQWC_MOE_DOWN_COMBINE=0"
 unfused+=" -DQWC_MV_ONE_ROW=0 -DQWC_NORM_ROPE=0 -DQWC_NORM_ROPE_KV=0 -DQWC_DR_GATE=0 -DQWC_EARLY_OPS=0"
+unfused+=" -DQWC_MOE_GATHER_Q8=0"
 off=${FLAGS:-$unfused}
 if [ ! -x build-cuda/qwenc ]; then echo "fusions: build-cuda/qwenc missing (make cuda first)"; echo "0 passed, 1 failed"; exit 1; fi
 echo "build-unfused/: $off"
@@ -48,11 +51,14 @@ pass=0 fail=0
 toks=5,17,300,2,999,41,7,7,7,1000,3,1500
 for p in flash-next qwen3.5-35b-a3b; do
     for t in Q4_K Q8_0 BF16; do
-        for b in 1 4 12; do
+        for b in 1 4 12 12g; do # 12g: the MoE's rows grouped by expert (no pairs), as a long prompt's are
+            pm=256
+            [ $b = 12g ] && pm=1
             syn="--synth $p --layers 4 --experts 16 --ngram-base 1000 --hidden 512 --vocab 2048 --type $t"
-            build-cuda/qwenc logits $syn --tokens $toks --batch $b --backend cuda \
+            QWENC_CUDA_PAIRS_MAX=$pm build-cuda/qwenc logits $syn --tokens $toks --batch ${b%g} --backend cuda \
                 -o "$dir/a.f32" 2>"$dir/err"
-            build-unfused/qwenc logits $syn --tokens $toks --batch $b --backend cuda -o "$dir/b.f32" 2>>"$dir/err"
+            QWENC_CUDA_PAIRS_MAX=$pm build-unfused/qwenc logits $syn --tokens $toks --batch ${b%g} --backend cuda \
+                -o "$dir/b.f32" 2>>"$dir/err"
             if [ -s "$dir/a.f32" ] && cmp -s "$dir/a.f32" "$dir/b.f32"; then
                 pass=$((pass + 1)); echo "ok   $p $t batch $b: the same bits"
             else

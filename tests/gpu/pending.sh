@@ -5,15 +5,17 @@
 # depths, for the threshold below which a query keeps the per-head kernel (QWENC_CUDA_ATT_SPLIT_MIN: ATT_SPLIT_MIN
 # in src/cuda/attn.cu), and the split count deep in a conversation (ATT_SPLIT); `defaults` measures this round's
 # defaults against the settings before them, in one binary
-# (tests/ab.sh, the sets interleaved); `mmq` the integer GEMM's skipped n tiles (QWENC_CUDA_MMQ_SKIP) on prompts. Each
-# step fits a call where calls are limited to 10 minutes.
+# (tests/ab.sh, the sets interleaved); `mmq` a prompt's MoE with its rows rounded before they are gathered
+# (QWENC_CUDA_MOE_GATHER_Q8) and the integer GEMM's skipped n tiles (QWENC_CUDA_MMQ_SKIP). Each step fits a call
+# where calls are limited to 10 minutes.
 #
-# Built after the last GPU run and checked only in the emulation (t_cuda_emu), so not yet timed: the split
-# attention's merge (its weights once a head), the QSA selection's threshold a byte at a time, its offsets and a
-# one-token step's indexer keys in one launch each, and prompt steps in QSA's dense regime without the selection
-# (src/blocks/qsa.c), and the integer GEMM skipping a warp's empty n tiles (QWENC_CUDA_MMQ_SKIP=0: not; `mmq`
-# measures it). The others have no switch: `defaults` measures them in this round's column against the numbers of
-# docs/BENCH.md's table of defaults (H100: cut Q4_K pp512 19,146, tg128 790; whole with 192 experts tg32 after
+# Built after the last GPU run and checked only on the CPU (the emulation, t_cuda_emu, where it covers them), so not
+# yet timed: the split attention's merge (its weights once a head), the QSA selection's threshold a byte at a time,
+# its offsets and a one-token step's indexer keys in one launch each, prompt steps in QSA's dense regime without the
+# selection (src/blocks/qsa.c), a prompt's MoE rows rounded once a token and gathered as 8-bit blocks
+# (QWENC_CUDA_MOE_GATHER_Q8=0: not) and the integer GEMM skipping a warp's empty n tiles (QWENC_CUDA_MMQ_SKIP=0:
+# not; `mmq` measures both). The others have no switch: `defaults` measures them in this round's column against the
+# numbers of docs/BENCH.md's table of defaults (H100: cut Q4_K pp512 19,146, tg128 790; whole with 192 experts tg32 after
 # 4,096 tokens 128.5, 16 sessions 426.6).
 #
 #   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq]      all four when none is named
@@ -84,10 +86,11 @@ for step in "${steps[@]}"; do
             ab "$old" - -- $q35 -p 4096 -n 32
             ;;
         mmq)
-            # the integer GEMM skipping a warp's empty n tiles (an expert's part-filled last token tile) against not
+            # the prompt's MoE as it was, then its rows rounded before they are gathered, then also the integer
+            # GEMM skipping a warp's empty n tiles (an expert's part-filled last token tile): the default
             for o in "$fn -p 4096" "$q35 -p 4096" "$cut -p 512"; do
                 # shellcheck disable=SC2086
-                ab 'QWENC_CUDA_MMQ_SKIP=0' - -- $o -n 0
+                ab 'QWENC_CUDA_MMQ_SKIP=0 QWENC_CUDA_MOE_GATHER_Q8=0' 'QWENC_CUDA_MMQ_SKIP=0' - -- $o -n 0
             done
             ;;
         *) echo "pending.sh: no step '$step' (check, split, defaults, mmq)" >&2; exit 1 ;;
