@@ -300,11 +300,26 @@ __device__ __forceinline__ void attention_tiles_block(float *out, const float *q
 #pragma unroll
         for (int j = 0; j < GH; j++)
             if (hp + HP * j < G) acc[j] *= al[hp + HP * j];
-        for (int k = 0; k < n; k++) {
-            const float v = vs[k * HD + d];
+        if constexpr (HP == 1 && G % 4 == 0) { /* a key's G probabilities by 16-byte reads (the same products) */
+            static_assert((TK * KP + TK * HD + G * HD + DSL * G * TK) % 4 == 0, "pr's rows are 16-byte aligned");
+            for (int k = 0; k < n; k++) {
+                const float v = vs[k * HD + d];
 #pragma unroll
-            for (int j = 0; j < GH; j++)
-                if (hp + HP * j < G) acc[j] = __fmaf_rn(pr[k * G + hp + HP * j], v, acc[j]);
+                for (int j = 0; j < G; j += 4) {
+                    const float4 p = *(const float4 *)(pr + k * G + j);
+                    acc[j] = __fmaf_rn(p.x, v, acc[j]);
+                    acc[j + 1] = __fmaf_rn(p.y, v, acc[j + 1]);
+                    acc[j + 2] = __fmaf_rn(p.z, v, acc[j + 2]);
+                    acc[j + 3] = __fmaf_rn(p.w, v, acc[j + 3]);
+                }
+            }
+        } else {
+            for (int k = 0; k < n; k++) {
+                const float v = vs[k * HD + d];
+#pragma unroll
+                for (int j = 0; j < GH; j++)
+                    if (hp + HP * j < G) acc[j] = __fmaf_rn(pr[k * G + hp + HP * j], v, acc[j]);
+            }
         }
     }
     __syncthreads();
