@@ -38,7 +38,6 @@ extern "C" {
 namespace {
 
 constexpr int KG = 4, THREADS = 128;
-
 constexpr int WS = KG * 32 + 16; /* bytes of a row of codes in shared memory (padded: no bank conflicts) */
 
 struct mmq_args {
@@ -244,7 +243,7 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
                 for (int gg = 0; gg < kg; gg++) group(gg, njc);
             }
         };
-        if (nj == NT || nj > NT / 2) groups(std::integral_constant<int, NT>{});
+        if (nj > NT / 2) groups(std::integral_constant<int, NT>{});
         else if (nj > 0) groups(std::integral_constant<int, NT / 2>{});
         __syncthreads();
     }
