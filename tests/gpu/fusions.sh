@@ -52,12 +52,12 @@ toks=5,17,300,2,999,41,7,7,7,1000,3,1500
 for p in flash-next qwen3.5-35b-a3b; do
     for t in Q4_K Q8_0 BF16; do
         for b in 1 4 12 12g; do # 12g: the MoE's rows grouped by expert (no pairs), as a long prompt's are
-            pm=256
-            [ $b = 12g ] && pm=1
+            pm=() # the default pairs' limit, or none
+            [ $b = 12g ] && pm=(QWENC_CUDA_PAIRS_MAX=1)
             syn="--synth $p --layers 4 --experts 16 --ngram-base 1000 --hidden 512 --vocab 2048 --type $t"
-            QWENC_CUDA_PAIRS_MAX=$pm build-cuda/qwenc logits $syn --tokens $toks --batch ${b%g} --backend cuda \
+            env "${pm[@]}" build-cuda/qwenc logits $syn --tokens $toks --batch ${b%g} --backend cuda \
                 -o "$dir/a.f32" 2>"$dir/err"
-            QWENC_CUDA_PAIRS_MAX=$pm build-unfused/qwenc logits $syn --tokens $toks --batch ${b%g} --backend cuda \
+            env "${pm[@]}" build-unfused/qwenc logits $syn --tokens $toks --batch ${b%g} --backend cuda \
                 -o "$dir/b.f32" 2>>"$dir/err"
             if [ -s "$dir/a.f32" ] && cmp -s "$dir/a.f32" "$dir/b.f32"; then
                 pass=$((pass + 1)); echo "ok   $p $t batch $b: the same bits"
