@@ -12,6 +12,8 @@
 #   first: N of about twice a step's kernels covers it and the timed pass). ncu saves and restores what each
 #   kernel writes, so a model of few layers (--layers 2 keeps a layer's shapes) profiles in seconds where the
 #   whole model takes minutes a kernel.
+#   STALLS=REGEX: instead, what bounds the first N (default 3) kernels whose names match REGEX after SKIP of them:
+#   ncu's scheduler, warp-state (the stall reasons), compute and memory sections, as ncu prints them.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 Q=${QWENC:-build-cuda/qwenc}
@@ -22,6 +24,14 @@ csv=$(mktemp)
 trap 'rm -f "$csv"' EXIT
 steps=(-p 0 -n 64)
 [ -n "${P:-}" ] && steps=(-p "$P" -n 0)
+if [ -n "${STALLS:-}" ]; then
+    # shellcheck disable=SC2086
+    "$NCU" ${NCU_FLAGS:-} -k "regex:$STALLS" --launch-skip "${SKIP:-0}" --launch-count "${N:-3}" \
+        --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats "$Q" bench "${args[@]}" \
+        --backend cuda "${steps[@]}" -r 1 2>&1 | grep -v '^==PROF==' | grep -Ev '^ *(-+ +)+-+ *$'
+    exit "${PIPESTATUS[0]}"
+fi
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,launch__registers_per_thread
 metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active
 # shellcheck disable=SC2086
