@@ -91,25 +91,42 @@ __global__ void k_hc_inject_norm(float *X, const float *inj, const float *y, flo
     float *xr = X + r * H;
     const float *yr = y + t * H;
     const float g = inj[r];
+    /* a thread's first QWC_EARLY_N values: every load asked for before the first store (X and y may be one array
+     * to the compiler, so a loop's loads would each wait for the store before them), and kept for the norm */
+    float xa[QWC_EARLY_N], ya[QWC_EARLY_N];
+#pragma unroll
+    for (int e = 0; e < QWC_EARLY_N; e++) {
+        const int i = threadIdx.x + e * blockDim.x;
+        xa[e] = i < H ? xr[i] : 0.0f, ya[e] = i < H ? yr[i] : 0.0f;
+    }
     double ss = 0;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+#pragma unroll
+    for (int e = 0; e < QWC_EARLY_N; e++) {
+        const int i = threadIdx.x + e * blockDim.x;
+        if (i < H) {
+            const float v = xa[e] + ya[e] * g;
+            xr[i] = xa[e] = v;
+            ss += (double)v * v;
+        }
+    }
+    for (int i = threadIdx.x + QWC_EARLY_N * blockDim.x; i < H; i += blockDim.x) {
         const float v = xr[i] + yr[i] * g;
         xr[i] = v;
         ss += (double)v * v;
     }
     ss = qwc_block_sum(ss, sh);
     const float inv = (float)(1.0 / sqrt(ss / H + eps));
-    auto put = [&](int i, float wi) {
-        const float v = xr[i] * inv * (1.0f + wi);
+    auto put = [&](int i, float x, float wi) {
+        const float v = x * inv * (1.0f + wi);
         xn[r * H + i] = v;
         if (xq) qwc_q8a_warp(v, xq + (r * H + i) / 32); /* H % 32 == 0: whole warps */
     };
 #pragma unroll
     for (int e = 0; e < QWC_EARLY_N; e++) {
         const int i = threadIdx.x + e * blockDim.x;
-        if (i < H) put(i, early ? wv[e] : wr[i]);
+        if (i < H) put(i, xa[e], early ? wv[e] : wr[i]);
     }
-    for (int i = threadIdx.x + QWC_EARLY_N * blockDim.x; i < H; i += blockDim.x) put(i, wr[i]);
+    for (int i = threadIdx.x + QWC_EARLY_N * blockDim.x; i < H; i += blockDim.x) put(i, xr[i], wr[i]);
 }
 
 static void cu_hc_inject(const qw_backend *be, float *X, const float *inj, const float *y, int n_tok, int C, int H,
