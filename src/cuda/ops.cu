@@ -613,19 +613,66 @@ static void cu_gdn_gate(const qw_backend *be, float *a, float *beta, const float
 #define QWC_GDN_PREP 1
 #endif
 
+/* conv_state_channel for one token, dilation 1 and silu, k <= GDN_KMAX: its window's loads all asked for before its
+ * stores (to the compiler hist, x and y may overlap, so a load after a store waits for it), the same operations;
+ * returns y's value, written to y unless !put */
+constexpr int GDN_KMAX = 8, GDN_DKMAX = 4; /* GDN_DKMAX: channels a thread of a q or k head */
+__device__ __forceinline__ float conv_state_channel1(float *y, const float *x, float *hist, const float *w, int ch,
+                                                     int k, int c, bool put) {
+    float win[GDN_KMAX], wk[GDN_KMAX];
+#pragma unroll
+    for (int j = 0; j < GDN_KMAX; j++) {
+        win[j] = j < k - 1 ? hist[(int64_t)j * ch + c] : j == k - 1 ? x[c] : 0.0f;
+        wk[j] = j < k ? w[(int64_t)c * k + j] : 0.0f;
+    }
+    double acc = 0;
+#pragma unroll
+    for (int j = 0; j < GDN_KMAX; j++)
+        if (j < k) acc += (double)wk[j] * win[j];
+    const float v = qwc_silu((float)acc);
+    if (put) y[c] = v;
+#pragma unroll
+    for (int i = 0; i < GDN_KMAX - 1; i++)
+        if (i < k - 1) hist[(int64_t)i * ch + c] = win[i + 1];
+    return v;
+}
+
 __global__ void k_gdn_prep(float *c, const float *x, float *hist, const float *w, int ch, int k, int hk, int dk,
                            float eps, float q_scale, float *a, float *beta, const float *neg_exp_a,
                            const float *dt_bias, int hv, int n_vb) {
     QWC_PDL_ENTRY();
     __shared__ double sh[32];
     const int b = blockIdx.x, nqk = 2 * hk;
-    if (b < nqk) {
+    const bool regs = k <= GDN_KMAX && dk <= GDN_DKMAX * (int)blockDim.x; /* else the general loops */
+    if (b < nqk && regs) { /* the head's channels in registers from the convolution to the norm (l2_norm_row's
+                            * operations: a thread's squares in the order of its channels, the block's sum) */
+        float v[GDN_DKMAX];
+        double ss = 0;
+#pragma unroll
+        for (int e = 0; e < GDN_DKMAX; e++) {
+            const int i = threadIdx.x + e * blockDim.x;
+            v[e] = i < dk ? conv_state_channel1(c, x, hist, w, ch, k, b * dk + i, false) : 0.0f;
+        }
+#pragma unroll
+        for (int e = 0; e < GDN_DKMAX; e++)
+            if (threadIdx.x + e * blockDim.x < dk) ss += (double)v[e] * v[e];
+        ss = qwc_block_sum(ss, sh);
+        const float inv = (float)(1.0 / sqrt(ss + eps)) * (b < hk ? q_scale : 1.0f);
+#pragma unroll
+        for (int e = 0; e < GDN_DKMAX; e++) {
+            const int i = threadIdx.x + e * blockDim.x;
+            if (i < dk) c[(int64_t)b * dk + i] = v[e] * inv;
+        }
+    } else if (b < nqk) {
         for (int i = threadIdx.x; i < dk; i += blockDim.x)
             conv_state_channel(c, x, hist, NULL, w, 1, ch, k, 1, 1, 0, b * dk + i);
         l2_norm_row(c + (int64_t)b * dk, dk, eps, b < hk ? q_scale : 1.0f, sh);
     } else if (b < nqk + n_vb) {
         const int ci = nqk * dk + (b - nqk) * blockDim.x + threadIdx.x;
-        if (ci < ch) conv_state_channel(c, x, hist, NULL, w, 1, ch, k, 1, 1, 0, ci);
+        if (ci < ch) {
+            if (regs) conv_state_channel1(c, x, hist, w, ch, k, ci, true);
+            else conv_state_channel(c, x, hist, NULL, w, 1, ch, k, 1, 1, 0, ci);
+        }
     } else {
         for (int i = threadIdx.x; i < hv; i += blockDim.x) {
             a[i] = gdn_g(a[i], neg_exp_a[i], dt_bias[i]);
