@@ -55,6 +55,10 @@ struct qwc {
     cublasHandle_t cublas;
     void *scratch;
     size_t scratch_bytes;
+    qw_q8a *q8_big; /* a prompt's 8-bit rows (qwc_q8_big), q8_big_bytes; they round q8_big_x's rows (as q8_x) */
+    size_t q8_big_bytes;
+    const float *q8_big_x;
+    int64_t q8_big_ldx, q8_big_cols, q8_big_rows;
     pthread_mutex_t lock; /* the weight map (sessions on several threads share a model) */
     wentry *map;
     size_t map_cap, map_n;
@@ -158,13 +162,43 @@ void *qwc_q8_buf(qwc *c, size_t *bytes) {
 
 void qwc_q8_keep(qwc *c, int on) {
     c->q8_keep = on;
-    if (!on) c->q8_x = NULL; /* a chain starts: nothing held counts until a product of it rounds its x */
+    if (!on) c->q8_x = c->q8_big_x = NULL; /* a chain starts: nothing held counts until a product of it rounds its x */
 }
 int qwc_q8_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
     return c->q8_keep && c->q8_x == x && c->q8_ldx == ldx && c->q8_cols == cols && c->q8_rows == n_rows;
 }
 void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
     c->q8_x = x, c->q8_ldx = ldx, c->q8_cols = cols, c->q8_rows = n_rows;
+}
+
+/* The prompt's buffer: never while a graph is recorded (no graph holds its address, so it can grow); NULL then or
+ * when it cannot have the bytes (the caller rounds into the scratch instead, for each job). QWC_Q8_BIG 0, or
+ * QWENC_CUDA_Q8_BIG=0 in the environment: never (the same bits; to measure what it saves). */
+#ifndef QWC_Q8_BIG
+#define QWC_Q8_BIG 1
+#endif
+qw_q8a *qwc_q8_big(qwc *c, size_t bytes) {
+    static int env = -1;
+    if (!QWC_Q8_BIG || recording(c) || !qwc_env_switch("QWENC_CUDA_Q8_BIG", 1, &env)) return NULL;
+    if (bytes <= c->q8_big_bytes) return c->q8_big;
+    QWC_CHECK(cudaStreamSynchronize(c->stream));
+    if (c->q8_big) QWC_CHECK(cudaFree(c->q8_big));
+    c->q8_big = NULL, c->q8_big_bytes = 0, c->q8_big_x = NULL;
+    const size_t n = bytes + bytes / 4;
+    void *p = NULL;
+    if (cudaMalloc(&p, n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not an error: the scratch serves */
+        return NULL;
+    }
+    c->q8_big = (qw_q8a *)p, c->q8_big_bytes = n;
+    return c->q8_big;
+}
+int qwc_q8_big_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    return c->q8_keep && c->q8_big_x == x && c->q8_big_ldx == ldx && c->q8_big_cols == cols &&
+           c->q8_big_rows == n_rows;
+}
+void qwc_q8_big_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    c->q8_big_x = x, c->q8_big_ldx = ldx, c->q8_big_cols = cols, c->q8_big_rows = n_rows;
 }
 
 /* Kernels that write activations also round them (QWC_Q8_PRODUCERS 0: k_q8a rounds them before each product;
@@ -537,6 +571,7 @@ static void cu_release(qw_backend *be) {
     if (c->q8_buf) cudaFree(c->q8_buf);
     if (c->counts) cudaFree(c->counts);
     if (c->scratch) cudaFree(c->scratch);
+    if (c->q8_big) cudaFree(c->q8_big);
     cublasDestroy(c->cublas);
     cudaStreamDestroy(c->stream);
     pthread_mutex_destroy(&c->lock);

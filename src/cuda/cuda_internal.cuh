@@ -89,6 +89,12 @@ unsigned *qwc_counts(qwc *c, int n);
 void qwc_q8_keep(qwc *c, int on);
 int qwc_q8_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
 void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
+/* A prompt's products, whose rows the fixed buffer cannot hold: a device buffer of at least bytes for their 8-bit
+ * rows (NULL: none now, as while a graph is recorded), and what it holds, under the same chain rule (qwc_q8_keep:
+ * the jobs of a matmul_batch that read one x round it once) */
+qw_q8a *qwc_q8_big(qwc *c, size_t bytes);
+int qwc_q8_big_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
+void qwc_q8_big_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
 /* A kernel that writes n floats at y can write their 8-bit rounding too (into qwc_q8_for's buffer: NULL when not
  * now: the path off, n or the rows its loops walk (row floats each; n for an element-wise kernel) not whole blocks
  * of 32, or more than the buffer holds); qwc_q8_made after its launch says the

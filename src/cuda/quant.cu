@@ -1674,8 +1674,18 @@ template <int T> struct op_matmul {
         if constexpr (q8_type<T>()) /* the integer path: the tensor cores (mmq.cu), x rounded once */
             if (qwc_q8_on(c) && qwc_mmq_takes((qw_type)T, cols)) {
                 const qw_q8a *xq = q8_rows<T>(c, x, cols, cols, n_tok);
-                /* the scratch: x's 8-bit rows when the fixed buffer cannot hold them, then a narrow product's
-                 * partial sums */
+                if (!xq) {
+                    /* more rows than the fixed buffer holds: the prompt's buffer, rounded once for the jobs of a
+                     * batch that read this x */
+                    qw_q8a *big = qwc_q8_big(c, (size_t)(n_tok * (cols / 32)) * sizeof(qw_q8a));
+                    if (big && !qwc_q8_big_same(c, x, cols, cols, n_tok)) {
+                        qwc_q8a_rows(c, big, x, cols, cols, n_tok);
+                        qwc_q8_big_note(c, x, cols, cols, n_tok);
+                    }
+                    xq = big;
+                }
+                /* the scratch: x's 8-bit rows when neither buffer can hold them, then a narrow product's partial
+                 * sums */
                 const size_t xb = xq ? 0 : ((size_t)(n_tok * (cols / 32)) * sizeof(qw_q8a) + 255) / 256 * 256;
                 const size_t wb = (size_t)qwc_mmq_work(rows, cols, n_tok) * sizeof(float);
                 char *sc = xb + wb ? (char *)qwc_scratch(c, xb + wb) : NULL;

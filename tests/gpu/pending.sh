@@ -6,7 +6,8 @@
 # in src/cuda/attn.cu), and the split count deep in a conversation (ATT_SPLIT); `defaults` measures this round's
 # defaults against the settings before them, in one binary
 # (tests/ab.sh, the sets interleaved); `mmq` a prompt's MoE with its rows rounded before they are gathered
-# (QWENC_CUDA_MOE_GATHER_Q8) and the integer GEMM's skipped n tiles (QWENC_CUDA_MMQ_SKIP). Each step fits a call
+# (QWENC_CUDA_MOE_GATHER_Q8), the integer GEMM's skipped n tiles (QWENC_CUDA_MMQ_SKIP) and a batch's prompt products
+# on one x rounding it once (QWENC_CUDA_Q8_BIG). Each step fits a call
 # where calls are limited to 10 minutes.
 #
 # Built after the last GPU run and checked only on the CPU (the emulation, t_cuda_emu, where it covers them), so not
@@ -88,10 +89,12 @@ for step in "${steps[@]}"; do
             ;;
         mmq)
             # the prompt's MoE as it was, then its rows rounded before they are gathered, then also the integer
-            # GEMM skipping a warp's empty n tiles (an expert's part-filled last token tile): the default
+            # GEMM skipping a warp's empty n tiles (an expert's part-filled last token tile), then also the jobs of a
+            # batch on one x rounding it once: the default
             for o in "$fn -p 4096" "$q35 -p 4096" "$cut -p 512"; do
                 # shellcheck disable=SC2086
-                ab 'QWENC_CUDA_MMQ_SKIP=0 QWENC_CUDA_MOE_GATHER_Q8=0' 'QWENC_CUDA_MMQ_SKIP=0' - -- $o -n 0
+                ab 'QWENC_CUDA_MMQ_SKIP=0 QWENC_CUDA_MOE_GATHER_Q8=0 QWENC_CUDA_Q8_BIG=0' \
+                    'QWENC_CUDA_MMQ_SKIP=0 QWENC_CUDA_Q8_BIG=0' 'QWENC_CUDA_Q8_BIG=0' - -- $o -n 0
             done
             ;;
         *) echo "pending.sh: no step '$step' (check, split, defaults, mmq)" >&2; exit 1 ;;

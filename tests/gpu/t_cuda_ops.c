@@ -740,8 +740,10 @@ static void test_hc_ple(void) {
  * counts (one launch where the backend groups them), job 2 another type on the same x (its rounding used again),
  * job 3 another x; set 1: two pairs of types on one x, rows of 8,192 columns cut into 1, 2 and 4 parts (mvq_ks:
  * 1,100, 300 and 4 rows), each pair one launch; sets 2 and 3: three types on one x, the jobs of one type apart
- * among the others (10,240 columns: the hyper-connections' rows). 1 and 3 tokens (3: a launch a job). */
-static void q8_batch_set(int cols, const qw_type *types, const int *rows, const int *same_x) {
+ * among the others (10,240 columns: the hyper-connections' rows). 1 and 3 tokens (3: a launch a job); set 3 also
+ * 400 tokens (a prompt's rows, more than the fixed 8-bit buffer holds: the prompt's buffer, qwc_q8_big). Then x
+ * is written again in place and the batch run again: its first job must round it anew. */
+static void q8_batch_set(int cols, const qw_type *types, const int *rows, const int *same_x, int max_tok) {
     enum { NJ = 4 };
     void *wq[NJ];
     qw_tensor w[NJ];
@@ -755,23 +757,34 @@ static void q8_batch_set(int cols, const qw_type *types, const int *rows, const 
         w[j] = (qw_tensor){.name = "w", .data = wq[j], .type = types[j], .n_dims = 2, .shape = {rows[j], cols}};
         off[j + 1] = off[j] + (size_t)rows[j];
     }
-    for (int nt = 1; nt <= 3; nt += 2) {
+    static const int toks[] = {1, 3, 400};
+    for (int ti = 0; ti < 3 && toks[ti] <= max_tok; ti++) {
+        const int nt = toks[ti];
         float *x1 = rvec((size_t)nt * cols, 1), *x2 = rvec((size_t)nt * cols, 1);
         float *dx1 = dev(x1, (size_t)nt * cols * 4), *dx2 = dev(x2, (size_t)nt * cols * 4);
         size_t ny = off[NJ] * nt;
         float *dy = dev(NULL, ny * 4), *dz = dev(NULL, ny * 4);
         qw_matmul_job jobs[NJ];
         for (int j = 0; j < NJ; j++) jobs[j] = (qw_matmul_job){dy + off[j] * nt, &w[j], same_x[j] ? dx1 : dx2, nt};
-        G->matmul_batch(G, jobs, NJ);
-        for (int j = 0; j < NJ; j++) G->matmul(G, dz + off[j] * nt, &w[j], same_x[j] ? dx1 : dx2, nt);
-        float *y = back(dy, ny * 4), *z = back(dz, ny * 4);
-        CHECK(same(y, z, ny * 4), "matmul_batch with 8-bit activations, %d columns, %s first, %d tokens: not the bits "
-              "of the jobs' own matmuls", cols, qw_type_name(types[0]), nt);
-        int finite = 1;
-        for (size_t i = 0; i < ny; i++) finite &= isfinite(y[i]) && y[i] != 0;
-        CHECK(finite, "matmul_batch with 8-bit activations, %d columns, %d tokens: a zero or non-finite output", cols,
-              nt);
-        free(y), free(z), free(x1), free(x2);
+        for (int again = 0; again < 2; again++) {
+            if (again) { /* x written again where it was */
+                for (size_t i = 0; i < (size_t)nt * cols; i++) x1[i] = frand(), x2[i] = frand();
+                G->upload(G, dx1, x1, (size_t)nt * cols * 4);
+                G->upload(G, dx2, x2, (size_t)nt * cols * 4);
+            }
+            G->matmul_batch(G, jobs, NJ);
+            for (int j = 0; j < NJ; j++) G->matmul(G, dz + off[j] * nt, &w[j], same_x[j] ? dx1 : dx2, nt);
+            float *y = back(dy, ny * 4), *z = back(dz, ny * 4);
+            CHECK(same(y, z, ny * 4), "matmul_batch with 8-bit activations, %d columns, %s first, %d tokens%s: not the "
+                  "bits of the jobs' own matmuls", cols, qw_type_name(types[0]), nt, again ? ", x written again" : "");
+            int finite = 1;
+            for (size_t i = 0; i < ny; i++) finite &= isfinite(y[i]) && y[i] != 0;
+            CHECK(finite, "matmul_batch with 8-bit activations, %d columns, %d tokens: a zero or non-finite output",
+                  cols, nt);
+            free(y), free(z);
+        }
+        G->free(G, dx1), G->free(G, dx2), G->free(G, dy), G->free(G, dz);
+        free(x1), free(x2);
     }
     for (int j = 0; j < NJ; j++) free(wq[j]);
 }
@@ -783,14 +796,14 @@ static void test_q8_batch(void) {
     static const qw_type t1[4] = {QW_TYPE_Q4_K, QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q8_0};
     static const int r1[4] = {1100, 300, 4, 67}, x1[4] = {1, 1, 1, 1};
     qw_backend_cuda_set_q8_activations(G, 1);
-    q8_batch_set(512, t0, r0, x0);
-    q8_batch_set(8192, t1, r1, x1);
+    q8_batch_set(512, t0, r0, x0, 3);
+    q8_batch_set(8192, t1, r1, x1, 3);
     static const qw_type t2[4] = {QW_TYPE_Q6_K, QW_TYPE_Q8_0, QW_TYPE_Q4_K, QW_TYPE_Q6_K};
     static const int r2[4] = {33, 7, 50, 130}, x2[4] = {1, 1, 1, 1};
-    q8_batch_set(512, t2, r2, x2);
+    q8_batch_set(512, t2, r2, x2, 3);
     static const qw_type t3[4] = {QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q6_K, QW_TYPE_Q4_K};
     static const int r3[4] = {320, 4, 5, 64}, x3[4] = {1, 1, 1, 1};
-    q8_batch_set(10240, t3, r3, x3);
+    q8_batch_set(10240, t3, r3, x3, 400);
     qw_backend_cuda_set_q8_activations(G, 0);
 }
 
