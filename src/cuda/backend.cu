@@ -90,6 +90,7 @@ struct qwc {
     const float *q8_made_y; /* or of these n floats, written by a kernel when qwc_writes was q8_made_at */
     int64_t q8_made_n;
     unsigned long long q8_made_at;
+    int q8_made_big; /* ... into the prompt's buffer (q8_big), not q8_buf */
     /* the routed experts split over ranks (qw_backend_cuda_split): rank[0] is this backend, the others are backends
      * of their own (root: rank 0) that hold their experts and run them; copies: some ranks share a device, and
      * the exchanges are device copies (NCCL takes one rank a device) */
@@ -208,17 +209,24 @@ void qwc_q8_big_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t 
 #endif
 
 qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row) {
-    if (!QWC_Q8_PRODUCERS || !qwc_q8_on(c) || n <= 0 || n % 32 || row % 32 ||
-        (size_t)(n / 32) * sizeof(qw_q8a) > Q8_BYTES)
-        return NULL;
-    return (qw_q8a *)c->q8_buf;
+    if (!QWC_Q8_PRODUCERS || !qwc_q8_on(c) || n <= 0 || n % 32 || row % 32) return NULL;
+    const size_t bytes = (size_t)(n / 32) * sizeof(qw_q8a);
+    return bytes <= Q8_BYTES ? (qw_q8a *)c->q8_buf : qwc_q8_big(c, bytes); /* more: a prompt's rows */
 }
 void qwc_q8_made(qwc *c, const float *y, int64_t n) {
-    c->q8_x = NULL; /* the buffer no longer holds what a chain noted */
-    c->q8_made_y = y, c->q8_made_n = n, c->q8_made_at = qwc_writes;
+    const int big = (size_t)(n / 32) * sizeof(qw_q8a) > Q8_BYTES;
+    if (big) c->q8_big_x = NULL; /* the buffer no longer holds what a chain noted */
+    else c->q8_x = NULL;
+    c->q8_made_y = y, c->q8_made_n = n, c->q8_made_at = qwc_writes, c->q8_made_big = big;
 }
 int qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
-    return c->q8_made_y == x && c->q8_made_at == qwc_writes && ldx == cols && cols * n_rows == c->q8_made_n;
+    return !c->q8_made_big && c->q8_made_y == x && c->q8_made_at == qwc_writes && ldx == cols &&
+           cols * n_rows == c->q8_made_n;
+}
+const qw_q8a *qwc_q8_big_fresh(const qwc *c, const float *x, int64_t cols, int64_t n_rows) {
+    const int fresh = c->q8_made_big && c->q8_made_y == x && c->q8_made_at == qwc_writes &&
+                      cols * n_rows == c->q8_made_n;
+    return fresh ? c->q8_big : NULL;
 }
 
 int qwc_recording(const qwc *c) { return recording(c); }

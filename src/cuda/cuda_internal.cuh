@@ -95,9 +95,13 @@ void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_ro
 qw_q8a *qwc_q8_big(qwc *c, size_t bytes);
 int qwc_q8_big_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
 void qwc_q8_big_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
-/* A kernel that writes n floats at y can write their 8-bit rounding too (into qwc_q8_for's buffer: NULL when not
- * now: the path off, n or the rows its loops walk (row floats each; n for an element-wise kernel) not whole blocks
- * of 32, or more than the buffer holds); qwc_q8_made after its launch says the
+/* The prompt's buffer when the kernel that wrote x's n_rows rows of cols (ldx = cols) rounded them there
+ * (qwc_q8_for gave it that buffer: more than the fixed one holds) and nothing ran since; else NULL */
+const qw_q8a *qwc_q8_big_fresh(const qwc *c, const float *x, int64_t cols, int64_t n_rows);
+/* A kernel that writes n floats at y can write their 8-bit rounding too (into qwc_q8_for's buffer: the fixed one,
+ * or for more than it holds the prompt's; NULL when not now: the path off, n or the rows its loops walk (row floats
+ * each; n for an element-wise kernel) not whole blocks of 32, or no prompt's buffer); qwc_q8_made after its launch
+ * says the
  * buffer holds y's rounding until the next launch or copy, and a product that reads y right after takes it
  * (qwc_q8_fresh) instead of rounding y again. The same bits either way: the kernels round as k_q8a does. */
 qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row);

@@ -446,6 +446,15 @@ static void gather_rows_q8(qwc *c, qw_q8a *xq, float *xin, const float *x, const
     }
 }
 
+/* The down products' input: the R rows of g [R][I] rounded to 8 bits, by act_mul where it could (the prompt's
+ * buffer), else into xq */
+static const qw_q8a *act_rows_q8(qwc *c, qw_q8a *xq, const float *g, int64_t I, int R) {
+    const qw_q8a *made = qwc_q8_big_fresh(c, g, I, R);
+    if (made) return made;
+    qwc_q8a_rows(c, xq, g, I, I, R);
+    return xq;
+}
+
 /* outp [R][H] by pair: the grouped row of pair p (rowpos[p]), zeros for a pair no expert here took (rowpos -1) */
 __global__ void k_moe_scatter(float *outp, const float *out, const int32_t *rowpos, int H) {
     QWC_PDL_ENTRY();
@@ -615,8 +624,7 @@ static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int
         qwc_mmq_grouped(c, g, I, tab, e0->gate.type, I, H, xq, offs, tiles, n, R);
         qwc_mmq_grouped(c, u, I, tab + n, e0->up.type, I, H, xq, offs, tiles, n, R);
         be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
-        qwc_q8a_rows(c, xq, g, I, I, R);
-        qwc_mmq_grouped(c, out, H, tab + 2 * n, e0->down.type, H, I, xq, offs, tiles, n, R);
+        qwc_mmq_grouped(c, out, H, tab + 2 * n, e0->down.type, H, I, act_rows_q8(c, xq, g, I, R), offs, tiles, n, R);
     } else {
         qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H, (const int32_t *)offs + n);
         QWC_LAUNCHED();
@@ -769,8 +777,8 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
             qwc_mmq_grouped(c, g, I, tab, experts[0].gate.type, I, H, xq, offs, tiles, E, R);
             qwc_mmq_grouped(c, u, I, tab + E, experts[0].up.type, I, H, xq, offs, tiles, E, R);
             be->act_mul(be, g, g, u, (int64_t)R * I, QW_ACT_SILU);
-            qwc_q8a_rows(c, xq, g, I, I, R);
-            qwc_mmq_grouped(c, out, H, tab + 2 * E, experts[0].down.type, H, I, xq, offs, tiles, E, R);
+            qwc_mmq_grouped(c, out, H, tab + 2 * E, experts[0].down.type, H, I, act_rows_q8(c, xq, g, I, R), offs,
+                            tiles, E, R);
             goto shared_expert;
         }
         qwc_launch(k_moe_gather, R, 256, 0, st, xin, x, order, k, (int)H, (const int32_t *)offs + E);

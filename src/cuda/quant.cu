@@ -1674,7 +1674,9 @@ template <int T> struct op_matmul {
         if constexpr (q8_type<T>()) /* the integer path: the tensor cores (mmq.cu), x rounded once */
             if (qwc_q8_on(c) && qwc_mmq_takes((qw_type)T, cols)) {
                 const qw_q8a *xq = q8_rows<T>(c, x, cols, cols, n_tok);
-                if (!xq) {
+                if (!xq && (xq = qwc_q8_big_fresh(c, x, cols, n_tok))) { /* the kernel that wrote x rounded it */
+                    qwc_q8_big_note(c, x, cols, cols, n_tok);
+                } else if (!xq) {
                     /* more rows than the fixed buffer holds: the prompt's buffer, rounded once for the jobs of a
                      * batch that read this x */
                     qw_q8a *big = qwc_q8_big(c, (size_t)(n_tok * (cols / 32)) * sizeof(qw_q8a));

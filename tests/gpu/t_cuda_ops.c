@@ -789,6 +789,58 @@ static void q8_batch_set(int cols, const qw_type *types, const int *rows, const 
     for (int j = 0; j < NJ; j++) free(wq[j]);
 }
 
+/* A prompt's producer: act_mul of 400 tokens of 10,240 values (more than the fixed 8-bit buffer holds) rounds its
+ * output into the prompt's buffer, and the products reading it right after take that rounding (the first job; the
+ * second by the batch's rule): the bits of the same products reading a copy of it. Then a product of another x right
+ * after act_mul must not take act_mul's rounding. */
+static void q8_producer_set(void) {
+    enum { NT = 400, COLS = 10240, NJ = 2 };
+    static const qw_type types[NJ] = {QW_TYPE_Q4_K, QW_TYPE_Q8_0};
+    static const int rows[NJ] = {64, 4};
+    const size_t n = (size_t)NT * COLS;
+    void *wq[NJ];
+    qw_tensor w[NJ];
+    for (int j = 0; j < NJ; j++) {
+        float *wf = rvec((size_t)rows[j] * COLS, 1);
+        size_t rb = qw_type_row_size(types[j], COLS);
+        wq[j] = malloc(rb * rows[j]);
+        for (int r = 0; r < rows[j]; r++) qw_quantize(types[j], wf + (size_t)r * COLS, (char *)wq[j] + rb * r, COLS);
+        free(wf);
+        w[j] = (qw_tensor){.name = "w", .data = wq[j], .type = types[j], .n_dims = 2, .shape = {rows[j], COLS}};
+    }
+    float *a = rvec(n, 2), *b = rvec(n, 2);
+    float *da = dev(a, n * 4), *db = dev(b, n * 4), *dx = dev(NULL, n * 4);
+    G->act_mul(G, dx, da, db, (int64_t)n, QW_ACT_SILU);
+    float *x = back(dx, n * 4);
+    float *dc = dev(x, n * 4);
+    float *dy[NJ], *dz[NJ];
+    for (int j = 0; j < NJ; j++) dy[j] = dev(NULL, (size_t)NT * rows[j] * 4), dz[j] = dev(NULL, (size_t)NT * rows[j] * 4);
+    G->act_mul(G, dx, da, db, (int64_t)n, QW_ACT_SILU); /* written again: its rounding made right before the batch */
+    qw_matmul_job jobs[NJ];
+    for (int j = 0; j < NJ; j++) jobs[j] = (qw_matmul_job){dy[j], &w[j], dx, NT};
+    G->matmul_batch(G, jobs, NJ);
+    for (int j = 0; j < NJ; j++) G->matmul(G, dz[j], &w[j], dc, NT);
+    for (int j = 0; j < NJ; j++) {
+        float *y = back(dy[j], (size_t)NT * rows[j] * 4), *z = back(dz[j], (size_t)NT * rows[j] * 4);
+        CHECK(same(y, z, (size_t)NT * rows[j] * 4), "a product of act_mul's %d x %d output (%s), its rounding made by "
+              "act_mul: not the bits of the product of a copy", NT, COLS, qw_type_name(types[j]));
+        free(y), free(z);
+    }
+    /* another x right after act_mul: its own rounding (dc holds x's values, so give it others) */
+    float *x2 = rvec(n, 1);
+    G->upload(G, dc, x2, n * 4);
+    G->act_mul(G, dx, da, db, (int64_t)n, QW_ACT_SILU);
+    G->matmul(G, dy[0], &w[0], dc, NT);
+    float *dc2 = dev(x2, n * 4);
+    G->matmul(G, dz[0], &w[0], dc2, NT);
+    float *y = back(dy[0], (size_t)NT * rows[0] * 4), *z = back(dz[0], (size_t)NT * rows[0] * 4);
+    CHECK(same(y, z, (size_t)NT * rows[0] * 4), "a product of another x right after act_mul: not its own rounding's "
+          "bits");
+    free(y), free(z), free(x), free(x2), free(a), free(b);
+    G->free(G, da), G->free(G, db), G->free(G, dx), G->free(G, dc), G->free(G, dc2);
+    for (int j = 0; j < NJ; j++) G->free(G, dy[j]), G->free(G, dz[j]), free(wq[j]);
+}
+
 static void test_q8_batch(void) {
     printf("matmul_batch with 8-bit activations\n");
     static const qw_type t0[4] = {QW_TYPE_Q4_K, QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q6_K};
@@ -804,6 +856,7 @@ static void test_q8_batch(void) {
     static const qw_type t3[4] = {QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q6_K, QW_TYPE_Q4_K};
     static const int r3[4] = {320, 4, 5, 64}, x3[4] = {1, 1, 1, 1};
     q8_batch_set(10240, t3, r3, x3, 400);
+    q8_producer_set();
     qw_backend_cuda_set_q8_activations(G, 0);
 }
 
