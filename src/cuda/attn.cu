@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cuda/ops_internal.cuh"
+#include "cuda/mma.cuh"
 
 #define ATT_WARPS 4
 #define QWC_QSA_SPLIT_MAX_TOK 16 /* more queries: one block each (a prompt step has blocks enough) */
@@ -125,6 +126,18 @@ template <int HD, int G> struct att_tile {
     static constexpr int SMEM = TK * KP + TK * HD + G * HD + DSL * G * TK + TK * G + 3 * G;
 };
 
+/* A tile's row piece (16 bytes) into shared memory: by cp.async (ASYNC; zeros when !ok), or loaded and stored in
+ * place (QWENC_CUDA_ATT_ASYNC=0: the tiles' loads wait where they stand, as before the copies ran a stage ahead;
+ * the same values either way) */
+template <bool ASYNC> __device__ __forceinline__ void att_copy16(float *dst, const float *src, bool ok) {
+    if constexpr (ASYNC) cp_async16(dst, src, ok);
+    else *(float4 *)dst = ok ? *(const float4 *)src : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+static int att_async(void) {
+    const char *e = getenv("QWENC_CUDA_ATT_ASYNC"); /* read at each call: tests compare the two */
+    return !(e && e[0] == '0');
+}
+
 /*
  * Few queries over many keys (decode steps, drafts and a batched step's rows; QWENC_CUDA_ATT_SPLIT=S, default 16):
  * for a query that sees more than min_keys keys (QWENC_CUDA_ATT_SPLIT_MIN, default ATT_SPLIT_MIN) the tiled
@@ -212,7 +225,7 @@ __device__ __forceinline__ void att_split_merge(const att_split &sp, const float
 
 /* block (query t, kv head blockIdx.y, split blockIdx.z) of the tiled kernel: t's nk keys (keys[i], or positions 0 ..
  * nk - 1 where keys is NULL) in caches kc, vc */
-template <int HD, int G, bool SPLIT>
+template <int HD, int G, bool SPLIT, bool ASYNC>
 __device__ __forceinline__ void attention_tiles_block(float *out, const float *q, int q_stride, const float *kc,
                                                       const float *vc, int n_head, int n_head_kv, float scale,
                                                       const int32_t *keys, int nk, int t, const att_split &sp) {
@@ -235,20 +248,25 @@ __device__ __forceinline__ void attention_tiles_block(float *out, const float *q
         const int cs = ((nk + sp.S - 1) / sp.S + TK - 1) / TK * TK;
         kb = min(nk, (int)blockIdx.z * cs), ke = min(nk, kb + cs);
     }
-    for (int i0 = kb; i0 < ke; i0 += TK) {
-        const int n = min(TK, ke - i0);
-        __syncthreads(); /* the tile before is done with */
+    /* the tiles' keys and values come by cp.async, each a stage ahead of its use: the next tile's keys while this
+     * tile's softmax and value sums run (ks is free once its scores are made), the next tile's values while its
+     * scores run (vs is free once this tile's sums are added); zeros past the keys. Two groups in flight at most:
+     * a tile's keys and values, in that order. */
+    const auto copy_rows = [&](float *dst, int stride, const float *cache, int i0, int n) {
         for (int e = tid; e < TK * (HD / 4); e += ATT_TILE_THREADS) {
             const int k = e / (HD / 4), d4 = e % (HD / 4);
-            float4 kv = make_float4(0, 0, 0, 0), vv = kv;
-            if (k < n) {
-                const int64_t pos = keys ? keys[i0 + k] : i0 + k, at = pos * kv_stride + (int64_t)kvh * HD + 4 * d4;
-                kv = *(const float4 *)(kc + at);
-                vv = *(const float4 *)(vc + at);
-            }
-            *(float4 *)(ks + k * KP + 4 * d4) = kv;
-            *(float4 *)(vs + k * HD + 4 * d4) = vv;
+            const int64_t pos = k < n ? (keys ? keys[i0 + k] : i0 + k) : 0;
+            att_copy16<ASYNC>(dst + k * stride + 4 * d4, cache + pos * kv_stride + (int64_t)kvh * HD + 4 * d4, k < n);
         }
+        cp_commit();
+    };
+    if (kb < ke) {
+        copy_rows(ks, KP, kc, kb, min(TK, ke - kb));
+        copy_rows(vs, HD, vc, kb, min(TK, ke - kb));
+    }
+    for (int i0 = kb; i0 < ke; i0 += TK) {
+        const int n = min(TK, ke - i0), nn = min(TK, ke - i0 - TK); /* nn > 0: a tile follows */
+        cp_wait<1>(); /* this tile's keys (its values may still come) */
         __syncthreads();
         { /* partial dots: key kk, dimensions 32 dsl .. 32 dsl + 31, every head */
             float part[G];
@@ -270,6 +288,7 @@ __device__ __forceinline__ void attention_tiles_block(float *out, const float *q
             for (int h = 0; h < G; h++) ps[(dsl * G + h) * TK + kk] = part[h];
         }
         __syncthreads();
+        if (nn > 0) copy_rows(ks, KP, kc, i0 + TK, nn);
         for (int h = w; h < G; h += ATT_TILE_THREADS / 32) { /* the online softmax of head h over the tile */
             float s[TK / 32], tmax = -INFINITY;
 #pragma unroll
@@ -295,6 +314,8 @@ __device__ __forceinline__ void attention_tiles_block(float *out, const float *q
             __syncwarp();
             if (lane == 0) mx[h] = m1, sum[h] = sum[h] * ra + ts, al[h] = ra;
         }
+        if (nn > 0) cp_wait<1>(); /* this tile's values (the next tile's keys may still come) */
+        else cp_wait<0>();
         __syncthreads();
         /* value sums: dimension d of heads hp, hp + HP, ... (G / HP chains side by side, each value read once) */
 #pragma unroll
@@ -321,6 +342,8 @@ __device__ __forceinline__ void attention_tiles_block(float *out, const float *q
                     if (hp + HP * j < G) acc[j] = __fmaf_rn(pr[k * G + hp + HP * j], v, acc[j]);
             }
         }
+        __syncthreads(); /* vs, pr and al are done with */
+        if (nn > 0) copy_rows(vs, HD, vc, i0 + TK, nn);
     }
     __syncthreads();
     if constexpr (SPLIT) {
@@ -337,7 +360,7 @@ __device__ __forceinline__ void attention_tiles_block(float *out, const float *q
     }
 }
 
-template <int HD, int G, bool SPLIT>
+template <int HD, int G, bool SPLIT, bool ASYNC>
 __global__ void __launch_bounds__(ATT_TILE_THREADS)
     k_attention_tiles(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_head,
                       int n_head_kv, float scale, const int32_t *sel, const int32_t *sel_off, const qw_step *step,
@@ -345,20 +368,20 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS)
     QWC_PDL_ENTRY();
     const int t = blockIdx.x, nk = sel ? sel_off[t + 1] - sel_off[t] : step->pos0 + t + 1;
     if (SPLIT && nk <= sp.min_keys) return; /* the per-head kernel's */
-    attention_tiles_block<HD, G, SPLIT>(out, q, q_stride, kc, vc, n_head, n_head_kv, scale,
+    attention_tiles_block<HD, G, SPLIT, ASYNC>(out, q, q_stride, kc, vc, n_head, n_head_kv, scale,
                                         sel ? sel + sel_off[t] : NULL, nk, t, sp);
 }
 
 /* A batched step's rows split along the keys: block (row t, kv head, split) as k_attention_tiles' for row t's
  * one-token call (attention_rows) */
-template <int HD, int G>
+template <int HD, int G, bool ASYNC>
 __global__ void __launch_bounds__(ATT_TILE_THREADS)
     k_attention_split_rows(qw_attn_rows r, float *out, const float *q, int q_stride, int n_head, int n_head_kv,
                            float scale, const int32_t *sel, const int32_t *sel_off, int sel_stride, att_split sp) {
     QWC_PDL_ENTRY();
     const int t = blockIdx.x, nk = sel ? sel_off[2 * t + 1] - sel_off[2 * t] : r.step[t]->pos0 + 1;
     if (nk <= sp.min_keys) return; /* k_attention_rows' */
-    attention_tiles_block<HD, G, true>(out, q, q_stride, r.k[t], r.v[t], n_head, n_head_kv, scale,
+    attention_tiles_block<HD, G, true, ASYNC>(out, q, q_stride, r.k[t], r.v[t], n_head, n_head_kv, scale,
                                        sel ? sel + (int64_t)t * sel_stride + sel_off[2 * t] : NULL, nk, t, sp);
 }
 
@@ -378,21 +401,25 @@ struct att_call {
     const qw_attn_rows *rows;
 };
 
-template <int HD, int G> static void attention_tiles(cudaStream_t st, const att_call &a, att_split sp) {
+template <int HD, int G, bool ASYNC> static void attention_tiles_as(cudaStream_t st, const att_call &a, att_split sp) {
     const size_t sh = (size_t)att_tile<HD, G>::SMEM * sizeof(float);
     const dim3 grid((unsigned)a.n_tok, (unsigned)a.n_head_kv, (unsigned)sp.S);
     if (a.rows) {
-        QWC_CHECK(cudaFuncSetAttribute(k_attention_split_rows<HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)sh));
-        qwc_launch(k_attention_split_rows<HD, G>, grid, ATT_TILE_THREADS, sh, st, *a.rows, a.out, a.q, a.q_stride,
-                   a.n_head, a.n_head_kv, a.scale, a.sel, a.sel_off, a.sel_stride, sp);
+        auto *k = k_attention_split_rows<HD, G, ASYNC>;
+        QWC_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+        qwc_launch(k, grid, ATT_TILE_THREADS, sh, st, *a.rows, a.out, a.q, a.q_stride, a.n_head, a.n_head_kv, a.scale,
+                   a.sel, a.sel_off, a.sel_stride, sp);
     } else {
-        auto *k = sp.S > 1 ? k_attention_tiles<HD, G, true> : k_attention_tiles<HD, G, false>;
+        auto *k = sp.S > 1 ? k_attention_tiles<HD, G, true, ASYNC> : k_attention_tiles<HD, G, false, ASYNC>;
         QWC_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
         qwc_launch(k, grid, ATT_TILE_THREADS, sh, st, a.out, a.q, a.q_stride, a.kc, a.vc, a.n_head, a.n_head_kv,
                    a.scale, a.sel, a.sel_off, a.step, sp);
     }
     QWC_LAUNCHED();
+}
+template <int HD, int G> static void attention_tiles(cudaStream_t st, const att_call &a, att_split sp) {
+    if (att_async()) attention_tiles_as<HD, G, true>(st, a, sp);
+    else attention_tiles_as<HD, G, false>(st, a, sp);
 }
 
 /* the tiled kernel for these heads (sp.S > 1: split along the keys): 1 when it ran */
@@ -424,7 +451,7 @@ template <int HD, int G> struct att_qtile {
     static constexpr int SMEM = ROWS * HD + TK * KP + TK * HD + ROWS * (TK + 1) + TK * ROWS + 3 * ROWS;
 };
 
-template <int HD, int G>
+template <int HD, int G, bool ASYNC>
 __global__ void __launch_bounds__(ATT_TILE_THREADS)
     k_attention_qtiles(float *out, const float *q, int q_stride, const float *kc, const float *vc, int n_tok,
                        int n_head, int n_head_kv, float scale, const qw_step *step) {
@@ -446,20 +473,20 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS)
     float acc[RPG][4];
 #pragma unroll
     for (int j = 0; j < RPG; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    for (int i0 = 0; i0 < nk; i0 += TK) {
-        const int n = min(TK, nk - i0);
-        __syncthreads(); /* the tile before is done with */
+    /* keys and values by cp.async a stage ahead, as attention_tiles_block's (zeros past the keys) */
+    const auto copy_rows = [&](float *dst, int stride, const float *cache, int i0, int n) {
         for (int e = tid; e < TK * (HD / 4); e += ATT_TILE_THREADS) {
             const int k = e / (HD / 4), d4 = 4 * (e % (HD / 4));
-            float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
-            if (k < n) {
-                const int64_t at = (int64_t)(i0 + k) * kv_stride + (int64_t)kvh * HD + d4;
-                kv = *(const float4 *)(kc + at);
-                vv = *(const float4 *)(vc + at);
-            }
-            *(float4 *)(ks + k * KP + d4) = kv;
-            *(float4 *)(vs + k * HD + d4) = vv;
+            att_copy16<ASYNC>(dst + k * stride + d4,
+                              cache + (int64_t)(k < n ? i0 + k : 0) * kv_stride + (int64_t)kvh * HD + d4, k < n);
         }
+        cp_commit();
+    };
+    copy_rows(ks, KP, kc, 0, min(TK, nk)); /* nk >= 1 */
+    copy_rows(vs, HD, vc, 0, min(TK, nk));
+    for (int i0 = 0; i0 < nk; i0 += TK) {
+        const int n = min(TK, nk - i0), nn = min(TK, nk - i0 - TK); /* nn > 0: a tile follows */
+        cp_wait<1>(); /* this tile's keys */
         __syncthreads();
         { /* scores: rows w RPW .. of key `lane` */
             float s[RPW];
@@ -487,6 +514,7 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS)
             }
         }
         __syncthreads();
+        if (nn > 0) copy_rows(ks, KP, kc, i0 + TK, nn);
         for (int r = w; r < ROWS; r += ATT_TILE_THREADS / 32) { /* the online softmax of row r over the tile */
             const float v = ps[r * (TK + 1) + lane];
             float tmax = v;
@@ -499,6 +527,8 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS)
             __syncwarp();
             if (lane == 0) mx[r] = m1, sum[r] = sum[r] * ra + ts, al[r] = ra;
         }
+        if (nn > 0) cp_wait<1>(); /* this tile's values */
+        else cp_wait<0>();
         __syncthreads();
         /* value sums: dimensions 4 dg .. 4 dg + 3 of rows rg RPG .. */
 #pragma unroll
@@ -520,6 +550,8 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS)
                 acc[j][3] = __fmaf_rn(p, v.w, acc[j][3]);
             }
         }
+        __syncthreads(); /* vs, pr and al are done with */
+        if (nn > 0) copy_rows(vs, HD, vc, i0 + TK, nn);
     }
     __syncthreads();
 #pragma unroll
@@ -546,10 +578,10 @@ static int attention_qtiles_g(cudaStream_t st, float *out, const float *q, int q
     case g: {                                                                                                     \
         using L = att_qtile<HD, g>;                                                                               \
         const size_t sh = (size_t)L::SMEM * sizeof(float);                                                        \
-        QWC_CHECK(cudaFuncSetAttribute(k_attention_qtiles<HD, g>, cudaFuncAttributeMaxDynamicSharedMemorySize,     \
-                                       (int)sh));                                                                 \
-        qwc_launch(k_attention_qtiles<HD, g>, dim3((unsigned)((n_tok + L::QB - 1) / L::QB), (unsigned)n_head_kv), \
-                   ATT_TILE_THREADS, sh, st, out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step);    \
+        auto *k = att_async() ? k_attention_qtiles<HD, g, true> : k_attention_qtiles<HD, g, false>;               \
+        QWC_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));                  \
+        qwc_launch(k, dim3((unsigned)((n_tok + L::QB - 1) / L::QB), (unsigned)n_head_kv), ATT_TILE_THREADS, sh, st, \
+                   out, q, q_stride, kc, vc, n_tok, n_head, n_head_kv, scale, step);                              \
         QWC_LAUNCHED();                                                                                           \
         return 1;                                                                                                 \
     }

@@ -1,7 +1,8 @@
 /*
- * mma.cuh - the few PTX instructions of the integer GEMM (mmq.cu) as device functions: the 8-bit integer MMA and
- * cp.async's 4-byte copies into shared memory. tests/gpu/emu has a header of this name that does the same on CPU
- * threads (a warp's fragments through a slot a lane, the copies done at once), so that `make test` runs mmq.cu.
+ * mma.cuh - the few PTX instructions of the integer GEMM (mmq.cu) and the tiled attention (attn.cu) as device
+ * functions: the 8-bit integer MMA and cp.async's 4- and 16-byte copies into shared memory. tests/gpu/emu has a
+ * header of this name that does the same on CPU threads (a warp's fragments through a slot a lane, the copies landing
+ * at the waits that complete them), so that `make test` runs both.
  *
  * Fragments (PTX ISA, mma.m16n8k32 / m16n8k16 with .s8, row.col), gid = lane / 4, tig = lane % 4, byte j of a
  * word: A (16 x 32 rows by k): a[i] holds row gid + 8 (i % 2), k = 4 tig + j + 16 (i / 2); B (32 x 8, k by column):
@@ -31,6 +32,12 @@ __device__ __forceinline__ void mma16(int32_t *d, uint32_t a0, uint32_t a1, uint
 __device__ __forceinline__ void cp_async4(uint32_t *dst, const void *src, bool ok) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
                  "l"(src), "r"(ok ? 4 : 0));
+}
+/* 16 bytes from src into shared dst (both 16-byte aligned), or zeros when !ok (then src is not read); through L2
+ * only (.cg) */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(ok ? 16 : 0));
 }
 /* the copies issued so far as one group */
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

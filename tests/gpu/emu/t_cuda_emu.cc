@@ -188,6 +188,18 @@ static void test_attention(const qw_backend *G) {
                 CHECK(worst < 2e-5, "attention%s %d heads / %d kv heads x %d, %d queries from %d%s: largest difference "
                       "%.2e (bound 2e-5)", qt ? " (queries tiled)" : "", nh, nkv, hd, T, p0,
                       sparse ? " over a selection" : "", worst);
+                if (T > 16) { /* the tiled kernels' loads in place (QWENC_CUDA_ATT_ASYNC=0): the same bits */
+                    std::vector<float> h((size_t)T * nh * hd, NAN);
+                    setenv("QWENC_CUDA_ATT_ASYNC", "0", 1);
+                    if (qt) setenv("QWENC_CUDA_ATT_QTILES", "1", 1);
+                    G->attention(G, h.data(), q.data(), nh * hd, kc.data(), vc.data(), T, nh, nkv, hd, scale, s_, o_,
+                                 NULL, &st);
+                    unsetenv("QWENC_CUDA_ATT_QTILES");
+                    unsetenv("QWENC_CUDA_ATT_ASYNC");
+                    CHECK(!memcmp(h.data(), g.data(), h.size() * 4), "attention%s %d heads x %d, %d queries: the "
+                          "copies a stage ahead not the bits of the loads in place", qt ? " (queries tiled)" : "", nh,
+                          hd, T);
+                }
             }
         }
     }

@@ -2,8 +2,8 @@
  * mma.cuh (tests/gpu/emu) - src/cuda/mma.cuh's instructions on the emulation's CPU threads: a warp's MMA through a
  * slot of fragment words a lane between two warp barriers (every lane takes part, as mma.sync's .aligned asks), each
  * lane then forming its four sums from the whole warp's fragments in the PTX ISA's layout (src/cuda/mma.cuh); the
- * sums are exact integers, so the order does not matter. cp.async's copies happen at once (a copy is complete
- * before any wait for it), its groups are nothing to wait for.
+ * sums are exact integers, so the order does not matter. cp.async's copies land when a wait completes their group
+ * (emu_cp_issue below).
  */
 #ifndef QW_CUDA_EMU_MMA_CUH
 #define QW_CUDA_EMU_MMA_CUH
@@ -40,12 +40,28 @@ inline void mma16(int32_t *d, uint32_t a0, uint32_t a1, uint32_t b) {
     emu_mma(d, a, bb, 16);
 }
 
-inline void cp_async4(uint32_t *dst, const void *src, bool ok) {
-    uint32_t v = 0;
-    if (ok) memcpy(&v, src, 4);
-    *dst = v;
+/* cp.async: a thread's copies are held (their bytes read at once: nothing writes a source while a kernel runs) and
+ * land in shared memory only when a wait of that thread lets their group complete, so a read of a tile before its
+ * wait, or before the barrier after the other threads' waits, sees what was there (NaN at a block's start) */
+inline void emu_cp_issue(void *dst, const void *src, int n, bool ok) {
+    emu_cp c;
+    c.dst = dst, c.n = n, c.group = emu_cp_groups[threadIdx.x];
+    memset(c.b, 0, sizeof(c.b));
+    if (ok) memcpy(c.b, src, (size_t)n);
+    emu_cps[threadIdx.x].push_back(c);
 }
-inline void cp_commit() {}
-template <int N> inline void cp_wait() {}
+inline void cp_async4(uint32_t *dst, const void *src, bool ok) { emu_cp_issue(dst, src, 4, ok); }
+inline void cp_async16(void *dst, const void *src, bool ok) { emu_cp_issue(dst, src, 16, ok); }
+inline void cp_commit() { emu_cp_groups[threadIdx.x]++; }
+template <int N> inline void cp_wait() {
+    std::vector<emu_cp> &v = emu_cps[threadIdx.x];
+    const unsigned done = emu_cp_groups[threadIdx.x] >= (unsigned)N ? emu_cp_groups[threadIdx.x] - N : 0;
+    size_t keep = 0;
+    for (size_t i = 0; i < v.size(); i++) {
+        if (v[i].group < done) memcpy(v[i].dst, v[i].b, (size_t)v[i].n);
+        else v[keep++] = v[i];
+    }
+    v.resize(keep);
+}
 
 #endif

@@ -65,6 +65,16 @@ extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 extern uint64_t emu_slot[32][32];
 extern int emu_launches;
 
+/* a thread's cp.async copies not yet landed (mma.cuh), and the groups it has committed; cleared for each block */
+struct emu_cp {
+    void *dst;
+    unsigned char b[16];
+    int n;
+    unsigned group;
+};
+inline std::vector<emu_cp> emu_cps[1024];
+inline unsigned emu_cp_groups[1024];
+
 /* the coroutines of a block (emu_run), and where a thread waits */
 enum { EMU_READY, EMU_AT_BLOCK, EMU_AT_WARP, EMU_DONE };
 void emu_wait(int where); /* the calling thread waits at the block's (EMU_AT_BLOCK) or its warp's barrier */
@@ -191,6 +201,7 @@ void qwc_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaSt
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 for (float *b : {sm, kb, score}) std::fill(b, b + smem / sizeof(float), NAN); /* a block before's */
                 blockIdx = dim3(bx, by, bz);
+                for (unsigned t = 0; t < block.x; t++) emu_cps[t].clear(), emu_cp_groups[t] = 0;
                 emu_run(block.x, [&] { kernel(args...); });
             }
 }
