@@ -667,7 +667,8 @@ static size_t cu_attention_work(const qw_backend *be, int n_ctx, int hd) {
 
 /* ---------------------------------------------------------------- QSA keys */
 
-__global__ void k_qsa_raw(float *raw, const float *key_rows, int64_t key_stride, int n_tok, int ihd, const qw_step *step) {
+__global__ void k_qsa_raw(float *raw, const float *key_rows, int64_t key_stride, int n_tok, int ihd,
+                          const qw_step *step) {
     QWC_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n_tok * ihd) return;
