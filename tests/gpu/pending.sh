@@ -6,8 +6,9 @@
 # in src/cuda/attn.cu), and the split count deep in a conversation (ATT_SPLIT); `defaults` measures this round's
 # defaults against the settings before them, in one binary
 # (tests/ab.sh, the sets interleaved); `mmq` a prompt's MoE with its rows rounded before they are gathered
-# (QWENC_CUDA_MOE_GATHER_Q8), the integer GEMM's skipped n tiles (QWENC_CUDA_MMQ_SKIP) and a batch's prompt products
-# on one x rounding it once (QWENC_CUDA_Q8_BIG). Each step fits a call
+# (QWENC_CUDA_MOE_GATHER_Q8), the integer GEMM's skipped n tiles (QWENC_CUDA_MMQ_SKIP) and a prompt's products
+# taking their input's rounding from its writer or the batch's first job (QWENC_CUDA_Q8_BIG), together, then
+# attention's tiles copied a stage ahead (QWENC_CUDA_ATT_ASYNC), in prompts and deep decode. Each step fits a call
 # where calls are limited to 10 minutes.
 #
 # Built after the last GPU run and checked only on the CPU (the emulation, t_cuda_emu, where it covers them), so not
@@ -16,7 +17,8 @@
 # selection (src/blocks/qsa.c), a prompt's MoE rows rounded once a token and gathered as 8-bit blocks
 # (QWENC_CUDA_MOE_GATHER_Q8=0: not) and the integer GEMM skipping a warp's empty n tiles (QWENC_CUDA_MMQ_SKIP=0:
 # not; `mmq` measures both), a prompt's products taking their input's rounding from the kernel that wrote it or
-# from the batch's first job (QWENC_CUDA_Q8_BIG=0: not; `mmq` too), the tiled attention's value sums reading a key's
+# from the batch's first job (QWENC_CUDA_Q8_BIG=0: not; `mmq` too), the tiled attention kernels' keys and values
+# copied a stage ahead (QWENC_CUDA_ATT_ASYNC=0: not; `mmq` too), the tiled attention's value sums reading a key's
 # probabilities 16 bytes at a time, and the inject-and-norm and one-token DeltaNet input kernels loading a thread's
 # values before their stores.
 # The others have no switch: `defaults` measures them in this round's column against the
@@ -91,14 +93,17 @@ for step in "${steps[@]}"; do
             ab "$old" - -- $q35 -p 4096 -n 32
             ;;
         mmq)
-            # the prompt's MoE as it was, then its rows rounded before they are gathered, then also the integer
-            # GEMM skipping a warp's empty n tiles (an expert's part-filled last token tile), then also the jobs of a
-            # batch on one x rounding it once: the default
+            # prompts as they were; then with the MoE's rows rounded before they are gathered, the integer GEMM
+            # skipping a warp's empty n tiles (an expert's part-filled last token tile) and the products taking
+            # their input's rounding from its writer or the batch's first job; then also attention's tiles copied
+            # a stage ahead: the default. Then decode deep in a conversation with attention's copies in place.
             for o in "$fn -p 4096" "$q35 -p 4096" "$cut -p 512"; do
                 # shellcheck disable=SC2086
-                ab 'QWENC_CUDA_MMQ_SKIP=0 QWENC_CUDA_MOE_GATHER_Q8=0 QWENC_CUDA_Q8_BIG=0' \
-                    'QWENC_CUDA_MMQ_SKIP=0 QWENC_CUDA_Q8_BIG=0' 'QWENC_CUDA_Q8_BIG=0' - -- $o -n 0
+                ab 'QWENC_CUDA_MMQ_SKIP=0 QWENC_CUDA_MOE_GATHER_Q8=0 QWENC_CUDA_Q8_BIG=0 QWENC_CUDA_ATT_ASYNC=0' \
+                    'QWENC_CUDA_ATT_ASYNC=0' - -- $o -n 0
             done
+            # shellcheck disable=SC2086
+            ab 'QWENC_CUDA_ATT_ASYNC=0' - -- $fn -p 0 -n 32 -d 4096
             ;;
         *) echo "pending.sh: no step '$step' (check, split, defaults, mmq)" >&2; exit 1 ;;
     esac
