@@ -735,6 +735,16 @@ static void test_hc_ple(void) {
     for (int c = 0; c < 3; c++) free(blocks[c]);
 }
 
+/* a random matrix of rows x cols quantized to type t (its bytes in *store, the caller's to free) */
+static qw_tensor q8_weights(qw_type t, int rows, int cols, void **store) {
+    float *wf = rvec((size_t)rows * cols, 1);
+    size_t rb = qw_type_row_size(t, cols);
+    *store = malloc(rb * rows);
+    for (int r = 0; r < rows; r++) qw_quantize(t, wf + (size_t)r * cols, (char *)*store + rb * r, cols);
+    free(wf);
+    return (qw_tensor){.name = "w", .data = *store, .type = t, .n_dims = 2, .shape = {rows, cols}};
+}
+
 /* With 8-bit activations (the integer path): a matmul_batch whose jobs read one x rounds it once and gives the bits
  * of each job as a matmul of its own (which rounds it again). Set 0: jobs 0 and 1 of one type, one x, other row
  * counts (one launch where the backend groups them), job 2 another type on the same x (its rounding used again),
@@ -749,12 +759,7 @@ static void q8_batch_set(int cols, const qw_type *types, const int *rows, const 
     qw_tensor w[NJ];
     size_t off[NJ + 1] = {0};
     for (int j = 0; j < NJ; j++) {
-        float *wf = rvec((size_t)rows[j] * cols, 1);
-        size_t rb = qw_type_row_size(types[j], cols);
-        wq[j] = malloc(rb * rows[j]);
-        for (int r = 0; r < rows[j]; r++) qw_quantize(types[j], wf + (size_t)r * cols, (char *)wq[j] + rb * r, cols);
-        free(wf);
-        w[j] = (qw_tensor){.name = "w", .data = wq[j], .type = types[j], .n_dims = 2, .shape = {rows[j], cols}};
+        w[j] = q8_weights(types[j], rows[j], cols, &wq[j]);
         off[j + 1] = off[j] + (size_t)rows[j];
     }
     static const int toks[] = {1, 3, 400};
@@ -800,14 +805,7 @@ static void q8_producer_set(void) {
     const size_t n = (size_t)NT * COLS;
     void *wq[NJ];
     qw_tensor w[NJ];
-    for (int j = 0; j < NJ; j++) {
-        float *wf = rvec((size_t)rows[j] * COLS, 1);
-        size_t rb = qw_type_row_size(types[j], COLS);
-        wq[j] = malloc(rb * rows[j]);
-        for (int r = 0; r < rows[j]; r++) qw_quantize(types[j], wf + (size_t)r * COLS, (char *)wq[j] + rb * r, COLS);
-        free(wf);
-        w[j] = (qw_tensor){.name = "w", .data = wq[j], .type = types[j], .n_dims = 2, .shape = {rows[j], COLS}};
-    }
+    for (int j = 0; j < NJ; j++) w[j] = q8_weights(types[j], rows[j], COLS, &wq[j]);
     float *a = rvec(n, 2), *b = rvec(n, 2);
     float *da = dev(a, n * 4), *db = dev(b, n * 4), *dx = dev(NULL, n * 4);
     G->act_mul(G, dx, da, db, (int64_t)n, QW_ACT_SILU);
