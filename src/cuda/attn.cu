@@ -133,6 +133,18 @@ template <bool ASYNC> __device__ __forceinline__ void att_copy16(float *dst, con
     if constexpr (ASYNC) cp_async16(dst, src, ok);
     else *(float4 *)dst = ok ? *(const float4 *)src : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
+/* A tile's n rows (of TK) of kv head kvh into dst (rows stride floats apart; zeros past n) by the block's
+ * ATT_TILE_THREADS threads, then committed as one group: the rows at keys[i0 ..] (NULL: positions i0 ..) of cache */
+template <int HD, int TK, bool ASYNC>
+__device__ __forceinline__ void att_copy_tile(float *dst, int stride, const float *cache, int64_t kv_stride, int kvh,
+                                              const int32_t *keys, int i0, int n) {
+    for (int e = threadIdx.x; e < TK * (HD / 4); e += ATT_TILE_THREADS) {
+        const int k = e / (HD / 4), d4 = 4 * (e % (HD / 4));
+        const int64_t pos = k < n ? (keys ? keys[i0 + k] : i0 + k) : 0;
+        att_copy16<ASYNC>(dst + k * stride + d4, cache + pos * kv_stride + (int64_t)kvh * HD + d4, k < n);
+    }
+    cp_commit();
+}
 static int att_async(void) {
     const char *e = getenv("QWENC_CUDA_ATT_ASYNC"); /* read at each call: tests compare the two */
     return !(e && e[0] == '0');
@@ -253,12 +265,7 @@ __device__ __forceinline__ void attention_tiles_block(float *out, const float *q
      * scores run (vs is free once this tile's sums are added); zeros past the keys. Two groups in flight at most:
      * a tile's keys and values, in that order. */
     const auto copy_rows = [&](float *dst, int stride, const float *cache, int i0, int n) {
-        for (int e = tid; e < TK * (HD / 4); e += ATT_TILE_THREADS) {
-            const int k = e / (HD / 4), d4 = e % (HD / 4);
-            const int64_t pos = k < n ? (keys ? keys[i0 + k] : i0 + k) : 0;
-            att_copy16<ASYNC>(dst + k * stride + 4 * d4, cache + pos * kv_stride + (int64_t)kvh * HD + 4 * d4, k < n);
-        }
-        cp_commit();
+        att_copy_tile<HD, TK, ASYNC>(dst, stride, cache, kv_stride, kvh, keys, i0, n);
     };
     if (kb < ke) {
         copy_rows(ks, KP, kc, kb, min(TK, ke - kb));
@@ -475,12 +482,7 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS)
     for (int j = 0; j < RPG; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     /* keys and values by cp.async a stage ahead, as attention_tiles_block's (zeros past the keys) */
     const auto copy_rows = [&](float *dst, int stride, const float *cache, int i0, int n) {
-        for (int e = tid; e < TK * (HD / 4); e += ATT_TILE_THREADS) {
-            const int k = e / (HD / 4), d4 = 4 * (e % (HD / 4));
-            att_copy16<ASYNC>(dst + k * stride + d4,
-                              cache + (int64_t)(k < n ? i0 + k : 0) * kv_stride + (int64_t)kvh * HD + d4, k < n);
-        }
-        cp_commit();
+        att_copy_tile<HD, TK, ASYNC>(dst, stride, cache, kv_stride, kvh, (const int32_t *)NULL, i0, n);
     };
     copy_rows(ks, KP, kc, 0, min(TK, nk)); /* nk >= 1 */
     copy_rows(vs, HD, vc, 0, min(TK, nk));

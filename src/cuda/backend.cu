@@ -55,10 +55,8 @@ struct qwc {
     cublasHandle_t cublas;
     void *scratch;
     size_t scratch_bytes;
-    qw_q8a *q8_big; /* a prompt's 8-bit rows (qwc_q8_big), q8_big_bytes; they round q8_big_x's rows (as q8_x) */
+    qw_q8a *q8_big; /* a prompt's 8-bit rows (qwc_q8_big), q8_big_bytes */
     size_t q8_big_bytes;
-    const float *q8_big_x;
-    int64_t q8_big_ldx, q8_big_cols, q8_big_rows;
     pthread_mutex_t lock; /* the weight map (sessions on several threads share a model) */
     wentry *map;
     size_t map_cap, map_n;
@@ -85,12 +83,14 @@ struct qwc {
     void *q8_buf;  /* their buffer, Q8_BYTES */
     unsigned *counts; /* QWC_COUNTS zeroed counters in device memory (qwc_counts) */
     int q8_keep;   /* the next product reads the x of the one before (qwc_q8_keep) */
-    const float *q8_x; /* what q8_buf holds: the rounding of these rows */
-    int64_t q8_ldx, q8_cols, q8_rows;
+    struct {
+        const float *x;
+        int64_t ldx, cols, rows;
+    } q8_held[2]; /* what q8_buf [0] and q8_big [1] hold for a chain (qwc_q8_note): the rounding of these rows */
     const float *q8_made_y; /* or of these n floats, written by a kernel when qwc_writes was q8_made_at */
     int64_t q8_made_n;
     unsigned long long q8_made_at;
-    int q8_made_big; /* ... into the prompt's buffer (q8_big), not q8_buf */
+    int q8_made_big; /* ... into q8_big, not q8_buf */
     /* the routed experts split over ranks (qw_backend_cuda_split): rank[0] is this backend, the others are backends
      * of their own (root: rank 0) that hold their experts and run them; copies: some ranks share a device, and
      * the exchanges are device copies (NCCL takes one rank a device) */
@@ -163,13 +163,16 @@ void *qwc_q8_buf(qwc *c, size_t *bytes) {
 
 void qwc_q8_keep(qwc *c, int on) {
     c->q8_keep = on;
-    if (!on) c->q8_x = c->q8_big_x = NULL; /* a chain starts: nothing held counts until a product of it rounds its x */
+    if (!on) c->q8_held[0].x = c->q8_held[1].x = NULL; /* a chain starts: nothing held counts until a product of it
+                                                         * rounds its x */
 }
-int qwc_q8_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
-    return c->q8_keep && c->q8_x == x && c->q8_ldx == ldx && c->q8_cols == cols && c->q8_rows == n_rows;
+int qwc_q8_same(const qwc *c, const qw_q8a *buf, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    const auto &h = c->q8_held[buf != c->q8_buf];
+    return c->q8_keep && h.x == x && h.ldx == ldx && h.cols == cols && h.rows == n_rows;
 }
-void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
-    c->q8_x = x, c->q8_ldx = ldx, c->q8_cols = cols, c->q8_rows = n_rows;
+void qwc_q8_note(qwc *c, const qw_q8a *buf, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    auto &h = c->q8_held[buf != c->q8_buf];
+    h.x = x, h.ldx = ldx, h.cols = cols, h.rows = n_rows;
 }
 
 /* The prompt's buffer: never while a graph is recorded (no graph holds its address, so it can grow); NULL then or
@@ -184,7 +187,7 @@ qw_q8a *qwc_q8_big(qwc *c, size_t bytes) {
     if (bytes <= c->q8_big_bytes) return c->q8_big;
     QWC_CHECK(cudaStreamSynchronize(c->stream));
     if (c->q8_big) QWC_CHECK(cudaFree(c->q8_big));
-    c->q8_big = NULL, c->q8_big_bytes = 0, c->q8_big_x = NULL;
+    c->q8_big = NULL, c->q8_big_bytes = 0, c->q8_held[1].x = NULL;
     const size_t n = bytes + bytes / 4;
     void *p = NULL;
     if (cudaMalloc(&p, n) != cudaSuccess) {
@@ -193,13 +196,6 @@ qw_q8a *qwc_q8_big(qwc *c, size_t bytes) {
     }
     c->q8_big = (qw_q8a *)p, c->q8_big_bytes = n;
     return c->q8_big;
-}
-int qwc_q8_big_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
-    return c->q8_keep && c->q8_big_x == x && c->q8_big_ldx == ldx && c->q8_big_cols == cols &&
-           c->q8_big_rows == n_rows;
-}
-void qwc_q8_big_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
-    c->q8_big_x = x, c->q8_big_ldx = ldx, c->q8_big_cols = cols, c->q8_big_rows = n_rows;
 }
 
 /* Kernels that write activations also round them (QWC_Q8_PRODUCERS 0: k_q8a rounds them before each product;
@@ -215,18 +211,12 @@ qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row) {
 }
 void qwc_q8_made(qwc *c, const float *y, int64_t n) {
     const int big = (size_t)(n / 32) * sizeof(qw_q8a) > Q8_BYTES;
-    if (big) c->q8_big_x = NULL; /* the buffer no longer holds what a chain noted */
-    else c->q8_x = NULL;
+    c->q8_held[big].x = NULL; /* the buffer no longer holds what a chain noted */
     c->q8_made_y = y, c->q8_made_n = n, c->q8_made_at = qwc_writes, c->q8_made_big = big;
 }
-int qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
-    return !c->q8_made_big && c->q8_made_y == x && c->q8_made_at == qwc_writes && ldx == cols &&
-           cols * n_rows == c->q8_made_n;
-}
-const qw_q8a *qwc_q8_big_fresh(const qwc *c, const float *x, int64_t cols, int64_t n_rows) {
-    const int fresh = c->q8_made_big && c->q8_made_y == x && c->q8_made_at == qwc_writes &&
-                      cols * n_rows == c->q8_made_n;
-    return fresh ? c->q8_big : NULL;
+const qw_q8a *qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    const int fresh = c->q8_made_y == x && c->q8_made_at == qwc_writes && ldx == cols && cols * n_rows == c->q8_made_n;
+    return !fresh ? NULL : c->q8_made_big ? c->q8_big : (const qw_q8a *)c->q8_buf;
 }
 
 int qwc_recording(const qwc *c) { return recording(c); }

@@ -84,29 +84,24 @@ void *qwc_q8_buf(qwc *c, size_t *bytes);
  * the work counts its blocks there and leaves them zero; NULL when n is more or they could not be had */
 unsigned *qwc_counts(qwc *c, int n);
 /* Products that read the same x in a row (a matmul_batch's jobs, the MoE's gate and up): keep 0 starts a chain
- * (forgets what the buffer holds), keep 1 lets a product of the chain use the buffer's rounding again when an
- * earlier one rounded the same rows (qwc_q8_same); qwc_q8_note records what it holds. */
+ * (forgets what the buffers hold), keep 1 lets a product of the chain use a buffer's rounding again when an
+ * earlier one rounded the same rows into it (qwc_q8_same); qwc_q8_note records what buf (the fixed buffer or the
+ * prompt's) holds. */
 void qwc_q8_keep(qwc *c, int on);
-int qwc_q8_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
-void qwc_q8_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
+int qwc_q8_same(const qwc *c, const qw_q8a *buf, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
+void qwc_q8_note(qwc *c, const qw_q8a *buf, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
 /* A prompt's products, whose rows the fixed buffer cannot hold: a device buffer of at least bytes for their 8-bit
- * rows (NULL: none now, as while a graph is recorded), and what it holds, under the same chain rule (qwc_q8_keep:
- * the jobs of a matmul_batch that read one x round it once) */
+ * rows (NULL: none now, as while a graph is recorded), under the same rules as the fixed one */
 qw_q8a *qwc_q8_big(qwc *c, size_t bytes);
-int qwc_q8_big_same(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
-void qwc_q8_big_note(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
-/* The prompt's buffer when the kernel that wrote x's n_rows rows of cols (ldx = cols) rounded them there
- * (qwc_q8_for gave it that buffer: more than the fixed one holds) and nothing ran since; else NULL */
-const qw_q8a *qwc_q8_big_fresh(const qwc *c, const float *x, int64_t cols, int64_t n_rows);
 /* A kernel that writes n floats at y can write their 8-bit rounding too (into qwc_q8_for's buffer: the fixed one,
  * or for more than it holds the prompt's; NULL when not now: the path off, n or the rows its loops walk (row floats
  * each; n for an element-wise kernel) not whole blocks of 32, or no prompt's buffer); qwc_q8_made after its launch
- * says the
- * buffer holds y's rounding until the next launch or copy, and a product that reads y right after takes it
- * (qwc_q8_fresh) instead of rounding y again. The same bits either way: the kernels round as k_q8a does. */
+ * says the buffer holds y's rounding until the next launch or copy, and a product that reads y right after takes
+ * it (qwc_q8_fresh: that buffer, else NULL) instead of rounding y again. The same bits either way: the kernels
+ * round as k_q8a does. */
 qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row);
 void qwc_q8_made(qwc *c, const float *y, int64_t n);
-int qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
+const qw_q8a *qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
 
 /* ---- the routed experts over several GPUs (backend.cu; qw_backend_cuda_split). Rank 0 is the backend the model
  * runs on; each other rank is a backend of its own on its GPU (or the same GPU: the copies' way, for tests), which

@@ -446,10 +446,10 @@ static void gather_rows_q8(qwc *c, qw_q8a *xq, float *xin, const float *x, const
     }
 }
 
-/* The down products' input: the R rows of g [R][I] rounded to 8 bits, by act_mul where it could (the prompt's
- * buffer), else into xq */
+/* The down products' input: the R rows of g [R][I] rounded to 8 bits, by act_mul where it could (in its buffer),
+ * else into xq */
 static const qw_q8a *act_rows_q8(qwc *c, qw_q8a *xq, const float *g, int64_t I, int R) {
-    const qw_q8a *made = qwc_q8_big_fresh(c, g, I, R);
+    const qw_q8a *made = qwc_q8_fresh(c, g, I, I, R);
     if (made) return made;
     qwc_q8a_rows(c, xq, g, I, I, R);
     return xq;

@@ -1443,22 +1443,24 @@ template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs
 template <int T> constexpr bool q8_type() {
     return T != QW_TYPE_F32 && T != QW_TYPE_F16 && T != QW_TYPE_BF16;
 }
+/* x's rows rounded into xq (the fixed buffer or the prompt's): as the product before left them (a chain), as the
+ * kernel that wrote x left them, or rounded now */
+static const qw_q8a *q8_into(qwc *c, qw_q8a *xq, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    if (qwc_q8_same(c, xq, x, ldx, cols, n_rows)) return xq; /* the product before rounded the same x */
+    if (qwc_q8_fresh(c, x, ldx, cols, n_rows) != xq) { /* else the kernel that wrote x rounded it there */
+        const int64_t nb = cols / 32, warps = nb * n_rows;
+        qwc_launch(k_q8a, (unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c), x, ldx, nb, n_rows, xq);
+        QWC_LAUNCHED();
+    }
+    qwc_q8_note(c, xq, x, ldx, cols, n_rows);
+    return xq;
+}
 template <int T> const qw_q8a *q8_rows(qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
     if (!q8_type<T>() || !qwc_q8_on(c) || !qd_supported((qw_type)T) || cols % 32 || n_rows <= 0) return NULL;
     size_t cap = 0;
     qw_q8a *xq = (qw_q8a *)qwc_q8_buf(c, &cap);
-    const int64_t nb = cols / 32;
-    if (!xq || (size_t)(nb * n_rows) * sizeof(qw_q8a) > cap) return NULL;
-    if (qwc_q8_same(c, x, ldx, cols, n_rows)) return xq; /* the product before rounded the same x */
-    if (qwc_q8_fresh(c, x, ldx, cols, n_rows)) { /* the kernel that wrote x rounded it */
-        qwc_q8_note(c, x, ldx, cols, n_rows);
-        return xq;
-    }
-    const int64_t warps = nb * n_rows;
-    qwc_launch(k_q8a, (unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c), x, ldx, nb, n_rows, xq);
-    QWC_LAUNCHED();
-    qwc_q8_note(c, x, ldx, cols, n_rows);
-    return xq;
+    if (!xq || (size_t)(cols / 32 * n_rows) * sizeof(qw_q8a) > cap) return NULL;
+    return q8_into(c, xq, x, ldx, cols, n_rows);
 }
 
 /* Warps a row: a row of many groups in a matrix of few rows is cut into parts (up to 4), so that more warps read
@@ -1674,17 +1676,9 @@ template <int T> struct op_matmul {
         if constexpr (q8_type<T>()) /* the integer path: the tensor cores (mmq.cu), x rounded once */
             if (qwc_q8_on(c) && qwc_mmq_takes((qw_type)T, cols)) {
                 const qw_q8a *xq = q8_rows<T>(c, x, cols, cols, n_tok);
-                if (!xq && (xq = qwc_q8_big_fresh(c, x, cols, n_tok))) { /* the kernel that wrote x rounded it */
-                    qwc_q8_big_note(c, x, cols, cols, n_tok);
-                } else if (!xq) {
-                    /* more rows than the fixed buffer holds: the prompt's buffer, rounded once for the jobs of a
-                     * batch that read this x */
+                if (!xq) { /* more rows than the fixed buffer holds: the prompt's buffer, by the same rules */
                     qw_q8a *big = qwc_q8_big(c, (size_t)(n_tok * (cols / 32)) * sizeof(qw_q8a));
-                    if (big && !qwc_q8_big_same(c, x, cols, cols, n_tok)) {
-                        qwc_q8a_rows(c, big, x, cols, cols, n_tok);
-                        qwc_q8_big_note(c, x, cols, cols, n_tok);
-                    }
-                    xq = big;
+                    if (big) xq = q8_into(c, big, x, cols, cols, n_tok);
                 }
                 /* the scratch: x's 8-bit rows when neither buffer can hold them, then a narrow product's partial
                  * sums */

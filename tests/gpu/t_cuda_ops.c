@@ -812,7 +812,10 @@ static void q8_producer_set(void) {
     float *x = back(dx, n * 4);
     float *dc = dev(x, n * 4);
     float *dy[NJ], *dz[NJ];
-    for (int j = 0; j < NJ; j++) dy[j] = dev(NULL, (size_t)NT * rows[j] * 4), dz[j] = dev(NULL, (size_t)NT * rows[j] * 4);
+    for (int j = 0; j < NJ; j++) {
+        dy[j] = dev(NULL, (size_t)NT * rows[j] * 4);
+        dz[j] = dev(NULL, (size_t)NT * rows[j] * 4);
+    }
     G->act_mul(G, dx, da, db, (int64_t)n, QW_ACT_SILU); /* written again: its rounding made right before the batch */
     qw_matmul_job jobs[NJ];
     for (int j = 0; j < NJ; j++) jobs[j] = (qw_matmul_job){dy[j], &w[j], dx, NT};
