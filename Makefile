@@ -60,6 +60,9 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # attn.cu, mmq.cu) run on the CPU (tests/gpu/emu: a block's threads as coroutines), so every machine checks their logic
 EMU_BIN := $(BUILD)/tests/t_cuda_emu
 TEST_BIN += $(EMU_BIN)
+# and tests/gpu/t_cuda_ops.c built against those kernels (t_cuda_ops_emu: tests/gpu/emu/backend.cc for backend.cu)
+EMU_OPS_BIN := $(BUILD)/tests/t_cuda_ops_emu
+TEST_BIN += $(EMU_OPS_BIN)
 # the library examples (examples/*.c): built and run by make test
 EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
@@ -110,14 +113,23 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # the kernel files it runs, their dynamic shared memory (`extern __shared__`) made plain externs
-EMU_CU := delta_chunk attn mmq
+EMU_CU := delta_chunk attn mmq ops model_ops
 $(BUILD)/tests/emu/%.cu: src/cuda/%.cu
 	@mkdir -p $(dir $@)
 	sed 's/extern __shared__/extern/' $< >$@
-$(EMU_BIN): tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/emu.cc $(wildcard tests/gpu/emu/cuda/*.cuh) \
-            $(EMU_CU:%=$(BUILD)/tests/emu/%.cu) src/cuda/reduce.cuh src/kernels/ops.h tests/test_check.h $(LIB)
-	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -ffp-contract=off -Itests/gpu/emu -I$(BUILD)/tests/emu \
-	  -Iinclude -Isrc $(CFLAGS) $(LDFLAGS) -o $@ tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/emu.cc $(LIB) $(LDLIBS)
+EMU_SRC := tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/emu.cc tests/gpu/emu/backend.cc
+$(EMU_BIN): $(EMU_SRC) $(wildcard tests/gpu/emu/cuda/*.cuh) $(EMU_CU:%=$(BUILD)/tests/emu/%.cu) src/cuda/reduce.cuh \
+            src/cuda/shared.cuh src/cuda/ops_internal.cuh src/kernels/ops.h tests/test_check.h $(LIB)
+	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -Wno-sign-compare -ffp-contract=off -Itests/gpu/emu -I$(BUILD)/tests/emu \
+	  -Iinclude -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $(EMU_SRC) $(LIB) $(LDLIBS)
+EMU_OPS_SRC := tests/gpu/emu/kernels.cc tests/gpu/emu/emu.cc tests/gpu/emu/backend.cc
+$(EMU_OPS_BIN): tests/gpu/t_cuda_ops.c $(EMU_OPS_SRC) $(wildcard tests/gpu/emu/cuda/*.cuh) \
+                $(EMU_CU:%=$(BUILD)/tests/emu/%.cu) src/cuda/reduce.cuh src/cuda/shared.cuh src/cuda/ops_internal.cuh \
+                src/kernels/ops.h tests/test_check.h $(LIB)
+	$(CC) $(QW_CFLAGS) $(CFLAGS) -DQW_CUDA_EMU=1 -c -o $(BUILD)/tests/t_cuda_ops_emu.o tests/gpu/t_cuda_ops.c
+	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -Wno-sign-compare -ffp-contract=off -Itests/gpu/emu \
+	  -I$(BUILD)/tests/emu -Iinclude -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $(BUILD)/tests/t_cuda_ops_emu.o $(EMU_OPS_SRC) \
+	  $(LIB) $(LDLIBS)
 
 # an example sees only the public header, as a program using the installed library would
 $(BUILD)/examples/%: examples/%.c $(LIB) include/qwenc.h

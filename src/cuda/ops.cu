@@ -737,8 +737,7 @@ __global__ void __launch_bounds__(128) k_delta_rule4(float *o, float *state, con
         q += z * hk * DK, k += z * hk * DK, v += z * hv * dv, o += z * hv * dv, g += z * hv, beta += z * hv;
     }
     if (early && (int)threadIdx.x < DK && blockIdx.y * DR_COLS < dv) /* the block's state rows into L2 */
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(state + ((int64_t)blockIdx.x * DK + threadIdx.x) * dv +
-                                                     blockIdx.y * DR_COLS));
+        QWC_PREFETCH_L2(state + ((int64_t)blockIdx.x * DK + threadIdx.x) * dv + blockIdx.y * DR_COLS);
     QWC_PDL_ENTRY();
     constexpr int R = DK / DR_PARTS;
     __shared__ float sq[DR_TOK][DK], sk[DR_TOK][DK], sd[DR_TOK], sb[DR_TOK];

@@ -816,7 +816,7 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? MV_MINB_DECODE : 1) mv_k
         for (int r = 0; r < R && row0 + r < a.rows; r++)
             for (int64_t o = (int64_t)(kwi * 32 + (threadIdx.x & 31)) * 128; o < a.row_bytes;
                  o += (int64_t)a.kw * 32 * 128)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(a.w + (row0 + r) * a.row_bytes + o));
+                QWC_PREFETCH_L2(a.w + (row0 + r) * a.row_bytes + o);
     }
     QWC_PDL_ENTRY();
     __shared__ __align__(16) uint8_t stage[MV_WARPS][2][R][L::SROW];
@@ -1183,7 +1183,7 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
     }
     if (!stage && early && row < rows)
         for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < row_bytes; o += (int64_t)ks * 32 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + row * row_bytes + o));
+            QWC_PREFETCH_L2(w + row * row_bytes + o);
     QWC_PDL_ENTRY();
     if (staging) { /* block-uniform */
         asm volatile("cp.async.wait_all;" ::: "memory");
@@ -1200,7 +1200,7 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
         const int64_t per = (ng + 32 * ks - 1) / (32 * ks) * 32, gs = kk * per, ge = std::min(ng, gs + per);
         if (MVQ_PREFETCH && !early && !stage) /* the row's lines asked for at once: later groups from L2, not HBM */
             for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < (r0 ? row_bytes : 0); o += (int64_t)ks * 32 * 128)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(r + o));
+                QWC_PREFETCH_L2(r + o);
         mvq_lane<T, NT>(r, gs, ge, a.xq + pair * a.xq_pair, a.xq_tok, a.n_tok, a.walk, acc);
     }
     mvq_warp_sum<NT>(acc);
@@ -1303,7 +1303,7 @@ template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(
     } else if (MVQ_PREFETCH && a.early) { /* the weights depend on no kernel */
         for (int s = 0; s < a.C; s++)
             for (int64_t o = (int64_t)threadIdx.x * 128; o < run; o += 32 * HCU_WARPS * 128)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(a.w + ((int64_t)s * a.H + h0) * a.row_bytes + o));
+                QWC_PREFETCH_L2(a.w + ((int64_t)s * a.H + h0) * a.row_bytes + o);
     }
     QWC_PDL_ENTRY();
     float xv[HCU_MAXC]; /* warp 0: xn of its value of h in each stream, asked for now */

@@ -1,5 +1,5 @@
 /*
- * emu.cc - the block scheduler of tests/gpu/emu/cuda/ops_internal.cuh: a block's threads as coroutines of the
+ * emu.cc - the block scheduler of tests/gpu/emu/cuda/cuda_internal.cuh: a block's threads as coroutines of the
  * calling thread, run in turn until each waits at a barrier or returns; a barrier opens when every thread it waits
  * for is there. A coroutine starts on its own stack through makecontext / swapcontext and from then on switches with
  * _setjmp / _longjmp, which leave the signal mask alone (swapcontext's system call each switch would make the
@@ -18,7 +18,8 @@
 #define EMU_ASAN 0
 #endif
 
-alignas(16) float sm[EMU_SMEM_FLOATS], kb[EMU_SMEM_FLOATS], score[EMU_SMEM_FLOATS];
+alignas(16) float sm[EMU_SMEM_FLOATS], kb[EMU_SMEM_FLOATS], score[EMU_SMEM_FLOATS], nh[EMU_SMEM_FLOATS],
+    qk[EMU_SMEM_FLOATS];
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 uint64_t emu_slot[32][32];
 int emu_launches;

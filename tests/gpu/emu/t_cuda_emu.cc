@@ -1,5 +1,5 @@
 /*
- * t_cuda_emu.cc - kernels of the CUDA backend run on CPU threads through tests/gpu/emu/cuda/ops_internal.cuh, so that
+ * t_cuda_emu.cc - kernels of the CUDA backend run on CPU threads through tests/gpu/emu/cuda/cuda_internal.cuh, so that
  * `make test` checks their indexing and math on every machine (tests/gpu/t_cuda_ops.c runs the same checks on a GPU):
  *
  * - the chunked delta rule (src/cuda/delta_chunk.cu) against the reference backend's token-by-token rule, within
@@ -25,6 +25,8 @@
 #include "delta_chunk.cu"
 #include "attn.cu"
 #include "mmq.cu"
+#include "ops.cu"
+#include "model_ops.cu"
 
 extern "C" {
 #include "kernels/composite.h"
@@ -132,8 +134,8 @@ static void test_delta_chunk(void) {
 }
 
 /* the CUDA op table as the emulation runs it (attn.cu's ops, store_rows as the host's composite), rows ops on */
-static emu_backend *emu_new(void) {
-    emu_backend *e = (emu_backend *)calloc(1, sizeof(emu_backend));
+static qwc *emu_new(void) {
+    qwc *e = (qwc *)calloc(1, sizeof(qwc));
     setenv("QWENC_CUDA_ATT_ROWS", "1", 1);
     qwc_attn_fill(&e->be);
     e->be.store_rows = qw_op_store_rows;
@@ -567,7 +569,7 @@ int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* each part's line as it starts */
     printf("delta_rule, chunked\n");
     test_delta_chunk();
-    emu_backend *e = emu_new();
+    qwc *e = emu_new();
     printf("attention\n");
     test_attention(&e->be);
     printf("attention of decode steps split along the keys\n");

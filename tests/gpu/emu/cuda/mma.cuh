@@ -8,7 +8,7 @@
 #ifndef QW_CUDA_EMU_MMA_CUH
 #define QW_CUDA_EMU_MMA_CUH
 
-#include "cuda/ops_internal.cuh"
+#include "cuda/cuda_internal.cuh"
 
 inline uint32_t emu_frag[32][32][6]; /* [warp][lane]: a[0..3], b[0..1] */
 
