@@ -56,11 +56,13 @@ TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*.c))
 # every tests/t_*.c is a test program printing "N passed, M failed"
 TEST_SRC := $(wildcard tests/t_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-# and tests/gpu/emu/t_cuda_emu (C++, as the CUDA sources it includes): kernels of the CUDA backend (delta_chunk.cu,
-# attn.cu, mmq.cu) run on the CPU (tests/gpu/emu: a block's threads as coroutines), so every machine checks their logic
+# and tests/gpu/emu/t_cuda_emu (C++, as the CUDA sources it includes): kernels of the CUDA backend (every kernel file
+# but backend.cu and synth.cu) run on the CPU (tests/gpu/emu: a block's threads as coroutines), so every machine checks
+# their logic
 EMU_BIN := $(BUILD)/tests/t_cuda_emu
 TEST_BIN += $(EMU_BIN)
-# and tests/gpu/t_cuda_ops.c built against those kernels (t_cuda_ops_emu: tests/gpu/emu/backend.cc for backend.cu)
+# and tests/gpu/t_cuda_ops.c built against those kernels (t_cuda_ops_emu: tests/gpu/emu/backend.cc for backend.cu, the
+# fixed 8-bit buffer 256 KiB)
 EMU_OPS_BIN := $(BUILD)/tests/t_cuda_ops_emu
 TEST_BIN += $(EMU_OPS_BIN)
 # the library examples (examples/*.c): built and run by make test
@@ -113,22 +115,22 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(QW_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # the kernel files it runs, their dynamic shared memory (`extern __shared__`) made plain externs
-EMU_CU := delta_chunk attn mmq ops model_ops
+EMU_CU := delta_chunk attn mmq ops model_ops quant moe
 $(BUILD)/tests/emu/%.cu: src/cuda/%.cu
 	@mkdir -p $(dir $@)
 	sed 's/extern __shared__/extern/' $< >$@
 EMU_SRC := tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/emu.cc tests/gpu/emu/backend.cc
-$(EMU_BIN): $(EMU_SRC) $(wildcard tests/gpu/emu/cuda/*.cuh) $(EMU_CU:%=$(BUILD)/tests/emu/%.cu) src/cuda/reduce.cuh \
-            src/cuda/shared.cuh src/cuda/ops_internal.cuh src/kernels/ops.h tests/test_check.h $(LIB)
+EMU_DEPS := $(wildcard tests/gpu/emu/cuda/*.cuh) tests/gpu/emu/cuda_fp16.h $(EMU_CU:%=$(BUILD)/tests/emu/%.cu) \
+            $(wildcard src/cuda/*.cuh) src/kernels/ops.h tests/test_check.h $(LIB)
+$(EMU_BIN): $(EMU_SRC) $(EMU_DEPS)
 	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -Wno-sign-compare -ffp-contract=off -Itests/gpu/emu -I$(BUILD)/tests/emu \
 	  -Iinclude -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $(EMU_SRC) $(LIB) $(LDLIBS)
 EMU_OPS_SRC := tests/gpu/emu/kernels.cc tests/gpu/emu/emu.cc tests/gpu/emu/backend.cc
-$(EMU_OPS_BIN): tests/gpu/t_cuda_ops.c $(EMU_OPS_SRC) $(wildcard tests/gpu/emu/cuda/*.cuh) \
-                $(EMU_CU:%=$(BUILD)/tests/emu/%.cu) src/cuda/reduce.cuh src/cuda/shared.cuh src/cuda/ops_internal.cuh \
-                src/kernels/ops.h tests/test_check.h $(LIB)
+$(EMU_OPS_BIN): tests/gpu/t_cuda_ops.c $(EMU_OPS_SRC) $(EMU_DEPS)
 	$(CC) $(QW_CFLAGS) $(CFLAGS) -DQW_CUDA_EMU=1 -c -o $(BUILD)/tests/t_cuda_ops_emu.o tests/gpu/t_cuda_ops.c
 	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -Wno-sign-compare -ffp-contract=off -Itests/gpu/emu \
-	  -I$(BUILD)/tests/emu -Iinclude -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $(BUILD)/tests/t_cuda_ops_emu.o $(EMU_OPS_SRC) \
+	  -I$(BUILD)/tests/emu -Iinclude -Isrc '-DQWC_Q8_BYTES=((size_t)256 << 10)' $(CFLAGS) $(LDFLAGS) -o $@ \
+	  $(BUILD)/tests/t_cuda_ops_emu.o $(EMU_OPS_SRC) \
 	  $(LIB) $(LDLIBS)
 
 # an example sees only the public header, as a program using the installed library would

@@ -19,6 +19,7 @@
 
 #include "cuda/cuda_internal.cuh"
 #include "cuda/ops_internal.cuh"
+#include "cuda/q8_state.cuh"
 
 extern "C" {
 #include "core/common.h"
@@ -55,8 +56,6 @@ struct qwc {
     cublasHandle_t cublas;
     void *scratch;
     size_t scratch_bytes;
-    qw_q8a *q8_big; /* a prompt's 8-bit rows (qwc_q8_big), q8_big_bytes */
-    size_t q8_big_bytes;
     pthread_mutex_t lock; /* the weight map (sessions on several threads share a model) */
     wentry *map;
     size_t map_cap, map_n;
@@ -80,17 +79,8 @@ struct qwc {
     int q8;        /* quantized weights meet 8-bit activations */
     int dr_chunk;  /* the delta rule's chunked form for calls of at least this many tokens (0: never) */
     int pairs_max; /* the MoE's rows up to which each pair is its own product */
-    void *q8_buf;  /* their buffer, Q8_BYTES */
     unsigned *counts; /* QWC_COUNTS zeroed counters in device memory (qwc_counts) */
-    int q8_keep;   /* the next product reads the x of the one before (qwc_q8_keep) */
-    struct {
-        const float *x;
-        int64_t ldx, cols, rows;
-    } q8_held[2]; /* what q8_buf [0] and q8_big [1] hold for a chain (qwc_q8_note): the rounding of these rows */
-    const float *q8_made_y; /* or of these n floats, written by a kernel when qwc_writes was q8_made_at */
-    int64_t q8_made_n;
-    unsigned long long q8_made_at;
-    int q8_made_big; /* ... into q8_big, not q8_buf */
+    qwc_q8_state q8s; /* their buffers and what they hold (q8_state.cuh) */
     /* the routed experts split over ranks (qw_backend_cuda_split): rank[0] is this backend, the others are backends
      * of their own (root: rank 0) that hold their experts and run them; copies: some ranks share a device, and
      * the exchanges are device copies (NCCL takes one rank a device) */
@@ -116,7 +106,6 @@ struct qwc {
 };
 
 #define QWC_COUNTS 4096
-#define Q8_BYTES ((size_t)4 << 20) /* 104,857 blocks of 32: 16 tokens of 209,712 columns, 64 pairs of 52,428 */
 
 static qwc *C(const qw_backend *be) { return (qwc *)be; }
 
@@ -152,74 +141,47 @@ const qw_backend *qwc_backend(qwc *c) { return &c->be; }
 cudaStream_t qwc_stream(const qwc *c) { return c->stream; }
 cublasHandle_t qwc_cublas(const qwc *c) { return c->cublas; }
 
-int qwc_q8_on(const qwc *c) { return c->q8 && c->q8_buf; }
 int qwc_dr_chunk_min(const qwc *c) { return c->dr_chunk; }
 int qwc_pairs_max(const qwc *c) { return c->pairs_max; }
 unsigned *qwc_counts(qwc *c, int n) { return n <= QWC_COUNTS ? c->counts : NULL; }
-void *qwc_q8_buf(qwc *c, size_t *bytes) {
-    *bytes = c->q8_buf ? Q8_BYTES : 0;
-    return c->q8_buf;
-}
-
-void qwc_q8_keep(qwc *c, int on) {
-    c->q8_keep = on;
-    if (!on) c->q8_held[0].x = c->q8_held[1].x = NULL; /* a chain starts: nothing held counts until a product of it
-                                                         * rounds its x */
-}
-int qwc_q8_same(const qwc *c, const qw_q8a *buf, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
-    const auto &h = c->q8_held[buf != c->q8_buf];
-    return c->q8_keep && h.x == x && h.ldx == ldx && h.cols == cols && h.rows == n_rows;
-}
-void qwc_q8_note(qwc *c, const qw_q8a *buf, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
-    auto &h = c->q8_held[buf != c->q8_buf];
-    h.x = x, h.ldx = ldx, h.cols = cols, h.rows = n_rows;
-}
-
-/* The prompt's buffer: never while a graph is recorded (no graph holds its address, so it can grow); NULL then or
- * when it cannot have the bytes (the caller rounds into the scratch instead, for each job). QWC_Q8_BIG 0, or
- * QWENC_CUDA_Q8_BIG=0 in the environment: never (the same bits; to measure what it saves). */
-#ifndef QWC_Q8_BIG
-#define QWC_Q8_BIG 1
-#endif
-qw_q8a *qwc_q8_big(qwc *c, size_t bytes) {
-    static int env = -1;
-    if (!QWC_Q8_BIG || recording(c) || !qwc_env_switch("QWENC_CUDA_Q8_BIG", 1, &env)) return NULL;
-    if (bytes <= c->q8_big_bytes) return c->q8_big;
-    QWC_CHECK(cudaStreamSynchronize(c->stream));
-    if (c->q8_big) QWC_CHECK(cudaFree(c->q8_big));
-    c->q8_big = NULL, c->q8_big_bytes = 0, c->q8_held[1].x = NULL;
-    const size_t n = bytes + bytes / 4;
-    void *p = NULL;
-    if (cudaMalloc(&p, n) != cudaSuccess) {
-        (void)cudaGetLastError(); /* not an error: the scratch serves */
-        return NULL;
-    }
-    c->q8_big = (qw_q8a *)p, c->q8_big_bytes = n;
-    return c->q8_big;
-}
-
-/* Kernels that write activations also round them (QWC_Q8_PRODUCERS 0: k_q8a rounds them before each product;
- * tests/gpu/fusions.sh compares the logits of the two bit for bit). */
-#ifndef QWC_Q8_PRODUCERS
-#define QWC_Q8_PRODUCERS 1
-#endif
-
-qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row) {
-    if (!QWC_Q8_PRODUCERS || !qwc_q8_on(c) || n <= 0 || n % 32 || row % 32) return NULL;
-    const size_t bytes = (size_t)(n / 32) * sizeof(qw_q8a);
-    return bytes <= Q8_BYTES ? (qw_q8a *)c->q8_buf : qwc_q8_big(c, bytes); /* more: a prompt's rows */
-}
-void qwc_q8_made(qwc *c, const float *y, int64_t n) {
-    const int big = (size_t)(n / 32) * sizeof(qw_q8a) > Q8_BYTES;
-    c->q8_held[big].x = NULL; /* the buffer no longer holds what a chain noted */
-    c->q8_made_y = y, c->q8_made_n = n, c->q8_made_at = qwc_writes, c->q8_made_big = big;
-}
-const qw_q8a *qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
-    const int fresh = c->q8_made_y == x && c->q8_made_at == qwc_writes && ldx == cols && cols * n_rows == c->q8_made_n;
-    return !fresh ? NULL : c->q8_made_big ? c->q8_big : (const qw_q8a *)c->q8_buf;
-}
 
 int qwc_recording(const qwc *c) { return recording(c); }
+
+/* the 8-bit activations' buffers (q8_state.cuh) */
+int qwc_q8_on(const qwc *c) { return c->q8 && c->q8s.buf; }
+void *qwc_q8_buf(qwc *c, size_t *bytes) {
+    *bytes = c->q8s.buf ? QWC_Q8_BYTES : 0;
+    return c->q8s.buf;
+}
+void qwc_q8_keep(qwc *c, int on) { q8s_keep(c->q8s, on); }
+int qwc_q8_same(const qwc *c, const qw_q8a *buf, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    return q8s_same(c->q8s, buf, x, ldx, cols, n_rows);
+}
+void qwc_q8_note(qwc *c, const qw_q8a *buf, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    q8s_note(c->q8s, buf, x, ldx, cols, n_rows);
+}
+qw_q8a *qwc_q8_big(qwc *c, size_t bytes) {
+    return q8s_big(
+        c->q8s, bytes, recording(c),
+        [](size_t n) {
+            void *p = NULL;
+            if (cudaMalloc(&p, n) == cudaSuccess) return p;
+            (void)cudaGetLastError();
+            return (void *)NULL;
+        },
+        [c](void *p) {
+            QWC_CHECK(cudaStreamSynchronize(c->stream));
+            QWC_CHECK(cudaFree(p));
+        });
+}
+qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row) {
+    const int w = q8s_for(qwc_q8_on(c), n, row);
+    return w == 1 ? c->q8s.buf : w == 2 ? qwc_q8_big(c, (size_t)(n / 32) * sizeof(qw_q8a)) : NULL;
+}
+void qwc_q8_made(qwc *c, const float *y, int64_t n) { q8s_made(c->q8s, y, n); }
+const qw_q8a *qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    return q8s_fresh(c->q8s, x, ldx, cols, n_rows);
+}
 
 int qwc_capture_spoil(qwc *c) {
     if (!recording(c)) return 0;
@@ -566,10 +528,10 @@ static void cu_release(qw_backend *be) {
     if (c->region_dev) cudaFree(c->region_dev);
     free(c->specs);
     free(c->stage);
-    if (c->q8_buf) cudaFree(c->q8_buf);
+    if (c->q8s.buf) cudaFree(c->q8s.buf);
     if (c->counts) cudaFree(c->counts);
     if (c->scratch) cudaFree(c->scratch);
-    if (c->q8_big) cudaFree(c->q8_big);
+    if (c->q8s.big) cudaFree(c->q8s.big);
     cublasDestroy(c->cublas);
     cudaStreamDestroy(c->stream);
     pthread_mutex_destroy(&c->lock);
@@ -729,9 +691,9 @@ extern "C" qwenc_status qw_backend_cuda_new(int device, qw_backend **out, char *
         return qw_err(err, errlen, QWENC_ERR_UNSUPPORTED, "cuda: cannot create a stream and a cuBLAS handle");
     }
     cublasSetStream(c->cublas, c->stream);
-    if (cudaMalloc(&c->q8_buf, Q8_BYTES) != cudaSuccess) { /* without it, f32 activations throughout */
+    if (cudaMalloc(&c->q8s.buf, QWC_Q8_BYTES) != cudaSuccess) { /* without it, f32 activations throughout */
         cudaGetLastError();
-        c->q8_buf = NULL;
+        c->q8s.buf = NULL;
     }
     if (cudaMalloc(&c->counts, QWC_COUNTS * sizeof(unsigned)) != cudaSuccess ||
         cudaMemsetAsync(c->counts, 0, QWC_COUNTS * sizeof(unsigned), c->stream) != cudaSuccess) {

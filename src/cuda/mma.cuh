@@ -1,6 +1,7 @@
 /*
  * mma.cuh - the few PTX instructions of the integer GEMM (mmq.cu) and the tiled attention (attn.cu) as device
- * functions: the 8-bit integer MMA and cp.async's 4- and 16-byte copies into shared memory. tests/gpu/emu has a
+ * functions: the 8-bit integer MMA and cp.async's 4- and 16-byte copies into shared memory (also the weight kernels'
+ * of quant.cu). tests/gpu/emu has a
  * header of this name that does the same on CPU threads (a warp's fragments through a slot a lane, the copies landing
  * at the waits that complete them), so that `make test` runs both.
  *
@@ -38,6 +39,13 @@ __device__ __forceinline__ void cp_async4(uint32_t *dst, const void *src, bool o
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
                  "l"(src), "r"(ok ? 16 : 0));
+}
+/* 16 bytes into shared dst (16-byte aligned) of which the first n (0..16) are read from global src, the rest zero;
+ * through L2 only (.cg), so weights streaming through leave L1 to the activations */
+__device__ __forceinline__ void cp_async16n(void *dst, const void *src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(__cvta_generic_to_global(src)), "r"(n)
+                 : "memory");
 }
 /* the copies issued so far as one group */
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

@@ -51,6 +51,7 @@
 #include <type_traits>
 
 #include "cuda/cuda_internal.cuh"
+#include "cuda/mma.cuh"
 
 #include "cuda/ops_internal.cuh"
 
@@ -146,15 +147,16 @@ __device__ __forceinline__ uint32_t q_ld16(const uint8_t *p) { return __ldg((con
 __device__ __forceinline__ float q_ldf(const float *p) { return __ldg(p); }
 __device__ __forceinline__ float4 q_ldf4(const float *p) { return __ldg((const float4 *)p); }
 __device__ __forceinline__ float f16f(uint32_t h) { return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFF))); }
-/* 16 bytes from global src (16-byte aligned) to shared dst, of which the first n (1..16) are read, the rest zero;
- * L2 only (.cg), so the weights streaming through leave L1 to x */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int n) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(__cvta_generic_to_global(src)), "r"(n)
-                 : "memory");
+__device__ __forceinline__ uint32_t q_bfe(uint32_t x, uint32_t pos, uint32_t len) {
+    uint32_t r;
+    asm("bfe.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(pos), "r"(len)); /* len 0: 0 */
+    return r;
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+/* s + the four products of x's and y's bytes (x unsigned, y signed) */
+__device__ __forceinline__ int32_t q_dp4a_us(uint32_t x, uint32_t y, int32_t s) {
+    asm("dp4a.u32.s32 %0, %1, %2, %0;" : "+r"(s) : "r"(x), "r"(y));
+    return s;
+}
 #else
 __device__ __forceinline__ uint32_t q_perm(uint32_t x, uint32_t y, uint32_t s) {
     const uint64_t v = (uint64_t)y << 32 | x;
@@ -182,12 +184,14 @@ __device__ __forceinline__ float f16f(uint32_t h) {
     if (e == 0) return (h & 0x8000 ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f; /* m 2^-24, exact */
     return q_asf(sign | (e == 31 ? 0x7F800000u : (e + 112) << 23) | m << 13);
 }
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int n) {
-    memcpy(dst, src, (size_t)n);
-    memset((uint8_t *)dst + n, 0, (size_t)(16 - n));
+__device__ __forceinline__ uint32_t q_bfe(uint32_t x, uint32_t pos, uint32_t len) {
+    pos &= 0xFF, len &= 0xFF; /* bfe.u32 reads the low bytes; bits past 31 are zeros */
+    return pos >= 32 || len == 0 ? 0 : (uint32_t)(((uint64_t)x >> pos) & ((1ull << (len < 32 ? len : 32)) - 1));
 }
-__device__ __forceinline__ void cp_commit() {}
-__device__ __forceinline__ void cp_wait1() {}
+__device__ __forceinline__ int32_t q_dp4a_us(uint32_t x, uint32_t y, int32_t s) {
+    for (int j = 0; j < 4; j++) s += (int32_t)((x >> (8 * j)) & 0xFF) * (int32_t)(int8_t)(y >> (8 * j));
+    return s;
+}
 #endif
 __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -666,9 +670,9 @@ __device__ __forceinline__ void stage_chunk(uint8_t (*dst)[lay<T>::SROW], const 
         const uint8_t *a0 = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
         const int nseg = (int)(p - a0 + bytes + 15) >> 4;
         if (a0 + 16 * nseg <= wend) { /* every row but the matrix's last: whole segments */
-            for (int s = lane; s < nseg; s += 32) cp_async16(dst[r] + 16 * s, a0 + 16 * s, 16);
+            for (int s = lane; s < nseg; s += 32) cp_async16n(dst[r] + 16 * s, a0 + 16 * s, 16);
         } else {
-            for (int s = lane; s < nseg; s += 32) cp_async16(dst[r] + 16 * s, a0 + 16 * s, (int)imin(16, wend - (a0 + 16 * s)));
+            for (int s = lane; s < nseg; s += 32) cp_async16n(dst[r] + 16 * s, a0 + 16 * s, (int)imin(16, wend - (a0 + 16 * s)));
         }
     }
 }
@@ -771,7 +775,7 @@ __device__ __forceinline__ void mv_rows(const mv_args &a, const uint8_t *w, int6
     for (int b = 0; k < nchunk; k += a.kw, b ^= 1) {
         if (k + a.kw < nchunk) stage_chunk<T, R>(st[b ^ 1], rp, k + a.kw, a.nblk, wend, lane);
         cp_commit();
-        cp_wait1();
+        cp_wait<1>();
         __syncwarp();
         const int64_t blk0 = k * L::CBLK;
         if (lane < imin(32, (a.nblk - blk0) * L::IPB)) mv_item_acc<T, NT, AL, R>(st[b], rp, blk0, lane, xt, tbl, acc);
@@ -971,12 +975,6 @@ __device__ __forceinline__ float q8_term(float d, float A, int32_t isum, float B
 #define QWC_MVQ_WALK 1
 #endif
 
-__device__ __forceinline__ uint32_t mvq_bfe(uint32_t x, uint32_t pos, uint32_t len) {
-    uint32_t r;
-    asm("bfe.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(pos), "r"(len)); /* len 0: 0 */
-    return r;
-}
-
 /* Each walk: get() reads a group's codes c and its floats (A, B and the integer scales), isum() its exact integer sum
  * with an activation block (codes x, sum xs), term() the f32 term d (A isum + B xs) of qw_q8a_dot_ref; next() steps
  * to the lane's next group. */
@@ -1018,15 +1016,15 @@ struct walk_q4_k {
         const uint4 c0 = *(const uint4 *)(p + qo), c1 = *(const uint4 *)(p + qo + 16);
         c[0] = c0.x & msk, c[1] = c0.y & msk, c[2] = c0.z & msk, c[3] = c0.w & msk;
         c[4] = c1.x & msk, c[5] = c1.y & msk, c[6] = c1.z & msk, c[7] = c1.w & msk;
-        sc = (int)(mvq_bfe(hi ? h.w : h.y, psc, lsc) | mvq_bfe(h.y, p6, l6) << 4);
-        const uint32_t mn = mvq_bfe(hi ? h.w : h.z, pmn, lsc) | mvq_bfe(h.z, p6, l6) << 4;
+        sc = (int)(q_bfe(hi ? h.w : h.y, psc, lsc) | q_bfe(h.y, p6, l6) << 4);
+        const uint32_t mn = q_bfe(hi ? h.w : h.z, pmn, lsc) | q_bfe(h.z, p6, l6) << 4;
         A = qd_f16(h.x);
         B = qd_mul(-qd_f16(h.x >> 16), (float)mn);
     }
     __device__ int32_t isum(const uint32_t *c, const uint32_t *x, int32_t) const {
         int32_t s = 0;
 #pragma unroll
-        for (int i = 0; i < 8; i++) asm("dp4a.u32.s32 %0, %1, %2, %0;" : "+r"(s) : "r"(c[i]), "r"(x[i]));
+        for (int i = 0; i < 8; i++) s = q_dp4a_us(c[i], x[i], s);
         return sc * (s >> nsh);
     }
     __device__ float term(float d, int32_t isum, int32_t xs) const { return q8_term(d, A, isum, B, xs); }
@@ -1104,17 +1102,14 @@ __device__ __forceinline__ void mvq_walk(const uint8_t *r, int g, int ge, const 
 }
 
 /* The block's NT threads start asynchronous copies of n bytes from src into shared memory at dst, width (16 or 4;
- * else none) bytes a copy (src, dst and n multiples of it); then cp.async.commit_group, and cp.async.wait_all before
+ * else none) bytes a copy (src, dst and n multiples of it); then cp_commit, and cp_wait<0> (mma.cuh) before
  * the bytes are read */
 template <int NT>
 __device__ __forceinline__ void block_copy_async(uint8_t *dst, const uint8_t *src, int64_t n, int width) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     if (width == 16)
-        for (int64_t o = 16 * threadIdx.x; o < n; o += 16 * NT)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + (unsigned)o), "l"(src + o));
+        for (int64_t o = 16 * threadIdx.x; o < n; o += 16 * NT) cp_async16(dst + o, src + o, true);
     else if (width == 4)
-        for (int64_t o = 4 * threadIdx.x; o < n; o += 4 * NT)
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d + (unsigned)o), "l"(src + o));
+        for (int64_t o = 4 * threadIdx.x; o < n; o += 4 * NT) cp_async4((uint32_t *)(dst + o), src + o, true);
 }
 
 /* mvq_kernel stages a block's rows in shared memory for Q8_0 only (QWC_MVQ_STAGE, mvq_go) */
@@ -1179,14 +1174,14 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
         const uintptr_t al = (uintptr_t)src | (uintptr_t)n;
         stage = n <= 0 ? 0 : (al & 15) == 0 ? 16 : (al & 3) == 0 ? 4 : 0;
         block_copy_async<MV_THREADS>(sm, src, n, stage);
-        asm volatile("cp.async.commit_group;");
+        cp_commit();
     }
     if (!stage && early && row < rows)
         for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < row_bytes; o += (int64_t)ks * 32 * 128)
             QWC_PREFETCH_L2(w + row * row_bytes + o);
     QWC_PDL_ENTRY();
     if (staging) { /* block-uniform */
-        asm volatile("cp.async.wait_all;" ::: "memory");
+        cp_wait<0>(); /* every group: the one committed above */
         __syncthreads();
     }
     if (ks == 1 && row >= rows) return; /* (with ks > 1 every warp meets the barrier below) */
@@ -1224,8 +1219,8 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
 
 template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
     __shared__ float red[MV_WARPS][NT];
-    extern __shared__ __align__(16) uint8_t sm[]; /* a.stage: the block's rows */
-    mvq_rows<T, NT>(a, red, sm);
+    extern __shared__ __align__(16) uint8_t mv_stage[]; /* a.stage: the block's rows */
+    mvq_rows<T, NT>(a, red, mv_stage);
 }
 
 /* One token's MoE down products and their combine (qwc_pairs_combine, QWC_MOE_DOWN_COMBINE): a block per output row
@@ -1299,7 +1294,7 @@ template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(
     if (a.stage) { /* the weights depend on no kernel: asked for before the wait, waited for before the rows */
         for (int s = 0; s < a.C; s++)
             block_copy_async<32 * HCU_WARPS>(stage + s * run, a.w + ((int64_t)s * a.H + h0) * a.row_bytes, run, 16);
-        asm volatile("cp.async.commit_group;");
+        cp_commit();
     } else if (MVQ_PREFETCH && a.early) { /* the weights depend on no kernel */
         for (int s = 0; s < a.C; s++)
             for (int64_t o = (int64_t)threadIdx.x * 128; o < run; o += 32 * HCU_WARPS * 128)
@@ -1315,7 +1310,7 @@ template <int T> __global__ void __launch_bounds__(32 * HCU_WARPS) k_hc_up_read(
         float v = a.u[32 * b + lane] / (float)a.C;
         qwc_q8a_warp(qwc_silu(v), &uq[b]);
     }
-    if (a.stage) asm volatile("cp.async.wait_all;" ::: "memory");
+    if (a.stage) cp_wait<0>(); /* every group: the one committed above */
     __syncthreads();
     const int per = 32 * a.C / HCU_WARPS; /* rows a warp: q = warp * per + i is row (q / 32) H + h0 + q % 32 */
     for (int i0 = 0; i0 < per; i0 += HCU_BATCH) {

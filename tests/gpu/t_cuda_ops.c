@@ -8,9 +8,9 @@
  * error bound stated at each check, far below what a wrong index or a missed term gives (> 1e-3).
  * Matmuls and weight gathers of every type: t_cuda_quant.c. Prints SKIP and passes without a CUDA device.
  *
- * Built a second time as t_cuda_ops_emu (QW_CUDA_EMU; `make test`): the same checks on the kernels of ops.cu, attn.cu,
- * delta_chunk.cu and model_ops.cu run on CPU threads (tests/gpu/emu), where quant.cu's products and gathers are the
- * reference's on the host and the MoE's and the integer paths' tests (quant.cu, moe.cu) are left out.
+ * Built a second time as t_cuda_ops_emu (QW_CUDA_EMU; `make test`): the same checks on the backend's kernel files
+ * run on CPU threads (tests/gpu/emu: backend.cc there for backend.cu, cuBLAS's products on the host, a fixed 8-bit
+ * buffer of 256 KiB, so that a prompt past it is PROMPT_TOK = 40 tokens).
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,11 +26,6 @@
 
 static const qw_backend *R;
 static qw_backend *G;
-#ifdef QW_CUDA_EMU
-#define EMULATED 1
-#else
-#define EMULATED 0
-#endif
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void) { return test_frand(&rng); } /* uniform in [-1, 1) */
@@ -760,8 +755,13 @@ static qw_tensor q8_weights(qw_type t, int rows, int cols, void **store) {
  * job 3 another x; set 1: two pairs of types on one x, rows of 8,192 columns cut into 1, 2 and 4 parts (mvq_ks:
  * 1,100, 300 and 4 rows), each pair one launch; sets 2 and 3: three types on one x, the jobs of one type apart
  * among the others (10,240 columns: the hyper-connections' rows). 1 and 3 tokens (3: a launch a job); set 3 also
- * 400 tokens (a prompt's rows, more than the fixed 8-bit buffer holds: the prompt's buffer, qwc_q8_big). Then x
- * is written again in place and the batch run again: its first job must round it anew. */
+ * PROMPT_TOK tokens (a prompt's rows, more than the fixed 8-bit buffer holds: the prompt's buffer, qwc_q8_big). Then
+ * x is written again in place and the batch run again: its first job must round it anew. */
+#ifdef QW_CUDA_EMU
+#define PROMPT_TOK 40 /* 500 KB of rounded rows of 10,240 columns against the emulated build's fixed 256 KiB */
+#else
+#define PROMPT_TOK 400 /* 5.1 MB against the backend's fixed 4 MiB */
+#endif
 static void q8_batch_set(int cols, const qw_type *types, const int *rows, const int *same_x, int max_tok) {
     enum { NJ = 4 };
     void *wq[NJ];
@@ -771,7 +771,7 @@ static void q8_batch_set(int cols, const qw_type *types, const int *rows, const 
         w[j] = q8_weights(types[j], rows[j], cols, &wq[j]);
         off[j + 1] = off[j] + (size_t)rows[j];
     }
-    static const int toks[] = {1, 3, 400};
+    static const int toks[] = {1, 3, PROMPT_TOK};
     for (int ti = 0; ti < 3 && toks[ti] <= max_tok; ti++) {
         const int nt = toks[ti];
         float *x1 = rvec((size_t)nt * cols, 1), *x2 = rvec((size_t)nt * cols, 1);
@@ -803,12 +803,12 @@ static void q8_batch_set(int cols, const qw_type *types, const int *rows, const 
     for (int j = 0; j < NJ; j++) free(wq[j]);
 }
 
-/* A prompt's producer: act_mul of 400 tokens of 10,240 values (more than the fixed 8-bit buffer holds) rounds its
- * output into the prompt's buffer, and the products reading it right after take that rounding (the first job; the
- * second by the batch's rule): the bits of the same products reading a copy of it. Then a product of another x right
- * after act_mul must not take act_mul's rounding. */
+/* A prompt's producer: act_mul of PROMPT_TOK tokens of 10,240 values (more than the fixed 8-bit buffer holds)
+ * rounds its output into the prompt's buffer, and the products reading it right after take that rounding (the first
+ * job; the second by the batch's rule): the bits of the same products reading a copy of it. Then a product of
+ * another x right after act_mul must not take act_mul's rounding. */
 static void q8_producer_set(void) {
-    enum { NT = 400, COLS = 10240, NJ = 2 };
+    enum { NT = PROMPT_TOK, COLS = 10240, NJ = 2 };
     static const qw_type types[NJ] = {QW_TYPE_Q4_K, QW_TYPE_Q8_0};
     static const int rows[NJ] = {64, 4};
     const size_t n = (size_t)NT * COLS;
@@ -865,7 +865,7 @@ static void test_q8_batch(void) {
     q8_batch_set(512, t2, r2, x2, 3);
     static const qw_type t3[4] = {QW_TYPE_Q4_K, QW_TYPE_Q8_0, QW_TYPE_Q6_K, QW_TYPE_Q4_K};
     static const int r3[4] = {320, 4, 5, 64}, x3[4] = {1, 1, 1, 1};
-    q8_batch_set(10240, t3, r3, x3, 400);
+    q8_batch_set(10240, t3, r3, x3, PROMPT_TOK);
     q8_producer_set();
     qw_backend_cuda_set_q8_activations(G, 0);
 }
@@ -1371,16 +1371,14 @@ int main(void) {
     test_attention();
     test_qsa();
     test_gdn();
-    if (!EMULATED) { /* the MoE's and the integer paths' kernels (moe.cu, quant.cu) */
-        test_moe();
-        test_moe_q8();
-        test_moe_one();
-    }
+    test_moe();
+    test_moe_q8();
+    test_moe_one();
     test_hc_ple();
-    if (!EMULATED) test_hc_up();
+    test_hc_up();
     test_argmax();
     test_topk();
-    if (!EMULATED) test_q8_batch();
+    test_q8_batch();
     test_norm_rope();
     test_dr_gate();
     test_norm_rope_kv();

@@ -1,8 +1,8 @@
 /*
  * backend.cc (tests/gpu/emu) - what the emulated kernel files ask of src/cuda/backend.cu, on the host: the op table's
  * state (struct qwc in cuda/cuda_internal.cuh here), its settings, a scratch that grows, counters at zero, and weights
- * that are their host arrays, no 8-bit activations' buffers. What quant.cu does (products, gathers; its kernels are
- * not emulated) is done on the host by the reference's definitions, and its one-launch paths decline.
+ * that are their host arrays, the 8-bit activations' buffers under backend.cu's rules (q8_state.cuh), cuBLAS's
+ * products on the host, one rank.
  */
 #include "cuda/ops_internal.cuh"
 
@@ -38,32 +38,58 @@ void *qwc_scratch(qwc *c, size_t bytes) {
 }
 /* the buffer recorded steps use: here the same growing scratch (nothing is recorded) */
 void *qwc_keep_buf(qwc *c, size_t bytes) { return qwc_scratch(c, bytes); }
-/* no 8-bit activations' buffers: the kernels that could round their output into one do not */
-qw_q8a *qwc_q8_for(qwc *, int64_t, int64_t) { return NULL; }
-void qwc_q8_made(qwc *, const float *, int64_t) {}
-const qw_q8a *qwc_q8_fresh(const qwc *, const float *, int64_t, int64_t, int64_t) { return NULL; }
-void qwc_q8_keep(qwc *, int) {}
+int qwc_pairs_max(const qwc *c) { return c->pairs_max; }
+cublasHandle_t qwc_cublas(const qwc *) { return NULL; }
+int qwc_capture_spoil(qwc *c) { return c->recording; }
+
+/* the 8-bit activations' buffers in host memory, under backend.cu's rules (q8_state.cuh) */
+int qwc_q8_on(const qwc *c) { return c->q8 && c->q8s.buf; }
+void *qwc_q8_buf(qwc *c, size_t *bytes) {
+    *bytes = c->q8s.buf ? QWC_Q8_BYTES : 0;
+    return c->q8s.buf;
+}
+void qwc_q8_keep(qwc *c, int on) { q8s_keep(c->q8s, on); }
+int qwc_q8_same(const qwc *c, const qw_q8a *buf, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    return q8s_same(c->q8s, buf, x, ldx, cols, n_rows);
+}
+void qwc_q8_note(qwc *c, const qw_q8a *buf, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    q8s_note(c->q8s, buf, x, ldx, cols, n_rows);
+}
+qw_q8a *qwc_q8_big(qwc *c, size_t bytes) {
+    return q8s_big(c->q8s, bytes, c->recording, [](size_t n) { return malloc(n); }, [](void *p) { free(p); });
+}
+qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row) {
+    const int w = q8s_for(qwc_q8_on(c), n, row);
+    return w == 1 ? c->q8s.buf : w == 2 ? qwc_q8_big(c, (size_t)(n / 32) * sizeof(qw_q8a)) : NULL;
+}
+void qwc_q8_made(qwc *c, const float *y, int64_t n) { q8s_made(c->q8s, y, n); }
+const qw_q8a *qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
+    return q8s_fresh(c->q8s, x, ldx, cols, n_rows);
 }
 
-/* quant.cu's products, by the reference backend (kernels/ref.c) on the host: the emulation checks the ops around
- * them, not the products (t_cuda_quant does, on a GPU); the one-launch paths say they do not take the call */
+/* one rank: the experts are never split here */
+int qwc_n_rank(const qwc *) { return 1; }
+int qwc_split(const qwc *) { return 0; }
+qwc *qwc_rank(qwc *c, int) { return c; }
+int qwc_rank_lo(const qwc *, int r, int E) { return r ? E : 0; }
+const qw_backend *qwc_backend(qwc *c) { return &c->be; }
+void qwc_set_device(const qwc *) {}
+}
+
+/* the exchanges of experts split over ranks: not emulated (qwc_split is 0, so nothing calls them) */
+[[noreturn]] static void absent(const char *what) {
+    fprintf(stderr, "t_cuda_emu: %s is not emulated (tests/gpu/emu/backend.cc)\n", what);
+    abort();
+}
 extern "C" {
-void qwc_matmul(qwc *, float *y, const qw_tensor *w, const float *x, int n_tok) {
-    qw_backend_ref()->matmul(qw_backend_ref(), y, w, x, n_tok);
-}
-void qwc_get_rows(qwc *, float *y, const qw_tensor *w, const int32_t *ids, int n) {
-    qw_backend_ref()->get_rows(qw_backend_ref(), y, w, ids, n);
-}
-int qwc_matmul_group(qwc *, const qw_tensor *, float *const *, int, const float *) { return 0; }
-int qwc_hc_up_read(qwc *, float *, const qw_tensor *, const float *, const float *, float *, int, int, qw_q8a *) {
-    return 0;
-}
-int qwc_ple_host(const qwc *) { return 0; }
+void *qwc_ep_buf(qwc *, size_t) { absent("qwc_ep_buf"); }
+void qwc_fork(qwc *) { absent("qwc_fork"); }
+void qwc_join(qwc *) { absent("qwc_join"); }
+void qwc_bcast(qwc *, void *const *, size_t, void *const *, size_t) { absent("qwc_bcast"); }
+void qwc_reduce_sum(qwc *, float *const *, size_t) { absent("qwc_reduce_sum"); }
 }
 
-
-/* the pointer tables (kept as the backend keeps its device copies: by key, made once), and the n-gram table's rows
- * dequantized on the host as quant.cu's gather does on the device */
+/* the pointer tables (kept as the backend keeps its device copies: by key, made once) */
 static std::vector<std::pair<const void *, std::vector<char>>> tables;
 const void *qwc_table_lookup(qwc *, const void *key, size_t bytes) {
     for (auto &t : tables)
@@ -80,29 +106,65 @@ const void *qwc_table(qwc *, const void *key, const void *contents, size_t bytes
     return tables.back().second.data();
 }
 extern "C" {
+int qwc_ple_host(const qwc *) { return 0; }
 const void *qwc_host_mapped(qwc *, const void *host, size_t) { return host; }
-void qwc_gather_rows(qwc *, float *y, const void *const *chunk_data, qw_type type, int64_t dh, int n_chunks,
-                     int64_t chunk_rows, const int64_t *rows, int64_t n) {
-    const size_t rb = qw_type_row_size(type, dh);
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t c = rows[i] / chunk_rows, r = rows[i] % chunk_rows;
-        if (c >= n_chunks) qwc_die(__FILE__, __LINE__, "qwc_gather_rows", "a row past the table");
-        qw_type_traits_of(type)->to_float((const char *)chunk_data[c] + r * rb, y + i * dh, dh);
-    }
 }
+
+/* cuBLAS's products on the host: C = alpha op(A) op(B) + beta C, column-major, f32 sums in k order (the GPU's order
+ * is cuBLAS's own: the tests bound the difference) */
+static float emu_elem(const void *p, cudaDataType t, long long i) {
+    return t == CUDA_R_16BF ? qw_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          long long sa, const void *B, cudaDataType bt, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType, int ldc, long long sc, int batch,
+                                          cublasComputeType_t, int) {
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float acc = 0;
+                for (int l = 0; l < k; l++) {
+                    const long long ia = b * sa + (ta == CUBLAS_OP_T ? l + (long long)i * lda : i + (long long)l * lda);
+                    const long long ib = b * sb + (tb == CUBLAS_OP_T ? j + (long long)l * ldb : l + (long long)j * ldb);
+                    acc += emu_elem(A, at, ia) * emu_elem(B, bt, ib);
+                }
+                float *c = (float *)C + b * sc + i + (long long)j * ldc;
+                *c = be != 0.0f ? al * acc + be * *c : al * acc;
+            }
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 /* ---- the backend as tests/gpu/t_cuda_ops.c makes it (t_cuda_ops_emu): the op files' table as backend.cu's
  * qwc_op_table makes it, on the reference backend's host memory */
 extern "C" {
-int qwc_q8_on(const qwc *c) { return c->q8_on; }
 int qw_cuda_available(char *desc, size_t n) {
     snprintf(desc, n, "none: the CUDA backend's kernels emulated on CPU threads (tests/gpu/emu)");
     return 1;
 }
+/* memory: the reference's host memory; what writes it counts as a write, as backend.cu's do (qwc_q8_fresh) */
+static void *emu_alloc(const qw_backend *, size_t bytes, qw_mem_kind kind) {
+    QWC_WROTE();
+    return qw_backend_ref()->alloc(qw_backend_ref(), bytes, kind);
+}
+static void emu_upload(const qw_backend *, void *dst, const void *src, size_t n) {
+    QWC_WROTE();
+    qw_backend_ref()->upload(qw_backend_ref(), dst, src, n);
+}
+static void emu_copy(const qw_backend *, void *dst, const void *src, size_t n) {
+    QWC_WROTE();
+    qw_backend_ref()->copy(qw_backend_ref(), dst, src, n);
+}
+static void emu_zero(const qw_backend *, void *p, size_t n) {
+    QWC_WROTE();
+    qw_backend_ref()->zero(qw_backend_ref(), p, n);
+}
 static void emu_release(qw_backend *be) {
     qwc *c = qwc_of(be);
     free(c->scratch);
+    free(c->q8s.buf);
+    free(c->q8s.big);
     free(c);
 }
 qwenc_status qw_backend_cuda_new(int, qw_backend **out, char *, size_t) {
@@ -112,15 +174,18 @@ qwenc_status qw_backend_cuda_new(int, qw_backend **out, char *, size_t) {
     t.name = "cuda (emulated)";
     qwc_ops_fill(&t);
     qwc_attn_fill(&t);
+    qwc_moe_fill(&t);
     qwc_model_ops_fill(&t);
     const qw_backend *h = qw_backend_ref();
-    t.alloc = h->alloc, t.free = h->free, t.upload = h->upload, t.download = h->download, t.copy = h->copy;
-    t.zero = h->zero, t.sync = h->sync;
+    t.alloc = emu_alloc, t.free = h->free, t.upload = emu_upload, t.download = h->download, t.copy = emu_copy;
+    t.zero = emu_zero, t.sync = h->sync;
     t.release = emu_release;
     c->dr_chunk = QWC_DR_CHUNK_MIN;
+    c->pairs_max = QWC_PAIRS_MAX;
+    c->q8s.buf = (qw_q8a *)malloc(QWC_Q8_BYTES);
     *out = &t;
     return QWENC_OK;
 }
 void qw_backend_cuda_set_dr_chunk(qw_backend *be, int min_tok) { qwc_of(be)->dr_chunk = min_tok; }
-void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) { qwc_of(be)->q8_on = on; }
+void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) { qwc_of(be)->q8 = on != 0; }
 }

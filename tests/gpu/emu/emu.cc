@@ -19,7 +19,8 @@
 #endif
 
 alignas(16) float sm[EMU_SMEM_FLOATS], kb[EMU_SMEM_FLOATS], score[EMU_SMEM_FLOATS], nh[EMU_SMEM_FLOATS],
-    qk[EMU_SMEM_FLOATS];
+    qk[EMU_SMEM_FLOATS], rp[EMU_SMEM_FLOATS];
+alignas(16) unsigned char taken[4 * EMU_SMEM_FLOATS];
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 uint64_t emu_slot[32][32];
 int emu_launches;

@@ -10,3 +10,5 @@
 #include "mmq.cu"
 #include "ops.cu"
 #include "model_ops.cu"
+#include "quant.cu"
+#include "moe.cu"

@@ -27,6 +27,8 @@
 #include "mmq.cu"
 #include "ops.cu"
 #include "model_ops.cu"
+#include "quant.cu"
+#include "moe.cu"
 
 extern "C" {
 #include "kernels/composite.h"

@@ -31,6 +31,10 @@
 
 #include <ucontext.h>
 
+extern "C" {
+#include "tensor/tensor.h"
+}
+
 struct dim3 {
     unsigned x, y, z;
     dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
@@ -53,7 +57,11 @@ static inline float4 make_float4(float a, float b, float c, float d) { return {a
 /* the dynamic shared memory of the kernels (each names its own), large enough for any of them */
 #define EMU_SMEM_FLOATS (1 << 16)
 extern float sm[EMU_SMEM_FLOATS], kb[EMU_SMEM_FLOATS], score[EMU_SMEM_FLOATS], nh[EMU_SMEM_FLOATS],
-    qk[EMU_SMEM_FLOATS];
+    qk[EMU_SMEM_FLOATS], rp[EMU_SMEM_FLOATS];
+extern unsigned char taken[4 * EMU_SMEM_FLOATS];
+namespace { /* quant.cu's, which it names inside its anonymous namespace */
+alignas(16) unsigned char mv_stage[4 * EMU_SMEM_FLOATS], stage[4 * EMU_SMEM_FLOATS];
+} // namespace
 
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 extern uint64_t emu_slot[32][32];
@@ -111,6 +119,7 @@ inline float __uint_as_float(unsigned u) {
 /* one rounding each, as the host's f32 arithmetic without contraction */
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __int2float_rn(int i) { return (float)i; }
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
@@ -140,21 +149,76 @@ inline float __int_as_float(int i) {
     return f;
 }
 inline float __fdiv_rn(float a, float b) { return a / b; }
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+inline int __syncthreads_count(int p) {
+    const unsigned w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    emu_slot[w][l] = p != 0;
+    __syncthreads();
+    int n = 0;
+    for (unsigned i = 0; i < blockDim.x; i++) n += (int)emu_slot[i >> 5][i & 31];
+    __syncthreads();
+    return n;
+}
+template <class T> inline T __shfl_sync(unsigned, T v, int src) {
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof(T));
+    emu_slot[w][l] = b;
+    __syncwarp();
+    T r;
+    memcpy(&r, &emu_slot[w][src & 31], sizeof(T));
+    __syncwarp();
+    return r;
+}
+struct __half {
+    unsigned short x;
+};
+inline float __half2float(__half h) { return qw_f16_to_f32(h.x); }
 
 typedef int cudaStream_t;
 typedef void *cublasHandle_t;
+/* cuBLAS as quant.cu calls it (backend.cc: f32 sums in k order on the host) */
+typedef int cublasStatus_t;
+enum { CUBLAS_STATUS_SUCCESS = 0 };
+typedef enum { CUBLAS_OP_N, CUBLAS_OP_T } cublasOperation_t;
+typedef enum { CUDA_R_32F, CUDA_R_16BF } cudaDataType;
+typedef enum { CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_PEDANTIC } cublasComputeType_t;
+enum { CUBLAS_GEMM_DEFAULT };
+enum { CUBLAS_DEFAULT_MATH, CUBLAS_PEDANTIC_MATH };
+inline const char *cublasGetStatusString(cublasStatus_t) { return "emulated"; }
+inline cublasStatus_t cublasSetMathMode(cublasHandle_t, int) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          long long sa, const void *B, cudaDataType bt, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t, int);
+inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                   const void *alpha, const void *A, cudaDataType at, int lda, const void *B,
+                                   cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
+                                   cublasComputeType_t ctype, int algo) {
+    return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1,
+                                      ctype, algo);
+}
+inline int cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
+    memset(p, v, n);
+    return 0;
+}
 #define QWC_CHECK(x) ((void)(x))
 #define QWC_LAUNCHED() ((void)0)
 #define QWC_PDL_ENTRY() ((void)0)
 #define QWC_PREFETCH_L2(p) ((void)(p))
 
 #include "cuda/shared.cuh"
+#include "cuda/q8_state.cuh"
 
 /* the backend as the op files see it (backend.cc): the op table first, as the backend's own (the table handed out is
  * a pointer to it), then the settings the op files read, a scratch that grows, the counters */
 struct qwc {
     qw_backend be;
-    int dr_chunk, recording, qsa_blocks, q8_on;
+    int dr_chunk, recording, qsa_blocks, q8, pairs_max;
+    qwc_q8_state q8s; /* the 8-bit activations' buffers (host memory), under backend.cu's rules */
     size_t scratch_bytes;
     float *scratch;
     unsigned counts[4096]; /* zeros between kernels, as the backend's */
@@ -174,8 +238,9 @@ void qwc_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaSt
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
-                for (float *b : {sm, kb, score, nh, qk}) /* a block before's */
-                    std::fill(b, b + smem / sizeof(float), NAN);
+                for (void *b : {(void *)sm, (void *)kb, (void *)score, (void *)nh, (void *)qk, (void *)rp,
+                                (void *)mv_stage, (void *)stage, (void *)taken}) /* a block before's: NaN */
+                    memset(b, 0xff, smem);
                 blockIdx = dim3(bx, by, bz);
                 for (unsigned t = 0; t < block.x; t++) emu_cps[t].clear(), emu_cp_groups[t] = 0;
                 emu_run(block.x, [&] { kernel(args...); });

@@ -43,15 +43,16 @@ inline void mma16(int32_t *d, uint32_t a0, uint32_t a1, uint32_t b) {
 /* cp.async: a thread's copies are held (their bytes read at once: nothing writes a source while a kernel runs) and
  * land in shared memory only when a wait of that thread lets their group complete, so a read of a tile before its
  * wait, or before the barrier after the other threads' waits, sees what was there (NaN at a block's start) */
-inline void emu_cp_issue(void *dst, const void *src, int n, bool ok) {
+inline void emu_cp_issue(void *dst, const void *src, int n, int n_read) {
     emu_cp c;
     c.dst = dst, c.n = n, c.group = emu_cp_groups[threadIdx.x];
     memset(c.b, 0, sizeof(c.b));
-    if (ok) memcpy(c.b, src, (size_t)n);
+    memcpy(c.b, src, (size_t)n_read);
     emu_cps[threadIdx.x].push_back(c);
 }
-inline void cp_async4(uint32_t *dst, const void *src, bool ok) { emu_cp_issue(dst, src, 4, ok); }
-inline void cp_async16(void *dst, const void *src, bool ok) { emu_cp_issue(dst, src, 16, ok); }
+inline void cp_async4(uint32_t *dst, const void *src, bool ok) { emu_cp_issue(dst, src, 4, ok ? 4 : 0); }
+inline void cp_async16(void *dst, const void *src, bool ok) { emu_cp_issue(dst, src, 16, ok ? 16 : 0); }
+inline void cp_async16n(void *dst, const void *src, int n) { emu_cp_issue(dst, src, 16, n); }
 inline void cp_commit() { emu_cp_groups[threadIdx.x]++; }
 template <int N> inline void cp_wait() {
     std::vector<emu_cp> &v = emu_cps[threadIdx.x];
