@@ -61,10 +61,10 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # their logic
 EMU_BIN := $(BUILD)/tests/t_cuda_emu
 TEST_BIN += $(EMU_BIN)
-# and tests/gpu/t_cuda_ops.c built against those kernels (t_cuda_ops_emu: tests/gpu/emu/backend.cc for backend.cu, the
-# fixed 8-bit buffer 256 KiB)
-EMU_OPS_BIN := $(BUILD)/tests/t_cuda_ops_emu
-TEST_BIN += $(EMU_OPS_BIN)
+# and tests/gpu/t_cuda_ops.c and tests/t_model.c built against those kernels (t_cuda_ops_emu, t_model_emu:
+# tests/gpu/emu/backend.cc for backend.cu)
+EMU_TESTS := $(BUILD)/tests/t_cuda_ops_emu $(BUILD)/tests/t_model_emu
+TEST_BIN += $(EMU_TESTS)
 # the library examples (examples/*.c): built and run by make test
 EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
@@ -119,19 +119,24 @@ EMU_CU := delta_chunk attn mmq ops model_ops quant moe
 $(BUILD)/tests/emu/%.cu: src/cuda/%.cu
 	@mkdir -p $(dir $@)
 	sed 's/extern __shared__/extern/' $< >$@
-EMU_SRC := tests/gpu/emu/t_cuda_emu.cc tests/gpu/emu/emu.cc tests/gpu/emu/backend.cc
 EMU_DEPS := $(wildcard tests/gpu/emu/cuda/*.cuh) tests/gpu/emu/cuda_fp16.h $(EMU_CU:%=$(BUILD)/tests/emu/%.cu) \
-            $(wildcard src/cuda/*.cuh) src/kernels/ops.h tests/test_check.h $(LIB)
-$(EMU_BIN): $(EMU_SRC) $(EMU_DEPS)
-	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -Wno-sign-compare -ffp-contract=off -Itests/gpu/emu -I$(BUILD)/tests/emu \
-	  -Iinclude -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $(EMU_SRC) $(LIB) $(LDLIBS)
-EMU_OPS_SRC := tests/gpu/emu/kernels.cc tests/gpu/emu/emu.cc tests/gpu/emu/backend.cc
-$(EMU_OPS_BIN): tests/gpu/t_cuda_ops.c $(EMU_OPS_SRC) $(EMU_DEPS)
-	$(CC) $(QW_CFLAGS) $(CFLAGS) -DQW_CUDA_EMU=1 -c -o $(BUILD)/tests/t_cuda_ops_emu.o tests/gpu/t_cuda_ops.c
-	$(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -Wno-sign-compare -ffp-contract=off -Itests/gpu/emu \
-	  -I$(BUILD)/tests/emu -Iinclude -Isrc '-DQWC_Q8_BYTES=((size_t)256 << 10)' $(CFLAGS) $(LDFLAGS) -o $@ \
-	  $(BUILD)/tests/t_cuda_ops_emu.o $(EMU_OPS_SRC) \
-	  $(LIB) $(LDLIBS)
+            $(wildcard src/cuda/*.cuh) src/kernels/ops.h tests/test_check.h
+# C++ as the CUDA sources, no contraction (the kernels' f32 operations as written), the emulation's headers first, the
+# fixed 8-bit buffer 256 KiB (q8_state.cuh: a prompt past it is shorter)
+EMU_CXX = $(CXX) -std=c++20 -Wall -Wextra -Wno-unknown-pragmas -Wno-sign-compare -ffp-contract=off -Itests/gpu/emu \
+          -I$(BUILD)/tests/emu -Iinclude -Isrc '-DQWC_Q8_BYTES=((size_t)256 << 10)' $(CFLAGS)
+EMU_RT := $(BUILD)/tests/emu/emu.o $(BUILD)/tests/emu/backend.o
+$(EMU_RT) $(BUILD)/tests/emu/kernels.o: $(BUILD)/tests/emu/%.o: tests/gpu/emu/%.cc $(EMU_DEPS)
+	$(EMU_CXX) -c -o $@ $<
+$(EMU_BIN): tests/gpu/emu/t_cuda_emu.cc $(EMU_RT) $(EMU_DEPS) $(LIB)
+	$(EMU_CXX) $(LDFLAGS) -o $@ $< $(EMU_RT) $(LIB) $(LDLIBS)
+# test programs built against the emulated backend (QW_CUDA_EMU): its kernels, emu.o and backend.o
+$(BUILD)/tests/t_cuda_ops_emu.o: $(BUILD)/tests/%_emu.o: tests/gpu/%.c
+	$(CC) $(QW_CFLAGS) $(CFLAGS) -DQW_CUDA_EMU=1 -MMD -MP -c $< -o $@
+$(BUILD)/tests/t_model_emu.o: $(BUILD)/tests/%_emu.o: tests/%.c
+	$(CC) $(QW_CFLAGS) $(CFLAGS) -DQW_CUDA_EMU=1 -MMD -MP -c $< -o $@
+$(EMU_TESTS): $(BUILD)/tests/%_emu: $(BUILD)/tests/%_emu.o $(BUILD)/tests/emu/kernels.o $(EMU_RT) $(LIB)
+	$(CXX) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # an example sees only the public header, as a program using the installed library would
 $(BUILD)/examples/%: examples/%.c $(LIB) include/qwenc.h

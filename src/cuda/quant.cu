@@ -1618,7 +1618,7 @@ __global__ void k_bf16_sum(float *y, const float *y3, int64_t n) {
 void bf16_split_gemm(qwc *c, float *y, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int n_tok) {
     const size_t per_tok = (size_t)cols * 3 * sizeof(uint16_t) + (size_t)rows * 3 * sizeof(float);
     const int chunk = (int)std::max<size_t>(1, std::min<size_t>((size_t)n_tok, GEMM_TILE_BYTES / per_tok));
-    char *buf = (char *)qwc_scratch(c, per_tok * (size_t)chunk);
+    char *buf = (char *)qwc_scratch(c, per_tok * (size_t)chunk + 256); /* + 256: y3's alignment below */
     cudaStream_t s = qwc_stream(c);
     const float one = 1.0f, zero = 0.0f;
     cublasHandle_t h = qwc_cublas(c);

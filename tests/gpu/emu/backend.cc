@@ -89,21 +89,26 @@ void qwc_bcast(qwc *, void *const *, size_t, void *const *, size_t) { absent("qw
 void qwc_reduce_sum(qwc *, float *const *, size_t) { absent("qwc_reduce_sum"); }
 }
 
-/* the pointer tables (kept as the backend keeps its device copies: by key, made once) */
-static std::vector<std::pair<const void *, std::vector<char>>> tables;
-const void *qwc_table_lookup(qwc *, const void *key, size_t bytes) {
-    for (auto &t : tables)
-        if (t.first == key && t.second.size() == bytes) return t.second.data();
+/* the pointer tables, kept as the backend keeps its device copies: by key, made once, the backend's own */
+typedef std::vector<std::pair<const void *, std::vector<char>>> emu_tables;
+static emu_tables &tables_of(qwc *c) {
+    if (!c->tables) c->tables = new emu_tables;
+    return *(emu_tables *)c->tables;
+}
+const void *qwc_table_lookup(qwc *c, const void *key, size_t bytes) {
+    for (auto &t : tables_of(c))
+        if (t.first == key && t.second.size() >= bytes) return t.second.data();
     return NULL;
 }
-const void *qwc_table(qwc *, const void *key, const void *contents, size_t bytes) {
-    for (auto &t : tables)
+const void *qwc_table(qwc *c, const void *key, const void *contents, size_t bytes) {
+    emu_tables &ts = tables_of(c);
+    for (auto &t : ts)
         if (t.first == key) {
             t.second.assign((const char *)contents, (const char *)contents + bytes);
             return t.second.data();
         }
-    tables.push_back({key, std::vector<char>((const char *)contents, (const char *)contents + bytes)});
-    return tables.back().second.data();
+    ts.push_back({key, std::vector<char>((const char *)contents, (const char *)contents + bytes)});
+    return ts.back().second.data();
 }
 extern "C" {
 int qwc_ple_host(const qwc *) { return 0; }
@@ -112,8 +117,15 @@ const void *qwc_host_mapped(qwc *, const void *host, size_t) { return host; }
 
 /* cuBLAS's products on the host: C = alpha op(A) op(B) + beta C, column-major, f32 sums in k order (the GPU's order
  * is cuBLAS's own: the tests bound the difference) */
-static float emu_elem(const void *p, cudaDataType t, long long i) {
-    return t == CUDA_R_16BF ? qw_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+static std::vector<float> emu_rows(const void *p, cudaDataType t, cublasOperation_t op, int rows, int k, int ld,
+                                   long long off) {
+    std::vector<float> r((size_t)rows * k); /* op(P) [rows][k] row by row */
+    for (int i = 0; i < rows; i++)
+        for (int l = 0; l < k; l++) {
+            const long long e = off + (op == CUBLAS_OP_T ? l + (long long)i * ld : i + (long long)l * ld);
+            r[(size_t)i * k + l] = t == CUDA_R_16BF ? qw_bf16_to_f32(((const uint16_t *)p)[e]) : ((const float *)p)[e];
+        }
+    return r;
 }
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                           int k, const void *alpha, const void *A, cudaDataType at, int lda,
@@ -121,18 +133,19 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, 
                                           const void *beta, void *C, cudaDataType, int ldc, long long sc, int batch,
                                           cublasComputeType_t, int) {
     const float al = *(const float *)alpha, be = *(const float *)beta;
-    for (int b = 0; b < batch; b++)
+    for (int b = 0; b < batch; b++) {
+        /* op(B) [k][n] read as its columns: B^T's rows */
+        const std::vector<float> a = emu_rows(A, at, ta, m, k, lda, b * sa);
+        const std::vector<float> bt_ = emu_rows(B, bt, tb == CUBLAS_OP_T ? CUBLAS_OP_N : CUBLAS_OP_T, n, k, ldb, b * sb);
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
+                const float *x = &a[(size_t)i * k], *y = &bt_[(size_t)j * k];
                 float acc = 0;
-                for (int l = 0; l < k; l++) {
-                    const long long ia = b * sa + (ta == CUBLAS_OP_T ? l + (long long)i * lda : i + (long long)l * lda);
-                    const long long ib = b * sb + (tb == CUBLAS_OP_T ? j + (long long)l * ldb : l + (long long)j * ldb);
-                    acc += emu_elem(A, at, ia) * emu_elem(B, bt, ib);
-                }
+                for (int l = 0; l < k; l++) acc += x[l] * y[l];
                 float *c = (float *)C + b * sc + i + (long long)j * ldc;
                 *c = be != 0.0f ? al * acc + be * *c : al * acc;
             }
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -165,6 +178,7 @@ static void emu_release(qw_backend *be) {
     free(c->scratch);
     free(c->q8s.buf);
     free(c->q8s.big);
+    delete (emu_tables *)c->tables;
     free(c);
 }
 qwenc_status qw_backend_cuda_new(int, qw_backend **out, char *, size_t) {
@@ -188,4 +202,40 @@ qwenc_status qw_backend_cuda_new(int, qw_backend **out, char *, size_t) {
 }
 void qw_backend_cuda_set_dr_chunk(qw_backend *be, int min_tok) { qwc_of(be)->dr_chunk = min_tok; }
 void qw_backend_cuda_set_q8_activations(qw_backend *be, int on) { qwc_of(be)->q8 = on != 0; }
+}
+
+/* ---- the rest of src/cuda/cuda.h, for the library linked with the emulation (t_model_emu: the fixtures on the
+ * emulated backend): one device of ample memory, weights uploaded when first read (here: read where they are), no
+ * split over ranks */
+extern "C" {
+void qw_backend_cuda_memory(const qw_backend *, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = (size_t)64 << 30;
+}
+double qw_backend_cuda_read_bandwidth(const qw_backend *) { return 1e9; }
+qwenc_status qw_backend_cuda_weights_adopt(qw_backend *, const void *, size_t, char *err, size_t errlen) {
+    snprintf(err, errlen, "weights_adopt: not emulated");
+    return QWENC_ERR_UNSUPPORTED;
+}
+void qw_backend_cuda_weights_random(qw_backend *, const void *, qw_type, size_t, uint64_t) {
+    absent("qw_backend_cuda_weights_random");
+}
+void qw_backend_cuda_set_ple_host(qw_backend *, int) {}
+qwenc_status qw_backend_cuda_split(qw_backend *, const int *, int n, const double *, char *err, size_t errlen) {
+    if (n <= 1) return QWENC_OK;
+    snprintf(err, errlen, "--gpus: the emulation has one device");
+    return QWENC_ERR_UNSUPPORTED;
+}
+qwenc_status qw_backend_cuda_split_layers(qw_backend *, const int *, int n, const int *, int, char *err,
+                                          size_t errlen) {
+    if (n <= 1) return QWENC_OK;
+    snprintf(err, errlen, "--gpus: the emulation has one device");
+    return QWENC_ERR_UNSUPPORTED;
+}
+int qw_backend_cuda_ranks(const qw_backend *) { return 1; }
+void qw_backend_cuda_rank_info(const qw_backend *, int, int *device, size_t *free_bytes, size_t *total_bytes,
+                               size_t *weight_bytes, int *first_layer, int *n_layers) {
+    *device = 0, *free_bytes = *total_bytes = (size_t)64 << 30, *weight_bytes = 0;
+    *first_layer = *n_layers = 0;
+}
+double qw_backend_cuda_exchange_us(qw_backend *, int, int, int, int) { return 0; }
 }

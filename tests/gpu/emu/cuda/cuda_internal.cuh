@@ -219,6 +219,7 @@ struct qwc {
     qw_backend be;
     int dr_chunk, recording, qsa_blocks, q8, pairs_max;
     qwc_q8_state q8s; /* the 8-bit activations' buffers (host memory), under backend.cu's rules */
+    void *tables; /* the pointer tables (backend.cc) */
     size_t scratch_bytes;
     float *scratch;
     unsigned counts[4096]; /* zeros between kernels, as the backend's */
