@@ -62,8 +62,10 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 EMU_BIN := $(BUILD)/tests/t_cuda_emu
 TEST_BIN += $(EMU_BIN)
 # and tests/gpu/t_cuda_ops.c and tests/t_model.c built against those kernels (t_cuda_ops_emu, t_model_emu:
-# tests/gpu/emu/backend.cc for backend.cu)
+# tests/gpu/emu/backend.cc for backend.cu); t_session_emu and t_mtp_emu likewise, built when asked for by name (they
+# run for many minutes there)
 EMU_TESTS := $(BUILD)/tests/t_cuda_ops_emu $(BUILD)/tests/t_model_emu
+EMU_MORE := $(BUILD)/tests/t_session_emu $(BUILD)/tests/t_mtp_emu
 TEST_BIN += $(EMU_TESTS)
 # the library examples (examples/*.c): built and run by make test
 EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
@@ -133,9 +135,9 @@ $(EMU_BIN): tests/gpu/emu/t_cuda_emu.cc $(EMU_RT) $(EMU_DEPS) $(LIB)
 # test programs built against the emulated backend (QW_CUDA_EMU): its kernels, emu.o and backend.o
 $(BUILD)/tests/t_cuda_ops_emu.o: $(BUILD)/tests/%_emu.o: tests/gpu/%.c
 	$(CC) $(QW_CFLAGS) $(CFLAGS) -DQW_CUDA_EMU=1 -MMD -MP -c $< -o $@
-$(BUILD)/tests/t_model_emu.o: $(BUILD)/tests/%_emu.o: tests/%.c
+$(filter-out $(BUILD)/tests/t_cuda_ops_emu.o,$(EMU_TESTS:=.o) $(EMU_MORE:=.o)): $(BUILD)/tests/%_emu.o: tests/%.c
 	$(CC) $(QW_CFLAGS) $(CFLAGS) -DQW_CUDA_EMU=1 -MMD -MP -c $< -o $@
-$(EMU_TESTS): $(BUILD)/tests/%_emu: $(BUILD)/tests/%_emu.o $(BUILD)/tests/emu/kernels.o $(EMU_RT) $(LIB)
+$(EMU_TESTS) $(EMU_MORE): $(BUILD)/tests/%_emu: $(BUILD)/tests/%_emu.o $(BUILD)/tests/emu/kernels.o $(EMU_RT) $(LIB)
 	$(CXX) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # an example sees only the public header, as a program using the installed library would

@@ -334,7 +334,11 @@ static void run_all(const char *root, const char *backend, int bundled) {
 }
 
 int main(int argc, char **argv) {
+#ifdef QW_CUDA_EMU /* t_mtp_emu: the emulated CUDA backend (tests/gpu/emu) */
+    const char *backend = "cuda";
+#else
     const char *backend = NULL;
+#endif
     if (argc > 2 && !strcmp(argv[1], "--backend")) {
         backend = argv[2];
         argc -= 2;

@@ -391,8 +391,12 @@ int main(int argc, char **argv) {
     /* t_session [--backend NAME] [--gpus LIST] [--split HOW] [FIXTURE_DIR]: the fixtures on that backend (over those
      * GPUs: tests/gpu/split.sh); by default the CPU's, then again in its guard mode (state and activations
      * inaccessible outside the backend's calls: the snapshot, batch and draft code must touch them only through the
-     * backend) */
+     * backend). Built as t_session_emu (QW_CUDA_EMU): the emulated CUDA backend's (tests/gpu/emu) by default. */
+#ifdef QW_CUDA_EMU
+    const char *backend = "cuda";
+#else
     const char *backend = NULL;
+#endif
     while (argc > 2 && argv[1][0] == '-' && argv[1][1] == '-') {
         if (!strcmp(argv[1], "--backend")) backend = argv[2];
         else if (!strcmp(argv[1], "--gpus")) gpus = argv[2];

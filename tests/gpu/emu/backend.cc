@@ -136,7 +136,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, 
     for (int b = 0; b < batch; b++) {
         /* op(B) [k][n] read as its columns: B^T's rows */
         const std::vector<float> a = emu_rows(A, at, ta, m, k, lda, b * sa);
-        const std::vector<float> bt_ = emu_rows(B, bt, tb == CUBLAS_OP_T ? CUBLAS_OP_N : CUBLAS_OP_T, n, k, ldb, b * sb);
+        const cublasOperation_t tbt = tb == CUBLAS_OP_T ? CUBLAS_OP_N : CUBLAS_OP_T;
+        const std::vector<float> bt_ = emu_rows(B, bt, tbt, n, k, ldb, b * sb);
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 const float *x = &a[(size_t)i * k], *y = &bt_[(size_t)j * k];
