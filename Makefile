@@ -139,6 +139,10 @@ $(filter-out $(BUILD)/tests/t_cuda_ops_emu.o,$(EMU_TESTS:=.o) $(EMU_MORE:=.o)): 
 	$(CC) $(QW_CFLAGS) $(CFLAGS) -DQW_CUDA_EMU=1 -MMD -MP -c $< -o $@
 $(EMU_TESTS) $(EMU_MORE): $(BUILD)/tests/%_emu: $(BUILD)/tests/%_emu.o $(BUILD)/tests/emu/kernels.o $(EMU_RT) $(LIB)
 	$(CXX) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# the CLI on the emulated backend (built by name: `--backend cuda` runs the kernels on the CPU; QWC_EMU_TRACE=1 in
+# the environment lists every launch, e.g. the kernels of one decode step)
+$(BUILD)/tests/qwenc_emu: $(TOOL_OBJ) $(SERVER_OBJ) $(BUILD)/tests/emu/kernels.o $(EMU_RT) $(LIB)
+	$(CXX) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SERVER_LDLIBS) $(CLI_LDLIBS)
 
 # an example sees only the public header, as a program using the installed library would
 $(BUILD)/examples/%: examples/%.c $(LIB) include/qwenc.h

@@ -228,13 +228,19 @@ struct qwc {
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize };
 template <class F> inline int cudaFuncSetAttribute(F, int, int) { return 0; }
 
+/* QWC_EMU_TRACE=1 in the environment: each launch's kernel (as the call names it), grid, block and shared memory on
+ * stderr, one line a launch (emu_trace: the text of the launch's arguments, cut at its first comma outside <>) */
+void emu_trace(const char *args, dim3 grid, dim3 block, size_t smem);
+
 template <class... P, class... A>
-void qwc_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t, A &&...args) {
+void qwc_launch_named(const char *args, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t,
+                      A &&...args_) {
     if (smem > sizeof(float) * EMU_SMEM_FLOATS || block.x < 1 || block.x > 1024) {
         fprintf(stderr, "emu: a launch of %u threads and %zu bytes of shared memory\n", block.x, smem);
         abort();
     }
     emu_launches++;
+    emu_trace(args, grid, block, smem);
     gridDim = grid, blockDim = block;
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
@@ -244,8 +250,9 @@ void qwc_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaSt
                     memset(b, 0xff, smem);
                 blockIdx = dim3(bx, by, bz);
                 for (unsigned t = 0; t < block.x; t++) emu_cps[t].clear(), emu_cp_groups[t] = 0;
-                emu_run(block.x, [&] { kernel(args...); });
+                emu_run(block.x, [&] { kernel(args_...); });
             }
 }
+#define qwc_launch(...) qwc_launch_named(#__VA_ARGS__, __VA_ARGS__)
 
 #endif
