@@ -4,8 +4,10 @@
 // CUDA graph and replayed; the matrices together far larger than L2, so each replay reads them from HBM. Then the
 // same chain with a second branch of the graph beside it: a small persistent kernel that asks for the next matrices'
 // lines in L2 (prefetch.global.L2) as the chain reaches them, keeping AHEAD bytes in front of the kernel running
-// (each chain kernel's first thread publishes its index). What this measures: the chain's time a kernel and the rate
-// it reads its matrix at, with and without the prefetching branch, for matrices of 1 to 32 MB and several distances.
+// (each chain kernel's first thread publishes its index); and the chain alone with each kernel's blocks also asking
+// for their slices of the next AHEAD bytes of matrices (what a recorded step could do knowing its matrices' order
+// from an earlier run). What this measures: the chain's time a kernel and the rate
+// it reads its matrix at, with and without the prefetching branch, for matrices of 1 to 16 MB and two distances.
 // If the branch makes mid-size matrices read at near HBM rate, decode could stream the next products' weights that
 // way (docs/BENCH.md). Not a test:
 //
@@ -17,12 +19,14 @@
 constexpr int THREADS = 256, GRID = 528;
 
 /* chain kernel i: block b's slice of matrix m (bytes, 16-byte aligned), asked for before the wait, read after it */
-__global__ void k_read(const uint4 *m, size_t words, float *buf, int i, int early, unsigned *progress) {
+/* (nnext > 0: the block also asks for its slices of the nnext matrices after this one, m + words, ..) */
+__global__ void k_read(const uint4 *m, size_t words, float *buf, int i, int early, int nnext, unsigned *progress) {
     const size_t per = (words + gridDim.x - 1) / gridDim.x, w0 = per * blockIdx.x;
     const size_t w1 = w0 + per < words ? w0 + per : words;
     if (early)
-        for (size_t w = w0 + 8 * threadIdx.x; w < w1; w += 8 * THREADS) /* a 128-byte line a thread */
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(m + w));
+        for (int n = 0; n <= nnext; n++)
+            for (size_t w = w0 + 8 * threadIdx.x; w < w1; w += 8 * THREADS) /* a 128-byte line a thread */
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(m + n * words + w));
     asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
     if (blockIdx.x == 0 && threadIdx.x == 0)
         asm volatile("st.relaxed.gpu.u32 [%0], %1;" ::"l"(progress), "r"(i) : "memory");
@@ -76,21 +80,24 @@ int main() {
     cudaEvent_t fork, join, a, b;
     cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaEventCreateWithFlags(&join, cudaEventDisableTiming);
     cudaEventCreate(&a), cudaEventCreate(&b);
-    const size_t sizes[] = {1 << 20, 4 << 20, 16 << 20, 32 << 20};
-    const int aheads_mb[] = {0, 8, 16, 32}; /* 0: no branch */
+    const size_t sizes[] = {1 << 20, 4 << 20, 16 << 20};
+    const int aheads_mb[] = {0, 8, 32}; /* 0: none */
     const int REPS = 3;
     for (size_t S : sizes)
-        for (int early = 0; early < 2; early++)
+        for (int mode = 0; mode < 3; mode++) /* plain; each block its own slice early; and with the branch or the next
+                                               * matrices' slices too */
             for (int amb : aheads_mb) {
-                if (!early && amb) continue; /* the branch only beside the chain as qwenc runs it */
-                const int n = (int)(TOTAL / S), ahead = amb ? (int)(((size_t)amb << 20) / S) : 0;
+                const int early = mode > 0, branch = mode == 1 && amb, nmb = mode == 2 ? amb : 0;
+                if ((mode == 0 && amb) || (mode == 2 && !amb)) continue;
+                const int n = (int)(TOTAL / S) - 32, ahead = amb ? (int)(((size_t)amb << 20) / S) : 0;
                 if (amb && ahead < 1) continue;
+                const int nnext = nmb ? ahead : 0; /* (32 matrices past the chain's last are there to be asked for) */
                 const size_t words = S / 16;
                 cudaGraph_t g;
                 cudaGraphExec_t ge;
                 cudaMemset(progress, 0, sizeof(unsigned));
                 cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
-                if (amb) {
+                if (branch) {
                     cudaEventRecord(fork, st);
                     cudaStreamWaitEvent(st2, fork, 0);
                     k_ahead<<<8, THREADS, 0, st2>>>(mats, words, n, ahead, progress);
@@ -103,9 +110,9 @@ int main() {
                     cudaLaunchConfig_t cfg = {};
                     cfg.gridDim = GRID, cfg.blockDim = THREADS, cfg.stream = st, cfg.attrs = &at, cfg.numAttrs = 1;
                     cudaLaunchKernelEx(&cfg, k_read, (const uint4 *)(mats + (size_t)i * words), words, buf, i, early,
-                                       progress);
+                                       nnext, progress);
                 }
-                if (amb) cudaStreamWaitEvent(st, join, 0);
+                if (branch) cudaStreamWaitEvent(st, join, 0);
                 cudaStreamEndCapture(st, &g);
                 if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
                     fprintf(stderr, "l2_ahead: graph: %s\n", cudaGetErrorString(cudaGetLastError()));
@@ -130,8 +137,9 @@ int main() {
                     return 1;
                 }
                 const double us = best * 1000.0 / n;
-                printf("matrix %5.1f MiB, early %d, ahead %2d MiB: %7.2f us a kernel, %.2f TB/s\n", S / 1048576.0,
-                       early, amb, us, S / us * 1e-6);
+                printf("matrix %5.1f MiB, %-22s %2d MiB ahead: %7.2f us a kernel, %.2f TB/s\n", S / 1048576.0,
+                       mode == 0 ? "plain," : mode == 1 ? (amb ? "early, a branch" : "early,") : "early, next matrices",
+                       amb, us, S / us * 1e-6);
                 cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
             }
     return 0;
