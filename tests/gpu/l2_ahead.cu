@@ -43,15 +43,19 @@ __global__ void k_read(const uint4 *m, size_t words, float *buf, int i, int earl
 /* the branch beside the chain: block b asks for lines b, b + gridDim.x, .. of matrix j once the chain has reached
  * matrix j - ahead (its kernels' index in *progress; n_per matrices a replay of the chain) */
 __global__ void k_ahead(const uint4 *base, size_t words, int n, int ahead, const unsigned *progress) {
+    __shared__ int gave_up; /* the chain did not move for a long while (not running beside this): stop */
+    if (threadIdx.x == 0) gave_up = 0;
     for (int j = 0; j < n; j++) {
         if (threadIdx.x == 0) {
             unsigned p;
             long spins = 0;
             do
                 asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(p) : "l"(progress) : "memory");
-            while ((int)p < j - ahead && ++spins < (1L << 24));
+            while ((int)p < j - ahead && ++spins < (1L << 20));
+            gave_up = spins >= (1L << 20);
         }
         __syncthreads();
+        if (gave_up) return;
         const uint4 *m = base + (size_t)j * words;
         const size_t step = 8 * (size_t)gridDim.x * THREADS;
         for (size_t w = 8 * ((size_t)blockIdx.x * THREADS + threadIdx.x); w < words; w += step)
