@@ -60,6 +60,7 @@ __global__ void k_ahead(const uint4 *base, size_t words, int n, int ahead, const
         const size_t step = 8 * (size_t)gridDim.x * THREADS;
         for (size_t w = 8 * ((size_t)blockIdx.x * THREADS + threadIdx.x); w < words; w += step)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(m + w));
+        __syncthreads(); /* gave_up read by all before thread 0 writes it again */
     }
 }
 
