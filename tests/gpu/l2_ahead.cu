@@ -40,6 +40,14 @@ __global__ void k_read(const uint4 *m, size_t words, float *buf, int i, int earl
     if (threadIdx.x == 0) buf[((i + 1) & 1) * GRID + blockIdx.x] = v + (float)(s & 1);
 }
 
+/* a small kernel of the chain between two matrices (a norm's shape: 8 blocks reading 2,560 floats after the wait) */
+__global__ void k_small(float *buf, int i) {
+    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+    float v = 0;
+    for (int j = threadIdx.x; j < 2560; j += blockDim.x) v += buf[(i & 1) * GRID + (j & 511)];
+    if (threadIdx.x == 0) buf[((i + 1) & 1) * GRID + blockIdx.x] = v;
+}
+
 /* the branch beside the chain: block b asks for lines b, b + gridDim.x, .. of matrix j once the chain has reached
  * matrix j - ahead (its kernels' index in *progress; n_per matrices a replay of the chain) */
 __global__ void k_ahead(const uint4 *base, size_t words, int n, int ahead, const unsigned *progress) {
@@ -88,6 +96,7 @@ int main() {
     const size_t sizes[] = {1 << 20, 4 << 20, 16 << 20};
     const int aheads_mb[] = {0, 8, 32}; /* 0: none */
     const int REPS = 3;
+    for (int gap = 0; gap <= 2; gap += 2) /* small kernels between two matrices (HBM idle through them) */
     for (size_t S : sizes)
         for (int mode = 0; mode < 3; mode++) /* plain; each block its own slice early; and with the branch or the next
                                                * matrices' slices too */
@@ -116,6 +125,11 @@ int main() {
                     cfg.gridDim = GRID, cfg.blockDim = THREADS, cfg.stream = st, cfg.attrs = &at, cfg.numAttrs = 1;
                     cudaLaunchKernelEx(&cfg, k_read, (const uint4 *)(mats + (size_t)i * words), words, buf, i, early,
                                        nnext, progress);
+                    for (int k = 0; k < gap; k++) {
+                        cudaLaunchConfig_t sc = cfg;
+                        sc.gridDim = 8;
+                        cudaLaunchKernelEx(&sc, k_small, buf, i + 1 + k);
+                    }
                 }
                 if (branch) cudaStreamWaitEvent(st, join, 0);
                 cudaStreamEndCapture(st, &g);
@@ -142,7 +156,8 @@ int main() {
                     return 1;
                 }
                 const double us = best * 1000.0 / n;
-                printf("matrix %5.1f MiB, %-22s %2d MiB ahead: %7.2f us a kernel, %.2f TB/s\n", S / 1048576.0,
+                printf("%d small kernels between, matrix %5.1f MiB, %-22s %2d MiB ahead: %7.2f us a matrix, %.2f "
+                       "TB/s\n", gap, S / 1048576.0,
                        mode == 0 ? "plain," : mode == 1 ? (amb ? "early, a branch" : "early,") : "early, next matrices",
                        amb, us, S / us * 1e-6);
                 cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
