@@ -11,6 +11,8 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+
+#include <algorithm>
 #if QWC_NCCL
 #include <nccl.h>
 #endif
@@ -522,8 +524,18 @@ static void ahead_set(qwc *c) {
     for (size_t i = 0; i < c->n_ahead; i++) {
         const ahead_rec &h = c->ahead[i];
         if (h.host_off == SIZE_MAX) continue;
-        qwc_ahead ah;
-        if (!qwc_ahead_pick(c->ahead, c->n_ahead, i, limit, &ah)) continue;
+        qwc_ahead ah = {};
+        int nr = 0;
+        int64_t got = 0;
+        for (size_t j = i + 1; j < c->n_ahead && nr < QWC_AHEAD_RANGES && got < limit; j++) {
+            const ahead_rec &t = c->ahead[j];
+            if (t.stream != h.stream) continue;
+            for (int k = 0; k < t.n && nr < QWC_AHEAD_RANGES && got < limit; k++) {
+                const int64_t b = std::min<int64_t>(t.bytes[k], limit - got);
+                ah.w[nr] = (const uint8_t *)t.w[k], ah.bytes[nr++] = b, got += b;
+            }
+        }
+        if (!nr) continue;
         cudaKernelNodeParams p;
         cudaError_t e = cudaGraphKernelNodeGetParams(h.node, &p);
         if (e != cudaSuccess || !p.kernelParams || !p.kernelParams[0] ||

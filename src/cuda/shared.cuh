@@ -270,23 +270,6 @@ __device__ __forceinline__ void qwc_early_row(float (&wv)[QWC_EARLY_N], const fl
     }
 }
 
-/* The weights a recorded launch i asks for (recs [n]: the recording's launches that read weights, in order, each
- * with its stream and its n weights w[k] of bytes[k]): those of the launches after it on its stream, in order, until
- * limit bytes or QWC_AHEAD_RANGES ranges (the last range cut at the limit); the number of ranges (0: none). */
-template <class R> int qwc_ahead_pick(const R *recs, size_t n, size_t i, int64_t limit, qwc_ahead *out) {
-    *out = qwc_ahead{};
-    int nr = 0;
-    int64_t got = 0;
-    for (size_t j = i + 1; j < n && nr < QWC_AHEAD_RANGES && got < limit; j++) {
-        if (recs[j].stream != recs[i].stream) continue;
-        for (int k = 0; k < recs[j].n && nr < QWC_AHEAD_RANGES && got < limit; k++) {
-            const int64_t b = recs[j].bytes[k] < limit - got ? recs[j].bytes[k] : limit - got;
-            out->w[nr] = (const uint8_t *)recs[j].w[k], out->bytes[nr++] = b, got += b;
-        }
-    }
-    return nr;
-}
-
 /* The block's share of h's lines asked for in L2 (the grid's blocks split each range evenly); nothing when h is
  * zeros. Before the programmatic wait: weights depend on no kernel. */
 __device__ __forceinline__ void qwc_ahead_ask(const qwc_ahead &h) {

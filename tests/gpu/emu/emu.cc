@@ -24,7 +24,6 @@ alignas(16) unsigned char taken[4 * EMU_SMEM_FLOATS];
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 uint64_t emu_slot[32][32];
 int emu_launches;
-std::vector<const void *> *emu_prefetched;
 
 namespace {
 constexpr size_t STACK = 256 << 10; /* a thread's stack */

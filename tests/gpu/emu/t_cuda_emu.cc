@@ -567,65 +567,6 @@ static void test_mmq_grouped(void) {
           tiles[2], tiles[3]);
 }
 
-/* A recorded step's weights asked for ahead (QWENC_CUDA_W_AHEAD): which launches' weights a launch asks for
- * (qwc_ahead_pick, backend.cu's choice), and that a grid's blocks ask for each line of them once (qwc_ahead_ask) */
-struct ahead_test_rec {
-    const void *stream;
-    const void *w[QWC_AHEAD_NOTE_MAX];
-    int64_t bytes[QWC_AHEAD_NOTE_MAX];
-    int n;
-};
-static void k_ask(qwc_ahead h) { qwc_ahead_ask(h); }
-static void test_ahead(void) {
-    static uint8_t m[8][4096];
-    const void *A = &m, *B = &m[1];
-    const ahead_test_rec r[] = {
-        {A, {m[0]}, {1000}, 1},
-        {B, {m[1]}, {500}, 1},                 /* another stream's: never asked for from A */
-        {A, {}, {}, 0},                        /* a launch that reads no weights */
-        {A, {m[2], m[3], m[4]}, {300, 200, 100}, 3},
-        {A, {m[5]}, {4000}, 1},
-    };
-    const size_t n = sizeof r / sizeof r[0];
-    qwc_ahead h;
-    int nr = qwc_ahead_pick(r, n, 0, 1 << 20, &h);
-    CHECK(nr == 2 && h.w[0] == m[2] && h.bytes[0] == 300 && h.w[1] == m[3] && h.bytes[1] == 200,
-          "ahead: launch 0 asks for %d ranges (want m[2] 300, m[3] 200)", nr);
-    nr = qwc_ahead_pick(r, n, 0, 400, &h);
-    CHECK(nr == 2 && h.bytes[0] == 300 && h.w[1] == m[3] && h.bytes[1] == 100, "ahead: the limit cuts the last range "
-          "(%d ranges, %lld and %lld bytes)", nr, (long long)h.bytes[0], (long long)h.bytes[1]);
-    nr = qwc_ahead_pick(r, n, 0, 300, &h);
-    CHECK(nr == 1 && h.bytes[0] == 300 && h.bytes[1] == 0, "ahead: a limit met by one range (%d ranges)", nr);
-    nr = qwc_ahead_pick(r, n, 1, 1 << 20, &h);
-    CHECK(nr == 0 && h.bytes[0] == 0, "ahead: stream B's launch has no later launch on B (%d ranges)", nr);
-    nr = qwc_ahead_pick(r, n, 3, 1 << 20, &h);
-    CHECK(nr == 1 && h.w[0] == m[5] && h.bytes[0] == 4000, "ahead: launch 3 asks for launch 4's (%d ranges)", nr);
-    nr = qwc_ahead_pick(r, n, 4, 1 << 20, &h);
-    CHECK(nr == 0, "ahead: the last launch asks for nothing (%d ranges)", nr);
-    /* every line of the ranges once, over grids of several shapes; nothing for zeros */
-    h = qwc_ahead{};
-    h.w[0] = m[0], h.bytes[0] = 4000, h.w[1] = m[5], h.bytes[1] = 129;
-    const dim3 grids[] = {dim3(1), dim3(7), dim3(5, 3), dim3(40), dim3(2, 2, 2)};
-    std::vector<const void *> got;
-    for (const dim3 &g : grids) {
-        got.clear();
-        emu_prefetched = &got;
-        qwc_launch(k_ask, g, 64, 0, 0, h);
-        emu_prefetched = nullptr;
-        std::vector<const void *> want;
-        for (int r2 = 0; r2 < 2; r2++)
-            for (int64_t o = 0; o < h.bytes[r2]; o += 128) want.push_back(h.w[r2] + o);
-        std::sort(got.begin(), got.end()), std::sort(want.begin(), want.end());
-        CHECK(got == want, "ahead: a grid of %u x %u x %u blocks asks for %zu lines, want each of %zu once", g.x, g.y,
-              g.z, got.size(), want.size());
-    }
-    got.clear();
-    emu_prefetched = &got;
-    qwc_launch(k_ask, dim3(3), 64, 0, 0, qwc_ahead{});
-    emu_prefetched = nullptr;
-    CHECK(got.empty(), "ahead: zeros ask for %zu lines", got.size());
-}
-
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* each part's line as it starts */
     printf("delta_rule, chunked\n");
@@ -653,8 +594,6 @@ int main(void) {
     test_mmq_type<QW_TYPE_IQ4_NL>();
     test_mmq_type<QW_TYPE_IQ4_XS>();
     test_mmq_grouped();
-    printf("weights asked for ahead\n");
-    test_ahead();
     free(e);
     return test_summary();
 }
