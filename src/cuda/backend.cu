@@ -11,8 +11,6 @@
  */
 #include <pthread.h>
 #include <stdio.h>
-
-#include <algorithm>
 #if QWC_NCCL
 #include <nccl.h>
 #endif
@@ -105,19 +103,6 @@ struct qwc {
     size_t kb_bytes;
     void **ep_old;    /* the buffers both outgrew, kept for the graphs recorded with them */
     int n_ep_old;
-    /* the recording's launches that read weights (QWENC_CUDA_W_AHEAD; qwc_ahead_note), on the root */
-    struct ahead_rec *ahead;
-    size_t n_ahead, cap_ahead;
-};
-
-/* a recorded launch that reads weights: its node, stream, weights, and where its argument holds a qwc_ahead */
-struct ahead_rec {
-    cudaGraphNode_t node;
-    cudaStream_t stream;
-    const void *w[QWC_AHEAD_NOTE_MAX];
-    int64_t bytes[QWC_AHEAD_NOTE_MAX];
-    int n;
-    size_t args_bytes, host_off; /* host_off SIZE_MAX: asks for nothing */
 };
 
 #define QWC_COUNTS 4096
@@ -479,86 +464,6 @@ static void cu_layer(const qw_backend *be, int il) {
 
 /* ---------------------------------------------------------------- graphs */
 
-/* QWENC_CUDA_W_AHEAD=M in the environment: a recorded step's matrix-vector kernels also ask for the next M MiB of
- * the step's weights in L2 (0, the default: not; read once) */
-static int64_t ahead_bytes(void) {
-    static int64_t b = -1;
-    if (b < 0) {
-        const char *e = getenv("QWENC_CUDA_W_AHEAD");
-        const long m = e ? atol(e) : 0;
-        b = m > 0 && m <= 4096 ? (int64_t)m << 20 : 0;
-    }
-    return b;
-}
-
-void qwc_ahead_note(qwc *c, cudaStream_t s, const void *const *w, const int64_t *bytes, int n, size_t args_bytes,
-                    size_t host_off) {
-    if (!ahead_bytes() || !recording(c)) return;
-    qwc *r = c->root ? c->root : c;
-    cudaStreamCaptureStatus cs;
-    const cudaGraphNode_t *deps = NULL;
-    size_t nd = 0;
-    if (cudaStreamGetCaptureInfo(s, &cs, NULL, NULL, &deps, NULL, &nd) != cudaSuccess ||
-        cs != cudaStreamCaptureStatusActive || nd != 1) { /* not the one node just recorded: leave it */
-        cudaGetLastError();
-        return;
-    }
-    if (r->n_ahead == r->cap_ahead) {
-        const size_t cap = r->cap_ahead ? 2 * r->cap_ahead : 256;
-        ahead_rec *a = (ahead_rec *)realloc(r->ahead, cap * sizeof(ahead_rec));
-        if (!a) return; /* the step records without asking ahead */
-        r->ahead = a, r->cap_ahead = cap;
-    }
-    ahead_rec &e = r->ahead[r->n_ahead++];
-    e.node = deps[0], e.stream = s, e.n = 0, e.args_bytes = args_bytes, e.host_off = host_off;
-    for (int i = 0; i < n && e.n < QWC_AHEAD_NOTE_MAX; i++)
-        if (w[i] && bytes[i] > 0) e.w[e.n] = w[i], e.bytes[e.n++] = bytes[i];
-}
-
-/* Each recorded launch that can ask ahead (host_off) gets the weights of the launches after it on its stream, up to
- * ahead_bytes() of them in at most QWC_AHEAD_RANGES ranges (the last one cut short), in its argument's qwc_ahead. */
-static void ahead_set(qwc *c) {
-    const int64_t limit = ahead_bytes();
-    int set = 0, failed = 0;
-    cudaError_t why = cudaSuccess;
-    for (size_t i = 0; i < c->n_ahead; i++) {
-        const ahead_rec &h = c->ahead[i];
-        if (h.host_off == SIZE_MAX) continue;
-        qwc_ahead ah = {};
-        int nr = 0;
-        int64_t got = 0;
-        for (size_t j = i + 1; j < c->n_ahead && nr < QWC_AHEAD_RANGES && got < limit; j++) {
-            const ahead_rec &t = c->ahead[j];
-            if (t.stream != h.stream) continue;
-            for (int k = 0; k < t.n && nr < QWC_AHEAD_RANGES && got < limit; k++) {
-                const int64_t b = std::min<int64_t>(t.bytes[k], limit - got);
-                ah.w[nr] = (const uint8_t *)t.w[k], ah.bytes[nr++] = b, got += b;
-            }
-        }
-        if (!nr) continue;
-        cudaKernelNodeParams p;
-        cudaError_t e = cudaGraphKernelNodeGetParams(h.node, &p);
-        if (e != cudaSuccess || !p.kernelParams || !p.kernelParams[0] ||
-            h.host_off + sizeof(qwc_ahead) > h.args_bytes || h.args_bytes > 1024) {
-            cudaGetLastError();
-            failed++, why = e;
-            continue;
-        }
-        alignas(16) unsigned char arg[1024];
-        memcpy(arg, p.kernelParams[0], h.args_bytes);
-        memcpy(arg + h.host_off, &ah, sizeof ah);
-        void *params[1] = {arg};
-        p.kernelParams = params, p.extra = NULL;
-        e = cudaGraphKernelNodeSetParams(h.node, &p);
-        if (e != cudaSuccess) cudaGetLastError(), failed++, why = e;
-        else set++;
-    }
-    static int told = 0; /* what the switch did, once (it is for measuring) */
-    if (!told++)
-        fprintf(stderr, "qwenc: QWENC_CUDA_W_AHEAD: %d of a recorded step's launches ask for the next weights, %d "
-                "could not (%s)\n", set, failed, cudaGetErrorString(why));
-}
-
 /* A graph is recorded on rank 0's stream; the other ranks' streams join it at the hops and rejoin it at the end. */
 static int cu_graph_begin(const qw_backend *be) {
     qwc *c = C(be);
@@ -569,7 +474,6 @@ static int cu_graph_begin(const qw_backend *be) {
     }
     c->capturing = 1;
     c->capture_spoiled = 0;
-    c->n_ahead = 0;
     return 0;
 }
 
@@ -579,10 +483,8 @@ static void *cu_graph_end(const qw_backend *be) {
     cudaGraphExec_t x = NULL;
     hop(c, 0, 1);
     c->capturing = 0;
-    const int ended = cudaStreamEndCapture(c->stream, &g) == cudaSuccess;
-    if (ended && !c->capture_spoiled && c->n_ahead) ahead_set(c);
-    c->n_ahead = 0;
-    if (!ended || c->capture_spoiled || cudaGraphInstantiate(&x, g, 0) != cudaSuccess) {
+    if (cudaStreamEndCapture(c->stream, &g) != cudaSuccess || c->capture_spoiled ||
+        cudaGraphInstantiate(&x, g, 0) != cudaSuccess) {
         cudaGetLastError();
         x = NULL;
     }
@@ -623,7 +525,6 @@ static void cu_release(qw_backend *be) {
         if (c->map[i].host) cudaFree((uint8_t *)c->map[i].dev - c->map[i].pad);
     for (int i = 0; i < c->n_pinned; i++) cudaFreeHost(c->pinned[i]);
     free(c->map);
-    free(c->ahead);
     if (c->region_dev) cudaFree(c->region_dev);
     free(c->specs);
     free(c->stage);

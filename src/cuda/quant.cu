@@ -66,7 +66,6 @@ constexpr int MV_WARPS = 4, MV_THREADS = 32 * MV_WARPS;
 constexpr int MV_ROWS = 4;       /* rows of a row group: every x load serves them all */
 constexpr int MV_PASS_TOK = 8;   /* tokens of one matrix-vector pass */
 constexpr int MVQ_JOBS = 4;      /* matrices of one grouped integer launch (qwc_matmul_group) */
-static_assert(MVQ_JOBS <= QWC_AHEAD_NOTE_MAX, "a grouped launch's matrices are noted (qwc_ahead_note)");
 constexpr int MV_MAX_TOK = 16;   /* more tokens: dequantized tiles and cuBLAS */
 /* Decode (1-2 tokens): blocks per SM the register budget is set for, and the warps kw grows the grid to (a
  * constant, so that a matrix's results do not depend on the GPU). H200, Flash-Next cut Q4_K decode: 6 and 8192
@@ -655,7 +654,6 @@ struct mv_args {
     int64_t pair0;
     int n_tok, kw;
     int early; /* the rows asked for before the programmatic launch's wait (w: not a pair's) */
-    qwc_ahead ah; /* a recorded step's next weights, asked for too (zeros but in a recorded step: qwc_ahead_note) */
 };
 
 /* Stage chunk k (blocks k*CBLK ..) of the rows rp[] into dst: 16-byte aligned copies covering the chunk's bytes,
@@ -824,7 +822,6 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? MV_MINB_DECODE : 1) mv_k
                  o += (int64_t)a.kw * 32 * 128)
                 QWC_PREFETCH_L2(a.w + (row0 + r) * a.row_bytes + o);
     }
-    qwc_ahead_ask(a.ah);
     QWC_PDL_ENTRY();
     __shared__ __align__(16) uint8_t stage[MV_WARPS][2][R][L::SROW];
     __shared__ float red[MV_WARPS][V];
@@ -927,7 +924,6 @@ struct mvq_args {
     int64_t jrows[MVQ_JOBS];
     int jks[MVQ_JOBS];
     float *jy[MVQ_JOBS];
-    qwc_ahead ah; /* a recorded step's next weights, asked for too (zeros but in a recorded step: qwc_ahead_note) */
 };
 
 /* the arguments of one matrix (or one matrix per pair), in mvq_args' order; no jobs */
@@ -1183,7 +1179,6 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
     if (!stage && early && row < rows)
         for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < row_bytes; o += (int64_t)ks * 32 * 128)
             QWC_PREFETCH_L2(w + row * row_bytes + o);
-    qwc_ahead_ask(a.ah);
     QWC_PDL_ENTRY();
     if (staging) { /* block-uniform */
         cp_wait<0>(); /* every group: the one committed above */
@@ -1435,9 +1430,6 @@ template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs
         else if (nt <= 4) qwc_launch(mv_kernel<T, 4>, grid, MV_THREADS, 0, s, a);
         else qwc_launch(mv_kernel<T, 8>, grid, MV_THREADS, 0, s, a);
         QWC_LAUNCHED();
-        const void *w = a.w;
-        const int64_t bytes = a.rows * a.row_bytes;
-        qwc_ahead_note(c, s, &w, &bytes, a.mats ? 0 : 1, sizeof(mv_args), offsetof(mv_args, ah));
     }
 }
 
@@ -1507,8 +1499,7 @@ static int mvq_stage_on() {
 }
 
 /* one launch of mvq_kernel */
-template <int T> void mvq_go(qwc *c, mvq_args a, unsigned ny) {
-    cudaStream_t s = qwc_stream(c);
+template <int T> void mvq_go(cudaStream_t s, mvq_args a, unsigned ny) {
     a.early = mv_early();
     a.walk = mvq_walk_on();
     int64_t nb = 0; /* blocks a matrix */
@@ -1530,16 +1521,11 @@ template <int T> void mvq_go(qwc *c, mvq_args a, unsigned ny) {
     else if (a.n_tok <= 4) qwc_launch(mvq_kernel<T, 4>, grid, MV_THREADS, sb, s, a);
     else qwc_launch(mvq_kernel<T, 8>, grid, MV_THREADS, sb, s, a);
     QWC_LAUNCHED();
-    const void *w[MVQ_JOBS];
-    int64_t bytes[MVQ_JOBS];
-    int n = 0;
-    for (int j = 0; j < a.n_jobs; j++) w[n] = a.jw[j], bytes[n++] = a.jrows[j] * a.row_bytes;
-    if (!a.n_jobs && a.w && !a.mats) w[n] = a.w, bytes[n++] = a.rows * a.row_bytes;
-    qwc_ahead_note(c, s, w, bytes, n, sizeof(mvq_args), offsetof(mvq_args, ah));
 }
 
 /* mvq_kernel over n_pairs pairs, passes of up to 8 tokens */
 template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
+    cudaStream_t s = qwc_stream(c);
     const int n_tok = a.n_tok;
     const qw_q8a *xq0 = a.xq;
     float *y0 = a.y;
@@ -1549,7 +1535,7 @@ template <int T> void mvq_launch(qwc *c, mvq_args a, int64_t n_pairs) {
         a.y = y0 + t0 * a.y_tok;
         for (int64_t p0 = 0; p0 < n_pairs; p0 += 65535) {
             a.pair0 = p0;
-            mvq_go<T>(c, a, (unsigned)std::min<int64_t>(n_pairs - p0, 65535));
+            mvq_go<T>(s, a, (unsigned)std::min<int64_t>(n_pairs - p0, 65535));
         }
     }
 }
@@ -1772,7 +1758,7 @@ template <int T> struct op_group {
             a.row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
             a.ng = cols / 32, a.xq = xq, a.n_tok = 1, a.n_jobs = n;
             for (int j = 0; j < n; j++) a.jw[j] = w[j], a.jrows[j] = rows[j], a.jy[j] = y[j];
-            mvq_go<T>(c, a, (unsigned)n);
+            mvq_go<T>(qwc_stream(c), a, (unsigned)n);
             *done = 1;
         }
     }
@@ -1810,9 +1796,6 @@ template <int T> struct op_hc_up {
             qwc_launch(k_hc_up_read<T>, (unsigned)(H / 32), 32 * HCU_WARPS, h.stage ? (size_t)smem : 0,
                        qwc_stream(c), h);
             QWC_LAUNCHED();
-            const void *w = h.w;
-            const int64_t bytes = (int64_t)C * H * h.row_bytes;
-            qwc_ahead_note(c, qwc_stream(c), &w, &bytes, 1, 0, SIZE_MAX); /* read, and asks for nothing */
             *done = 1;
         }
     }

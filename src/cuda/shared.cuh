@@ -182,25 +182,6 @@ void qwc_q8a_rows(qwc *c, qw_q8a *xq, const float *x, int64_t ldx, int64_t cols,
 /* ---- model_ops.cu: the topk op (ops.h), callable by the GPU tests before the op table takes it */
 void qwc_topk(qwc *c, int32_t *ids, float *vals, const float *x, int n_rows, int64_t n, int k, void *work);
 
-/* ---- weights asked for ahead in a recorded step (QWENC_CUDA_W_AHEAD, backend.cu) */
-
-/* What a matrix-vector kernel asks to be brought into L2 before its programmatic wait besides its own rows: the
- * weights of the launches after it in a recorded step (bytes[i] of w[i]; none: zeros). Set only by the backend when
- * a recording ends (qwc_ahead_note), so an op's launch leaves it zero. */
-#define QWC_AHEAD_RANGES 2
-#define QWC_AHEAD_NOTE_MAX 4 /* weights a launch reads, as noted */
-typedef struct {
-    const uint8_t *w[QWC_AHEAD_RANGES];
-    int64_t bytes[QWC_AHEAD_RANGES];
-} qwc_ahead;
-
-/* While a graph is recorded on s with QWENC_CUDA_W_AHEAD=M (MiB) in the environment: the launch just recorded reads
- * the weights w[i] (bytes[i], i < n); host_off (not SIZE_MAX): it is a kernel whose one argument, of args_bytes, holds
- * a qwc_ahead at that offset, which graph_end sets to the weights of the next launches on s, up to M MiB of them
- * (the weights' bytes come into L2 while the kernels between run). Else nothing. */
-void qwc_ahead_note(qwc *c, cudaStream_t s, const void *const *w, const int64_t *bytes, int n, size_t args_bytes,
-                    size_t host_off);
-
 /* ---- synth.cu: random weights made on the device (qw_backend_cuda_weights_random) */
 
 /* d [bytes]: bytes [off, off + bytes) of a tensor of `type` with random codes (a hash of seed and the offset), each
@@ -267,20 +248,6 @@ __device__ __forceinline__ void qwc_early_row(float (&wv)[QWC_EARLY_N], const fl
     for (int e = 0; e < QWC_EARLY_N; e++) {
         const int i = threadIdx.x + e * blockDim.x;
         wv[e] = i < n ? w[i] : 0.0f;
-    }
-}
-
-/* The block's share of h's lines asked for in L2 (the grid's blocks split each range evenly); nothing when h is
- * zeros. Before the programmatic wait: weights depend on no kernel. */
-__device__ __forceinline__ void qwc_ahead_ask(const qwc_ahead &h) {
-    if (!h.bytes[0]) return;
-    const int64_t nb = (int64_t)gridDim.x * gridDim.y * gridDim.z;
-    const int64_t b = ((int64_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-#pragma unroll
-    for (int r = 0; r < QWC_AHEAD_RANGES; r++) {
-        const int64_t lines = (h.bytes[r] + 127) / 128, per = (lines + nb - 1) / nb;
-        const int64_t e = lines < (b + 1) * per ? lines : (b + 1) * per;
-        for (int64_t l = b * per + threadIdx.x; l < e; l += blockDim.x) QWC_PREFETCH_L2(h.w[r] + l * 128);
     }
 }
 

@@ -41,8 +41,6 @@ void *qwc_keep_buf(qwc *c, size_t bytes) { return qwc_scratch(c, bytes); }
 int qwc_pairs_max(const qwc *c) { return c->pairs_max; }
 cublasHandle_t qwc_cublas(const qwc *) { return NULL; }
 int qwc_capture_spoil(qwc *c) { return c->recording; }
-/* nothing is recorded here, so nothing asks ahead */
-void qwc_ahead_note(qwc *, cudaStream_t, const void *const *, const int64_t *, int, size_t, size_t) {}
 
 /* the 8-bit activations' buffers in host memory, under backend.cu's rules (q8_state.cuh) */
 int qwc_q8_on(const qwc *c) { return c->q8 && c->q8s.buf; }
