@@ -1,15 +1,15 @@
 // l2_ahead.cu - whether a decode step's weights could come from L2 instead of HBM: a chain of dependent kernels,
 // each reading one matrix of S bytes (the shape of a token's matrix-vector products: a grid of 528 blocks, each
 // asking for its slice in L2 before its programmatic wait, as mvq_kernel does, then reading it), recorded in one
-// CUDA graph and replayed; the matrices together far larger than L2, so each replay reads them from HBM. Then the
-// same chain with a second branch of the graph beside it: a small persistent kernel that asks for the next matrices'
-// lines in L2 (prefetch.global.L2) as the chain reaches them, keeping AHEAD bytes in front of the kernel running
-// (each chain kernel's first thread publishes its index); and the chain alone with each kernel's blocks also asking
-// for their slices of the next AHEAD bytes of matrices (what a recorded step could do knowing its matrices' order
-// from an earlier run). What this measures: the chain's time a kernel and the rate
-// it reads its matrix at, with and without the prefetching branch, for matrices of 1 to 16 MB and two distances.
-// If the branch makes mid-size matrices read at near HBM rate, decode could stream the next products' weights that
-// way (docs/BENCH.md). Not a test:
+// CUDA graph and replayed; the matrices together far larger than L2, so each replay reads them from HBM; with 0 or
+// 2 small kernels (a norm's shape, HBM idle through them) between two matrices. Then the same chain with a second
+// branch of the graph beside it: a small persistent kernel that asks for the next matrices' lines in L2
+// (prefetch.global.L2) as the chain reaches them, keeping AHEAD bytes in front of the kernel running (each chain
+// kernel's first thread publishes its index); and the chain alone with each kernel's blocks also asking for their
+// slices of the next AHEAD bytes of matrices (what a recorded step could do knowing its matrices' order). What this
+// measures: the chain's time a matrix and the rate it reads it at, for matrices of 1 to 16 MB and two distances.
+// On an H200 both ways of asking ahead were slower in every case (docs/BENCH.md), so decode does not ask ahead. Not a
+// test:
 //
 //   nvcc -std=c++17 -arch=sm_90a -O3 -o /tmp/l2_ahead tests/gpu/l2_ahead.cu && /tmp/l2_ahead
 #include <cstdint>
