@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
+#include "pdl_launch.cuh"
+
 constexpr int THREADS = 256, GRID = 528;
 
 /* chain kernel i: block b's slice of matrix m (bytes, 16-byte aligned), asked for before the wait, read after it */
@@ -118,18 +120,9 @@ int main() {
                     cudaEventRecord(join, st2);
                 }
                 for (int i = 0; i < n; i++) {
-                    cudaLaunchAttribute at;
-                    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                    at.val.programmaticStreamSerializationAllowed = 1;
-                    cudaLaunchConfig_t cfg = {};
-                    cfg.gridDim = GRID, cfg.blockDim = THREADS, cfg.stream = st, cfg.attrs = &at, cfg.numAttrs = 1;
-                    cudaLaunchKernelEx(&cfg, k_read, (const uint4 *)(mats + (size_t)i * words), words, buf, i, early,
-                                       nnext, progress);
-                    for (int k = 0; k < gap; k++) {
-                        cudaLaunchConfig_t sc = cfg;
-                        sc.gridDim = 8;
-                        cudaLaunchKernelEx(&sc, k_small, buf, i + 1 + k);
-                    }
+                    pdl_launch(1, GRID, THREADS, st, k_read, (const uint4 *)(mats + (size_t)i * words), words, buf, i,
+                               early, nnext, progress);
+                    for (int k = 0; k < gap; k++) pdl_launch(1, 8, THREADS, st, k_small, buf, i + 1 + k);
                 }
                 if (branch) cudaStreamWaitEvent(st, join, 0);
                 cudaStreamEndCapture(st, &g);

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
+#include "pdl_launch.cuh"
+
 __global__ void k_link(float *buf, int i, int nread) {
     asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
     float v = 0;
@@ -86,14 +88,7 @@ int main() {
                 cudaGraph_t g;
                 cudaGraphExec_t ge;
                 cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
-                for (int i = 0; i < N; i++) {
-                    cudaLaunchAttribute at;
-                    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                    at.val.programmaticStreamSerializationAllowed = 1;
-                    cudaLaunchConfig_t cfg = {};
-                    cfg.gridDim = grid, cfg.blockDim = 256, cfg.stream = st, cfg.attrs = &at, cfg.numAttrs = pdl;
-                    cudaLaunchKernelEx(&cfg, k_link, buf, i, nread);
-                }
+                for (int i = 0; i < N; i++) pdl_launch(pdl, grid, 256, st, k_link, buf, i, nread);
                 cudaStreamEndCapture(st, &g);
                 cudaGraphInstantiate(&ge, g, 0);
                 cudaGraphLaunch(ge, st);

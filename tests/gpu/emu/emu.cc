@@ -142,11 +142,7 @@ void emu_run(unsigned n, const std::function<void()> &b) {
 
 void emu_trace(const char *args, dim3 grid, dim3 block, size_t smem) {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("QWC_EMU_TRACE");
-        on = e && *e && strcmp(e, "0");
-    }
-    if (!on) return;
+    if (!qwc_env_switch("QWC_EMU_TRACE", 0, &on)) return;
     int depth = 0, n = 0;
     for (; args[n] && (depth || args[n] != ','); n++) depth += args[n] == '<' ? 1 : args[n] == '>' ? -1 : 0;
     fprintf(stderr, "emu launch %.*s grid %u,%u,%u block %u smem %zu\n", n, args, grid.x, grid.y, grid.z, block.x,
