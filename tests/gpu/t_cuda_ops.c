@@ -797,10 +797,15 @@ static void q8_batch_set(int cols, const qw_type *types, const int *rows, const 
             float *y = back(dy, ny * 4), *z = back(dz, ny * 4);
             CHECK(same(y, z, ny * 4), "matmul_batch with 8-bit activations, %d columns, %s first, %d tokens%s: not the "
                   "bits of the jobs' own matmuls", cols, qw_type_name(types[0]), nt, again ? ", x written again" : "");
-            int finite = 1;
-            for (size_t i = 0; i < ny; i++) finite &= isfinite(y[i]) && y[i] != 0;
-            CHECK(finite, "matmul_batch with 8-bit activations, %d columns, %d tokens: a zero or non-finite output",
-                  cols, nt);
+            size_t bad = ny; /* the first zero or non-finite output */
+            for (size_t i = 0; i < ny && bad == ny; i++)
+                if (!isfinite(y[i]) || y[i] == 0) bad = i;
+            int bj = 0;
+            while (bad < ny && bj + 1 < NJ && bad >= off[bj + 1] * nt) bj++;
+            CHECK(bad == ny, "matmul_batch with 8-bit activations, %d columns, %d tokens: output %zu (job %d, %s, "
+                  "%d rows: token %zu row %zu) is %g", cols, nt, bad, bj, qw_type_name(types[bj]), rows[bj],
+                  bad < ny ? (bad - off[bj] * nt) / rows[bj] : 0, bad < ny ? (bad - off[bj] * nt) % rows[bj] : 0,
+                  bad < ny ? y[bad] : 0.0);
             free(y), free(z);
         }
         G->free(G, dx1), G->free(G, dx2), G->free(G, dy), G->free(G, dz);
