@@ -745,11 +745,23 @@ static void test_hc_ple(void) {
     for (int c = 0; c < 3; c++) free(blocks[c]);
 }
 
-/* a random matrix of rows x cols quantized to type t (its bytes in *store, the caller's to free) */
+/* Host memory of weights, freed only when the program ends: the backend keeps a weight's device copy under its host
+ * address, so an address handed out again would be read as the weights that were there before */
+static void *kept[64];
+static int n_kept;
+static void *keep_alloc(size_t n) {
+    if (n_kept == (int)(sizeof(kept) / sizeof(kept[0]))) {
+        printf("FAIL: more than %d kept weight buffers\n", n_kept);
+        exit(1);
+    }
+    return kept[n_kept++] = malloc(n);
+}
+
+/* a random matrix of rows x cols quantized to type t (its bytes in *store, kept to the program's end) */
 static qw_tensor q8_weights(qw_type t, int rows, int cols, void **store) {
     float *wf = rvec((size_t)rows * cols, 1);
     size_t rb = qw_type_row_size(t, cols);
-    *store = malloc(rb * rows);
+    *store = keep_alloc(rb * rows);
     for (int r = 0; r < rows; r++) qw_quantize(t, wf + (size_t)r * cols, (char *)*store + rb * r, cols);
     free(wf);
     return (qw_tensor){.name = "w", .data = *store, .type = t, .n_dims = 2, .shape = {rows, cols}};
@@ -811,7 +823,6 @@ static void q8_batch_set(int cols, const qw_type *types, const int *rows, const 
         G->free(G, dx1), G->free(G, dx2), G->free(G, dy), G->free(G, dz);
         free(x1), free(x2);
     }
-    for (int j = 0; j < NJ; j++) free(wq[j]);
 }
 
 /* A prompt's producer: act_mul of PROMPT_TOK tokens of 10,240 values (more than the fixed 8-bit buffer holds)
@@ -859,7 +870,7 @@ static void q8_producer_set(void) {
           "bits");
     free(y), free(z), free(x), free(x2), free(a), free(b);
     G->free(G, da), G->free(G, db), G->free(G, dx), G->free(G, dc), G->free(G, dc2);
-    for (int j = 0; j < NJ; j++) G->free(G, dy[j]), G->free(G, dz[j]), free(wq[j]);
+    for (int j = 0; j < NJ; j++) G->free(G, dy[j]), G->free(G, dz[j]);
 }
 
 static void test_q8_batch(void) {
@@ -1398,5 +1409,6 @@ int main(void) {
     test_attn_rows();
     test_attn_rows_split();
     G->release(G); /* the test's device buffers go with the process */
+    for (int i = 0; i < n_kept; i++) free(kept[i]);
     return test_summary();
 }
