@@ -1102,33 +1102,6 @@ __device__ __forceinline__ void mvq_walk(const uint8_t *r, int g, int ge, const 
     }
 }
 
-/* mvq_walk of one token over two rows (r0, r1) that read the same activations: each row's terms and sum as
- * mvq_walk forms them, the two rows' loads in flight together and x's blocks read once */
-template <int T>
-__device__ __forceinline__ void mvq_walk2(const uint8_t *r0, const uint8_t *r1, int g, int ge, const qw_q8a *xb,
-                                          float *acc0, float *acc1) {
-    if constexpr (mvq_walks<T>()) {
-        using W = std::conditional_t<T == QW_TYPE_Q8_0, walk_q8_0,
-                                     std::conditional_t<T == QW_TYPE_Q4_K, walk_q4_k, walk_q6_k>>;
-        W w0(r0, g), w1(r1, g);
-#pragma unroll 1
-        for (; g < ge; g += 32, xb += 32, w0.next(), w1.next()) {
-            uint32_t c0[8], c1[8];
-            w0.get(c0);
-            w1.get(c1);
-            const uint2 *src = (const uint2 *)xb;
-            uint2 v[5];
-#pragma unroll
-            for (int i = 0; i < 5; i++) v[i] = __ldg(src + i);
-            const uint32_t xw[8] = {v[1].x, v[1].y, v[2].x, v[2].y, v[3].x, v[3].y, v[4].x, v[4].y};
-            const int32_t xs = (int32_t)v[0].y;
-            const float d = __uint_as_float(v[0].x);
-            *acc0 = __fadd_rn(*acc0, w0.term(d, w0.isum(c0, xw, xs), xs));
-            *acc1 = __fadd_rn(*acc1, w1.term(d, w1.isum(c1, xw, xs), xs));
-        }
-    }
-}
-
 /* The block's NT threads start asynchronous copies of n bytes from src into shared memory at dst, width (16 or 4;
  * else none) bytes a copy (src, dst and n multiples of it); then cp_commit, and cp_wait<0> (mma.cuh) before
  * the bytes are read */
@@ -1289,8 +1262,7 @@ template <int T> __global__ void __launch_bounds__(1024) k_down_combine(dc_args 
 
 /* The MoE pairs' gate and up products with their act_mul (qwc_pairs_gate_up_act, QWC_MOE_GATE_UP_ACT): a block per
  * 32 rows of a pair p, its warp w row r0 + w of the pair's gate (mats[p]) and up (mats[P + p]) matrices against the
- * pair's activations (NULL matrix: zeros), each as mvq_kernel sums it (one warp a row; a walk's two rows together,
- * mvq_walk2), then k_act_mul's
+ * pair's activations (NULL matrix: zeros), each as mvq_kernel sums it (one warp a row), then k_act_mul's
  * silu(g) * u for the 32 rows into y[p rows + r] with its 8-bit rounding into yq: two launches' bits in one. The
  * matrices come from the routing (the kernel before), so their lines are asked for after the wait. */
 struct gua_args {
@@ -1316,14 +1288,8 @@ template <int T> __global__ void __launch_bounds__(1024) k_gate_up_act(gua_args 
         }
     const qw_q8a *x = a.xq + p * a.xq_pair;
     float g[1] = {0.0f}, u[1] = {0.0f};
-    const bool both = mvq_walks<T>() && a.walk && mg && mu &&
-                      (T != QW_TYPE_Q4_K || (((uintptr_t)(mg + off) | (uintptr_t)(mu + off)) & 15) == 0);
-    if (both) {
-        mvq_walk2<T>(mg + off, mu + off, lane, (int)a.ng, x + lane, g, u);
-    } else {
-        if (mg) mvq_lane<T, 1>(mg + off, 0, a.ng, x, 0, 1, a.walk, g);
-        if (mu) mvq_lane<T, 1>(mu + off, 0, a.ng, x, 0, 1, a.walk, u);
-    }
+    if (mg) mvq_lane<T, 1>(mg + off, 0, a.ng, x, 0, 1, a.walk, g);
+    if (mu) mvq_lane<T, 1>(mu + off, 0, a.ng, x, 0, 1, a.walk, u);
     mvq_warp_sum<1>(g);
     mvq_warp_sum<1>(u);
     if (lane == 0) h[w] = qwc_act(g[0], QW_ACT_SILU) * u[0];
