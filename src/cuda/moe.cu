@@ -561,16 +561,6 @@ static void pairs_gate_up(qwc *c, float *g, float *u, const void **mats, qw_type
     }
 }
 
-/* pairs_gate_up, then h = silu(gate) * up into g: one launch where qwc_pairs_gate_up_act takes them (gate and up
- * as one product), the same bits */
-static void pairs_gate_up_act(const qw_backend *be, qwc *c, float *g, float *u, const void **mats, qw_type tg,
-                              qw_type tu, int64_t I, int64_t H, const float *xin, int64_t xs, int P, int one) {
-    qwc_q8_keep(c, 0);
-    if (one && qwc_pairs_gate_up_act(c, g, mats, tg, I, H, xin, xs, xs ? 2 * P : 1, P)) return;
-    pairs_gate_up(c, g, u, mats, tg, tu, I, H, xin, xs, P, one);
-    be->act_mul(be, g, g, u, (int64_t)P * I, QW_ACT_SILU);
-}
-
 /* The shared expert's own products: its output into y, its gate's logit (or sigmoid) into sg; sgt, sup [T][Is]. */
 static void shared_products(const qw_backend *be, float *y, float *sg, float *sgt, float *sup, const float *x, int T,
                             const qw_ffn_w *shared, const qw_tensor *shared_gate) {
@@ -614,7 +604,8 @@ static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int
                    R, R, k, n, (int)H, (const void *const *)NULL, one, xq, lo, n, (const void *)NULL, 0, (float *)NULL);
         QWC_LAUNCHED();
         if (xq) qwc_q8_made(c, xin, nx);
-        pairs_gate_up_act(be, c, g, uu, mats, tg, tu, I, H, xin, H, R, one);
+        pairs_gate_up(c, g, uu, mats, tg, tu, I, H, xin, H, R, one);
+        be->act_mul(be, g, g, uu, (int64_t)R * I, QW_ACT_SILU);
         qwc_matmul_pairs(c, outp, mats + 2 * R, td, H, I, g, I, R); /* another's pairs: zeros */
         return;
     }
@@ -761,7 +752,8 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         QWC_LAUNCHED();
         const float *xp = in_place ? x : xin;
         if (xq) qwc_q8_made(c, xp, nx);
-        pairs_gate_up_act(be, c, gu, uu, mats, tg, tu, I, H, xp, in_place ? 0 : H, P, one);
+        pairs_gate_up(c, gu, uu, mats, tg, tu, I, H, xp, in_place ? 0 : H, P, one);
+        be->act_mul(be, gu, gu, uu, (int64_t)P * I, QW_ACT_SILU);
         if (with_shared && shared_gate) shared_gate_logits(be, sg, shared_gate, x, T, H, sg_in);
         if (T == 1 && (with_shared || !shared) &&
             qwc_pairs_combine(c, y, mats + 2 * P, td, H, I, gu, P, sel, wt, k, shared_gate ? sg : NULL,

@@ -39,7 +39,6 @@ struct qwc_q8_state {
     int64_t made_n;
     unsigned long long made_at;
     int made_big; /* ... into big, not buf */
-    const qw_q8a *made_q; /* ... at this place of buf (qwc_q8_made_at), not at its start; NULL: at the start */
 };
 
 static inline void q8s_keep(qwc_q8_state &s, int on) {
@@ -75,15 +74,15 @@ static inline int q8s_for(int on, int64_t n, int64_t row) {
     if (!QWC_Q8_PRODUCERS || !on || n <= 0 || n % 32 || row % 32) return 0;
     return (size_t)(n / 32) * sizeof(qw_q8a) <= QWC_Q8_BYTES ? 1 : 2;
 }
-static inline void q8s_made(qwc_q8_state &s, const float *y, int64_t n, const qw_q8a *at = NULL) {
-    const int big = !at && (size_t)(n / 32) * sizeof(qw_q8a) > QWC_Q8_BYTES;
+static inline void q8s_made(qwc_q8_state &s, const float *y, int64_t n) {
+    const int big = (size_t)(n / 32) * sizeof(qw_q8a) > QWC_Q8_BYTES;
     s.held[big].x = NULL; /* the buffer no longer holds what a chain noted */
-    s.made_y = y, s.made_n = n, s.made_at = qwc_writes, s.made_big = big, s.made_q = at;
+    s.made_y = y, s.made_n = n, s.made_at = qwc_writes, s.made_big = big;
 }
 static inline const qw_q8a *q8s_fresh(const qwc_q8_state &s, const float *x, int64_t ldx, int64_t cols,
                                       int64_t n_rows) {
     const int fresh = s.made_y == x && s.made_at == qwc_writes && ldx == cols && cols * n_rows == s.made_n;
-    return !fresh ? NULL : s.made_q ? s.made_q : s.made_big ? s.big : s.buf;
+    return !fresh ? NULL : s.made_big ? s.big : s.buf;
 }
 
 #endif

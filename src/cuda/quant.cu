@@ -1260,47 +1260,6 @@ template <int T> __global__ void __launch_bounds__(1024) k_down_combine(dc_args 
     }
 }
 
-/* The MoE pairs' gate and up products with their act_mul (qwc_pairs_gate_up_act, QWC_MOE_GATE_UP_ACT): a block per
- * 32 rows of a pair p, its warp w row r0 + w of the pair's gate (mats[p]) and up (mats[P + p]) matrices against the
- * pair's activations (NULL matrix: zeros), each as mvq_kernel sums it (one warp a row), then k_act_mul's
- * silu(g) * u for the 32 rows into y[p rows + r] with its 8-bit rounding into yq: two launches' bits in one. The
- * matrices come from the routing (the kernel before), so their lines are asked for after the wait. */
-struct gua_args {
-    const void *const *mats;
-    const qw_q8a *xq;
-    int64_t xq_pair, row_bytes, ng, rows; /* xq_pair: blocks between pairs' activations (0: one x for all) */
-    float *y;
-    qw_q8a *yq;
-    int P, walk, early;
-};
-
-template <int T> __global__ void __launch_bounds__(1024) k_gate_up_act(gua_args a) {
-    __shared__ float h[32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, p = blockIdx.y;
-    const int64_t i = (int64_t)p * a.rows + (int64_t)blockIdx.x * 32 + w; /* the output (r = i - p rows) */
-    QWC_PDL_ENTRY();
-    const uint8_t *mg = (const uint8_t *)a.mats[p], *mu = (const uint8_t *)a.mats[a.P + p];
-    const int64_t off = (i - (int64_t)p * a.rows) * a.row_bytes;
-    if (MVQ_PREFETCH && a.early >= 0)
-        for (int64_t o = (int64_t)lane * 128; o < a.row_bytes; o += 32 * 128) {
-            if (mg) QWC_PREFETCH_L2(mg + off + o);
-            if (mu) QWC_PREFETCH_L2(mu + off + o);
-        }
-    const qw_q8a *x = a.xq + p * a.xq_pair;
-    float g[1] = {0.0f}, u[1] = {0.0f};
-    if (mg) mvq_lane<T, 1>(mg + off, 0, a.ng, x, 0, 1, a.walk, g);
-    if (mu) mvq_lane<T, 1>(mu + off, 0, a.ng, x, 0, 1, a.walk, u);
-    mvq_warp_sum<1>(g);
-    mvq_warp_sum<1>(u);
-    if (lane == 0) h[w] = qwc_act(g[0], QW_ACT_SILU) * u[0];
-    __syncthreads();
-    if (w == 0) {
-        const int64_t o = i + lane; /* warp 0's i is the block's first output */
-        a.y[o] = h[lane];
-        qwc_q8a_warp(h[lane], a.yq + o / 32);
-    }
-}
-
 /*
  * A hyper-connection's read for one token with its up product (hc_read with up; model_ops.cu's cu_hc_read): the
  * low-rank u [ng * 32] through silu(u / C) and its 8-bit rounding (k_divide's operations and qwc_q8a_warp's), the
@@ -1499,9 +1458,7 @@ template <int T> constexpr bool q8_type() {
  * kernel that wrote x left them, or rounded now */
 static const qw_q8a *q8_into(qwc *c, qw_q8a *xq, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
     if (qwc_q8_same(c, xq, x, ldx, cols, n_rows)) return xq; /* the product before rounded the same x */
-    const qw_q8a *f = qwc_q8_fresh(c, x, ldx, cols, n_rows);
-    if (f && f != xq) return f; /* the kernel that wrote x rounded it at its own place (qwc_q8_made_at) */
-    if (!f) { /* else the kernel that wrote x rounded it there */
+    if (qwc_q8_fresh(c, x, ldx, cols, n_rows) != xq) { /* else the kernel that wrote x rounded it there */
         const int64_t nb = cols / 32, warps = nb * n_rows;
         qwc_launch(k_q8a, (unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c), x, ldx, nb, n_rows, xq);
         QWC_LAUNCHED();
@@ -1938,50 +1895,6 @@ int qwc_pairs_combine(qwc *c, float *y, const void *const *mats, qw_type type, i
     a.sg_logit = sg_logit, a.has_shared = has_shared, a.shared_pair = shared_pair;
     int done = 0;
     by_type<op_down_combine>(type, c, a, x, cols, &done);
-    return done;
-}
-
-/* The MoE pairs' gate and up products with their act_mul in one launch (k_gate_up_act), the bits of
- * qwc_matmul_pairs over the 2P pairs then act_mul (QWC_MOE_GATE_UP_ACT 0, or QWENC_CUDA_MOE_GATE_UP_ACT=0 in the
- * environment: those two launches; fusions.sh compares them) */
-#ifndef QWC_MOE_GATE_UP_ACT
-#define QWC_MOE_GATE_UP_ACT 1
-#endif
-template <int T> struct op_gate_up_act {
-    static void run(qwc *c, float *y, const void *const *mats, int64_t rows, int64_t cols, const float *x,
-                    int64_t x_stride, int64_t nx, int P, int *done) {
-        *done = 0;
-        if constexpr (q8_type<T>()) {
-            const int64_t ng = cols / 32;
-            size_t cap = 0;
-            qw_q8a *buf = (qw_q8a *)qwc_q8_buf(c, &cap);
-            const int64_t at = (nx * ng + 31) / 32 * 32; /* the output's rounding past x's */
-            if (!buf || (size_t)(at + P * rows / 32) * sizeof(qw_q8a) > cap) return;
-            const qw_q8a *xq = q8_rows<T>(c, x, x_stride ? x_stride : cols, cols, nx);
-            if (!xq || xq + nx * ng > buf + at) return; /* (x's rounding elsewhere: not where this writes) */
-            gua_args a = {};
-            a.mats = mats, a.xq = xq, a.xq_pair = x_stride ? ng : 0;
-            a.row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols), a.ng = ng, a.rows = rows;
-            a.y = y, a.yq = buf + at, a.P = P, a.walk = mvq_walk_on();
-            a.early = mv_prefetch_takes(rows * a.row_bytes) ? 0 : -1;
-            qwc_launch(k_gate_up_act<T>, dim3((unsigned)(rows / 32), (unsigned)P), 1024, 0, qwc_stream(c), a);
-            QWC_LAUNCHED();
-            qwc_q8_made_at(c, y, P * rows, a.yq);
-            *done = 1;
-        }
-    }
-};
-
-int qwc_pairs_gate_up_act(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
-                          const float *x, int64_t x_stride, int64_t x_rows, int P) {
-    static int env = -1;
-    if (!QWC_MOE_GATE_UP_ACT || !qwc_env_switch("QWENC_CUDA_MOE_GATE_UP_ACT", 1, &env)) return 0;
-    if (P < 1 || P > 65535 || rows <= 0 || rows % 32 || rows / 32 > 0x7fffffff || cols % 32 || !qwc_q8_on(c) ||
-        !qd_supported(type) || mvq_ks(rows, cols / 32) != 1 || (x_stride && x_stride != cols) ||
-        x_rows < (x_stride ? P : 1))
-        return 0;
-    int done = 0;
-    by_type<op_gate_up_act>(type, c, y, mats, rows, cols, x, x_stride, x_rows, P, &done);
     return done;
 }
 

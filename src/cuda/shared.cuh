@@ -88,9 +88,6 @@ qw_q8a *qwc_q8_big(qwc *c, size_t bytes);
  * round as k_q8a does. */
 qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row);
 void qwc_q8_made(qwc *c, const float *y, int64_t n);
-/* ... or a kernel that reads one rounding from the fixed buffer while it writes another: at its own place there,
- * past what it reads (qwc_q8_fresh gives that place) */
-void qwc_q8_made_at(qwc *c, const float *y, int64_t n, const qw_q8a *at);
 const qw_q8a *qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
 
 /* ---- the routed experts over several GPUs (backend.cu; qw_backend_cuda_split). Rank 0 is the backend the model
@@ -145,12 +142,6 @@ void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, i
 int qwc_pairs_combine(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
                       const float *x, int P, const int32_t *sel, const float *wt, int k, const float *sg, int sg_logit,
                       int has_shared, int shared_pair);
-/* The MoE's P pairs' gate and up products and their act_mul: y [P][rows] = silu(x_p G_p^T) * (x_p U_p^T), G_p =
- * mats[p], U_p = mats[P + p] (type, [rows][cols]; NULL: zeros), x_p = x + p x_stride (0: one x; x_rows: the rows
- * of x, which are rounded together), with y's 8-bit rounding for the down products. The bits of qwc_matmul_pairs
- * over the 2P pairs then act_mul; 0 (nothing done) where the kernel does not take them. */
-int qwc_pairs_gate_up_act(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
-                          const float *x, int64_t x_stride, int64_t x_rows, int P);
 /* One token x through n (<= 4) matrices w[j] on the device of one type and row length, into y[j]: one launch of the
  * integer path, the bits of their own products. 0 (nothing done) when that path does not take them. */
 int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x);
