@@ -140,9 +140,6 @@ __attribute__((weak)) void *qwc_q8_big(struct qwc *c, size_t bytes) { /* no prom
     (void)c, (void)bytes;
     return NULL;
 }
-__attribute__((weak)) void qwc_q8_made_at(struct qwc *c, const float *y, int64_t n, const void *at) {
-    (void)c, (void)y, (void)n, (void)at;
-}
 __attribute__((weak)) void *qwc_scratch(struct qwc *c, size_t bytes) {
     if (bytes <= c->scratch_bytes) return c->scratch;
     cuda_ok(cudaStreamSynchronize(c->stream), "scratch: sync");
