@@ -12,19 +12,10 @@
 # matrix-vector kernels asking for their rows in L2 only up to a matrix size (QWENC_CUDA_MV_PREFETCH_MAX). Each step
 # fits a call where calls are limited to 10 minutes.
 #
-# Built after the last GPU run and checked only on the CPU (the emulation, t_cuda_emu, where it covers them), so not
-# yet timed: the split attention's merge (its weights once a head), the QSA selection's threshold a byte at a time,
-# its offsets and a one-token step's indexer keys in one launch each, prompt steps in QSA's dense regime without the
-# selection (src/blocks/qsa.c), a prompt's MoE rows rounded once a token and gathered as 8-bit blocks
-# (QWENC_CUDA_MOE_GATHER_Q8=0: not) and the integer GEMM skipping a warp's empty n tiles (QWENC_CUDA_MMQ_SKIP=0:
-# not; `mmq` measures both), a prompt's products taking their input's rounding from the kernel that wrote it or
-# from the batch's first job (QWENC_CUDA_Q8_BIG=0: not; `mmq` too), the tiled attention kernels' keys and values
-# copied a stage ahead (QWENC_CUDA_ATT_ASYNC=0: not; `mmq` too), the tiled attention's value sums reading a key's
-# probabilities 16 bytes at a time, and the inject-and-norm and one-token DeltaNet input kernels loading a thread's
-# values before their stores.
-# The others have no switch: `defaults` measures them in this round's column against the
-# numbers of docs/BENCH.md's table of defaults (H100: cut Q4_K pp512 19,146, tg128 790; whole with 192 experts tg32 after
-# 4,096 tokens 128.5, 16 sessions 426.6).
+# Each of these has been timed once (docs/BENCH.md, "The paths that waited, timed"); the steps repeat those
+# comparisons on another machine or after a change, beside the numbers of docs/BENCH.md's tables of defaults (H100:
+# cut Q4_K pp512 20,085, tg128 809; whole with 192 experts pp4096 3,931, tg32 after 4,096 tokens 154.7, 16 sessions
+# 436.3).
 #
 #   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq] [prefetch]      all five when none is named
 #
