@@ -915,8 +915,7 @@ struct mvq_args {
     /* n_jobs > 0: one token through n_jobs matrices of the same type and row length at once, job blockIdx.y's
      * matrix, rows and output taking the place of w, rows and y (qwc_matmul_group) */
     int n_jobs;
-    int early; /* 1: the rows asked for before the programmatic launch's wait (w or jw: not a pair's); 0: at the
-                * start; -1: not at all (mv_prefetch_takes) */
+    int early; /* the rows asked for before the programmatic launch's wait (w or jw: not a pair's) */
     int ks;    /* warps a row (1, 2 or 4): each sums a part of the groups, the parts added in order */
     int walk;  /* Q8_0, Q4_K, Q6_K: mvq_walk */
     int stage; /* a block's rows (w or jw: not a pair's) copied into shared memory before the programmatic launch's
@@ -1167,7 +1166,7 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
     const uint8_t *w = a.w;
     float *yo = a.y;
     if (a.n_jobs) w = a.jw[blockIdx.y], rows = a.jrows[blockIdx.y], yo = a.jy[blockIdx.y], pair = 0;
-    const bool early = MVQ_PREFETCH && a.early > 0 && !a.mats, staging = a.stage && !a.mats;
+    const bool early = MVQ_PREFETCH && a.early && !a.mats, staging = a.stage && !a.mats;
     int stage = 0; /* the block's rows copied into sm, 16 or 4 bytes a copy */
     if (staging) {
         const int64_t n = std::max<int64_t>(0, std::min<int64_t>(MV_WARPS / ks, rows - row0)) * row_bytes;
@@ -1194,7 +1193,7 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
         const uint8_t *r = stage ? sm + (row - row0) * row_bytes : r0 + (r0 ? row * row_bytes : 0);
         const int64_t ng = r0 ? a.ng : 0; /* a pair without its matrix (another GPU's expert): zeros */
         const int64_t per = (ng + 32 * ks - 1) / (32 * ks) * 32, gs = kk * per, ge = std::min(ng, gs + per);
-        if (MVQ_PREFETCH && a.early >= 0 && !early && !stage) /* the row's lines asked for at once: from L2 later */
+        if (MVQ_PREFETCH && !early && !stage) /* the row's lines asked for at once: later groups from L2, not HBM */
             for (int64_t o = (int64_t)(kk * 32 + lane) * 128; o < (r0 ? row_bytes : 0); o += (int64_t)ks * 32 * 128)
                 QWC_PREFETCH_L2(r + o);
         mvq_lane<T, NT>(r, gs, ge, a.xq + pair * a.xq_pair, a.xq_tok, a.n_tok, a.walk, acc);
@@ -1387,21 +1386,6 @@ static int mv_early() {
     return qwc_env_switch("QWENC_CUDA_MV_EARLY", 1, &r);
 }
 
-/* A matrix-vector kernel asks for its rows in L2 (before its programmatic wait, or at its start) only for a matrix
- * of at most QWENC_CUDA_MV_PREFETCH_MAX MiB in the environment (unset or 0: every matrix, as before). On an H200 a
- * chain of 528-block reads (tests/gpu/l2_ahead.cu) was 4-7 % faster with each block asking for its slice first at
- * 1-4 MiB and 18-22 % slower at 16 MiB; the lm_head is hundreds of MB. Not yet timed in the engine (the same
- * results either way). */
-static bool mv_prefetch_takes(int64_t bytes) {
-    static int64_t max = -1;
-    if (max < 0) {
-        const char *e = getenv("QWENC_CUDA_MV_PREFETCH_MAX");
-        const long m = e ? atol(e) : 0;
-        max = m > 0 ? (int64_t)m << 20 : 0;
-    }
-    return !max || bytes <= max;
-}
-
 /* One token's product whose row groups would fill few blocks (fewer than MV_ONE_ROW_BLOCKS: the MoE's f32 router,
  * 512 rows in 128 blocks; most products of a BF16 model) takes a row a warp instead of a group of MV_ROWS: four
  * times the warps, each with the same chunks (kw is chosen for the groups of MV_ROWS as before) and the same sums
@@ -1432,7 +1416,7 @@ template <int T> void mv_launch(qwc *c, mv_args a, int64_t cols, int64_t n_pairs
             continue;
         }
         a.nblk = cols / L::BE;
-        a.early = mv_early() && mv_prefetch_takes(a.rows * a.row_bytes);
+        a.early = mv_early();
         const int64_t nchunk = cdiv(a.nblk, L::CBLK), groups = cdiv(a.rows, MV_ROWS) * n_pairs;
         const int64_t target = a.n_tok <= 2 ? MV_TARGET_DECODE : MV_TARGET_WARPS;
         a.kw = 1;
@@ -1516,9 +1500,7 @@ static int mvq_stage_on() {
 
 /* one launch of mvq_kernel */
 template <int T> void mvq_go(cudaStream_t s, mvq_args a, unsigned ny) {
-    int64_t most = a.rows; /* the largest matrix's rows */
-    for (int j = 0; j < a.n_jobs; j++) most = std::max(most, a.jrows[j]);
-    a.early = !mv_prefetch_takes(most * a.row_bytes) ? -1 : mv_early(); /* -1: the rows not asked for at all */
+    a.early = mv_early();
     a.walk = mvq_walk_on();
     int64_t nb = 0; /* blocks a matrix */
     if (a.n_jobs)
