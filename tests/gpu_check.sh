@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU tests, on a machine with an NVIDIA GPU and the CUDA toolkit: builds the CUDA backend (make cuda) and
 # runs its tests: every weight kernel (tests/gpu/t_cuda_quant; t_cuda_quant_loop: again with the integer GEMM's
-# group loop not unrolled, QWENC_CUDA_MMQ_UNROLL=0) and every op (tests/gpu/t_cuda_ops) against the
+# group loop not unrolled, QWENC_CUDA_MMQ_UNROLL=0; t_cuda_quant_fast: with its terms as fused multiply-adds,
+# QWENC_CUDA_MMQ_FAST=1, within the matrix-vector bound) and every op (tests/gpu/t_cuda_ops) against the
 # CPU reference, every fixture's logits on the GPU against transformers (t_model --backend cuda: the CPU's
 # tolerance; t_model_switches: again with the other paths, every delta rule of a call in its chunked form, dense
 # prompt attention a query a block, the MoE's rows as pairs up to 1,024 of them, decode attention split along the
@@ -45,13 +46,14 @@ if ! make -j"$J" cuda "${flags[@]}" >build-cuda.log 2>&1; then
     exit 1
 fi
 progs=("$@")
-[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_quant_loop t_cuda_ops t_model t_model_switches t_session t_session_switches t_mtp cli_text determinism ple_host synth_check fusions split)
+[ ${#progs[@]} -eq 0 ] && progs=(t_cuda_quant t_cuda_quant_loop t_cuda_quant_fast t_cuda_ops t_model t_model_switches t_session t_session_switches t_mtp cli_text determinism ple_host synth_check fusions split)
 total_pass=0; total_fail=0
 for p in "${progs[@]}"; do
     echo "== $p"
     case $p in
         t_model) out=$(build-cuda/tests/t_model --backend cuda 2>&1) ;;
         t_cuda_quant_loop) out=$(QWENC_CUDA_MMQ_UNROLL=0 build-cuda/tests/gpu/t_cuda_quant 2>&1) ;;
+        t_cuda_quant_fast) out=$(QWENC_CUDA_MMQ_FAST=1 build-cuda/tests/gpu/t_cuda_quant 2>&1) ;;
         t_model_switches)
             out=$(QWENC_CUDA_DR_CHUNK=1 QWENC_CUDA_ATT_QTILES=0 QWENC_CUDA_PAIRS_MAX=1024 QWENC_CUDA_ATT_SPLIT_MIN=0 \
                 QWENC_CUDA_QSA_SPLIT=1 QWENC_CUDA_MMQ_UNROLL=0 build-cuda/tests/t_model --backend cuda 2>&1) ;;

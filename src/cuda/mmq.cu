@@ -105,8 +105,9 @@ __device__ __forceinline__ void mmq_load(mmq_regs<MT> &q, const mmq_args &a, con
 
 /* MT m tiles (16 rows) and NT n tiles (8 tokens) a warp; 2 x 2 warps: BM = 32 MT rows by BN = 16 NT tokens.
  * UNROLL: a step's KG groups unrolled (the next group's fragments and MMAs can be in flight while this one's terms
- * are added); the same operations in the same order for every output. */
-template <int T, int MT, int NT, int MINB, bool UNROLL = false>
+ * are added); the same operations in the same order for every output. FAST: each group's term in fused
+ * multiply-adds instead of the reference's operations (QWENC_CUDA_MMQ_FAST, below): not qw_q8a_dot_ref's bits. */
+template <int T, int MT, int NT, int MINB, bool UNROLL = false, bool FAST = false>
 __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
     QWC_PDL_ENTRY();
     constexpr int BM_ = 32 * MT, BN_ = 16 * NT;
@@ -201,6 +202,7 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
                     const uint32_t *p = sx + (wn + j * 8 + tig * 2 + k) * XW + gg * 10;
                     xd[j][k] = __uint_as_float(p[0]);
                     xs[j][k] = (float)(int)p[1];
+                    if (FAST && has_min<T>()) xs[j][k] = __fmul_rn(xd[j][k], xs[j][k]); /* d s: B's factor */
                 }
             }
 #pragma unroll
@@ -221,6 +223,22 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
                     const int r = wm + mt * 16 + gid + 8 * h;
                     const float A = sA[gg][r], B = sB[gg][r];
                     const int mm = sM[gg][r], m0 = (int)(short)(mm & 0xFFFF), m1 = mm >> 16;
+                    if (FAST) { /* acc + (A m0 d) S + B (d s): the integer scale in A (exact: an f16's 11 bits times
+                                 * at most 6), Q6_K's two halves as integers */
+                        const float Am = TWO ? A : __fmul_rn(A, (float)m0);
+#pragma unroll
+                        for (int j = 0; j < NT; j++) {
+                            if (j >= NJ) break;
+#pragma unroll
+                            for (int k = 0; k < 2; k++) {
+                                const int is = TWO ? m0 * S[j][2 * h + k] + m1 * S1[j][2 * h + k] : S[j][2 * h + k];
+                                float v = __fmaf_rn(__fmul_rn(Am, xd[j][k]), __int2float_rn(is), acc[mt][h][j][k]);
+                                if (has_min<T>()) v = __fmaf_rn(B, xs[j][k], v);
+                                acc[mt][h][j][k] = v;
+                            }
+                        }
+                        continue;
+                    }
 #pragma unroll
                     for (int j = 0; j < NT; j++) {
                         if (j >= NJ) break;
@@ -282,18 +300,31 @@ static int mmq_skip() {
     return qwc_env_switch("QWENC_CUDA_MMQ_SKIP", 1, &r);
 }
 
+/* Each output's group terms as fused multiply-adds, acc + (A m d) S + B (d s) (QWENC_CUDA_MMQ_FAST=1 in the
+ * environment; off by default): about four operations an output and group instead of the reference's seven, where
+ * ncu found the kernel bound by the instructions it issues (docs/BENCH.md). Not qw_q8a_dot_ref's bits but within the
+ * matrix-vector kernels' bound of it, (ng + 48) 2^-24 qw_q8a_dot_abs (t_cuda_emu); the big and small tiles give
+ * the same bits. */
+static int mmq_fast() {
+    static int r = -1;
+    return qwc_env_switch("QWENC_CUDA_MMQ_FAST", 0, &r);
+}
+
 template <int T> void mmq_launch(qwc *c, mmq_args a, int64_t n_rows, int grouped, int slices) {
     a.skip = mmq_skip();
     const int64_t rows = a.rows;
     const int64_t big = ((rows + 63) / 64) * ((n_rows + 63) / 64);
+    const bool fast = mmq_fast();
     if (big >= MMQ_BIG_BLOCKS) {
         const dim3 grid((unsigned)((rows + 63) / 64), (unsigned)((n_rows + 63) / 64 + (grouped ? a.E : 0)), slices);
-        if (mmq_unroll()) qwc_launch(k_mmq<T, 2, 4, 3, true>, grid, THREADS, 0, qwc_stream(c), a);
+        if (fast) qwc_launch(k_mmq<T, 2, 4, 3, true, true>, grid, THREADS, 0, qwc_stream(c), a);
+        else if (mmq_unroll()) qwc_launch(k_mmq<T, 2, 4, 3, true>, grid, THREADS, 0, qwc_stream(c), a);
         else qwc_launch(k_mmq<T, 2, 4, 4>, grid, THREADS, 0, qwc_stream(c), a);
     } else {
         const dim3 grid((unsigned)((rows + 31) / 32), (unsigned)((n_rows + 31) / 32 + (grouped ? a.E : 0)), slices);
         if (grouped) a.tiles += a.E + 1; /* the 32-token tiles' prefix */
-        qwc_launch(k_mmq<T, 1, 2, 6>, grid, THREADS, 0, qwc_stream(c), a);
+        if (fast) qwc_launch(k_mmq<T, 1, 2, 6, false, true>, grid, THREADS, 0, qwc_stream(c), a);
+        else qwc_launch(k_mmq<T, 1, 2, 6>, grid, THREADS, 0, qwc_stream(c), a);
     }
     QWC_LAUNCHED();
 }

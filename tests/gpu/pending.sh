@@ -8,15 +8,16 @@
 # (tests/ab.sh, the sets interleaved); `mmq` a prompt's MoE with its rows rounded before they are gathered
 # (QWENC_CUDA_MOE_GATHER_Q8), the integer GEMM's skipped n tiles (QWENC_CUDA_MMQ_SKIP) and a prompt's products
 # taking their input's rounding from its writer or the batch's first job (QWENC_CUDA_Q8_BIG), together, then
-# attention's tiles copied a stage ahead (QWENC_CUDA_ATT_ASYNC), in prompts and deep decode. Each step fits a call
-# where calls are limited to 10 minutes.
+# attention's tiles copied a stage ahead (QWENC_CUDA_ATT_ASYNC), in prompts and deep decode; `fast` the integer
+# GEMM's group terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1, built and checked in the emulation, not yet
+# timed). Each step fits a call where calls are limited to 10 minutes.
 #
 # Each of these has been timed once (docs/BENCH.md, "The paths that waited, timed"); the steps repeat those
 # comparisons on another machine or after a change, beside the numbers of docs/BENCH.md's tables of defaults (H100:
 # cut Q4_K pp512 20,085, tg128 809; whole with 192 experts pp4096 3,931, tg32 after 4,096 tokens 154.7, 16 sessions
 # 436.3).
 #
-#   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq]      all four when none is named
+#   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq] [fast]      all five when none is named
 #
 # ROUNDS (2) rounds of each set; FN: the bench options of the whole model (default: the whole Flash-Next at Q4_K,
 # 111 GiB; on an 80 GiB GPU, '--backend cuda --synth flash-next --experts 192 --type q4_k'). Each step ends with a
@@ -27,7 +28,7 @@ fn=${FN:-'--backend cuda --synth flash-next --type q4_k'}
 cut='--backend cuda --synth flash-next --layers 8 --experts 64 --ngram-base 200003 --type q4_k'
 q35='--backend cuda --synth qwen3.5-35b-a3b --type q4_k'
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(check split defaults mmq)
+[ ${#steps[@]} -eq 0 ] && steps=(check split defaults mmq fast)
 export QWENC=${QWENC:-build-cuda/qwenc} ROUNDS=${ROUNDS:-2}
 fails=0
 
@@ -49,7 +50,7 @@ for step in "${steps[@]}"; do
             bash tests/gpu_check.sh t_cuda_quant_loop t_cuda_ops t_model t_model_switches t_session \
                 t_session_switches t_mtp || fails=$((fails + 1))
             ;;
-        split | defaults | mmq)
+        split | defaults | mmq | fast)
             if [ ! -x "$QWENC" ]; then
                 echo "pending.sh: $QWENC is not there: run the check step (or make cuda) first" >&2
                 exit 1
@@ -96,7 +97,14 @@ for step in "${steps[@]}"; do
             # shellcheck disable=SC2086
             ab 'QWENC_CUDA_ATT_ASYNC=0' - -- $fn -p 0 -n 32 -d 4096
             ;;
-        *) echo "pending.sh: no step '$step' (check, split, defaults, mmq)" >&2; exit 1 ;;
+        fast)
+            # the integer GEMM's terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1; off by default)
+            for o in "$fn -p 4096" "$q35 -p 4096" "$cut -p 512"; do
+                # shellcheck disable=SC2086
+                ab - 'QWENC_CUDA_MMQ_FAST=1' -- $o -n 0
+            done
+            ;;
+        *) echo "pending.sh: no step '$step' (check, split, defaults, mmq, fast)" >&2; exit 1 ;;
     esac
     echo "== step $step done, $fails failed so far"
 done

@@ -530,6 +530,35 @@ template <int T> static void test_mmq_type(void) {
               "%.9g)", qw_type_name(t), name[v], a.skip ? ", empty n tiles skipped" : "", bad, y.size(), first / rows,
               first % rows, y[first], want[first]);
     }
+    /* the terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST): within (ng + 48) 2^-24 qw_q8a_dot_abs of the
+     * reference, the two tile shapes the same bits */
+    std::vector<float> yb(want.size(), NAN), ys(want.size(), NAN);
+    a.skip = 1;
+    a.y = yb.data();
+    qwc_launch((k_mmq<T, 2, 4, 3, true, true>), dim3((unsigned)((rows + 63) / 64), (unsigned)((n_tok + 63) / 64), 1),
+               THREADS, 0, 0, a);
+    a.y = ys.data();
+    qwc_launch((k_mmq<T, 1, 2, 6, false, true>), dim3((unsigned)((rows + 31) / 32), (unsigned)((n_tok + 31) / 32), 1),
+               THREADS, 0, 0, a);
+    size_t over = 0, differ = 0, exact = 0;
+    double worst = 0;
+    for (int k = 0; k < n_tok; k++)
+        for (int64_t r = 0; r < rows; r++) {
+            const size_t i = (size_t)(k * rows + r);
+            const double bound = (double)(ng + 48) * ldexp(1.0, -24) *
+                                 qw_q8a_dot_abs(t, w.data() + r * rb, xq.data() + k * ng, cols);
+            const double e = fabs((double)yb[i] - (double)want[i]);
+            if (!(e <= bound)) over++;
+            if (bound > 0) worst = std::max(worst, e / bound);
+            differ += memcmp(&yb[i], &ys[i], 4) != 0;
+            exact += memcmp(&yb[i], &want[i], 4) == 0;
+        }
+    CHECK(!over, "mmq %s, fused terms: %zu of %zu outputs past (ng + 48) 2^-24 sum|terms| of qw_q8a_dot_ref (worst "
+          "%.2f of it)", qw_type_name(t), over, yb.size(), worst);
+    CHECK(!differ, "mmq %s, fused terms: %zu outputs differ between the 64 x 64 and 32 x 32 tiles", qw_type_name(t),
+          differ);
+    CHECK(exact < yb.size(), "mmq %s, fused terms: every output qw_q8a_dot_ref's bits (is the fused path taken?)",
+          qw_type_name(t));
 }
 
 /* A grouped product (the MoE's prompt path) through qwc_mmq_grouped: three experts of 0, 5 and 40 rows, each row the
