@@ -223,31 +223,26 @@ __global__ void __launch_bounds__(THREADS, MINB) k_mmq(mmq_args a) {
                     const int r = wm + mt * 16 + gid + 8 * h;
                     const float A = sA[gg][r], B = sB[gg][r];
                     const int mm = sM[gg][r], m0 = (int)(short)(mm & 0xFFFF), m1 = mm >> 16;
-                    if (FAST) { /* acc + (A m0 d) S + B (d s): the integer scale in A (exact: an f16's 11 bits times
-                                 * at most 6), Q6_K's two halves as integers */
-                        const float Am = TWO ? A : __fmul_rn(A, (float)m0);
-#pragma unroll
-                        for (int j = 0; j < NT; j++) {
-                            if (j >= NJ) break;
-#pragma unroll
-                            for (int k = 0; k < 2; k++) {
-                                const int is = TWO ? m0 * S[j][2 * h + k] + m1 * S1[j][2 * h + k] : S[j][2 * h + k];
-                                float v = __fmaf_rn(__fmul_rn(Am, xd[j][k]), __int2float_rn(is), acc[mt][h][j][k]);
-                                if (has_min<T>()) v = __fmaf_rn(B, xs[j][k], v);
-                                acc[mt][h][j][k] = v;
-                            }
-                        }
-                        continue;
-                    }
+                    /* FAST: acc + (A m0 d) S + B (d s), the integer scale in A (exact: an f16's 11 bits times at
+                     * most 6), Q6_K's two halves as integers */
+                    const float Am = FAST && !TWO ? __fmul_rn(A, (float)m0) : A;
 #pragma unroll
                     for (int j = 0; j < NT; j++) {
                         if (j >= NJ) break;
 #pragma unroll
                         for (int k = 0; k < 2; k++) {
-                            const int isum = TWO ? m0 * S[j][2 * h + k] + m1 * S1[j][2 * h + k] : m0 * S[j][2 * h + k];
-                            float v = __fmul_rn(A, __int2float_rn(isum));
-                            if (has_min<T>()) v = __fadd_rn(v, __fmul_rn(B, xs[j][k]));
-                            acc[mt][h][j][k] = __fadd_rn(acc[mt][h][j][k], __fmul_rn(xd[j][k], v));
+                            const int s0 = S[j][2 * h + k];
+                            if constexpr (FAST) {
+                                const int is = TWO ? m0 * s0 + m1 * S1[j][2 * h + k] : s0;
+                                float v = __fmaf_rn(__fmul_rn(Am, xd[j][k]), __int2float_rn(is), acc[mt][h][j][k]);
+                                if (has_min<T>()) v = __fmaf_rn(B, xs[j][k], v);
+                                acc[mt][h][j][k] = v;
+                            } else {
+                                const int isum = TWO ? m0 * s0 + m1 * S1[j][2 * h + k] : m0 * s0;
+                                float v = __fmul_rn(A, __int2float_rn(isum));
+                                if (has_min<T>()) v = __fadd_rn(v, __fmul_rn(B, xs[j][k]));
+                                acc[mt][h][j][k] = __fadd_rn(acc[mt][h][j][k], __fmul_rn(xd[j][k], v));
+                            }
                         }
                     }
                 }
