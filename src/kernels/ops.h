@@ -89,6 +89,8 @@ struct qw_backend {
     void (*sync)(const qw_backend *be);
 
     /* ---- matrix products and gathers */
+    /* Weights (w->data) are host views of the model: their bytes stay at their address, unchanged, for the backend's
+     * life (a backend without host memory keeps its copy of a weight under that address). */
     /* y[t][r] = sum_c W[r][c] * x[t][c]; W [rows, cols], x [n_tok][cols], y [n_tok][rows]. */
     void (*matmul)(const qw_backend *be, float *y, const qw_tensor *w, const float *x, int n_tok);
     /* Independent matmuls (e.g. a layer's q, k and v) as one unit of work: the results are those of calling

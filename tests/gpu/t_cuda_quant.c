@@ -317,6 +317,11 @@ static void check_matmul(const mat *m, int n_tok, int xmis) {
     cuda_ok(cudaFree(dx), "cudaFree"), cuda_ok(cudaFree(dy), "cudaFree");
 }
 
+/* the matrix-vector kernels' bound of a row's integer dot against qw_q8a_dot_ref (n columns) */
+static double q8_bound(qw_type t, const uint8_t *row, const qw_q8a *xq, int64_t n) {
+    return (n / 32.0 + 48) * U24 * qw_q8a_dot_abs(t, row, xq, n) + n * SUB;
+}
+
 /* y [n_tok][rows] against qw_q8a_dot_ref of the host's 8-bit rounding of each token's x */
 static worst compare_q8(const mat *m, const float *y, const float *x, int64_t x_stride, int n_tok) {
     worst w = {0, 0, 0, 0, -1, -1};
@@ -327,7 +332,7 @@ static worst compare_q8(const mat *m, const float *y, const float *x, int64_t x_
         for (int64_t r = 0; r < rows; r++) {
             const uint8_t *row = m->q + r * m->row_bytes;
             double ref = qw_q8a_dot_ref(m->type, row, xq, n);
-            double bound = (n / 32.0 + 48) * U24 * qw_q8a_dot_abs(m->type, row, xq, n) + n * SUB;
+            double bound = q8_bound(m->type, row, xq, n);
             double got = y[t * rows + r], err = fabs(got - ref), ratio = err / bound;
             if (!(err <= bound)) ratio = INFINITY;
             if (ratio >= w.ratio) w = (worst){ratio, got, ref, bound, r, t};
@@ -564,8 +569,8 @@ static void check_mmq_grouped(const mat *mats, int n0, int n2) {
                 const uint8_t *row = mats[e].q + o * mats[e].row_bytes;
                 want = qw_q8a_dot_ref(mats[e].type, row, xq + r * ng, cols);
                 if (mmq_fused()) { /* the matrix-vector kernels' bound */
-                    const double bound = (cols / 32.0 + 48) * U24 * qw_q8a_dot_abs(mats[e].type, row, xq + r * ng, cols);
-                    if (!(fabs((double)y[r * rows + o] - want) <= bound + cols * SUB)) bad = r * rows + o;
+                    if (!(fabs((double)y[r * rows + o] - want) <= q8_bound(mats[e].type, row, xq + r * ng, cols)))
+                        bad = r * rows + o;
                 } else if (memcmp(&want, &y[r * rows + o], 4)) {
                     bad = r * rows + o;
                 }
