@@ -296,10 +296,11 @@ static int mmq_skip() {
 }
 
 /* Each output's group terms as fused multiply-adds, acc + (A m d) S + B (d s) (QWENC_CUDA_MMQ_FAST=1 in the
- * environment; off by default): about four operations an output and group instead of the reference's seven, where
- * ncu found the kernel bound by the instructions it issues (docs/BENCH.md). Not qw_q8a_dot_ref's bits but within the
- * matrix-vector kernels' bound of it, (ng + 48) 2^-24 qw_q8a_dot_abs (t_cuda_emu); the big and small tiles give
- * the same bits. */
+ * environment; off by default, as a faster numerics mode is opt-in): about four operations an output and group
+ * instead of the reference's seven, where ncu found the kernel bound by the instructions it issues; 1.06-1.07x on an
+ * H100's prompts (docs/BENCH.md). Not qw_q8a_dot_ref's bits but within the matrix-vector kernels' bound of it,
+ * (ng + 48) 2^-24 qw_q8a_dot_abs (t_cuda_emu, gpu_check's t_cuda_quant_fast); the big and small tiles give the same
+ * bits. */
 static int mmq_fast() {
     static int r = -1;
     return qwc_env_switch("QWENC_CUDA_MMQ_FAST", 0, &r);

@@ -9,13 +9,13 @@
 # (QWENC_CUDA_MOE_GATHER_Q8), the integer GEMM's skipped n tiles (QWENC_CUDA_MMQ_SKIP) and a prompt's products
 # taking their input's rounding from its writer or the batch's first job (QWENC_CUDA_Q8_BIG), together, then
 # attention's tiles copied a stage ahead (QWENC_CUDA_ATT_ASYNC), in prompts and deep decode; `fast` the integer
-# GEMM's group terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1, built and checked in the emulation, not yet
-# timed). Each step fits a call where calls are limited to 10 minutes.
+# GEMM's group terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1, opt-in) against the reference's operations.
+# Each step fits a call where calls are limited to 10 minutes.
 #
 # Each of these has been timed once (docs/BENCH.md, "The paths that waited, timed"); the steps repeat those
 # comparisons on another machine or after a change, beside the numbers of docs/BENCH.md's tables of defaults (H100:
-# cut Q4_K pp512 20,085, tg128 809; whole with 192 experts pp4096 3,931, tg32 after 4,096 tokens 154.7, 16 sessions
-# 436.3).
+# cut Q4_K pp512 19,856-20,085, tg128 809; whole with 192 experts pp4096 3,931-3,954, tg32 after 4,096 tokens
+# 154.7, 16 sessions 436.3).
 #
 #   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq] [fast]      all five when none is named
 #
@@ -98,7 +98,7 @@ for step in "${steps[@]}"; do
             ab 'QWENC_CUDA_ATT_ASYNC=0' - -- $fn -p 0 -n 32 -d 4096
             ;;
         fast)
-            # the integer GEMM's terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1; off by default)
+            # the integer GEMM's terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1; opt-in)
             for o in "$fn -p 4096" "$q35 -p 4096" "$cut -p 512"; do
                 # shellcheck disable=SC2086
                 ab - 'QWENC_CUDA_MMQ_FAST=1' -- $o -n 0

@@ -562,7 +562,7 @@ template <int T> static void test_mmq_type(void) {
 }
 
 /* A grouped product (the MoE's prompt path) through qwc_mmq_grouped: three experts of 0, 5 and 40 rows, each row the
- * bits of its own expert's product */
+ * bits of qw_q8a_dot_ref, or with QWENC_CUDA_MMQ_FAST=1 those of its own expert's plain product (fused terms) */
 static void test_mmq_grouped(void) {
     const qw_type t = QW_TYPE_Q4_K;
     const int E = 3, rows_e[E] = {0, 5, 40};
@@ -584,14 +584,40 @@ static void test_mmq_grouped(void) {
     qwc c = {};
     qwc_mmq_tiles(&c, tiles.data(), offs, E);
     qwc_mmq_grouped(&c, y.data(), rows, tab, t, rows, cols, xq.data(), offs, tiles.data(), E, R);
-    size_t bad = 0;
-    for (int e = 0; e < E; e++)
+    /* the default: qw_q8a_dot_ref's bits; QWENC_CUDA_MMQ_FAST=1 in the environment (fused terms): each expert's rows
+     * the bits of a plain product of that expert's matrix (the 32 x 32 tiles' fused kernel) and within the
+     * matrix-vector bound of qw_q8a_dot_ref */
+    const char *fe = getenv("QWENC_CUDA_MMQ_FAST");
+    const bool fused = fe && fe[0] && fe[0] != '0';
+    size_t bad = 0, over = 0;
+    for (int e = 0; e < E; e++) {
+        const int n = offs[e + 1] - offs[e];
+        std::vector<float> yp((size_t)n * rows, NAN);
+        if (fused && n) {
+            mmq_args a = {};
+            a.w = w[e].data(), a.rows = rows, a.row_bytes = rb, a.ng = ng, a.xq = xq.data() + offs[e] * ng;
+            a.xq_tok = ng, a.ldy = rows, a.n_tok = n, a.skip = 1, a.y = yp.data();
+            qwc_launch((k_mmq<QW_TYPE_Q4_K, 1, 2, 6, false, true>),
+                       dim3((unsigned)((rows + 31) / 32), (unsigned)((n + 31) / 32), 1), THREADS, 0, 0, a);
+        }
         for (int k = offs[e]; k < offs[e + 1]; k++)
             for (int64_t r = 0; r < rows; r++) {
+                const float got = y[(size_t)(k * rows + r)];
                 const float want = qw_q8a_dot_ref(t, w[e].data() + r * rb, xq.data() + k * ng, cols);
-                bad += memcmp(&y[(size_t)(k * rows + r)], &want, 4) != 0;
+                if (!fused) {
+                    bad += memcmp(&got, &want, 4) != 0;
+                    continue;
+                }
+                bad += memcmp(&got, &yp[(size_t)((k - offs[e]) * rows + r)], 4) != 0;
+                const double bound = (double)(ng + 48) * ldexp(1.0, -24) *
+                                     qw_q8a_dot_abs(t, w[e].data() + r * rb, xq.data() + k * ng, cols);
+                over += !(fabs((double)got - (double)want) <= bound);
             }
-    CHECK(!bad, "mmq grouped (experts of 0, 5 and 40 rows): %zu outputs not qw_q8a_dot_ref's bits", bad);
+    }
+    CHECK(!bad, "mmq grouped (experts of 0, 5 and 40 rows): %zu outputs not %s bits", bad,
+          fused ? "a plain product's (fused terms)" : "qw_q8a_dot_ref's");
+    CHECK(!over, "mmq grouped (experts of 0, 5 and 40 rows), fused terms: %zu outputs past the matrix-vector bound",
+          over);
     CHECK(tiles[1] == 0 && tiles[2] == 1 && tiles[3] == 2, "mmq tiles: the 64-token prefix %d %d %d", tiles[1],
           tiles[2], tiles[3]);
 }
