@@ -73,8 +73,10 @@ __device__ void route_topk(const float (&v)[N], unsigned left, int E, int k, int
         }
     }
     __syncwarp();
-    if (lane == 0 && norm)
-        for (int j = 0; j < k; j++) wts[j] = (float)(wts[j] / ws);
+    if (norm) { /* lane 0's sum, each weight divided by its own lane (k of them at once, not one after another) */
+        const double tot = __shfl_sync(0xffffffffu, ws, 0);
+        for (int j = lane; j < k; j += 32) wts[j] = (float)(wts[j] / tot);
+    }
 }
 
 template <int N>
@@ -323,6 +325,11 @@ __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32
         return;
     }
     const int t = p < R ? p / k : p - R;
+    if (!xin && xq) { /* one token's x rounded once, the blocks sharing its blocks: first, as it needs no routing */
+        const int nw = blockDim.x >> 5;
+        for (int b = p * nw + (threadIdx.x >> 5); b < H / 32; b += P * nw)
+            qwc_q8a_warp(x[32 * b + (threadIdx.x & 31)], xq + b);
+    }
     if (lg && p < R) { /* block-uniform */
         const float *l = lg + (int64_t)t * E;
         if (QWC_MOE_ROUTE_REGS && E <= 64) route_block<2>(l, rp, E, k, norm, ids, wts);
@@ -338,13 +345,7 @@ __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32
         const bool own = e >= 0 && e < n_own;
         for (int j = 0; j < 3; j++) mats[j * P + p] = p < R ? (own ? tab[j * n_own + e] : NULL) : sh[j];
     }
-    if (!xin) { /* one token's x read in place by every pair: its row rounded once, the blocks sharing its blocks */
-        const int nw = blockDim.x >> 5;
-        if (xq)
-            for (int b = p * nw + (threadIdx.x >> 5); b < H / 32; b += P * nw)
-                qwc_q8a_warp(x[32 * b + (threadIdx.x & 31)], xq + b);
-        return;
-    }
+    if (!xin) return; /* one token's x read in place by every pair (rounded above) */
     const float *src = x + (int64_t)t * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x) { /* H % 32 == 0 when xq: whole warps */
         const float v = src[i];

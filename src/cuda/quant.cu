@@ -1223,11 +1223,13 @@ template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kerne
     mvq_rows<T, NT>(a, red, mv_stage);
 }
 
-/* One token's MoE down products and their combine (qwc_pairs_combine, QWC_MOE_DOWN_COMBINE): a block per output row
- * i, its warp p row i of pair p's matrix (mats[p]; NULL: zeros) against the pair's activations xq + p ng, as
- * mvq_kernel sums it (one warp a row), then k_moe_combine's sum for row i: the shared expert's output (pair
+/* One token's MoE down products and their combine (qwc_pairs_combine, QWC_MOE_DOWN_COMBINE): a block per RPB output
+ * rows i, its warp p rows i of pair p's matrix (mats[p]; NULL: zeros) against the pair's activations xq + p ng, each
+ * as mvq_kernel sums it (one warp a row), then k_moe_combine's sum for each row i: the shared expert's output (pair
  * shared_pair, or y[i] where it ran on its own; has_shared 0: none) times its gate, then the routed outputs in the
- * order of their expert ids. */
+ * order of their expert ids. A row's operations do not depend on RPB (its terms by the same lanes, its own butterfly,
+ * its own combine), so every RPB gives the same bits; more rows a block order the slots once for them and keep a
+ * warp's rows' loads in flight together. */
 struct dc_args {
     const void *const *mats;
     const qw_q8a *xq;
@@ -1238,23 +1240,32 @@ struct dc_args {
     int P, k, sg_logit, has_shared, shared_pair, walk;
 };
 
-template <int T> __global__ void __launch_bounds__(1024) k_down_combine(dc_args a) {
-    __shared__ float out[32];
+template <int T, int RPB> __global__ void __launch_bounds__(1024) k_down_combine(dc_args a) {
+    __shared__ float out[RPB][32];
     __shared__ int rows[64], ids[64], pos[64];
     __shared__ float w[64], wk[64];
     const int lane = threadIdx.x & 31, p = threadIdx.x >> 5;
-    const int64_t i = blockIdx.x;
+    const int64_t i0 = (int64_t)blockIdx.x * RPB;
     QWC_PDL_ENTRY();
-    float acc[1] = {0.0f};
+    float acc[RPB];
     const uint8_t *r0 = (const uint8_t *)a.mats[p];
-    if (r0) mvq_lane<T, 1>(r0 + i * a.row_bytes, 0, a.ng, a.xq + p * a.ng, 0, 1, a.walk, acc);
-    mvq_warp_sum<1>(acc);
-    if (lane == 0) out[p] = acc[0];
+#pragma unroll
+    for (int j = 0; j < RPB; j++) {
+        acc[j] = 0.0f;
+        if (r0 && i0 + j < a.rows) mvq_lane<T, 1>(r0 + (i0 + j) * a.row_bytes, 0, a.ng, a.xq + p * a.ng, 0, 1, a.walk,
+                                                  &acc[j]);
+    }
+    mvq_warp_sum<RPB>(acc);
+    if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < RPB; j++) out[j][p] = acc[j];
     qwc_combine_slots(a.sel, NULL, a.wt, 0, a.k, rows, w, ids, pos, wk); /* (its barriers order out too) */
-    if (threadIdx.x == 0) {
-        const float s = a.has_shared ? (a.shared_pair >= 0 ? out[a.shared_pair] : a.y[i]) : 0.0f;
+    const int64_t i = i0 + threadIdx.x;
+    if (threadIdx.x < RPB && i < a.rows) {
+        const int j = threadIdx.x;
+        const float s = a.has_shared ? (a.shared_pair >= 0 ? out[j][a.shared_pair] : a.y[i]) : 0.0f;
         float v = qwc_combine_start(s, a.sg, 0, a.sg_logit, a.has_shared);
-        for (int n = 0; n < a.k; n++) v += out[rows[n]] * w[n];
+        for (int n = 0; n < a.k; n++) v += out[j][rows[n]] * w[n];
         a.y[i] = v;
     }
 }
@@ -1764,6 +1775,17 @@ template <int T> struct op_group {
     }
 };
 
+/* Output rows a block of k_down_combine: 4, or 1 with QWENC_CUDA_DC_ROWS=1 in the environment (a block a row, as
+ * before; the same bits, tests/gpu/fusions.sh) */
+static int dc_rows() {
+    static int r = -1;
+    if (r < 0) {
+        const char *e = getenv("QWENC_CUDA_DC_ROWS");
+        r = e && e[0] ? (atoi(e) >= 4 ? 4 : 1) : 4;
+    }
+    return r;
+}
+
 /* k_down_combine for weights of type T (the integer path's types; *done 0: not taken) */
 template <int T> struct op_down_combine {
     static void run(qwc *c, dc_args a, const float *x, int64_t cols, int *done) {
@@ -1772,7 +1794,9 @@ template <int T> struct op_down_combine {
             a.xq = q8_rows<T>(c, x, cols, cols, a.P);
             if (!a.xq) return;
             a.row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols), a.ng = cols / 32, a.walk = mvq_walk_on();
-            qwc_launch(k_down_combine<T>, (unsigned)a.rows, 32 * a.P, 0, qwc_stream(c), a);
+            if (dc_rows() >= 4)
+                qwc_launch(k_down_combine<T, 4>, (unsigned)cdiv(a.rows, 4), 32 * a.P, 0, qwc_stream(c), a);
+            else qwc_launch(k_down_combine<T, 1>, (unsigned)a.rows, 32 * a.P, 0, qwc_stream(c), a);
             QWC_LAUNCHED();
             *done = 1;
         }
