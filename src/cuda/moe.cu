@@ -312,6 +312,12 @@ __global__ void k_sg_dot(float *sg, const void *w, int type, const float *x, int
 __global__ void k_moe_pairs(const void **mats, float *xin, const float *x, int32_t *sel, float *wt, const float *lg,
                             int norm, const void *const *tab, int R, int P, int k, int E, int H, const void *const *sh,
                             int dup, qw_q8a *xq, int lo, int n_own, const void *sgw, int sg_type, float *sg) {
+    if (lg) /* the expert table depends on no kernel: its lines asked into L2 before the wait, a share a block, so the
+             * lookup after the routing is no trip to HBM (the same results) */
+        for (int64_t o = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 128,
+                     n = 3 * (int64_t)n_own * (int64_t)sizeof(void *);
+             o < n; o += (int64_t)gridDim.x * blockDim.x * 128)
+            QWC_PREFETCH_L2((const char *)tab + o);
     QWC_PDL_ENTRY();
     extern __shared__ float rp[]; /* routing: p [E], then taken [E] bytes */
     __shared__ int32_t ids[64];
