@@ -10,7 +10,7 @@
 # (QWC_MOE_SG_IN_PAIRS there), the DeltaNet's gated norm (QWC_NORM_GATE in src/cuda/ops.cu) and one token's
 # convolution, l2 norms and gate as one kernel (QWC_GDN_PREP there), and the integer matrix-vector kernel's walk
 # along Q8_0 and Q4_K rows (QWC_MVQ_WALK in src/cuda/quant.cu; not a fusion, the same promise), one token's MoE down
-# products with their combine (QWC_MOE_DOWN_COMBINE there), and one token's matrix-vector products of few row groups
+# products with their combine (QWC_MOE_DOWN_COMBINE there; 4 rows a block by default), and one token's matrix-vector products of few row groups
 # at a row a warp (QWC_MV_ONE_ROW there; the same promise), each attention head's norm with its RoPE (QWC_NORM_ROPE
 # in src/cuda/ops.cu), the keys' norm and RoPE with both cache stores (QWC_NORM_ROPE_KV there) and the delta rule
 # with its gated norm (QWC_DR_GATE there), and small kernels' reads of weights before their programmatic wait and of
