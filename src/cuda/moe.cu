@@ -45,20 +45,41 @@ __device__ __forceinline__ void warp_argmax(float &bs, int &bb, int E) {
     }
 }
 
+/* A round's arg max by the warp's integer reductions (QWC_MOE_ROUTE_REDUX 0: the butterfly of warp_argmax): the
+ * probabilities are floats of +0 or more, whose bits order as unsigned integers do, so the largest is the maximum of
+ * the bits, and its lowest expert the minimum of the lanes' experts holding it: two reductions a round where the
+ * butterfly takes five dependent exchanges of two values. The same winner and value as warp_argmax (a lane without
+ * an expert left takes no part; none at all: bb = E, bs = -inf); used when no lane holds a NaN. */
+#ifndef QWC_MOE_ROUTE_REDUX
+#define QWC_MOE_ROUTE_REDUX 1
+#endif
+__device__ __forceinline__ void warp_argmax_redux(float &bs, int &bb, int E) {
+    const unsigned key = bb < E ? __float_as_uint(bs) : 0u;
+    const unsigned mx = __reduce_max_sync(0xffffffffu, key);
+    const int w = __reduce_min_sync(0xffffffffu, bb < E && key == mx ? bb : E);
+    bb = w;
+    bs = w < E ? __uint_as_float(mx) : -INFINITY;
+}
+
 /* the arg max rounds over lane l's probabilities v[i] of experts l + 32 i (left: those not taken) */
 template <int N>
 __device__ void route_topk(const float (&v)[N], unsigned left, int E, int k, int norm, int32_t *ids, float *wts) {
     const int lane = threadIdx.x & 31;
     float ls = -INFINITY; /* the lane's best untaken expert (ascending: the first of equals stays) */
     int lb = E;
+    bool nan = false;
 #pragma unroll
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < N; i++) {
         if (left >> i & 1 && (lb == E || v[i] > ls)) ls = v[i], lb = lane + 32 * i;
+        nan |= left >> i & 1 && v[i] != v[i];
+    }
+    const bool redux = QWC_MOE_ROUTE_REDUX && !__any_sync(0xffffffffu, nan);
     double ws = 0;
     for (int j = 0; j < k; j++) {
         float bs = ls;
         int bb = lb;
-        warp_argmax(bs, bb, E);
+        if (redux) warp_argmax_redux(bs, bb, E);
+        else warp_argmax(bs, bb, E);
         const int win = __shfl_sync(0xffffffffu, bb, 0); /* lane 0's, as the loop over memory takes */
         if (lane == 0) {
             ids[j] = bb;

@@ -6,7 +6,8 @@
 # (QWC_MVQ_BATCH in src/cuda/ops.cu), a block's output put into the streams with the next hyper-connection's norm
 # (QWC_HC_INJECT_NORM in src/cuda/model_ops.cu), one token's hyper-connection up product inside its read
 # (QWC_HC_UP_READ there), one token's MoE pairs reading its x in place (QWC_MOE_X_IN_PLACE in src/cuda/moe.cu), the
-# routing's values in registers (QWC_MOE_ROUTE_REGS there), the shared gate's logits in the pairs' kernel
+# routing's values in registers (QWC_MOE_ROUTE_REGS there; its rounds by the warp's integer reductions,
+# QWC_MOE_ROUTE_REDUX), the shared gate's logits in the pairs' kernel
 # (QWC_MOE_SG_IN_PAIRS there), the DeltaNet's gated norm (QWC_NORM_GATE in src/cuda/ops.cu) and one token's
 # convolution, l2 norms and gate as one kernel (QWC_GDN_PREP there), and the integer matrix-vector kernel's walk
 # along Q8_0 and Q4_K rows (QWC_MVQ_WALK in src/cuda/quant.cu; not a fusion, the same promise), one token's MoE down
@@ -35,7 +36,7 @@ unfused+=" -DQWC_CONV_STATE=0 -DQWC_MOE_GATE_IN_COMBINE=0 -DQWC_MOE_ROUTE_IN_PAI
 unfused+=" -DQWC_HC_UP_READ=0 -DQWC_MOE_X_IN_PLACE=0 -DQWC_MOE_ROUTE_REGS=0 -DQWC_NORM_GATE=0"
 unfused+=" -DQWC_MOE_SG_IN_PAIRS=0 -DQWC_GDN_PREP=0 -DQWC_MVQ_WALK=0 -DQWC_MOE_DOWN_COMBINE=0"
 unfused+=" -DQWC_MV_ONE_ROW=0 -DQWC_NORM_ROPE=0 -DQWC_NORM_ROPE_KV=0 -DQWC_DR_GATE=0 -DQWC_EARLY_OPS=0"
-unfused+=" -DQWC_MOE_GATHER_Q8=0"
+unfused+=" -DQWC_MOE_GATHER_Q8=0 -DQWC_MOE_ROUTE_REDUX=0"
 off=${FLAGS:-$unfused}
 if [ ! -x build-cuda/qwenc ]; then echo "fusions: build-cuda/qwenc missing (make cuda first)"; echo "0 passed, 1 failed"; exit 1; fi
 echo "build-unfused/: $off"

@@ -9,15 +9,17 @@
 # (QWENC_CUDA_MOE_GATHER_Q8), the integer GEMM's skipped n tiles (QWENC_CUDA_MMQ_SKIP) and a prompt's products
 # taking their input's rounding from its writer or the batch's first job (QWENC_CUDA_Q8_BIG), together, then
 # attention's tiles copied a stage ahead (QWENC_CUDA_ATT_ASYNC), in prompts and deep decode; `fast` the integer
-# GEMM's group terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1, opt-in) against the reference's operations.
-# Each step fits a call where calls are limited to 10 minutes.
+# GEMM's group terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1, opt-in) against the reference's operations;
+# `redux` the MoE routing's rounds by the warp's integer reductions (QWC_MOE_ROUTE_REDUX, a build switch: the
+# default build against build-noredux/, built with it off, the two binaries' benches alternating; the same bits,
+# which fusions.sh checks). Each step fits a call where calls are limited to 10 minutes.
 #
 # Each of these has been timed once (docs/BENCH.md, "The paths that waited, timed"); the steps repeat those
 # comparisons on another machine or after a change, beside the numbers of docs/BENCH.md's tables of defaults (H100:
 # cut Q4_K pp512 19,856-20,085, tg128 809; whole with 192 experts pp4096 3,931-3,954, tg32 after 4,096 tokens
 # 154.7, 16 sessions 436.3).
 #
-#   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq] [fast]      all five when none is named
+#   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq] [fast] [redux]      all six when none is named
 #
 # ROUNDS (2) rounds of each set; FN: the bench options of the whole model (default: the whole Flash-Next at Q4_K,
 # 111 GiB; on an 80 GiB GPU, '--backend cuda --synth flash-next --experts 192 --type q4_k'). Each step ends with a
@@ -28,7 +30,7 @@ fn=${FN:-'--backend cuda --synth flash-next --type q4_k'}
 cut='--backend cuda --synth flash-next --layers 8 --experts 64 --ngram-base 200003 --type q4_k'
 q35='--backend cuda --synth qwen3.5-35b-a3b --type q4_k'
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(check split defaults mmq fast)
+[ ${#steps[@]} -eq 0 ] && steps=(check split defaults mmq fast redux)
 export QWENC=${QWENC:-build-cuda/qwenc} ROUNDS=${ROUNDS:-2}
 fails=0
 
@@ -50,7 +52,7 @@ for step in "${steps[@]}"; do
             bash tests/gpu_check.sh t_cuda_quant_loop t_cuda_ops t_model t_model_switches t_session \
                 t_session_switches t_mtp || fails=$((fails + 1))
             ;;
-        split | defaults | mmq | fast)
+        split | defaults | mmq | fast | redux)
             if [ ! -x "$QWENC" ]; then
                 echo "pending.sh: $QWENC is not there: run the check step (or make cuda) first" >&2
                 exit 1
@@ -104,7 +106,30 @@ for step in "${steps[@]}"; do
                 ab - 'QWENC_CUDA_MMQ_FAST=1' -- $o -n 0
             done
             ;;
-        *) echo "pending.sh: no step '$step' (check, split, defaults, mmq, fast)" >&2; exit 1 ;;
+        redux)
+            # the routing's rounds by the warp's reductions against the butterfly, decode on three models
+            # shellcheck source=tests/gpu/deps.sh
+            . tests/gpu/deps.sh
+            if ! make -j"${J:-16}" CUDA=1 BUILD=build-noredux build-noredux/qwenc CFLAGS="-O2 -g $dep_inc" \
+                    LDFLAGS="$dep_ldflags" NVCCFLAGS="-O3 -g -lineinfo -DQWC_MOE_ROUTE_REDUX=0" \
+                    >build-noredux.log 2>&1; then
+                tail -n 20 build-noredux.log
+                fails=$((fails + 1))
+            else
+                for o in "$fn -p 0 -n 32" "$cut -p 0 -n 128" "$q35 -p 0 -n 32"; do
+                    echo "== $o"
+                    for r in $(seq "$ROUNDS"); do
+                        for b in build-noredux build-cuda; do
+                            # shellcheck disable=SC2086
+                            line=$("$b/qwenc" bench $o -r 1 2>/dev/null | grep -E '\| +tg[0-9]+ ') ||
+                                fails=$((fails + 1))
+                            echo "$b round $r: $line"
+                        done
+                    done
+                done
+            fi
+            ;;
+        *) echo "pending.sh: no step '$step' (check, split, defaults, mmq, fast, redux)" >&2; exit 1 ;;
     esac
     echo "== step $step done, $fails failed so far"
 done

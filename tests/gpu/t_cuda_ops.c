@@ -474,6 +474,34 @@ static qw_ffn_w *make_experts(int E, int H, int I, float **store) {
     return ex;
 }
 
+/* moe_route at Flash-Next's 512 experts and top 10 against the reference: the same experts, weights within 1e-6;
+ * rows of random logits, of four levels (ties across the top k and at its edge), all equal (the first k experts)
+ * and one level above the rest on every 37th expert (ties inside the top k only) */
+static void test_moe_route_ties(void) {
+    printf("moe_route with ties\n");
+    enum { E = 512, k = 10, T = 4 };
+    float *lg = rvec((size_t)T * E, 4);
+    for (int e = 0; e < E; e++) {
+        lg[E + e] = (float)((e * 7919) % 4);
+        lg[2 * E + e] = 0.5f;
+        lg[3 * E + e] = e % 37 ? -1.0f : 2.0f;
+    }
+    float *dlg = dev(lg, (size_t)T * E * 4), *wt = malloc((size_t)T * k * 4), *dwt = dev(NULL, (size_t)T * k * 4);
+    int32_t *sel = malloc((size_t)T * k * 4), *dsel = dev(NULL, (size_t)T * k * 4);
+    R->moe_route(R, sel, wt, lg, T, E, k, 1);
+    G->moe_route(G, dsel, dwt, dlg, T, E, k, 1);
+    int32_t *gsel = back(dsel, (size_t)T * k * 4);
+    float *gwt = back(dwt, (size_t)T * k * 4);
+    for (int t = 0; t < T; t++)
+        CHECK(same(gsel + t * k, sel + t * k, k * 4), "moe_route with ties, row %d: experts %d %d %d .., not %d %d %d ..",
+              t, gsel[t * k], gsel[t * k + 1], gsel[t * k + 2], sel[t * k], sel[t * k + 1], sel[t * k + 2]);
+    CHECK(rel_err(gwt, wt, (size_t)T * k, 1e-7) < 1e-6, "moe_route with ties: weights, relative error %.2e",
+          rel_err(gwt, wt, (size_t)T * k, 1e-7));
+    CHECK(sel[2 * k] == 0 && sel[2 * k + k - 1] == k - 1, "moe_route with ties: equal logits chose %d .. %d, not the "
+          "first k", sel[2 * k], sel[2 * k + k - 1]);
+    free(lg), free(wt), free(sel), free(gsel), free(gwt);
+}
+
 static void test_moe(void) {
     printf("moe_route, moe_ffn (pairs and grouped)\n");
     int E = 64, k = 8, H = 128, I = 64;
@@ -1394,6 +1422,7 @@ int main(void) {
     test_qsa();
     test_gdn();
     test_moe();
+    test_moe_route_ties();
     test_moe_q8();
     test_moe_one();
     test_hc_ple();

@@ -104,6 +104,28 @@ inline unsigned __ballot_sync(unsigned, int p) {
     __syncwarp();
     return r;
 }
+/* the warp's integer reductions (redux.sync): every lane gets the maximum or minimum of the lanes' values */
+template <class T, class F> inline T emu_reduce(T v, F pick) {
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    emu_slot[w][l] = (uint64_t)(uint32_t)v;
+    __syncwarp();
+    T r = (T)(uint32_t)emu_slot[w][0];
+    for (int i = 1; i < 32; i++) r = pick(r, (T)(uint32_t)emu_slot[w][i]);
+    __syncwarp();
+    return r;
+}
+inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+    return emu_reduce(v, [](unsigned a, unsigned b) { return a > b ? a : b; });
+}
+inline unsigned __reduce_min_sync(unsigned, unsigned v) {
+    return emu_reduce(v, [](unsigned a, unsigned b) { return a < b ? a : b; });
+}
+inline int __reduce_max_sync(unsigned, int v) {
+    return emu_reduce(v, [](int a, int b) { return a > b ? a : b; });
+}
+inline int __reduce_min_sync(unsigned, int v) {
+    return emu_reduce(v, [](int a, int b) { return a < b ? a : b; });
+}
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline unsigned __float_as_uint(float f) {
     unsigned u;
