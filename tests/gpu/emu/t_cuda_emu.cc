@@ -490,6 +490,12 @@ static void test_attn_rows_split(const qw_backend *G) {
     unsetenv("QWENC_CUDA_ATT_SPLIT"), unsetenv("QWENC_CUDA_ATT_SPLIT_MIN");
 }
 
+/* the matrix-vector kernels' bound of a row's integer dot against qw_q8a_dot_ref (cols columns, ng groups), which the
+ * integer GEMM's fused terms (QWENC_CUDA_MMQ_FAST) are held to */
+static double q8_bound(qw_type t, const uint8_t *row, const qw_q8a *xq, int64_t cols) {
+    return (double)(cols / 32 + 48) * ldexp(1.0, -24) * qw_q8a_dot_abs(t, row, xq, cols);
+}
+
 /* The integer GEMM (mmq.cu) against the CPU's integer reference: every output qw_q8a_dot_ref's bits, for each kernel
  * variant (64 x 64 tiles, the same with the group loop unrolled (QWENC_CUDA_MMQ_UNROLL), 32 x 32 tiles) launched as
  * mmq_launch launches them, over rows and tokens that end inside a tile (a warp's empty n tiles computed, and
@@ -545,8 +551,7 @@ template <int T> static void test_mmq_type(void) {
     for (int k = 0; k < n_tok; k++)
         for (int64_t r = 0; r < rows; r++) {
             const size_t i = (size_t)(k * rows + r);
-            const double bound = (double)(ng + 48) * ldexp(1.0, -24) *
-                                 qw_q8a_dot_abs(t, w.data() + r * rb, xq.data() + k * ng, cols);
+            const double bound = q8_bound(t, w.data() + r * rb, xq.data() + k * ng, cols);
             const double e = fabs((double)yb[i] - (double)want[i]);
             if (!(e <= bound)) over++;
             if (bound > 0) worst = std::max(worst, e / bound);
@@ -609,8 +614,7 @@ static void test_mmq_grouped(void) {
                     continue;
                 }
                 bad += memcmp(&got, &yp[(size_t)((k - offs[e]) * rows + r)], 4) != 0;
-                const double bound = (double)(ng + 48) * ldexp(1.0, -24) *
-                                     qw_q8a_dot_abs(t, w[e].data() + r * rb, xq.data() + k * ng, cols);
+                const double bound = q8_bound(t, w[e].data() + r * rb, xq.data() + k * ng, cols);
                 over += !(fabs((double)got - (double)want) <= bound);
             }
     }
