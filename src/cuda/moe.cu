@@ -780,8 +780,11 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         QWC_LAUNCHED();
         const float *xp = in_place ? x : xin;
         if (xq) qwc_q8_made(c, xp, nx);
-        pairs_gate_up(c, gu, uu, mats, tg, tu, I, H, xp, in_place ? 0 : H, P, one);
-        be->act_mul(be, gu, gu, uu, (int64_t)P * I, QW_ACT_SILU);
+        qwc_q8_keep(c, 0);
+        if (!one || !qwc_pairs_gate_up_act(c, gu, mats, tg, I, H, xp, in_place ? 0 : H, P, QW_ACT_SILU)) {
+            pairs_gate_up(c, gu, uu, mats, tg, tu, I, H, xp, in_place ? 0 : H, P, one);
+            be->act_mul(be, gu, gu, uu, (int64_t)P * I, QW_ACT_SILU);
+        }
         if (with_shared && shared_gate) shared_gate_logits(be, sg, shared_gate, x, T, H, sg_in);
         if (T == 1 && (with_shared || !shared) &&
             qwc_pairs_combine(c, y, mats + 2 * P, td, H, I, gu, P, sel, wt, k, shared_gate ? sg : NULL,

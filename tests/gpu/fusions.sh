@@ -16,8 +16,8 @@
 # in src/cuda/ops.cu), the keys' norm and RoPE with both cache stores (QWC_NORM_ROPE_KV there) and the delta rule
 # with its gated norm (QWC_DR_GATE there), and small kernels' reads of weights before their programmatic wait and of
 # state into L2 (QWC_EARLY_OPS in src/cuda/cuda_internal.cuh; the same promise), and a prompt's MoE rows rounded
-# before they are gathered (QWC_MOE_GATHER_Q8 in src/cuda/moe.cu). This builds build-unfused/ with
-# them off
+# before they are gathered (QWC_MOE_GATHER_Q8 in src/cuda/moe.cu), and one token's MoE act_mul in the gate and up
+# product's last warps (QWC_MOE_ACT_TAIL in src/cuda/quant.cu). This builds build-unfused/ with them off
 # (FLAGS: other -D switches to set instead, for a path being tried) and compares the logits of build-cuda/
 # (gpu_check's build) with its logits bit for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry,
 # shrunk (their shared experts have the routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a
@@ -36,7 +36,7 @@ unfused+=" -DQWC_CONV_STATE=0 -DQWC_MOE_GATE_IN_COMBINE=0 -DQWC_MOE_ROUTE_IN_PAI
 unfused+=" -DQWC_HC_UP_READ=0 -DQWC_MOE_X_IN_PLACE=0 -DQWC_MOE_ROUTE_REGS=0 -DQWC_NORM_GATE=0"
 unfused+=" -DQWC_MOE_SG_IN_PAIRS=0 -DQWC_GDN_PREP=0 -DQWC_MVQ_WALK=0 -DQWC_MOE_DOWN_COMBINE=0"
 unfused+=" -DQWC_MV_ONE_ROW=0 -DQWC_NORM_ROPE=0 -DQWC_NORM_ROPE_KV=0 -DQWC_DR_GATE=0 -DQWC_EARLY_OPS=0"
-unfused+=" -DQWC_MOE_GATHER_Q8=0 -DQWC_MOE_ROUTE_REDUX=0"
+unfused+=" -DQWC_MOE_GATHER_Q8=0 -DQWC_MOE_ROUTE_REDUX=0 -DQWC_MOE_ACT_TAIL=0"
 off=${FLAGS:-$unfused}
 if [ ! -x build-cuda/qwenc ]; then echo "fusions: build-cuda/qwenc missing (make cuda first)"; echo "0 passed, 1 failed"; exit 1; fi
 echo "build-unfused/: $off"

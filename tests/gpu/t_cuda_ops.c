@@ -661,14 +661,29 @@ static void test_moe_one(void) {
     float *lg = rvec(E, 4), *x = rvec(H, 1), *y = malloc(H * 4), wt[K], gwt[K];
     int32_t sel[K], gsel[K];
     float *dx = dev(x, H * 4), *dlg = dev(lg, E * 4), *dwt = dev(NULL, K * 4), *dy = dev(NULL, H * 4);
+    float *dlgs[2] = {dev(lg, E * 4), dev(lg, E * 4)};
     void *qw = malloc(Q->moe_work(Q, 1, K, E, H, I, I));
     Q->moe_ffn(Q, y, x, sel, wt, lg, 1, 1, K, ex, E, &ex[E], &sg, qw); /* (the routing may overwrite lg) */
     int32_t *dsel = dev(NULL, K * 4);
     void *gw = dev(NULL, G->moe_work(G, 1, K, E, H, I, I));
     qw_backend_cuda_set_q8_activations(G, 1);
     G->moe_ffn(G, dy, dx, dsel, dwt, dlg, 1, 1, K, ex, E, &ex[E], &sg, gw);
-    qw_backend_cuda_set_q8_activations(G, 0);
     float *gy = back(dy, H * 4);
+    /* act_mul apart from the gate and up product (QWENC_CUDA_MOE_ACT_TAIL=0), then in its last warps again (that
+     * launch meets the counts the first left): the same bits, the work zeroed before each (an act made before its
+     * last row is written would read a zero, not the row the call before left there) */
+    for (int v = 0; v < 2; v++) {
+        if (v == 0) setenv("QWENC_CUDA_MOE_ACT_TAIL", "0", 1);
+        G->zero(G, dy, H * 4);
+        G->zero(G, gw, G->moe_work(G, 1, K, E, H, I, I));
+        G->moe_ffn(G, dy, dx, dsel, dwt, dlgs[v], 1, 1, K, ex, E, &ex[E], &sg, gw);
+        unsetenv("QWENC_CUDA_MOE_ACT_TAIL");
+        float *gv = back(dy, H * 4);
+        CHECK(same(gv, gy, H * 4), "moe_ffn, one token: %s: not the bits of the act in the gate and up product",
+              v ? "the act in the product, a second launch" : "act_mul apart");
+        free(gv);
+    }
+    qw_backend_cuda_set_q8_activations(G, 0);
     G->download(G, gsel, dsel, sizeof(gsel));
     G->download(G, gwt, dwt, sizeof(gwt));
     CHECK(!memcmp(gsel, sel, sizeof(sel)), "moe_ffn, one token: not the CPU's experts");
