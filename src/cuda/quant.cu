@@ -1966,8 +1966,9 @@ void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, i
     by_type<op_pairs>(type, c, y, mats, rows, cols, x, x_stride, n_pairs);
 }
 
-/* A MoE step's act_mul in the gate and up product's last warps (QWC_MOE_ACT_TAIL 0, or QWENC_CUDA_MOE_ACT_TAIL=0 in
- * the environment, read at each call: the product, then act_mul; the same bits) */
+/* A MoE step's act_mul in the gate and up product's last warps: opt-in until a GPU has timed it
+ * (QWENC_CUDA_MOE_ACT_TAIL=1 in the environment, read at each call; else the product, then act_mul: the same bits;
+ * QWC_MOE_ACT_TAIL 0 builds it out) */
 #ifndef QWC_MOE_ACT_TAIL
 #define QWC_MOE_ACT_TAIL 1
 #endif
@@ -1975,7 +1976,7 @@ void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, i
 int qwc_pairs_gate_up_act(qwc *c, float *y, const void *const *mats, qw_type type, int64_t I, int64_t H,
                           const float *x, int64_t x_stride, int P, int act) {
     const char *e = getenv("QWENC_CUDA_MOE_ACT_TAIL"); /* at each call: tests compare the two */
-    if (!QWC_MOE_ACT_TAIL || (e && e[0] == '0')) return 0;
+    if (!QWC_MOE_ACT_TAIL || !e || e[0] != '1') return 0;
     if (P < 1 || 2 * (int64_t)P > 65535 || I <= 0 || I % 32 || H % 32 || !qwc_q8_on(c) || !qd_supported(type))
         return 0;
     int done = 0;

@@ -16,8 +16,9 @@
 # in src/cuda/ops.cu), the keys' norm and RoPE with both cache stores (QWC_NORM_ROPE_KV there) and the delta rule
 # with its gated norm (QWC_DR_GATE there), and small kernels' reads of weights before their programmatic wait and of
 # state into L2 (QWC_EARLY_OPS in src/cuda/cuda_internal.cuh; the same promise), and a prompt's MoE rows rounded
-# before they are gathered (QWC_MOE_GATHER_Q8 in src/cuda/moe.cu), and one token's MoE act_mul in the gate and up
-# product's last warps (QWC_MOE_ACT_TAIL in src/cuda/quant.cu). This builds build-unfused/ with them off
+# before they are gathered (QWC_MOE_GATHER_Q8 in src/cuda/moe.cu), and the MoE pairs' act_mul in the gate and up
+# product's last warps (QWC_MOE_ACT_TAIL in src/cuda/quant.cu; opt-in, so build-cuda/ runs here with
+# QWENC_CUDA_MOE_ACT_TAIL=1). This builds build-unfused/ with them off
 # (FLAGS: other -D switches to set instead, for a path being tried) and compares the logits of build-cuda/
 # (gpu_check's build) with its logits bit for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry,
 # shrunk (their shared experts have the routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a
@@ -56,8 +57,8 @@ for p in flash-next qwen3.5-35b-a3b; do
             pm=() # the default pairs' limit, or none
             [ $b = 12g ] && pm=(QWENC_CUDA_PAIRS_MAX=1)
             syn="--synth $p --layers 4 --experts 16 --ngram-base 1000 --hidden 512 --vocab 2048 --type $t"
-            env "${pm[@]}" build-cuda/qwenc logits $syn --tokens $toks --batch ${b%g} --backend cuda \
-                -o "$dir/a.f32" 2>"$dir/err"
+            env "${pm[@]}" QWENC_CUDA_MOE_ACT_TAIL=1 build-cuda/qwenc logits $syn --tokens $toks --batch ${b%g} \
+                --backend cuda -o "$dir/a.f32" 2>"$dir/err"
             env "${pm[@]}" build-unfused/qwenc logits $syn --tokens $toks --batch ${b%g} --backend cuda \
                 -o "$dir/b.f32" 2>>"$dir/err"
             if [ -s "$dir/a.f32" ] && cmp -s "$dir/a.f32" "$dir/b.f32"; then

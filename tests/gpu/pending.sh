@@ -12,9 +12,9 @@
 # GEMM's group terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1, opt-in) against the reference's operations;
 # `redux` the MoE routing's rounds by the warp's integer reductions (QWC_MOE_ROUTE_REDUX, a build switch: the
 # default build against build-noredux/, built with it off, the two binaries' benches alternating; the same bits,
-# which fusions.sh checks); `act` one token's MoE act_mul in the gate and up product's last warps
-# (QWENC_CUDA_MOE_ACT_TAIL=0: act_mul apart) on three models' decode. Each step fits a call where calls are limited
-# to 10 minutes.
+# which fusions.sh checks); `act` the MoE pairs' act_mul in the gate and up product's last warps (opt-in,
+# QWENC_CUDA_MOE_ACT_TAIL=1) against act_mul apart on three models' decode. Each step fits a call where calls are
+# limited to 10 minutes.
 #
 # Each of these has been timed once (docs/BENCH.md, "The paths that waited, timed"); the steps repeat those
 # comparisons on another machine or after a change, beside the numbers of docs/BENCH.md's tables of defaults (H100:
@@ -135,7 +135,7 @@ for step in "${steps[@]}"; do
             # act_mul apart from the MoE's gate and up product against in its last warps, decode on three models
             for o in "$fn -p 0 -n 32" "$cut -p 0 -n 128" "$q35 -p 0 -n 32"; do
                 # shellcheck disable=SC2086
-                ab 'QWENC_CUDA_MOE_ACT_TAIL=0' - -- $o
+                ab - 'QWENC_CUDA_MOE_ACT_TAIL=1' -- $o
             done
             ;;
         *) echo "pending.sh: no step '$step' (check, split, defaults, mmq, fast, redux, act)" >&2; exit 1 ;;

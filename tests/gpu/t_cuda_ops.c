@@ -669,18 +669,18 @@ static void test_moe_one(void) {
     qw_backend_cuda_set_q8_activations(G, 1);
     G->moe_ffn(G, dy, dx, dsel, dwt, dlg, 1, 1, K, ex, E, &ex[E], &sg, gw);
     float *gy = back(dy, H * 4);
-    /* act_mul apart from the gate and up product (QWENC_CUDA_MOE_ACT_TAIL=0), then in its last warps again (that
-     * launch meets the counts the first left): the same bits, the work zeroed before each (an act made before its
-     * last row is written would read a zero, not the row the call before left there) */
+    /* act_mul in the gate and up product's last warps (QWENC_CUDA_MOE_ACT_TAIL=1), twice (the second launch meets
+     * the counts the first left): the bits of act_mul apart (the default), the work zeroed before each (an act
+     * made before its last row is written would read a zero, not the row the call before left there) */
     for (int v = 0; v < 2; v++) {
-        if (v == 0) setenv("QWENC_CUDA_MOE_ACT_TAIL", "0", 1);
+        setenv("QWENC_CUDA_MOE_ACT_TAIL", "1", 1);
         G->zero(G, dy, H * 4);
         G->zero(G, gw, G->moe_work(G, 1, K, E, H, I, I));
         G->moe_ffn(G, dy, dx, dsel, dwt, dlgs[v], 1, 1, K, ex, E, &ex[E], &sg, gw);
         unsetenv("QWENC_CUDA_MOE_ACT_TAIL");
         float *gv = back(dy, H * 4);
-        CHECK(same(gv, gy, H * 4), "moe_ffn, one token: %s: not the bits of the act in the gate and up product",
-              v ? "the act in the product, a second launch" : "act_mul apart");
+        CHECK(same(gv, gy, H * 4), "moe_ffn, one token: the act in the gate and up product (launch %d): not the "
+              "bits of act_mul apart", v + 1);
         free(gv);
     }
     qw_backend_cuda_set_q8_activations(G, 0);
