@@ -575,11 +575,13 @@ static int grouped_mmq(qwc *c, const qw_ffn_w *experts, int E, int64_t H, int64_
 }
 
 /* The gate and up products of P pairs (mats [3][P], the inputs xin [P][H] xs apart (0: one row for all), twice
- * when one and xs): gate's into g, up's into u (g + P I when one: the two as one product of 2P pairs). */
-static void pairs_gate_up(qwc *c, float *g, float *u, const void **mats, qw_type tg, qw_type tu, int64_t I, int64_t H,
-                          const float *xin, int64_t xs, int P, int one) {
+ * when one and xs): gate's into g, up's into u (g + P I when one: the two as one product of 2P pairs), then
+ * silu(g) u into g with its 8-bit rounding (act_mul, or inside that one product: qwc_pairs_gate_up_act). */
+static void pairs_gate_up(const qw_backend *be, qwc *c, float *g, float *u, const void **mats, qw_type tg, qw_type tu,
+                          int64_t I, int64_t H, const float *xin, int64_t xs, int P, int one) {
     qwc_q8_keep(c, 0);
     if (one) {
+        if (qwc_pairs_gate_up_act(c, g, mats, tg, I, H, xin, xs, P, QW_ACT_SILU)) return; /* the act inside (opt-in) */
         qwc_matmul_pairs(c, g, mats, tg, I, H, xin, xs, 2 * P);
     } else {
         qwc_matmul_pairs(c, g, mats, tg, I, H, xin, xs, P);
@@ -587,6 +589,7 @@ static void pairs_gate_up(qwc *c, float *g, float *u, const void **mats, qw_type
         qwc_matmul_pairs(c, u, mats + P, tu, I, H, xin, xs, P);
         qwc_q8_keep(c, 0);
     }
+    be->act_mul(be, g, g, u, (int64_t)P * I, QW_ACT_SILU);
 }
 
 /* The shared expert's own products: its output into y, its gate's logit (or sigmoid) into sg; sgt, sup [T][Is]. */
@@ -632,8 +635,7 @@ static void rank_experts(qwc *c0, qwc *c, float *outp, const float *x, const int
                    R, R, k, n, (int)H, (const void *const *)NULL, one, xq, lo, n, (const void *)NULL, 0, (float *)NULL);
         QWC_LAUNCHED();
         if (xq) qwc_q8_made(c, xin, nx);
-        pairs_gate_up(c, g, uu, mats, tg, tu, I, H, xin, H, R, one);
-        be->act_mul(be, g, g, uu, (int64_t)R * I, QW_ACT_SILU);
+        pairs_gate_up(be, c, g, uu, mats, tg, tu, I, H, xin, H, R, one);
         qwc_matmul_pairs(c, outp, mats + 2 * R, td, H, I, g, I, R); /* another's pairs: zeros */
         return;
     }
@@ -780,11 +782,7 @@ static void cu_moe_ffn(const qw_backend *be, float *y, const float *x, int32_t *
         QWC_LAUNCHED();
         const float *xp = in_place ? x : xin;
         if (xq) qwc_q8_made(c, xp, nx);
-        qwc_q8_keep(c, 0);
-        if (!one || !qwc_pairs_gate_up_act(c, gu, mats, tg, I, H, xp, in_place ? 0 : H, P, QW_ACT_SILU)) {
-            pairs_gate_up(c, gu, uu, mats, tg, tu, I, H, xp, in_place ? 0 : H, P, one);
-            be->act_mul(be, gu, gu, uu, (int64_t)P * I, QW_ACT_SILU);
-        }
+        pairs_gate_up(be, c, gu, uu, mats, tg, tu, I, H, xp, in_place ? 0 : H, P, one);
         if (with_shared && shared_gate) shared_gate_logits(be, sg, shared_gate, x, T, H, sg_in);
         if (T == 1 && (with_shared || !shared) &&
             qwc_pairs_combine(c, y, mats + 2 * P, td, H, I, gu, P, sel, wt, k, shared_gate ? sg : NULL,

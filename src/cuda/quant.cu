@@ -1481,9 +1481,9 @@ template <int T> constexpr bool q8_type() {
  * kernel that wrote x left them, or rounded now */
 static const qw_q8a *q8_into(qwc *c, qw_q8a *xq, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
     if (qwc_q8_same(c, xq, x, ldx, cols, n_rows)) return xq; /* the product before rounded the same x */
-    const qw_q8a *made = qwc_q8_fresh(c, x, ldx, cols, n_rows);
-    if (made && made != xq) return made; /* the kernel that wrote x rounded it further into the buffer */
-    if (made != xq) { /* else it rounded it there */
+    const qw_q8a *made = qwc_q8_fresh(c, x, ldx, cols, n_rows); /* the kernel that wrote x rounded it: here, or */
+    if (made && made != xq) return made;                        /* further into the buffer (qwc_q8_made_at) */
+    if (!made) {
         const int64_t nb = cols / 32, warps = nb * n_rows;
         qwc_launch(k_q8a, (unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c), x, ldx, nb, n_rows, xq);
         QWC_LAUNCHED();
