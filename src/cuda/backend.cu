@@ -179,7 +179,6 @@ qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row) {
     return w == 1 ? c->q8s.buf : w == 2 ? qwc_q8_big(c, (size_t)(n / 32) * sizeof(qw_q8a)) : NULL;
 }
 void qwc_q8_made(qwc *c, const float *y, int64_t n) { q8s_made(c->q8s, y, n); }
-void qwc_q8_made_at(qwc *c, const float *y, int64_t n, int64_t off) { q8s_made_at(c->q8s, y, n, off); }
 const qw_q8a *qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
     return q8s_fresh(c->q8s, x, ldx, cols, n_rows);
 }

@@ -576,12 +576,11 @@ static int grouped_mmq(qwc *c, const qw_ffn_w *experts, int E, int64_t H, int64_
 
 /* The gate and up products of P pairs (mats [3][P], the inputs xin [P][H] xs apart (0: one row for all), twice
  * when one and xs): gate's into g, up's into u (g + P I when one: the two as one product of 2P pairs), then
- * silu(g) u into g with its 8-bit rounding (act_mul, or inside that one product: qwc_pairs_gate_up_act). */
+ * silu(g) u into g (act_mul, with its 8-bit rounding). */
 static void pairs_gate_up(const qw_backend *be, qwc *c, float *g, float *u, const void **mats, qw_type tg, qw_type tu,
                           int64_t I, int64_t H, const float *xin, int64_t xs, int P, int one) {
     qwc_q8_keep(c, 0);
     if (one) {
-        if (qwc_pairs_gate_up_act(c, g, mats, tg, I, H, xin, xs, P, QW_ACT_SILU)) return; /* the act inside (opt-in) */
         qwc_matmul_pairs(c, g, mats, tg, I, H, xin, xs, 2 * P);
     } else {
         qwc_matmul_pairs(c, g, mats, tg, I, H, xin, xs, P);

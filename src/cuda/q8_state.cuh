@@ -38,8 +38,7 @@ struct qwc_q8_state {
     const float *made_y; /* or of these n floats, written by a kernel when qwc_writes was made_at */
     int64_t made_n;
     unsigned long long made_at;
-    int made_big;     /* ... into big, not buf */
-    int64_t made_off; /* ... that many blocks into buf (q8s_made_at) */
+    int made_big; /* ... into big, not buf */
 };
 
 static inline void q8s_keep(qwc_q8_state &s, int on) {
@@ -78,17 +77,12 @@ static inline int q8s_for(int on, int64_t n, int64_t row) {
 static inline void q8s_made(qwc_q8_state &s, const float *y, int64_t n) {
     const int big = (size_t)(n / 32) * sizeof(qw_q8a) > QWC_Q8_BYTES;
     s.held[big].x = NULL; /* the buffer no longer holds what a chain noted */
-    s.made_y = y, s.made_n = n, s.made_at = qwc_writes, s.made_big = big, s.made_off = 0;
-}
-/* the rounding of n floats at y written off blocks into the fixed buffer (off + n / 32 blocks fit it), past the
- * blocks a chain noted at its start, which stay as they were */
-static inline void q8s_made_at(qwc_q8_state &s, const float *y, int64_t n, int64_t off) {
-    s.made_y = y, s.made_n = n, s.made_at = qwc_writes, s.made_big = 0, s.made_off = off;
+    s.made_y = y, s.made_n = n, s.made_at = qwc_writes, s.made_big = big;
 }
 static inline const qw_q8a *q8s_fresh(const qwc_q8_state &s, const float *x, int64_t ldx, int64_t cols,
                                       int64_t n_rows) {
     const int fresh = s.made_y == x && s.made_at == qwc_writes && ldx == cols && cols * n_rows == s.made_n;
-    return !fresh ? NULL : s.made_big ? s.big : s.buf + s.made_off;
+    return !fresh ? NULL : s.made_big ? s.big : s.buf;
 }
 
 #endif

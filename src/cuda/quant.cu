@@ -924,13 +924,6 @@ struct mvq_args {
     int64_t jrows[MVQ_JOBS];
     int jks[MVQ_JOBS];
     float *jy[MVQ_JOBS];
-    /* act_count (not NULL): a MoE step's gate and up products as one of 2 act_P pairs of act_I rows, one token (y:
-     * gate's rows, then up's), each 32 rows' act(gate) * up made by the warp that writes the last of their 64 rows
-     * (mvq_act_tail; qwc_pairs_gate_up_act) */
-    unsigned *act_count;
-    qw_q8a *act_xq;
-    int64_t act_P, act_I;
-    int act_fn;
 };
 
 /* the arguments of one matrix (or one matrix per pair), in mvq_args' order; no jobs */
@@ -1162,26 +1155,6 @@ template <int NT> __device__ __forceinline__ void mvq_warp_sum(float *acc) {
         for (int o = 16; o > 0; o >>= 1) acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], o));
 }
 
-/* The warp that wrote row `row` of pair `pair` of qwc_pairs_gate_up_act's product counts it for its 32 rows' group
- * (gate's and up's rows: 64 writers); the last writer makes the group's act(gate) * up in gate's place with its 8-bit
- * rounding (k_act_mul's operations, qwc_q8a_warp's), reading the others' rows past L1 after their fences, and sets
- * the count back to 0 for the next launch (which reads it after this grid ends). */
-__device__ __forceinline__ void mvq_act_tail(const mvq_args &a, int64_t pair, int64_t row, int lane) {
-    const int64_t p = pair < a.act_P ? pair : pair - a.act_P, grp = p * (a.act_I / 32) + row / 32;
-    unsigned n = 0;
-    if (lane == 0) {
-        __threadfence(); /* this warp's row before its count */
-        n = atomicAdd(a.act_count + grp, 1u);
-    }
-    if (__shfl_sync(0xffffffffu, n, 0) != 63u) return;
-    if (lane == 0) a.act_count[grp] = 0;
-    __threadfence();
-    const int64_t i = p * a.act_I + row / 32 * 32 + lane;
-    const float r = qwc_act(__ldcg(a.y + i), a.act_fn) * __ldcg(a.y + a.act_P * a.act_I + i);
-    a.y[i] = r;
-    qwc_q8a_warp(r, a.act_xq + i / 32);
-}
-
 /* mvq_kernel's work for weights of type T: the block's rows of its matrix (pair or job blockIdx.y) */
 template <int T, int NT>
 __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], uint8_t *sm) {
@@ -1242,7 +1215,6 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
 #pragma unroll
         for (int t = 0; t < NT; t++)
             if (t < a.n_tok) yo[pair * a.y_pair + t * a.y_tok + row] = acc[t];
-    if (NT == 1 && a.act_count) mvq_act_tail(a, pair, row, lane); /* block-uniform */
 }
 
 template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
@@ -1481,9 +1453,7 @@ template <int T> constexpr bool q8_type() {
  * kernel that wrote x left them, or rounded now */
 static const qw_q8a *q8_into(qwc *c, qw_q8a *xq, const float *x, int64_t ldx, int64_t cols, int64_t n_rows) {
     if (qwc_q8_same(c, xq, x, ldx, cols, n_rows)) return xq; /* the product before rounded the same x */
-    const qw_q8a *made = qwc_q8_fresh(c, x, ldx, cols, n_rows); /* the kernel that wrote x rounded it: here, or */
-    if (made && made != xq) return made;                        /* further into the buffer (qwc_q8_made_at) */
-    if (!made) {
+    if (qwc_q8_fresh(c, x, ldx, cols, n_rows) != xq) { /* else the kernel that wrote x rounded it there */
         const int64_t nb = cols / 32, warps = nb * n_rows;
         qwc_launch(k_q8a, (unsigned)cdiv(warps, 8), 256, 0, qwc_stream(c), x, ldx, nb, n_rows, xq);
         QWC_LAUNCHED();
@@ -1786,32 +1756,6 @@ template <int T> struct op_pairs {
     }
 };
 
-/* qwc_pairs_gate_up_act for weights of type T (*done 0: not taken) */
-template <int T> struct op_pairs_act {
-    static void run(qwc *c, float *y, const void *const *mats, int64_t I, int64_t H, const float *x, int64_t x_stride,
-                    int P, int act, int *done) {
-        *done = 0;
-        if constexpr (q8_type<T>()) {
-            const int64_t ng = H / 32, nx = x_stride ? 2 * (int64_t)P : 1;
-            const qw_q8a *xq = q8_rows<T>(c, x, x_stride ? x_stride : H, H, nx);
-            size_t cap = 0;
-            qw_q8a *buf = (qw_q8a *)qwc_q8_buf(c, &cap);
-            if (!xq || !buf) return;
-            /* the act's rounding past x's (the product reads x's while the act's are written) */
-            const int64_t nb = (int64_t)(cap / sizeof(qw_q8a));
-            const int64_t off = xq >= buf && xq < buf + nb ? (xq - buf) + nx * ng : 0;
-            unsigned *count = qwc_counts(c, (int)(P * I / 32));
-            if (!count || off + P * I / 32 > nb) return;
-            mvq_args a = mvq_of(NULL, mats, I, (int64_t)qw_type_row_size((qw_type)T, H), ng, xq, 0, x_stride ? ng : 0,
-                                y, 0, I, 0, 1);
-            a.act_count = count, a.act_xq = buf + off, a.act_P = P, a.act_I = I, a.act_fn = act;
-            mvq_go<T>(qwc_stream(c), a, (unsigned)(2 * P));
-            qwc_q8_made_at(c, y, P * I, off);
-            *done = 1;
-        }
-    }
-};
-
 /* One token through n <= MVQ_JOBS matrices of type T that read the same x: one integer launch (when the integer
  * path takes x); *done 0: not taken. */
 template <int T> struct op_group {
@@ -1964,24 +1908,6 @@ void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, i
                       const float *x, int64_t x_stride, int n_pairs) {
     if (n_pairs <= 0 || rows <= 0) return;
     by_type<op_pairs>(type, c, y, mats, rows, cols, x, x_stride, n_pairs);
-}
-
-/* A MoE step's act_mul in the gate and up product's last warps: opt-in until a GPU has timed it
- * (QWENC_CUDA_MOE_ACT_TAIL=1 in the environment, read at each call; else the product, then act_mul: the same bits;
- * QWC_MOE_ACT_TAIL 0 builds it out) */
-#ifndef QWC_MOE_ACT_TAIL
-#define QWC_MOE_ACT_TAIL 1
-#endif
-
-int qwc_pairs_gate_up_act(qwc *c, float *y, const void *const *mats, qw_type type, int64_t I, int64_t H,
-                          const float *x, int64_t x_stride, int P, int act) {
-    const char *e = getenv("QWENC_CUDA_MOE_ACT_TAIL"); /* at each call: tests compare the two */
-    if (!QWC_MOE_ACT_TAIL || !e || e[0] != '1') return 0;
-    if (P < 1 || 2 * (int64_t)P > 65535 || I <= 0 || I % 32 || H % 32 || !qwc_q8_on(c) || !qd_supported(type))
-        return 0;
-    int done = 0;
-    by_type<op_pairs_act>(type, c, y, mats, I, H, x, x_stride, P, act, &done);
-    return done;
 }
 
 int qwc_matmul_like_pairs(const qwc *c, qw_type type, int64_t cols, int n_tok) {

@@ -88,9 +88,6 @@ qw_q8a *qwc_q8_big(qwc *c, size_t bytes);
  * round as k_q8a does. */
 qw_q8a *qwc_q8_for(qwc *c, int64_t n, int64_t row);
 void qwc_q8_made(qwc *c, const float *y, int64_t n);
-/* qwc_q8_made for a rounding written off blocks into the fixed buffer (past rows a product still read while it was
- * written); qwc_q8_fresh then gives that place */
-void qwc_q8_made_at(qwc *c, const float *y, int64_t n, int64_t off);
 const qw_q8a *qwc_q8_fresh(const qwc *c, const float *x, int64_t ldx, int64_t cols, int64_t n_rows);
 
 /* ---- the routed experts over several GPUs (backend.cu; qw_backend_cuda_split). Rank 0 is the backend the model
@@ -145,13 +142,6 @@ void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, i
 int qwc_pairs_combine(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
                       const float *x, int P, const int32_t *sel, const float *wt, int k, const float *sg, int sg_logit,
                       int has_shared, int shared_pair);
-/* A MoE step's gate and up products of one token a pair (mats [2P]: the P gates, then the P ups, each [I][H] of
- * `type`; x as qwc_matmul_pairs takes it) into y [2P][I], with act_mul(y, y, y + P I, P I, act) in the same launch:
- * each 32 rows' act(gate) * up and its 8-bit rounding (after x's in the fixed buffer; qwc_q8_fresh gives it) by the
- * warp that writes the last of their 64 rows. The bits of qwc_matmul_pairs then act_mul. 0 (nothing done) where it
- * does not apply (no integer path, the counts or the buffer's room lacking). */
-int qwc_pairs_gate_up_act(qwc *c, float *y, const void *const *mats, qw_type type, int64_t I, int64_t H,
-                          const float *x, int64_t x_stride, int P, int act);
 /* One token x through n (<= 4) matrices w[j] on the device of one type and row length, into y[j]: one launch of the
  * integer path, the bits of their own products. 0 (nothing done) when that path does not take them. */
 int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x);

@@ -16,9 +16,8 @@
 # in src/cuda/ops.cu), the keys' norm and RoPE with both cache stores (QWC_NORM_ROPE_KV there) and the delta rule
 # with its gated norm (QWC_DR_GATE there), and small kernels' reads of weights before their programmatic wait and of
 # state into L2 (QWC_EARLY_OPS in src/cuda/cuda_internal.cuh; the same promise), and a prompt's MoE rows rounded
-# before they are gathered (QWC_MOE_GATHER_Q8 in src/cuda/moe.cu), and the MoE pairs' act_mul in the gate and up
-# product's last warps (QWC_MOE_ACT_TAIL in src/cuda/quant.cu; opt-in, so build-cuda/ runs here with
-# QWENC_CUDA_MOE_ACT_TAIL=1). This builds build-unfused/ with them off
+# before they are gathered (QWC_MOE_GATHER_Q8 in src/cuda/moe.cu). This builds build-unfused/ with
+# them off
 # (FLAGS: other -D switches to set instead, for a path being tried) and compares the logits of build-cuda/
 # (gpu_check's build) with its logits bit for bit: random models of Flash-Next's and Qwen3.5-35B-A3B's geometry,
 # shrunk (their shared experts have the routed experts' width), Q4_K, Q8_0 and BF16 weights, 1, 4 and 12 tokens a
@@ -37,7 +36,7 @@ unfused+=" -DQWC_CONV_STATE=0 -DQWC_MOE_GATE_IN_COMBINE=0 -DQWC_MOE_ROUTE_IN_PAI
 unfused+=" -DQWC_HC_UP_READ=0 -DQWC_MOE_X_IN_PLACE=0 -DQWC_MOE_ROUTE_REGS=0 -DQWC_NORM_GATE=0"
 unfused+=" -DQWC_MOE_SG_IN_PAIRS=0 -DQWC_GDN_PREP=0 -DQWC_MVQ_WALK=0 -DQWC_MOE_DOWN_COMBINE=0"
 unfused+=" -DQWC_MV_ONE_ROW=0 -DQWC_NORM_ROPE=0 -DQWC_NORM_ROPE_KV=0 -DQWC_DR_GATE=0 -DQWC_EARLY_OPS=0"
-unfused+=" -DQWC_MOE_GATHER_Q8=0 -DQWC_MOE_ROUTE_REDUX=0 -DQWC_MOE_ACT_TAIL=0"
+unfused+=" -DQWC_MOE_GATHER_Q8=0 -DQWC_MOE_ROUTE_REDUX=0"
 off=${FLAGS:-$unfused}
 if [ ! -x build-cuda/qwenc ]; then echo "fusions: build-cuda/qwenc missing (make cuda first)"; echo "0 passed, 1 failed"; exit 1; fi
 echo "build-unfused/: $off"
@@ -57,8 +56,8 @@ for p in flash-next qwen3.5-35b-a3b; do
             pm=() # the default pairs' limit, or none
             [ $b = 12g ] && pm=(QWENC_CUDA_PAIRS_MAX=1)
             syn="--synth $p --layers 4 --experts 16 --ngram-base 1000 --hidden 512 --vocab 2048 --type $t"
-            env "${pm[@]}" QWENC_CUDA_MOE_ACT_TAIL=1 build-cuda/qwenc logits $syn --tokens $toks --batch ${b%g} \
-                --backend cuda -o "$dir/a.f32" 2>"$dir/err"
+            env "${pm[@]}" build-cuda/qwenc logits $syn --tokens $toks --batch ${b%g} --backend cuda \
+                -o "$dir/a.f32" 2>"$dir/err"
             env "${pm[@]}" build-unfused/qwenc logits $syn --tokens $toks --batch ${b%g} --backend cuda \
                 -o "$dir/b.f32" 2>>"$dir/err"
             if [ -s "$dir/a.f32" ] && cmp -s "$dir/a.f32" "$dir/b.f32"; then

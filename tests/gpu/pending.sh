@@ -12,16 +12,14 @@
 # GEMM's group terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1, opt-in) against the reference's operations;
 # `redux` the MoE routing's rounds by the warp's integer reductions (QWC_MOE_ROUTE_REDUX, a build switch: the
 # default build against build-noredux/, built with it off, the two binaries' benches alternating; the same bits,
-# which fusions.sh checks); `act` the MoE pairs' act_mul in the gate and up product's last warps (opt-in,
-# QWENC_CUDA_MOE_ACT_TAIL=1) against act_mul apart on three models' decode. Each step fits a call where calls are
-# limited to 10 minutes.
+# which fusions.sh checks). Each step fits a call where calls are limited to 10 minutes.
 #
 # Each of these has been timed once (docs/BENCH.md, "The paths that waited, timed"); the steps repeat those
 # comparisons on another machine or after a change, beside the numbers of docs/BENCH.md's tables of defaults (H100:
 # cut Q4_K pp512 19,856-20,085, tg128 809; whole with 192 experts pp4096 3,931-3,954, tg32 after 4,096 tokens
 # 154.7, 16 sessions 436.3).
 #
-#   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq] [fast] [redux] [act]    all seven when none is named
+#   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq] [fast] [redux]      all six when none is named
 #
 # ROUNDS (2) rounds of each set; FN: the bench options of the whole model (default: the whole Flash-Next at Q4_K,
 # 111 GiB; on an 80 GiB GPU, '--backend cuda --synth flash-next --experts 192 --type q4_k'). Each step ends with a
@@ -32,7 +30,7 @@ fn=${FN:-'--backend cuda --synth flash-next --type q4_k'}
 cut='--backend cuda --synth flash-next --layers 8 --experts 64 --ngram-base 200003 --type q4_k'
 q35='--backend cuda --synth qwen3.5-35b-a3b --type q4_k'
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(check split defaults mmq fast redux act)
+[ ${#steps[@]} -eq 0 ] && steps=(check split defaults mmq fast redux)
 export QWENC=${QWENC:-build-cuda/qwenc} ROUNDS=${ROUNDS:-2}
 fails=0
 
@@ -54,7 +52,7 @@ for step in "${steps[@]}"; do
             bash tests/gpu_check.sh t_cuda_quant_loop t_cuda_ops t_model t_model_switches t_session \
                 t_session_switches t_mtp || fails=$((fails + 1))
             ;;
-        split | defaults | mmq | fast | redux | act)
+        split | defaults | mmq | fast | redux)
             if [ ! -x "$QWENC" ]; then
                 echo "pending.sh: $QWENC is not there: run the check step (or make cuda) first" >&2
                 exit 1
@@ -131,14 +129,7 @@ for step in "${steps[@]}"; do
                 done
             fi
             ;;
-        act)
-            # act_mul apart from the MoE's gate and up product against in its last warps, decode on three models
-            for o in "$fn -p 0 -n 32" "$cut -p 0 -n 128" "$q35 -p 0 -n 32"; do
-                # shellcheck disable=SC2086
-                ab - 'QWENC_CUDA_MOE_ACT_TAIL=1' -- $o
-            done
-            ;;
-        *) echo "pending.sh: no step '$step' (check, split, defaults, mmq, fast, redux, act)" >&2; exit 1 ;;
+        *) echo "pending.sh: no step '$step' (check, split, defaults, mmq, fast, redux)" >&2; exit 1 ;;
     esac
     echo "== step $step done, $fails failed so far"
 done

@@ -136,13 +136,6 @@ __attribute__((weak)) int qwc_q8_fresh(const struct qwc *c, const float *x, int6
     (void)c, (void)x, (void)ldx, (void)cols, (void)n_rows;
     return 0;
 }
-__attribute__((weak)) void qwc_q8_made_at(struct qwc *c, const float *y, int64_t n, int64_t off) {
-    (void)c, (void)y, (void)n, (void)off;
-}
-__attribute__((weak)) unsigned *qwc_counts(struct qwc *c, int n) { /* none: the MoE's fused act is not taken */
-    (void)c, (void)n;
-    return NULL;
-}
 __attribute__((weak)) void *qwc_q8_big(struct qwc *c, size_t bytes) { /* no prompt's buffer: the scratch serves */
     (void)c, (void)bytes;
     return NULL;
