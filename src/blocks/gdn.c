@@ -115,7 +115,9 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     float *xc = qw_arena_f32(f->ar, (size_t)(K - 1 + T) * ch);
     float *qkv = xc + (int64_t)(K - 1) * ch;
     float *z = qw_arena_f32(f->ar, (size_t)T * vd);
-    float *b = qw_arena_f32(f->ar, (size_t)T * hv), *a = qw_arena_f32(f->ar, (size_t)T * hv);
+    /* a draft step keeps the delta rule's inputs for qwenc_session_accept: they are made where it keeps them */
+    const qw_draft_layer *d = f->draft ? &f->s->dl[il] : NULL;
+    float *b = d ? d->b : qw_arena_f32(f->ar, (size_t)T * hv), *a = d ? d->g : qw_arena_f32(f->ar, (size_t)T * hv);
     if (w->qkvz) {
         deinterleave(f, w, x, qkv, z, b, a);
     } else {
@@ -124,50 +126,41 @@ void qw_gdn_forward(const qw_fwd *f, int il, const qw_gdn_w *w, int gate_sigmoid
     }
     float *c = qw_arena_f32(f->ar, (size_t)T * ch);
     float *g = a; /* in place: g = -exp(A_log) * softplus(a + dt_bias) */
-    /* one token of one session, no draft: the convolution, the l2 norms and the gate as one op */
-    const int prep = T == 1 && qw_fwd_n_seg(f) == 1 && !f->draft;
-    if (prep)
-        qw_be_gdn_prep(be, c, qkv, qw_fwd_seg(f, 0).s->ls[il].conv, xc, w->conv, (int)ch, K, hk, dk, 1e-6f,
-                       1.0f / sqrtf((float)dk), g, b, w->neg_exp_a, w->dt_bias, hv);
-    else if (!qw_conv_rows(f, il, 0, c, xc + (int64_t)(K - 1) * ch, w->conv, (int)ch, K, 1, 1))
-        for (int i = 0; i < qw_fwd_n_seg(f); i++) {
-            qw_seg sg = qw_fwd_seg(f, i);
-            qw_arena_mark ms = qw_arena_get_mark(f->ar);
-            gdn_conv(f, il, w, sg, xc, c, ch, K);
-            qw_arena_restore(f->ar, ms);
-        }
-
-    /* the value heads in the order they were stored in: the delta rule takes llama.cpp's tiled order as it is */
-    const int tiled = qw_gdn_tiled(w, hk, hv);
     float *q = c, *k = c + kd, *v = c + 2 * kd; /* one token's q, k and v lie apart in c already */
     if (T > 1) {
-        q = qw_arena_f32(f->ar, (size_t)T * kd), k = qw_arena_f32(f->ar, (size_t)T * kd);
+        q = d ? d->q : qw_arena_f32(f->ar, (size_t)T * kd), k = d ? d->k : qw_arena_f32(f->ar, (size_t)T * kd);
+        v = d ? d->v : qw_arena_f32(f->ar, (size_t)T * vd);
+    }
+    if (qw_fwd_n_seg(f) == 1) { /* one session's tokens: the convolution, q, k and v, the l2 norms and the gate */
+        qw_be_gdn_prep(be, c, q, k, v, qkv, qw_fwd_seg(f, 0).s->ls[il].conv, d ? d->conv_seq : xc, f->draft,
+                       w->conv, T, (int)ch, K, hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), g, b, w->neg_exp_a,
+                       w->dt_bias, hv);
+    } else { /* a batched step's, each row through its session's convolution state */
+        if (!qw_conv_rows(f, il, 0, c, qkv, w->conv, (int)ch, K, 1, 1))
+            for (int i = 0; i < qw_fwd_n_seg(f); i++) {
+                qw_seg sg = qw_fwd_seg(f, i);
+                qw_arena_mark ms = qw_arena_get_mark(f->ar);
+                gdn_conv(f, il, w, sg, xc, c, ch, K);
+                qw_arena_restore(f->ar, ms);
+            }
         qw_copy_layout qk = {{kd, T, 1, 1}, {1, kd, 0, 0}, {1, ch, 0, 0}};
         be->copy_strided(be, q, c, &qk);
         be->copy_strided(be, k, c + kd, &qk);
-        v = qw_arena_f32(f->ar, (size_t)T * vd);
         qw_copy_layout vl = {{vd, T, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
         be->copy_strided(be, v, c + 2 * kd, &vl);
-    }
-    if (!prep) { /* (gdn_prep did these) */
-        if (k == q + kd) { /* one token: q's rows then k's, one call */
-            be->l2_norm(be, q, 2 * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), hk);
-        } else {
-            be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), T * hk);
-            be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f, 0);
-        }
+        be->l2_norm(be, q, T * hk, dk, 1e-6f, 1.0f / sqrtf((float)dk), T * hk);
+        be->l2_norm(be, k, T * hk, dk, 1e-6f, 1.0f, 0);
         be->gdn_gate(be, g, b, w->neg_exp_a, w->dt_bias, T, hv); /* and beta = sigma(b) in place */
     }
+    /* the value heads in the order they were stored in: the delta rule takes llama.cpp's tiled order as it is */
+    const int tiled = qw_gdn_tiled(w, hk, hv);
 
     float *o = qw_arena_f32(f->ar, (size_t)T * vd);
-    if (f->draft) { /* the state before the step and the step's inputs, for qwenc_session_accept */
-        const qw_draft_layer *d = &f->s->dl[il];
+    if (d) { /* the state before the step, and the step's inputs where they were not made in place (one token) */
         be->copy(be, d->ssm0, f->s->ls[il].ssm, (size_t)hv * dk * dv * sizeof(float));
-        be->copy(be, d->q, q, (size_t)T * kd * sizeof(float));
-        be->copy(be, d->k, k, (size_t)T * kd * sizeof(float));
-        be->copy(be, d->v, v, (size_t)T * vd * sizeof(float));
-        be->copy(be, d->g, g, (size_t)T * hv * sizeof(float));
-        be->copy(be, d->b, b, (size_t)T * hv * sizeof(float));
+        if (q != d->q) be->copy(be, d->q, q, (size_t)T * kd * sizeof(float));
+        if (k != d->k) be->copy(be, d->k, k, (size_t)T * kd * sizeof(float));
+        if (v != d->v) be->copy(be, d->v, v, (size_t)T * vd * sizeof(float));
     }
     /* then the gated RMSNorm per value head: RMSNorm(o; w) * act(z); one session's rows with the delta rule (one op
      * where the backend has it) */

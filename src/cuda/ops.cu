@@ -22,11 +22,16 @@ static void cu_matmul(const qw_backend *be, float *y, const qw_tensor *w, const 
     qwc_matmul(c, y, &d, x, n_tok);
 }
 
-/* One token's jobs of one weight type and row length reading the same x as one launch (QWC_MVQ_BATCH 0: one launch
- * each; tests/gpu/fusions.sh checks the two give the same bits). */
+/* Jobs of one weight type and row length reading the same x of up to 8 tokens as one launch (QWC_MVQ_BATCH 0: one
+ * launch each; tests/gpu/fusions.sh checks the two give the same bits). QWENC_CUDA_MVQ_BATCH_TOK=0 in the
+ * environment: one token's jobs only, as before multi-token steps were grouped (to measure what that saves). */
 #ifndef QWC_MVQ_BATCH
 #define QWC_MVQ_BATCH 1
 #endif
+static int batch_tok() {
+    static int r = -1;
+    return qwc_env_switch("QWENC_CUDA_MVQ_BATCH_TOK", 1, &r) ? 8 : 1;
+}
 
 /* the jobs in turn, or up to 4 of one type, row length and x in one launch (the first not yet run and the next ones
  * of its kind, wherever they stand among the jobs); a job reading the x of the one run before it uses its 8-bit
@@ -41,15 +46,15 @@ static void cu_matmul_batch(const qw_backend *be, const qw_matmul_job *jobs, int
         qwc_q8_keep(c, last && a->x == last->x && a->n_tok == last->n_tok);
         last = a;
         int at[4] = {j}, n = 1;
-        for (int i = j + 1; QWC_MVQ_BATCH && a->n_tok == 1 && n < 4 && i < n_jobs && i < 64; i++)
-            if (!(ran >> i & 1) && jobs[i].x == a->x && jobs[i].n_tok == 1 && jobs[i].w->type == a->w->type &&
+        for (int i = j + 1; QWC_MVQ_BATCH && a->n_tok <= batch_tok() && n < 4 && i < n_jobs && i < 64; i++)
+            if (!(ran >> i & 1) && jobs[i].x == a->x && jobs[i].n_tok == a->n_tok && jobs[i].w->type == a->w->type &&
                 jobs[i].w->shape[1] == a->w->shape[1])
                 at[n++] = i;
         if (n > 1) {
             qw_tensor d[4];
             float *y[4];
             for (int i = 0; i < n; i++) d[i] = qwc_tensor(c, jobs[at[i]].w), y[i] = jobs[at[i]].y;
-            if (qwc_matmul_group(c, d, y, n, a->x)) {
+            if (qwc_matmul_group(c, d, y, n, a->x, a->n_tok)) {
                 for (int i = 0; i < n; i++) ran |= 1ull << at[i];
                 continue;
             }
@@ -612,6 +617,11 @@ static void cu_gdn_gate(const qw_backend *be, float *a, float *beta, const float
 #ifndef QWC_GDN_PREP
 #define QWC_GDN_PREP 1
 #endif
+/* ... and for several tokens of one session, or one of a draft step (QWC_GDN_PREP_N 0: the ops one by one, the
+ * copies of q, k and v out of the convolution's rows among them; the same bits) */
+#ifndef QWC_GDN_PREP_N
+#define QWC_GDN_PREP_N 1
+#endif
 
 /* conv_state_channel for one token, dilation 1 and silu, k <= GDN_KMAX: its window's loads all asked for before its
  * stores (to the compiler hist, x and y may overlap, so a load after a store waits for it), the same operations;
@@ -681,17 +691,99 @@ __global__ void k_gdn_prep(float *c, const float *x, float *hist, const float *w
     }
 }
 
-static void cu_gdn_prep(const qw_backend *be, float *c, const float *x, float *hist, float *seq, const float *w,
-                        int ch, int k, int hk, int dk, float eps, float q_scale, float *a, float *beta,
-                        const float *neg_exp_a, const float *dt_bias, int hv) {
-    if (!QWC_GDN_PREP || !QWC_CONV_STATE || !QWC_FUSE_CONV_SILU || 2 * hk * dk > ch) {
-        qw_gdn_prep_ops(be, c, x, hist, seq, w, ch, k, hk, dk, eps, q_scale, a, beta, neg_exp_a, dt_bias, hv);
+/* conv_state_channel's sum and silu of token t's window (dilation 1): the history's rows, then x's */
+__device__ __forceinline__ float conv_tok(const float *x, const float *hist, const float *w, int ch, int k, int c,
+                                          int t) {
+    double acc = 0;
+    for (int j = 0; j < k; j++) {
+        const int s = t + j;
+        const float win = s < k - 1 ? hist[(int64_t)s * ch + c] : x[(int64_t)(s - k + 1) * ch + c];
+        acc += (double)w[(int64_t)c * k + j] * win;
+    }
+    return qwc_silu((float)acc);
+}
+
+/* conv_state_channel's end for channel c after n_tok tokens: the window into seq (keep_seq), the history moved on */
+__device__ __forceinline__ void conv_tok_end(const float *x, float *hist, float *seq, int keep_seq, int ch, int k,
+                                             int c, int n_tok) {
+    const int nh = k - 1;
+#define WIN(s) ((s) < nh ? hist[(int64_t)(s) * ch + c] : x[(int64_t)((s) - nh) * ch + c])
+    if (keep_seq)
+        for (int s = 0; s < nh + n_tok; s++) seq[(int64_t)s * ch + c] = WIN(s);
+    for (int i = 0; i < nh; i++) hist[(int64_t)i * ch + c] = WIN(n_tok + i);
+#undef WIN
+}
+
+/* gdn_prep of n_tok tokens (up to CONV_STATE_MAX_TOK), or of one keeping its window (a draft step's): k_gdn_prep's
+ * blocks, each walking the tokens in turn (a q or k head's channels in registers from the convolution to the
+ * norm, token by token; the v channels a thread each; the gate and beta of every token), the outputs into q, k and
+ * v [n_tok][..] where the copies out of c would put them; the window kept and the history moved on after the last
+ * token, by the thread that read the channel. The operations of conv1d_state, l2_norm and gdn_gate. */
+__global__ void k_gdn_prep_n(float *q, float *kq, float *v, const float *x, float *hist, float *seq, int keep_seq,
+                             const float *w, int n_tok, int ch, int k, int hk, int dk, float eps, float q_scale,
+                             float *a, float *beta, const float *neg_exp_a, const float *dt_bias, int hv, int n_vb) {
+    QWC_PDL_ENTRY();
+    __shared__ double sh[32];
+    const int b = blockIdx.x, nqk = 2 * hk;
+    const int64_t kd = (int64_t)hk * dk, vd = ch - 2 * kd;
+    if (b < nqk) { /* k <= GDN_KMAX and dk <= GDN_DKMAX blockDim.x (cu_gdn_prep) */
+        float *out = b < hk ? q + (int64_t)b * dk : kq + (int64_t)(b - hk) * dk;
+        const float scale = b < hk ? q_scale : 1.0f;
+        for (int t = 0; t < n_tok; t++) {
+            float vv[GDN_DKMAX];
+            double ss = 0;
+#pragma unroll
+            for (int e = 0; e < GDN_DKMAX; e++) {
+                const int i = threadIdx.x + e * blockDim.x;
+                vv[e] = i < dk ? conv_tok(x, hist, w, ch, k, b * dk + i, t) : 0.0f;
+            }
+#pragma unroll
+            for (int e = 0; e < GDN_DKMAX; e++)
+                if (threadIdx.x + e * blockDim.x < dk) ss += (double)vv[e] * vv[e];
+            ss = qwc_block_sum(ss, sh);
+            const float inv = (float)(1.0 / sqrt(ss + eps)) * scale;
+#pragma unroll
+            for (int e = 0; e < GDN_DKMAX; e++) {
+                const int i = threadIdx.x + e * blockDim.x;
+                if (i < dk) out[t * kd + i] = vv[e] * inv;
+            }
+        }
+        for (int i = threadIdx.x; i < dk; i += blockDim.x)
+            conv_tok_end(x, hist, seq, keep_seq, ch, k, b * dk + i, n_tok);
+    } else if (b < nqk + n_vb) {
+        const int ci = nqk * dk + (b - nqk) * blockDim.x + threadIdx.x;
+        if (ci < ch) {
+            for (int t = 0; t < n_tok; t++) v[t * vd + ci - 2 * kd] = conv_tok(x, hist, w, ch, k, ci, t);
+            conv_tok_end(x, hist, seq, keep_seq, ch, k, ci, n_tok);
+        }
+    } else {
+        for (int i = threadIdx.x; i < n_tok * hv; i += blockDim.x) {
+            a[i] = gdn_g(a[i], neg_exp_a[i % hv], dt_bias[i % hv]);
+            if (beta) beta[i] = qwc_sigmoid(beta[i]);
+        }
+    }
+}
+
+static void cu_gdn_prep(const qw_backend *be, float *c, float *q, float *k, float *v, const float *x, float *hist,
+                        float *seq, int keep_seq, const float *w, int n_tok, int ch, int kc, int hk, int dk, float eps,
+                        float q_scale, float *a, float *beta, const float *neg_exp_a, const float *dt_bias, int hv) {
+    const int nt = qwc_norm_threads(dk);
+    const int one = n_tok == 1 && !keep_seq, regs = kc <= GDN_KMAX && dk <= GDN_DKMAX * nt;
+    if (!QWC_GDN_PREP || !QWC_CONV_STATE || !QWC_FUSE_CONV_SILU || 2 * hk * dk > ch || n_tok < 1 ||
+        n_tok > CONV_STATE_MAX_TOK || (!one && (!regs || !QWC_GDN_PREP_N))) {
+        qw_gdn_prep_ops(be, c, q, k, v, x, hist, seq, keep_seq, w, n_tok, ch, kc, hk, dk, eps, q_scale, a, beta,
+                        neg_exp_a, dt_bias, hv);
         return;
     }
     qwc *cc = qwc_of(be);
-    const int nt = qwc_norm_threads(dk), n_vb = (int)qwc_blocks(ch - 2 * hk * dk, nt);
-    qwc_launch(k_gdn_prep, 2 * hk + n_vb + 1, nt, 0, qwc_stream(cc), c, x, hist, qwc_wf(cc, w, (int64_t)ch * k), ch,
-               k, hk, dk, eps, q_scale, a, beta, qwc_wf(cc, neg_exp_a, hv), qwc_wf(cc, dt_bias, hv), hv, n_vb);
+    const int n_vb = (int)qwc_blocks(ch - 2 * hk * dk, nt);
+    if (one)
+        qwc_launch(k_gdn_prep, 2 * hk + n_vb + 1, nt, 0, qwc_stream(cc), c, x, hist, qwc_wf(cc, w, (int64_t)ch * kc),
+                   ch, kc, hk, dk, eps, q_scale, a, beta, qwc_wf(cc, neg_exp_a, hv), qwc_wf(cc, dt_bias, hv), hv, n_vb);
+    else
+        qwc_launch(k_gdn_prep_n, 2 * hk + n_vb + 1, nt, 0, qwc_stream(cc), q, k, v, x, hist, seq, keep_seq,
+                   qwc_wf(cc, w, (int64_t)ch * kc), n_tok, ch, kc, hk, dk, eps, q_scale, a, beta,
+                   qwc_wf(cc, neg_exp_a, hv), qwc_wf(cc, dt_bias, hv), hv, n_vb);
     QWC_LAUNCHED();
 }
 

@@ -912,8 +912,8 @@ struct mvq_args {
     float *y;
     int64_t y_tok, y_pair, pair0;
     int n_tok;
-    /* n_jobs > 0: one token through n_jobs matrices of the same type and row length at once, job blockIdx.y's
-     * matrix, rows and output taking the place of w, rows and y (qwc_matmul_group) */
+    /* n_jobs > 0: the tokens through n_jobs matrices of the same type and row length at once, job blockIdx.y's
+     * matrix, rows and output taking the place of w, rows and y, its rows y's stride a token (qwc_matmul_group) */
     int n_jobs;
     int early; /* the rows asked for before the programmatic launch's wait (w or jw: not a pair's) */
     int ks;    /* warps a row (1, 2 or 4): each sums a part of the groups, the parts added in order */
@@ -1162,10 +1162,10 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
     const int kk = warp % ks;
     const int64_t row0 = (int64_t)blockIdx.x * (MV_WARPS / ks), row = row0 + warp / ks;
     const int64_t row_bytes = a.row_bytes;
-    int64_t pair = a.pair0 + blockIdx.y, rows = a.rows;
+    int64_t pair = a.pair0 + blockIdx.y, rows = a.rows, y_tok = a.y_tok;
     const uint8_t *w = a.w;
     float *yo = a.y;
-    if (a.n_jobs) w = a.jw[blockIdx.y], rows = a.jrows[blockIdx.y], yo = a.jy[blockIdx.y], pair = 0;
+    if (a.n_jobs) w = a.jw[blockIdx.y], rows = y_tok = a.jrows[blockIdx.y], yo = a.jy[blockIdx.y], pair = 0;
     const bool early = MVQ_PREFETCH && a.early && !a.mats, staging = a.stage && !a.mats;
     int stage = 0; /* the block's rows copied into sm, 16 or 4 bytes a copy */
     if (staging) {
@@ -1214,7 +1214,7 @@ __device__ __forceinline__ void mvq_rows(const mvq_args &a, float (*red)[NT], ui
     if (lane == 0)
 #pragma unroll
         for (int t = 0; t < NT; t++)
-            if (t < a.n_tok) yo[pair * a.y_pair + t * a.y_tok + row] = acc[t];
+            if (t < a.n_tok) yo[pair * a.y_pair + t * y_tok + row] = acc[t];
 }
 
 template <int T, int NT> __global__ void __launch_bounds__(MV_THREADS) mvq_kernel(mvq_args a) {
@@ -1756,18 +1756,18 @@ template <int T> struct op_pairs {
     }
 };
 
-/* One token through n <= MVQ_JOBS matrices of type T that read the same x: one integer launch (when the integer
- * path takes x); *done 0: not taken. */
+/* n_tok <= MV_PASS_TOK tokens through n <= MVQ_JOBS matrices of type T that read the same x: one integer launch
+ * (when the integer path takes x); *done 0: not taken. */
 template <int T> struct op_group {
     static void run(qwc *c, const uint8_t *const *w, const int64_t *rows, float *const *y, int n, int64_t cols,
-                    const float *x, int *done) {
+                    const float *x, int n_tok, int *done) {
         *done = 0;
         if constexpr (q8_type<T>()) {
-            const qw_q8a *xq = q8_rows<T>(c, x, cols, cols, 1);
+            const qw_q8a *xq = q8_rows<T>(c, x, cols, cols, n_tok);
             if (!xq) return;
             mvq_args a = {};
             a.row_bytes = (int64_t)qw_type_row_size((qw_type)T, cols);
-            a.ng = cols / 32, a.xq = xq, a.n_tok = 1, a.n_jobs = n;
+            a.ng = cols / 32, a.xq = xq, a.xq_tok = a.ng, a.n_tok = n_tok, a.n_jobs = n;
             for (int j = 0; j < n; j++) a.jw[j] = w[j], a.jrows[j] = rows[j], a.jy[j] = y[j];
             mvq_go<T>(qwc_stream(c), a, (unsigned)n);
             *done = 1;
@@ -1916,8 +1916,8 @@ int qwc_matmul_like_pairs(const qwc *c, qw_type type, int64_t cols, int n_tok) {
            qd_supported(type) && cols % 32 == 0;
 }
 
-int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x) {
-    if (n < 1 || n > MVQ_JOBS) return 0;
+int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x, int n_tok) {
+    if (n < 1 || n > MVQ_JOBS || n_tok < 1 || n_tok > MV_PASS_TOK) return 0;
     const uint8_t *d[MVQ_JOBS];
     int64_t rows[MVQ_JOBS];
     for (int j = 0; j < n; j++) {
@@ -1925,6 +1925,6 @@ int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const f
         d[j] = (const uint8_t *)w[j].data, rows[j] = w[j].shape[0];
     }
     int done = 0;
-    by_type<op_group>(w[0].type, c, d, rows, y, n, w[0].shape[1], x, &done);
+    by_type<op_group>(w[0].type, c, d, rows, y, n, w[0].shape[1], x, n_tok, &done);
     return done;
 }

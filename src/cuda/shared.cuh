@@ -142,9 +142,10 @@ void qwc_matmul_pairs(qwc *c, float *y, const void *const *mats, qw_type type, i
 int qwc_pairs_combine(qwc *c, float *y, const void *const *mats, qw_type type, int64_t rows, int64_t cols,
                       const float *x, int P, const int32_t *sel, const float *wt, int k, const float *sg, int sg_logit,
                       int has_shared, int shared_pair);
-/* One token x through n (<= 4) matrices w[j] on the device of one type and row length, into y[j]: one launch of the
- * integer path, the bits of their own products. 0 (nothing done) when that path does not take them. */
-int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x);
+/* n_tok (<= 8) tokens x [n_tok][cols] through n (<= 4) matrices w[j] on the device of one type and row length, into
+ * y[j] [n_tok][rows j]: one launch of the integer path, the bits of their own products. 0 (nothing done) when that
+ * path does not take them. */
+int qwc_matmul_group(qwc *c, const qw_tensor *w, float *const *y, int n, const float *x, int n_tok);
 /* hc_read of one token with its up product (ops.h) in one kernel, on the integer path: a [H] from u [r] (read only),
  * up [C H][r] on the device, xn [C][H], inj [C] (or NULL); xq (or NULL): a's 8-bit rounding. The bits of divide,
  * the up product and hc_read; 0 (nothing done) where those would not take the integer path's one-warp rows. */

@@ -197,13 +197,15 @@ struct qw_backend {
      * NULL, [n_tok][hv]) also beta = sigmoid(beta) in place, the sigmoid op's bits (one kernel for both). */
     void (*gdn_gate)(const qw_backend *be, float *a, float *beta, const float *neg_exp_a, const float *dt_bias,
                      int n_tok, int hv);
-    /* One token's inputs of the delta rule (optional: NULL where the ops below run one by one; callers use
-     * qw_be_gdn_prep): conv1d_state(c, x, hist, seq, w, 1 row, ch, k, dilation 1, then_silu, keep_seq 0), then
-     * l2_norm(c, 2 hk rows of dk, eps, q_scale, hk) (q's heads then k's, the first 2 hk dk channels of c), then
-     * gdn_gate(a, beta, neg_exp_a, dt_bias, 1, hv): the bits of those three ops (a backend may run them as one). */
-    void (*gdn_prep)(const qw_backend *be, float *c, const float *x, float *hist, float *seq, const float *w, int ch,
-                     int k, int hk, int dk, float eps, float q_scale, float *a, float *beta, const float *neg_exp_a,
-                     const float *dt_bias, int hv);
+    /* One session's inputs of the delta rule for n_tok tokens (optional: NULL where the ops run one by one; callers
+     * use qw_be_gdn_prep, whose qw_gdn_prep_ops are the reference): conv1d_state(c, x, hist, seq, w, n_tok rows,
+     * ch, k, dilation 1, then_silu, keep_seq); then q, k and v, [n_tok][hk dk], [n_tok][hk dk] and
+     * [n_tok][ch - 2 hk dk], copied out of c's rows (copy_strided; one token: q = c, k = c + hk dk, v = c + 2 hk dk,
+     * no copies); l2_norm of q's heads times q_scale and of k's heads; then gdn_gate(a, beta, neg_exp_a, dt_bias,
+     * n_tok, hv): the bits of those ops (a backend may run them as one). */
+    void (*gdn_prep)(const qw_backend *be, float *c, float *q, float *k, float *v, const float *x, float *hist,
+                     float *seq, int keep_seq, const float *w, int n_tok, int ch, int kc, int hk, int dk, float eps,
+                     float q_scale, float *a, float *beta, const float *neg_exp_a, const float *dt_bias, int hv);
     /*
      * Gated delta rule, token by token, per value head j (qk head j / (hv/hk)):
      *   S = exp(g) S;  u = beta (v - S^T k);  S += k u^T;  o = S^T q.
@@ -333,22 +335,37 @@ static inline void qw_be_layer(const qw_backend *be, int il) {
     if (be->layer) be->layer(be, il);
 }
 
-/* gdn_prep as its three ops */
-static inline void qw_gdn_prep_ops(const qw_backend *be, float *c, const float *x, float *hist, float *seq,
-                                   const float *w, int ch, int k, int hk, int dk, float eps, float q_scale, float *a,
-                                   float *beta, const float *neg_exp_a, const float *dt_bias, int hv) {
-    be->conv1d_state(be, c, x, hist, seq, w, 1, ch, k, 1, 1, 0);
-    be->l2_norm(be, c, 2 * hk, dk, eps, q_scale, hk);
-    be->gdn_gate(be, a, beta, neg_exp_a, dt_bias, 1, hv);
+/* gdn_prep as its ops */
+static inline void qw_gdn_prep_ops(const qw_backend *be, float *c, float *q, float *k, float *v, const float *x,
+                                   float *hist, float *seq, int keep_seq, const float *w, int n_tok, int ch, int kc,
+                                   int hk, int dk, float eps, float q_scale, float *a, float *beta,
+                                   const float *neg_exp_a, const float *dt_bias, int hv) {
+    be->conv1d_state(be, c, x, hist, seq, w, n_tok, ch, kc, 1, 1, keep_seq);
+    const int64_t kd = (int64_t)hk * dk, vd = ch - 2 * kd;
+    if (n_tok == 1) { /* q's rows then k's, one call */
+        be->l2_norm(be, c, 2 * hk, dk, eps, q_scale, hk);
+    } else {
+        qw_copy_layout qk = {{kd, n_tok, 1, 1}, {1, kd, 0, 0}, {1, ch, 0, 0}};
+        be->copy_strided(be, q, c, &qk);
+        be->copy_strided(be, k, c + kd, &qk);
+        qw_copy_layout vl = {{vd, n_tok, 1, 1}, {1, vd, 0, 0}, {1, ch, 0, 0}};
+        be->copy_strided(be, v, c + 2 * kd, &vl);
+        be->l2_norm(be, q, n_tok * hk, dk, eps, q_scale, n_tok * hk);
+        be->l2_norm(be, k, n_tok * hk, dk, eps, 1.0f, 0);
+    }
+    be->gdn_gate(be, a, beta, neg_exp_a, dt_bias, n_tok, hv);
 }
-/* be->gdn_prep when the backend has it, else its three ops */
-static inline void qw_be_gdn_prep(const qw_backend *be, float *c, const float *x, float *hist, float *seq,
-                                  const float *w, int ch, int k, int hk, int dk, float eps, float q_scale, float *a,
-                                  float *beta, const float *neg_exp_a, const float *dt_bias, int hv) {
+/* be->gdn_prep when the backend has it, else its ops */
+static inline void qw_be_gdn_prep(const qw_backend *be, float *c, float *q, float *k, float *v, const float *x,
+                                  float *hist, float *seq, int keep_seq, const float *w, int n_tok, int ch, int kc,
+                                  int hk, int dk, float eps, float q_scale, float *a, float *beta,
+                                  const float *neg_exp_a, const float *dt_bias, int hv) {
     if (be->gdn_prep)
-        be->gdn_prep(be, c, x, hist, seq, w, ch, k, hk, dk, eps, q_scale, a, beta, neg_exp_a, dt_bias, hv);
+        be->gdn_prep(be, c, q, k, v, x, hist, seq, keep_seq, w, n_tok, ch, kc, hk, dk, eps, q_scale, a, beta,
+                     neg_exp_a, dt_bias, hv);
     else
-        qw_gdn_prep_ops(be, c, x, hist, seq, w, ch, k, hk, dk, eps, q_scale, a, beta, neg_exp_a, dt_bias, hv);
+        qw_gdn_prep_ops(be, c, q, k, v, x, hist, seq, keep_seq, w, n_tok, ch, kc, hk, dk, eps, q_scale, a, beta,
+                        neg_exp_a, dt_bias, hv);
 }
 
 /* rms_norm_rope as its two ops */

@@ -9,7 +9,8 @@
 # routing's values in registers (QWC_MOE_ROUTE_REGS there; its rounds by the warp's integer reductions,
 # QWC_MOE_ROUTE_REDUX), the shared gate's logits in the pairs' kernel
 # (QWC_MOE_SG_IN_PAIRS there), the DeltaNet's gated norm (QWC_NORM_GATE in src/cuda/ops.cu) and one token's
-# convolution, l2 norms and gate as one kernel (QWC_GDN_PREP there), and the integer matrix-vector kernel's walk
+# convolution, l2 norms and gate as one kernel (QWC_GDN_PREP there; several tokens' and a draft step's with q, k
+# and v made apart, QWC_GDN_PREP_N), and the integer matrix-vector kernel's walk
 # along Q8_0 and Q4_K rows (QWC_MVQ_WALK in src/cuda/quant.cu; not a fusion, the same promise), one token's MoE down
 # products with their combine (QWC_MOE_DOWN_COMBINE there; 4 rows a block by default), and one token's matrix-vector products of few row groups
 # at a row a warp (QWC_MV_ONE_ROW there; the same promise), each attention head's norm with its RoPE (QWC_NORM_ROPE
@@ -36,7 +37,7 @@ unfused+=" -DQWC_CONV_STATE=0 -DQWC_MOE_GATE_IN_COMBINE=0 -DQWC_MOE_ROUTE_IN_PAI
 unfused+=" -DQWC_HC_UP_READ=0 -DQWC_MOE_X_IN_PLACE=0 -DQWC_MOE_ROUTE_REGS=0 -DQWC_NORM_GATE=0"
 unfused+=" -DQWC_MOE_SG_IN_PAIRS=0 -DQWC_GDN_PREP=0 -DQWC_MVQ_WALK=0 -DQWC_MOE_DOWN_COMBINE=0"
 unfused+=" -DQWC_MV_ONE_ROW=0 -DQWC_NORM_ROPE=0 -DQWC_NORM_ROPE_KV=0 -DQWC_DR_GATE=0 -DQWC_EARLY_OPS=0"
-unfused+=" -DQWC_MOE_GATHER_Q8=0 -DQWC_MOE_ROUTE_REDUX=0"
+unfused+=" -DQWC_MOE_GATHER_Q8=0 -DQWC_MOE_ROUTE_REDUX=0 -DQWC_GDN_PREP_N=0"
 off=${FLAGS:-$unfused}
 if [ ! -x build-cuda/qwenc ]; then echo "fusions: build-cuda/qwenc missing (make cuda first)"; echo "0 passed, 1 failed"; exit 1; fi
 echo "build-unfused/: $off"

@@ -395,35 +395,71 @@ static void test_gdn(void) {
     g = back(dbt, (size_t)T * hv * 4);
     CHECK(same(g, bt, (size_t)T * hv * 4), "gdn_gate's beta: not the sigmoid op's bits");
     free(g), free(bt);
-    /* one token's convolution, l2 norms and gate as one op: the bits of the GPU's three ops, the reference's within
-     * the ops' own bounds; v channels not a multiple of the kernel's blocks (pw kept: weights are known by
-     * their address) */
+    /* the convolution, q, k and v, the l2 norms and the gate as one op: the bits of the GPU's ops, the reference's
+     * within the ops' own bounds; one token (c's thirds), one keeping its window (a draft step's), several tokens
+     * (q, k and v apart, where the copies out of c put them) with and without the window; v channels not a multiple
+     * of the kernel's blocks (pw kept: weights are known by their address) */
     printf("gdn_prep\n");
     {
-        const int pch = 2 * hk * dk + 300;
+        const int pch = 2 * hk * dk + 300, kd = hk * dk, vd = pch - 2 * kd;
         const float sc = 1.0f / sqrtf((float)dk);
-        const size_t yb = (size_t)pch * 4, hb = (size_t)(k - 1) * pch * 4, gb = (size_t)hv * 4;
-        float *px = rvec(pch, 1), *ph = rvec((size_t)(k - 1) * pch, 1), *pw = rvec((size_t)pch * k, 0.5f);
-        float *pa = rvec(hv, 3), *pb = rvec(hv, 3), *ry = malloc(yb), *rseq = malloc((size_t)k * pch * 4);
-        float *rh = malloc(hb), *ra = malloc(gb), *rb = malloc(gb);
-        memcpy(rh, ph, hb), memcpy(ra, pa, gb), memcpy(rb, pb, gb);
-        qw_gdn_prep_ops(R, ry, px, rh, rseq, pw, pch, k, hk, dk, 1e-6f, sc, ra, rb, nea, dtb, hv);
-        float *dpx = dev(px, yb), *dseq = dev(NULL, (size_t)k * pch * 4);
-        float *y1 = dev(NULL, yb), *h1 = dev(ph, hb), *a1 = dev(pa, gb), *b1 = dev(pb, gb);
-        float *y2 = dev(NULL, yb), *h2 = dev(ph, hb), *a2 = dev(pa, gb), *b2 = dev(pb, gb);
-        qw_gdn_prep_ops(G, y1, dpx, h1, dseq, pw, pch, k, hk, dk, 1e-6f, sc, a1, b1, nea, dtb, hv);
-        CHECK(G->gdn_prep != NULL, "gdn_prep: the CUDA backend has none");
-        qw_be_gdn_prep(G, y2, dpx, h2, dseq, pw, pch, k, hk, dk, 1e-6f, sc, a2, b2, nea, dtb, hv);
-        float *gy1 = back(y1, yb), *gy2 = back(y2, yb), *gh1 = back(h1, hb), *gh2 = back(h2, hb);
-        float *ga1 = back(a1, gb), *ga2 = back(a2, gb), *gb1 = back(b1, gb), *gb2 = back(b2, gb);
-        CHECK(same_f(gy2, gy1, pch), "gdn_prep: q, k, v not the bits of conv1d_state and l2_norm");
-        CHECK(same(gh2, gh1, hb) && same(gh2, rh, hb), "gdn_prep: the history moved on wrongly");
-        CHECK(same_f(ga2, ga1, hv) && same_f(gb2, gb1, hv), "gdn_prep: g or beta not gdn_gate's bits");
-        CHECK(rel_err(gy2, ry, pch, 1e-6) < 4e-7, "gdn_prep: relative error %.2e against the reference",
-              rel_err(gy2, ry, pch, 1e-6));
-        CHECK(rel_err(ga2, ra, hv, 1e-6) < 1e-6 && same(gb2, rb, gb), "gdn_prep: the gate against the reference");
-        free(px), free(ph), free(pa), free(pb), free(ry), free(rseq), free(rh), free(ra), free(rb);
-        free(gy1), free(gy2), free(gh1), free(gh2), free(ga1), free(ga2), free(gb1), free(gb2);
+        const size_t hb = (size_t)(k - 1) * pch * 4;
+        float *pw = rvec((size_t)pch * k, 0.5f);
+        static const int cases[][2] = {{1, 0}, {1, 1}, {3, 0}, {5, 1}, {16, 0}};
+        for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+            const int n = cases[ci][0], keep = cases[ci][1];
+            const size_t yb = (size_t)n * pch * 4, gb = (size_t)n * hv * 4, sqb = (size_t)(k - 1 + n) * pch * 4;
+            const size_t qb = (size_t)n * kd * 4, vb = (size_t)n * vd * 4;
+            float *px = rvec((size_t)n * pch, 1), *ph = rvec((size_t)(k - 1) * pch, 1);
+            float *pa = rvec((size_t)n * hv, 3), *pb = rvec((size_t)n * hv, 3), *ry = malloc(yb), *rseq = malloc(sqb);
+            float *rq = ry, *rk = ry + kd, *rv = ry + 2 * kd; /* one token: c's thirds */
+            if (n > 1) rq = malloc(qb), rk = malloc(qb), rv = malloc(vb);
+            float *rh = malloc(hb), *ra = malloc(gb), *rb = malloc(gb);
+            memcpy(rh, ph, hb), memcpy(ra, pa, gb), memcpy(rb, pb, gb);
+            qw_gdn_prep_ops(R, ry, rq, rk, rv, px, rh, rseq, keep, pw, n, pch, k, hk, dk, 1e-6f, sc, ra, rb, nea, dtb,
+                            hv);
+            float *dpx = dev(px, yb), *dseq1 = dev(NULL, sqb), *dseq2 = dev(NULL, sqb);
+            float *y1 = dev(NULL, yb), *h1 = dev(ph, hb), *a1 = dev(pa, gb), *b1 = dev(pb, gb);
+            float *y2 = dev(NULL, yb), *h2 = dev(ph, hb), *a2 = dev(pa, gb), *b2 = dev(pb, gb);
+            float *q1 = y1, *k1 = y1 + kd, *v1 = y1 + 2 * kd, *q2 = y2, *k2 = y2 + kd, *v2 = y2 + 2 * kd;
+            if (n > 1) {
+                q1 = dev(NULL, qb), k1 = dev(NULL, qb), v1 = dev(NULL, vb);
+                q2 = dev(NULL, qb), k2 = dev(NULL, qb), v2 = dev(NULL, vb);
+            }
+            qw_gdn_prep_ops(G, y1, q1, k1, v1, dpx, h1, dseq1, keep, pw, n, pch, k, hk, dk, 1e-6f, sc, a1, b1, nea,
+                            dtb, hv);
+            CHECK(G->gdn_prep != NULL, "gdn_prep: the CUDA backend has none");
+            qw_be_gdn_prep(G, y2, q2, k2, v2, dpx, h2, dseq2, keep, pw, n, pch, k, hk, dk, 1e-6f, sc, a2, b2, nea,
+                           dtb, hv);
+            float *gq1 = back(q1, qb), *gq2 = back(q2, qb), *gk1 = back(k1, qb), *gk2 = back(k2, qb);
+            float *gv1 = back(v1, vb), *gv2 = back(v2, vb), *gh1 = back(h1, hb), *gh2 = back(h2, hb);
+            float *ga1 = back(a1, gb), *ga2 = back(a2, gb), *gb1 = back(b1, gb), *gb2 = back(b2, gb);
+            CHECK(same_f(gq2, gq1, n * kd) && same_f(gk2, gk1, n * kd) && same_f(gv2, gv1, n * vd),
+                  "gdn_prep, %d tokens%s: q, k, v not the bits of conv1d_state, the copies and l2_norm", n,
+                  keep ? ", window kept" : "");
+            CHECK(same(gh2, gh1, hb) && same(gh2, rh, hb), "gdn_prep, %d tokens: the history moved on wrongly", n);
+            CHECK(same_f(ga2, ga1, n * hv) && same_f(gb2, gb1, n * hv), "gdn_prep, %d tokens: g or beta not "
+                  "gdn_gate's bits", n);
+            if (keep) {
+                float *gs1 = back(dseq1, sqb), *gs2 = back(dseq2, sqb);
+                CHECK(same(gs2, gs1, sqb) && same(gs2, rseq, sqb), "gdn_prep, %d tokens: the window kept wrongly", n);
+                free(gs1), free(gs2);
+            }
+            double e = fmax(fmax(rel_err(gq2, rq, (size_t)n * kd, 1e-6), rel_err(gk2, rk, (size_t)n * kd, 1e-6)),
+                            rel_err(gv2, rv, (size_t)n * vd, 1e-6));
+            CHECK(e < 4e-7, "gdn_prep, %d tokens: relative error %.2e against the reference", n, e);
+            CHECK(rel_err(ga2, ra, (size_t)n * hv, 1e-6) < 1e-6 && same(gb2, rb, gb), "gdn_prep, %d tokens: the "
+                  "gate against the reference", n);
+            if (n > 1) {
+                G->free(G, q1), G->free(G, k1), G->free(G, v1), G->free(G, q2), G->free(G, k2), G->free(G, v2);
+                free(rq), free(rk), free(rv);
+            }
+            G->free(G, dpx), G->free(G, dseq1), G->free(G, dseq2), G->free(G, y1), G->free(G, h1), G->free(G, a1);
+            G->free(G, b1), G->free(G, y2), G->free(G, h2), G->free(G, a2), G->free(G, b2);
+            free(px), free(ph), free(pa), free(pb), free(ry), free(rseq), free(rh), free(ra), free(rb);
+            free(gq1), free(gq2), free(gk1), free(gk2), free(gv1), free(gv2), free(gh1), free(gh2);
+            free(ga1), free(ga2), free(gb1), free(gb2);
+        }
     }
     /* dk 192: the general kernel (state in memory); 32-128: four lanes a column, with dv not a multiple of the
      * block's 32 columns and prompts longer than its 32-token staging */
@@ -800,9 +836,9 @@ static qw_tensor q8_weights(qw_type t, int rows, int cols, void **store) {
  * counts (one launch where the backend groups them), job 2 another type on the same x (its rounding used again),
  * job 3 another x; set 1: two pairs of types on one x, rows of 8,192 columns cut into 1, 2 and 4 parts (mvq_ks:
  * 1,100, 300 and 4 rows), each pair one launch; sets 2 and 3: three types on one x, the jobs of one type apart
- * among the others (10,240 columns: the hyper-connections' rows). 1 and 3 tokens (3: a launch a job); set 3 also
- * PROMPT_TOK tokens (a prompt's rows, more than the fixed 8-bit buffer holds: the prompt's buffer, qwc_q8_big). Then
- * x is written again in place and the batch run again: its first job must round it anew. */
+ * among the others (10,240 columns: the hyper-connections' rows). 1 and 3 tokens (grouped as one token's are); set
+ * 3 also PROMPT_TOK tokens (a prompt's rows, more than the fixed 8-bit buffer holds: the prompt's buffer,
+ * qwc_q8_big). Then x is written again in place and the batch run again: its first job must round it anew. */
 #ifdef QW_CUDA_EMU
 #define PROMPT_TOK 40 /* 500 KB of rounded rows of 10,240 columns against the emulated build's fixed 256 KiB */
 #else
