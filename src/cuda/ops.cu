@@ -617,11 +617,16 @@ static void cu_gdn_gate(const qw_backend *be, float *a, float *beta, const float
 #ifndef QWC_GDN_PREP
 #define QWC_GDN_PREP 1
 #endif
-/* ... and for several tokens of one session, or one of a draft step (QWC_GDN_PREP_N 0: the ops one by one, the
- * copies of q, k and v out of the convolution's rows among them; the same bits) */
+/* ... and for several tokens of one session, or one of a draft step (QWC_GDN_PREP_N 0, or QWENC_CUDA_GDN_PREP_N=0
+ * in the environment: the ops one by one, the copies of q, k and v out of the convolution's rows among them; the same
+ * bits) */
 #ifndef QWC_GDN_PREP_N
 #define QWC_GDN_PREP_N 1
 #endif
+static int gdn_prep_n_on() {
+    static int r = -1;
+    return QWC_GDN_PREP_N && qwc_env_switch("QWENC_CUDA_GDN_PREP_N", 1, &r);
+}
 
 /* conv_state_channel for one token, dilation 1 and silu, k <= GDN_KMAX: its window's loads all asked for before its
  * stores (to the compiler hist, x and y may overlap, so a load after a store waits for it), the same operations;
@@ -770,7 +775,7 @@ static void cu_gdn_prep(const qw_backend *be, float *c, float *q, float *k, floa
     const int nt = qwc_norm_threads(dk);
     const int one = n_tok == 1 && !keep_seq, regs = kc <= GDN_KMAX && dk <= GDN_DKMAX * nt;
     if (!QWC_GDN_PREP || !QWC_CONV_STATE || !QWC_FUSE_CONV_SILU || 2 * hk * dk > ch || n_tok < 1 ||
-        n_tok > CONV_STATE_MAX_TOK || (!one && (!regs || !QWC_GDN_PREP_N))) {
+        n_tok > CONV_STATE_MAX_TOK || (!one && (!regs || !gdn_prep_n_on()))) {
         qw_gdn_prep_ops(be, c, q, k, v, x, hist, seq, keep_seq, w, n_tok, ch, kc, hk, dk, eps, q_scale, a, beta,
                         neg_exp_a, dt_bias, hv);
         return;

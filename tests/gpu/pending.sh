@@ -12,14 +12,17 @@
 # GEMM's group terms as fused multiply-adds (QWENC_CUDA_MMQ_FAST=1, opt-in) against the reference's operations;
 # `redux` the MoE routing's rounds by the warp's integer reductions (QWC_MOE_ROUTE_REDUX, a build switch: the
 # default build against build-noredux/, built with it off, the two binaries' benches alternating; the same bits,
-# which fusions.sh checks). Each step fits a call where calls are limited to 10 minutes.
+# which fusions.sh checks); `multi` steps of several tokens (draft steps, 4 sessions) with a batch's products of up to
+# 8 tokens on one x grouped (QWENC_CUDA_MVQ_BATCH_TOK) and the DeltaNet's convolution, q, k, v, norms and gate as one
+# kernel (QWENC_CUDA_GDN_PREP_N), each off and both, against both on. Each step fits a call where calls are limited
+# to 10 minutes.
 #
 # Each of these has been timed once (docs/BENCH.md, "The paths that waited, timed"); the steps repeat those
 # comparisons on another machine or after a change, beside the numbers of docs/BENCH.md's tables of defaults (H100:
 # cut Q4_K pp512 19,856-20,085, tg128 809; whole with 192 experts pp4096 3,931-3,954, tg32 after 4,096 tokens
 # 154.7, 16 sessions 436.3).
 #
-#   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq] [fast] [redux]      all six when none is named
+#   bash tests/gpu/pending.sh [check] [split] [defaults] [mmq] [fast] [redux] [multi]    all seven when none is named
 #
 # ROUNDS (2) rounds of each set; FN: the bench options of the whole model (default: the whole Flash-Next at Q4_K,
 # 111 GiB; on an 80 GiB GPU, '--backend cuda --synth flash-next --experts 192 --type q4_k'). Each step ends with a
@@ -30,7 +33,7 @@ fn=${FN:-'--backend cuda --synth flash-next --type q4_k'}
 cut='--backend cuda --synth flash-next --layers 8 --experts 64 --ngram-base 200003 --type q4_k'
 q35='--backend cuda --synth qwen3.5-35b-a3b --type q4_k'
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(check split defaults mmq fast redux)
+[ ${#steps[@]} -eq 0 ] && steps=(check split defaults mmq fast redux multi)
 export QWENC=${QWENC:-build-cuda/qwenc} ROUNDS=${ROUNDS:-2}
 fails=0
 
@@ -52,7 +55,7 @@ for step in "${steps[@]}"; do
             bash tests/gpu_check.sh t_cuda_quant_loop t_cuda_ops t_model t_model_switches t_session \
                 t_session_switches t_mtp || fails=$((fails + 1))
             ;;
-        split | defaults | mmq | fast | redux)
+        split | defaults | mmq | fast | redux | multi)
             if [ ! -x "$QWENC" ]; then
                 echo "pending.sh: $QWENC is not there: run the check step (or make cuda) first" >&2
                 exit 1
@@ -129,7 +132,15 @@ for step in "${steps[@]}"; do
                 done
             fi
             ;;
-        *) echo "pending.sh: no step '$step' (check, split, defaults, mmq, fast, redux)" >&2; exit 1 ;;
+        multi)
+            # draft steps of 2 and 4 tokens (a random MTP head) and 4 sessions a step, the whole model and the cut
+            off='QWENC_CUDA_MVQ_BATCH_TOK=0 QWENC_CUDA_GDN_PREP_N=0'
+            for o in "$fn --mtp -p 0 -n 32 --draft 1,3" "$fn -p 0 -n 32 -np 4" "$cut --mtp -p 0 -n 128 --draft 1,3"; do
+                # shellcheck disable=SC2086
+                ab "$off" 'QWENC_CUDA_MVQ_BATCH_TOK=0' 'QWENC_CUDA_GDN_PREP_N=0' - -- $o
+            done
+            ;;
+        *) echo "pending.sh: no step '$step' (check, split, defaults, mmq, fast, redux, multi)" >&2; exit 1 ;;
     esac
     echo "== step $step done, $fails failed so far"
 done
